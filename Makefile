@@ -1,0 +1,41 @@
+# nexus — build, run, test, benchmark, lint.
+GO          ?= go
+BIN         ?= bin/nexus
+NEXUS_HOME  ?= $(HOME)/nexus
+GOLANGCI    ?= $(shell command -v golangci-lint 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/golangci-lint)
+GOLANGCI_VERSION ?= v2.15.0
+
+.PHONY: build run test test-short bench lint fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/nexus
+
+# Build and start the gateway on the default state directory ($(NEXUS_HOME)/state).
+run: build
+	NEXUS_HOME=$(NEXUS_HOME) ./$(BIN) serve
+
+# The whole suite, as CI runs it.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -shuffle=on -timeout 8m ./...
+
+test-short:
+	$(GO) test -short ./...
+
+# Benchmarks; figures go to docs/BENCHMARKS.md.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./internal/... 
+	$(GO) run ./bench/gateway
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway
+	$(GO) test -run '^$$' -fuzz FuzzDecodeStrict -fuzztime 30s ./internal/abi
+
+lint:
+	@test -x $(GOLANGCI) || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
+	$(GO) vet ./...
+	$(GOLANGCI) run ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,72 @@
+package abi
+
+import "encoding/json"
+
+// APIPrefix is the versioned path prefix of the gateway's HTTP API.
+const APIPrefix = "/v1"
+
+// CreateRequest is the body of POST /v1/sessions.
+type CreateRequest struct {
+	Type      SessionType `json:"type"`
+	Context   Context     `json:"context"`
+	Transport Transport   `json:"transport,omitempty"`
+	// TTLSeconds sets expiresAt; 0 means no expiry.
+	TTLSeconds int64 `json:"ttlSeconds,omitempty"`
+	// Ephemeral sessions close when the connection that owns them ends (see docs/ABI.md).
+	Ephemeral bool `json:"ephemeral,omitempty"`
+	// Options are type-specific creation options (terminal: shell, cols, rows, env).
+	Options json.RawMessage `json:"options,omitempty"`
+}
+
+// TerminalOptions are the creation options of a terminal session.
+type TerminalOptions struct {
+	Shell string   `json:"shell,omitempty"`
+	Cols  int      `json:"cols,omitempty"`
+	Rows  int      `json:"rows,omitempty"`
+	Env   []string `json:"env,omitempty"`
+}
+
+// SendRequest is the body of POST /v1/sessions/{id}/send.
+type SendRequest struct {
+	// Data is the input; with Encoding "base64" it is the base64 of the exact bytes.
+	Data     string `json:"data"`
+	Encoding string `json:"encoding,omitempty"`
+}
+
+// ControlRequest is the body of POST /v1/sessions/{id}/control.
+type ControlRequest struct {
+	Command Command `json:"command"`
+	Width   int     `json:"width,omitempty"`
+	Height  int     `json:"height,omitempty"`
+}
+
+// ListResponse is the body of GET /v1/sessions.
+type ListResponse struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// EventsResponse is the body of GET /v1/sessions/{id}/events (polling).
+type EventsResponse struct {
+	Events []Event `json:"events"`
+	// Next is the sequence to pass as after= on the next poll.
+	Next uint64 `json:"next"`
+	// Closed is true when the session has ended and no event follows Next.
+	Closed bool `json:"closed"`
+}
+
+// VersionResponse is the body of GET /v1/version.
+type VersionResponse struct {
+	Version    string `json:"version"`
+	ABIVersion string `json:"abiVersion"`
+	PID        int    `json:"pid,omitempty"`
+}
+
+// ClientMessage is what a WebSocket client may send: input and window sizes, so an attached
+// terminal needs a single connection.
+type ClientMessage struct {
+	Op       string `json:"op"` // "send" or "resize"
+	Data     string `json:"data,omitempty"`
+	Encoding string `json:"encoding,omitempty"`
+	Width    int    `json:"width,omitempty"`
+	Height   int    `json:"height,omitempty"`
+}

@@ -1,0 +1,172 @@
+// Package cli implements the nexus command line: commands, flags, output formats and the CLI
+// context (the active session of each type).
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/gateway"
+)
+
+// Env is what a command may touch of the outside world, injected so tests control it.
+type Env struct {
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Getenv  func(string) string
+	Now     func() time.Time
+	Version string
+}
+
+// app holds the global flags and shared helpers of one invocation.
+type app struct {
+	env      Env
+	stateDir string
+	gateway  string
+	token    string
+	cl       *client.Client
+}
+
+// exitError carries an exit status for errors that were already reported.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// Main runs the nexus command line and returns the process exit status.
+func Main(ctx context.Context, args []string, env Env) int {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
+	if env.Now == nil {
+		env.Now = time.Now
+	}
+	if env.Version == "" {
+		env.Version = "dev"
+	}
+	a := &app{env: env}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(env.Stdin)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	var ae *abi.Error
+	if errors.As(err, &ae) {
+		a.printJSON(abi.ErrorResponse(err, env.Now()))
+		fmt.Fprintf(env.Stderr, "nexus: %s\n", err)
+		return 1
+	}
+	fmt.Fprintf(env.Stderr, "nexus: %s\n", err)
+	return 1
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "nexus",
+		Short:         "Durable, observable sessions for AI agents and people",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return a.resolveState()
+		},
+	}
+	root.PersistentFlags().StringVar(&a.stateDir, "state-dir", "", "state directory (default $NEXUS_HOME/state, NEXUS_HOME defaults to ~/nexus)")
+	root.PersistentFlags().StringVar(&a.gateway, "gateway", "", "gateway address: a unix socket path or http://host:port (default the state directory's socket; env NEXUS_GATEWAY)")
+	root.AddCommand(a.serveCmd(), a.versionCmd(), a.sessionCmd(), a.agentCmd(), a.projectCmd())
+	return root
+}
+
+func (a *app) resolveState() error {
+	if a.stateDir == "" {
+		home := a.env.Getenv("NEXUS_HOME")
+		if home == "" {
+			uh, err := os.UserHomeDir()
+			if err != nil {
+				return fmt.Errorf("find home directory (set NEXUS_HOME): %w", err)
+			}
+			home = filepath.Join(uh, "nexus")
+		}
+		a.stateDir = filepath.Join(home, "state")
+	}
+	abs, err := filepath.Abs(a.stateDir)
+	if err != nil {
+		return fmt.Errorf("resolve state directory %s: %w", a.stateDir, err)
+	}
+	a.stateDir = abs
+	if a.gateway == "" {
+		a.gateway = a.env.Getenv("NEXUS_GATEWAY")
+	}
+	return nil
+}
+
+// client connects to the gateway named by the flags, the environment or the state directory.
+func (a *app) client() *client.Client {
+	if a.cl != nil {
+		return a.cl
+	}
+	t := client.Target{Socket: filepath.Join(a.stateDir, gateway.SocketFile)}
+	if g := a.gateway; g != "" {
+		if strings.HasPrefix(g, "http://") || strings.HasPrefix(g, "https://") {
+			t = client.Target{URL: g, Token: a.env.Getenv("NEXUS_TOKEN")}
+			if t.Token == "" {
+				if b, err := os.ReadFile(filepath.Join(a.stateDir, gateway.TokenFile)); err == nil {
+					t.Token = strings.TrimSpace(string(b))
+				}
+			}
+		} else {
+			t = client.Target{Socket: g}
+		}
+	}
+	a.cl = client.New(t)
+	return a.cl
+}
+
+func (a *app) printJSON(v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		fmt.Fprintf(a.env.Stderr, "nexus: encode output: %v\n", err)
+		return
+	}
+	_, _ = a.env.Stdout.Write(append(b, '\n'))
+}
+
+func (a *app) warnf(format string, args ...any) {
+	fmt.Fprintf(a.env.Stderr, "nexus: "+format+"\n", args...)
+}
+
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the binary and ABI versions (and the running gateway's, if any)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := map[string]any{"version": a.env.Version, "abiVersion": abi.Version}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+			defer cancel()
+			if v, err := a.client().Version(ctx); err == nil {
+				out["gateway"] = v
+			}
+			a.printJSON(out)
+			return nil
+		},
+	}
+}

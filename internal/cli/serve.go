@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/kinds/terminal"
+	"github.com/nexus-run/nexus/internal/project"
+	"github.com/nexus-run/nexus/internal/runtime"
+)
+
+func (a *app) serveCmd() *cobra.Command {
+	var (
+		listen      string
+		idle        time.Duration
+		maxSessions int
+		retention   time.Duration
+		shell       string
+		grace       time.Duration
+		logLevel    string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the gateway: live sessions over a unix socket (and TCP with --listen)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			logger := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: lvl}))
+			if idle == 0 {
+				idle = -1 // runtime: negative disables
+			}
+			projects := project.NewStore(a.projectsPath(), a.env.Now)
+			reg := runtime.New(runtime.Config{
+				MaxSessions: maxSessions,
+				IdleTimeout: idle,
+				Retention:   retention,
+				Now:         a.env.Now,
+				Logger:      logger,
+			}, &terminal.Kind{
+				Shell: shell,
+				Grace: grace,
+				Projects: func(id string) (string, error) {
+					p, err := projects.Get(id)
+					return p.Path, err
+				},
+			})
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return gateway.Serve(ctx, gateway.DaemonOptions{
+				StateDir: a.stateDir,
+				Listen:   listen,
+				Registry: reg,
+				Version:  a.env.Version,
+				Logger:   logger,
+				Ready: func(in gateway.Info) {
+					msg := fmt.Sprintf("nexus: gateway pid %d listening on %s", in.PID, in.Socket)
+					if in.Listen != "" {
+						msg += " and http://" + in.Listen + " (bearer token in " + a.stateDir + "/" + gateway.TokenFile + ")"
+					}
+					fmt.Fprintln(a.env.Stderr, msg)
+				},
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "", "also listen on TCP host:port (requires the bearer token in state/gateway.token)")
+	f.DurationVar(&idle, "idle-timeout", runtime.DefaultIdleTimeout, "close sessions idle this long (0 disables)")
+	f.IntVar(&maxSessions, "max-sessions", runtime.DefaultMaxSessions, "most live sessions at once")
+	f.DurationVar(&retention, "retention", runtime.DefaultRetention, "how long closed sessions stay visible to session list --all")
+	f.StringVar(&shell, "shell", "", "default shell of terminal sessions (default $SHELL, then bash, then sh)")
+	f.DurationVar(&grace, "grace", 2*time.Second, "how long a closing shell gets after SIGHUP before it is killed")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// projectsPath is state/projects.json.
+func (a *app) projectsPath() string { return filepath.Join(a.stateDir, "projects.json") }

@@ -1,0 +1,444 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/client"
+)
+
+func (a *app) agentCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "agent", Short: "Agent-facing sessions"}
+	tc := &cobra.Command{Use: "terminal", Short: "Terminal sessions: a PTY running your shell in a project"}
+	tc.AddCommand(a.terminalOpenCmd(), a.terminalSendCmd(), a.terminalAttachCmd())
+	cmd.AddCommand(tc)
+	return cmd
+}
+
+type openOptions struct {
+	project    string
+	ttl        time.Duration
+	shell      string
+	cols, rows int
+	transport  string
+	ephemeral  bool
+}
+
+func (o *openOptions) flags(cmd *cobra.Command, full bool) {
+	f := cmd.Flags()
+	f.StringVar(&o.project, "project", "", "project to open the terminal in (see nexus project add)")
+	if !full {
+		return
+	}
+	f.DurationVar(&o.ttl, "ttl", 0, "close the session after this long (sets expiresAt; 0: no expiry)")
+	f.StringVar(&o.shell, "shell", "", "shell to run (default the gateway's)")
+	f.IntVar(&o.cols, "cols", 0, "initial width (default 80, or this terminal's)")
+	f.IntVar(&o.rows, "rows", 0, "initial height (default 24, or this terminal's)")
+	f.StringVar(&o.transport, "transport", string(abi.TransportWebSocket), "how clients will stream it: websocket, polling or hybrid")
+	f.BoolVar(&o.ephemeral, "ephemeral", false, "the session lives only as long as this command")
+}
+
+func (a *app) openTerminal(ctx context.Context, o openOptions) (abi.Session, error) {
+	if o.project == "" {
+		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "terminal sessions need --project (see nexus project list)")
+	}
+	if o.ttl < 0 {
+		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "--ttl must not be negative")
+	}
+	opts, err := json.Marshal(abi.TerminalOptions{Shell: o.shell, Cols: o.cols, Rows: o.rows})
+	if err != nil {
+		return abi.Session{}, fmt.Errorf("encode options: %w", err)
+	}
+	req := abi.CreateRequest{
+		Type:       abi.TypeTerminal,
+		Context:    abi.Context{ProjectID: o.project},
+		Transport:  abi.Transport(o.transport),
+		TTLSeconds: int64(math.Ceil(o.ttl.Seconds())),
+		Ephemeral:  o.ephemeral,
+		Options:    opts,
+	}
+	s, err := a.client().Create(ctx, req)
+	if err != nil {
+		return s, err
+	}
+	if !o.ephemeral {
+		if err := a.setActive(ctx, s); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func (a *app) terminalOpenCmd() *cobra.Command {
+	var o openOptions
+	var format, contentType string
+	cmd := &cobra.Command{
+		Use:   "open --project NAME",
+		Short: "Open a terminal session and make it the active one (with --ephemeral: stream it until this command ends)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFormat(format); err != nil {
+				return err
+			}
+			if o.ephemeral && o.cols == 0 {
+				o.cols, o.rows = localSize()
+			}
+			s, err := a.openTerminal(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if format == formatTable {
+				sessionDetail(a.env.Stdout, s)
+			} else {
+				a.printJSON(s)
+			}
+			if !o.ephemeral {
+				return nil
+			}
+			return a.holdAndStream(cmd.Context(), s.SessionID, abi.ContentType(contentType))
+		},
+	}
+	o.flags(cmd, true)
+	cmd.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
+	cmd.Flags().StringVar(&contentType, "content-type", string(abi.ContentANSI), "with --ephemeral: output as ansi, text or raw")
+	return cmd
+}
+
+// holdAndStream owns an ephemeral session: it prints its events until the session closes or the
+// command is stopped, and the session closes when this connection ends.
+func (a *app) holdAndStream(ctx context.Context, id string, ct abi.ContentType) error {
+	conn, err := a.client().Dial(ctx, id, client.DialOptions{ContentType: ct, Hold: true})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for {
+		e, err := conn.Next(ctx)
+		if err != nil {
+			if errors.Is(err, client.ErrStreamEnded) || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		line, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		if _, err := a.env.Stdout.Write(append(line, '\n')); err != nil {
+			return fmt.Errorf("write event: %w", err)
+		}
+	}
+}
+
+// gone reports whether err means the session can no longer be used.
+func gone(err error) bool {
+	return client.IsCode(err, abi.CodeSessionClosed) || client.IsCode(err, abi.CodeSessionExpired) || client.IsCode(err, abi.CodeSessionNotFound)
+}
+
+// finalErr is the error a command gets for a session object that is no longer usable.
+func finalErr(s abi.Session) error {
+	if !s.Status.Final() {
+		return nil
+	}
+	if r := s.Metadata["closeReason"]; r == abi.CloseTimeout || r == abi.CloseIdle {
+		return abi.Errorf(abi.CodeSessionExpired, s.SessionID, "session %s expired (%v)", s.SessionID, r)
+	}
+	return abi.Errorf(abi.CodeSessionClosed, s.SessionID, "session %s is %s (%v)", s.SessionID, s.Status, s.Metadata["closeReason"])
+}
+
+// withTerminal runs op on the terminal session a command should use: --session-id as given
+// (never recreated), else the active one. When the active one has closed or expired, or there
+// is none and --project names one, it opens a fresh session and says so on stderr.
+func (a *app) withTerminal(ctx context.Context, explicit string, o openOptions, op func(id string) error) error {
+	if explicit != "" {
+		return op(explicit)
+	}
+	act, err := a.activeID(abi.TypeTerminal)
+	if err != nil {
+		return err
+	}
+	if act.SessionID != "" {
+		err := op(act.SessionID)
+		if err == nil || !gone(err) {
+			return err
+		}
+		if o.project == "" {
+			o.project = act.ProjectID
+		}
+		s, cerr := a.openTerminal(ctx, o)
+		if cerr != nil {
+			return fmt.Errorf("active terminal session %s is unusable (%w) and opening a new one failed: %w", act.SessionID, err, cerr)
+		}
+		a.warnf("active terminal session %s is unusable (%s); opened new terminal session %s in project %s", act.SessionID, abi.CodeOf(err), s.SessionID, o.project)
+		return op(s.SessionID)
+	}
+	if o.project == "" {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "no active terminal session: pass --session-id, or --project to open one (nexus agent terminal open --project NAME)")
+	}
+	s, err := a.openTerminal(ctx, o)
+	if err != nil {
+		return err
+	}
+	a.warnf("no active terminal session; opened terminal session %s in project %s", s.SessionID, o.project)
+	return op(s.SessionID)
+}
+
+func (a *app) terminalSendCmd() *cobra.Command {
+	var id string
+	var o openOptions
+	var noNewline bool
+	cmd := &cobra.Command{
+		Use:   "send [--session-id ID] TEXT...",
+		Short: "Type TEXT (and Enter) into a terminal session; with no TEXT, send standard input as is",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data []byte
+			if len(args) == 0 {
+				b, err := io.ReadAll(io.LimitReader(a.env.Stdin, abi.MaxRequestBody/2))
+				if err != nil {
+					return fmt.Errorf("read standard input: %w", err)
+				}
+				data = b
+			} else {
+				data = []byte(strings.Join(args, " "))
+				if !noNewline {
+					data = append(data, '\r')
+				}
+			}
+			return a.withTerminal(cmd.Context(), id, o, func(sid string) error {
+				if err := a.client().Send(cmd.Context(), sid, data); err != nil {
+					return err
+				}
+				a.printJSON(map[string]any{"status": abi.ResponseOK, "sessionId": sid, "bytes": len(data)})
+				return nil
+			})
+		},
+	}
+	idFlags(cmd, &id, nil)
+	o.flags(cmd, false)
+	cmd.Flags().BoolVarP(&noNewline, "no-newline", "n", false, "do not press Enter after TEXT")
+	return cmd
+}
+
+const detachKey = 0x1d // Ctrl-]
+
+func (a *app) terminalAttachCmd() *cobra.Command {
+	var id string
+	var o openOptions
+	cmd := &cobra.Command{
+		Use:   "attach [--session-id ID]",
+		Short: "Attach this terminal to a terminal session (detach with Ctrl-])",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if o.ephemeral {
+				if id != "" {
+					return abi.Errorf(abi.CodeInvalidArgument, "", "--ephemeral opens a new session; it cannot be combined with --session-id")
+				}
+				o.cols, o.rows = localSize()
+				s, err := a.openTerminal(ctx, o)
+				if err != nil {
+					return err
+				}
+				return a.attach(ctx, s.SessionID, true, 0)
+			}
+			return a.withTerminal(ctx, id, o, func(sid string) error {
+				s, err := a.client().Get(ctx, sid)
+				if err != nil {
+					return err
+				}
+				if err := finalErr(s); err != nil {
+					return err
+				}
+				// Start from now: the retained history is for `session events`.
+				r, err := a.client().Poll(ctx, sid, math.MaxUint64, 1, 0, "")
+				if err != nil {
+					return err
+				}
+				return a.attach(ctx, sid, false, r.Next)
+			})
+		},
+	}
+	idFlags(cmd, &id, nil)
+	o.flags(cmd, true)
+	return cmd
+}
+
+func localSize() (int, int) {
+	if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil && w > 0 && h > 0 {
+		return w, h
+	}
+	return 0, 0
+}
+
+// attach connects the local terminal to a session: keystrokes go in, output comes out, window
+// size follows, Ctrl-] detaches. Dropped connections are resumed after the last sequence seen.
+func (a *app) attach(ctx context.Context, id string, hold bool, after uint64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stdinFile, isFile := a.env.Stdin.(*os.File)
+	interactive := isFile && term.IsTerminal(int(stdinFile.Fd()))
+	if interactive {
+		old, err := term.MakeRaw(int(stdinFile.Fd()))
+		if err != nil {
+			return fmt.Errorf("raw mode: %w", err)
+		}
+		defer func() { _ = term.Restore(int(stdinFile.Fd()), old) }()
+		fmt.Fprintf(a.env.Stderr, "[attached to %s; detach with Ctrl-]]\r\n", id)
+	}
+
+	cl := a.client()
+	var conn atomic.Pointer[client.Conn]
+	var seen atomic.Uint64
+	seen.Store(after)
+	dial := func() error {
+		c, err := cl.Dial(ctx, id, client.DialOptions{After: seen.Load(), Hold: hold})
+		if err != nil {
+			return err
+		}
+		if old := conn.Swap(c); old != nil {
+			_ = old.Abort()
+		}
+		return nil
+	}
+	if err := dial(); err != nil {
+		return err
+	}
+	defer func() { _ = conn.Load().Close() }()
+
+	// Input: forward keystrokes; Ctrl-] (or the end of piped input) detaches.
+	detached := make(chan struct{})
+	go func() {
+		defer close(detached)
+		buf := make([]byte, 4096)
+		for {
+			n, err := a.env.Stdin.Read(buf)
+			if n > 0 {
+				chunk := buf[:n]
+				i := bytes.IndexByte(chunk, detachKey)
+				if i >= 0 {
+					chunk = chunk[:i]
+				}
+				if len(chunk) > 0 {
+					_ = conn.Load().Send(ctx, append([]byte(nil), chunk...))
+				}
+				if i >= 0 {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	if interactive {
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for {
+				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+					_ = conn.Load().Resize(ctx, w, h)
+				}
+				select {
+				case <-winch:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+
+	events := make(chan abi.Event, 256)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			e, err := conn.Load().Next(ctx)
+			if err != nil {
+				if errors.Is(err, client.ErrStreamEnded) || ctx.Err() != nil {
+					readErr <- err
+					return
+				}
+				// Dropped: resume after the last sequence received.
+				var derr error = err
+				for attempt := range 8 {
+					time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
+					if derr = dial(); derr == nil {
+						break
+					}
+				}
+				if derr != nil {
+					readErr <- derr
+					return
+				}
+				continue
+			}
+			if e.Seq != 0 {
+				if e.Seq <= seen.Load() {
+					continue
+				}
+				seen.Store(e.Seq)
+			}
+			events <- e
+		}
+	}()
+
+	var quiet <-chan time.Time
+	var deadline <-chan time.Time
+	for {
+		select {
+		case e := <-events:
+			switch e.Event {
+			case abi.EventData:
+				var out abi.TerminalOutput
+				if json.Unmarshal(e.Payload, &out) == nil {
+					b, _ := out.Bytes()
+					_, _ = a.env.Stdout.Write(b)
+				}
+				if quiet != nil {
+					quiet = time.After(300 * time.Millisecond)
+				}
+			case abi.EventClose:
+				var p abi.ClosePayload
+				_ = json.Unmarshal(e.Payload, &p)
+				fmt.Fprintf(a.env.Stderr, "\r\n[session %s closed: %s]\r\n", id, p.Reason)
+				return nil
+			}
+		case <-detached:
+			detached = nil
+			if interactive {
+				fmt.Fprintf(a.env.Stderr, "\r\n[detached from %s]\r\n", id)
+				return nil
+			}
+			// Piped input: show what it produced, then detach once output goes quiet.
+			quiet = time.After(300 * time.Millisecond)
+			deadline = time.After(10 * time.Second)
+		case <-quiet:
+			return nil
+		case <-deadline:
+			return nil
+		case err := <-readErr:
+			if errors.Is(err, client.ErrStreamEnded) || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/runtime"
+)
+
+// State file names inside the state directory.
+const (
+	SocketFile = "gateway.sock"
+	TokenFile  = "gateway.token"
+	LockFile   = "gateway.lock"
+	InfoFile   = "gateway.json"
+)
+
+// Info describes a running gateway; it is written next to the lock so a second gateway, and
+// clients, can name it.
+type Info struct {
+	PID     int    `json:"pid"`
+	Socket  string `json:"socket"`
+	Listen  string `json:"listen,omitempty"`
+	Started string `json:"started"`
+	Version string `json:"version"`
+}
+
+// DaemonOptions configure Serve.
+type DaemonOptions struct {
+	StateDir string
+	// Listen adds a TCP listener (host:port) that requires the bearer token.
+	Listen   string
+	Registry *runtime.Registry
+	Version  string
+	Logger   *slog.Logger
+	// Ready, if set, is called once the listeners accept connections.
+	Ready func(Info)
+	// ShutdownTimeout bounds the graceful shutdown; default 15s.
+	ShutdownTimeout time.Duration
+}
+
+// ErrAlreadyRunning is returned when another gateway holds the state directory.
+var ErrAlreadyRunning = errors.New("a gateway is already running")
+
+// Serve runs the gateway until ctx ends, then closes every session (reaping its processes) and
+// returns. Only one gateway may serve a state directory.
+func Serve(ctx context.Context, o DaemonOptions) error {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 15 * time.Second
+	}
+	if err := fsutil.MkdirPrivate(o.StateDir); err != nil {
+		return err
+	}
+	lk := flock.New(filepath.Join(o.StateDir, LockFile))
+	locked, err := lk.TryLock()
+	if err != nil {
+		return fmt.Errorf("lock state directory %s: %w", o.StateDir, err)
+	}
+	if !locked {
+		return fmt.Errorf("%w for %s: %s", ErrAlreadyRunning, o.StateDir, describeRunning(o.StateDir))
+	}
+	defer func() { _ = lk.Unlock() }()
+
+	sock := filepath.Join(o.StateDir, SocketFile)
+	// We hold the lock, so a socket file left here belongs to a gateway that died.
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", sock, err)
+	}
+	old := umask(0o177)
+	ul, err := (&net.ListenConfig{}).Listen(ctx, "unix", sock)
+	umask(old)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, fsutil.FileMode); err != nil {
+		_ = ul.Close()
+		return fmt.Errorf("chmod %s: %w", sock, err)
+	}
+	defer os.Remove(sock)
+
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	mk := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	}
+	local := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger}))
+	servers := []*http.Server{local}
+	errc := make(chan error, 2)
+	go func() { errc <- local.Serve(ul) }()
+
+	info := Info{PID: os.Getpid(), Socket: sock, Started: time.Now().UTC().Format(time.RFC3339), Version: o.Version}
+	if o.Listen != "" {
+		token, err := LoadOrCreateToken(o.StateDir)
+		if err != nil {
+			return err
+		}
+		tl, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", o.Listen, err)
+		}
+		info.Listen = tl.Addr().String()
+		remote := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Token: token}))
+		servers = append(servers, remote)
+		go func() { errc <- remote.Serve(tl) }()
+	}
+	if b, err := json.MarshalIndent(info, "", "  "); err == nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(o.StateDir, InfoFile), append(b, '\n')); err != nil {
+			o.Logger.Warn("write gateway info", "err", err)
+		}
+	}
+	defer os.Remove(filepath.Join(o.StateDir, InfoFile))
+	o.Logger.Info("gateway listening", "socket", sock, "tcp", info.Listen, "pid", info.PID)
+	if o.Ready != nil {
+		o.Ready(info)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	// Sessions first, so every watcher still connected receives each session's close event.
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+	defer cancel()
+	if err := o.Registry.Shutdown(sctx); err != nil {
+		o.Logger.Error("close sessions", "err", err)
+	}
+	for _, s := range servers {
+		if err := s.Shutdown(sctx); err != nil {
+			_ = s.Close()
+		}
+	}
+	cancelBase()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", serveErr)
+	}
+	return nil
+}
+
+func describeRunning(stateDir string) string {
+	data, err := fsutil.ReadFileNoFollow(filepath.Join(stateDir, InfoFile))
+	if err != nil {
+		return "another nexus serve holds " + filepath.Join(stateDir, LockFile)
+	}
+	var in Info
+	if json.Unmarshal(data, &in) != nil {
+		return "another nexus serve holds " + filepath.Join(stateDir, LockFile)
+	}
+	s := fmt.Sprintf("nexus serve pid %d on %s", in.PID, in.Socket)
+	if in.Listen != "" {
+		s += " and " + in.Listen
+	}
+	return s + ", started " + in.Started
+}
+
+// LoadOrCreateToken returns the bearer token of stateDir, creating it (0600) on first use.
+func LoadOrCreateToken(stateDir string) (string, error) {
+	path := filepath.Join(stateDir, TokenFile)
+	data, err := fsutil.ReadFileNoFollow(path)
+	if err == nil {
+		tok := strings.TrimSpace(string(data))
+		if len(tok) < 32 {
+			return "", fmt.Errorf("token file %s is too short; delete it to make a new one", path)
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read token %s: %w", path, err)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate token: %w", err)
+	}
+	tok := hex.EncodeToString(b)
+	f, err := fsutil.CreateExclusive(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		_ = f.Close()
+		return "", fmt.Errorf("write token %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("close token %s: %w", path, err)
+	}
+	return tok, nil
+}

@@ -1,0 +1,401 @@
+// Package gateway serves the live-session API over HTTP and WebSocket: routes, authentication
+// and ABI encoding. It holds no session logic of its own; everything goes to runtime.Registry.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/runtime"
+)
+
+// BinaryVersion is set by main from build information.
+type Options struct {
+	Registry *runtime.Registry
+	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
+	Token   string
+	Version string
+	Logger  *slog.Logger
+	Now     func() time.Time
+	// MaxWait bounds a long-poll's wait; default 60s.
+	MaxWait time.Duration
+}
+
+type server struct {
+	opt Options
+}
+
+// Handler returns the HTTP handler of the API.
+func Handler(opt Options) http.Handler {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.MaxWait <= 0 {
+		opt.MaxWait = 60 * time.Second
+	}
+	s := &server{opt: opt}
+	mux := http.NewServeMux()
+	p := abi.APIPrefix
+	mux.HandleFunc("GET "+p+"/version", s.version)
+	mux.HandleFunc("GET "+p+"/sessions", s.list)
+	mux.HandleFunc("POST "+p+"/sessions", s.create)
+	mux.HandleFunc("GET "+p+"/sessions/{id}", s.get)
+	mux.HandleFunc("POST "+p+"/sessions/{id}/send", s.send)
+	mux.HandleFunc("POST "+p+"/sessions/{id}/control", s.control)
+	mux.HandleFunc("GET "+p+"/sessions/{id}/events", s.events)
+	mux.HandleFunc("GET "+p+"/sessions/{id}/stream", s.stream)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "no route %s %s (the API lives under %s/)", r.Method, r.URL.Path, abi.APIPrefix), http.StatusNotFound)
+	})
+	var h http.Handler = mux
+	if opt.Token != "" {
+		h = s.auth(h)
+	}
+	return h
+}
+
+func (s *server) auth(next http.Handler) http.Handler {
+	want := []byte(s.opt.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus"`)
+			s.fail(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "missing or wrong bearer token (see state/gateway.token)"), 0)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.opt.Logger.Error("encode response", "err", err)
+		status = http.StatusInternalServerError
+		b = []byte(`{"status":"error","data":null,"message":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// fail answers with the seed's error response; status 0 means the code's own HTTP status.
+func (s *server) fail(w http.ResponseWriter, err error, status int) {
+	if status == 0 {
+		status = abi.CodeOf(err).HTTPStatus()
+	}
+	if abi.CodeOf(err) == abi.CodeInternal {
+		s.opt.Logger.Error("request failed", "err", err)
+	}
+	s.writeJSON(w, status, abi.ErrorResponse(err, s.opt.Now()))
+}
+
+// decode reads a bounded body and decodes it strictly.
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, abi.MaxRequestBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "request body exceeds %d bytes", abi.MaxRequestBody), http.StatusRequestEntityTooLarge)
+			return false
+		}
+		s.fail(w, abi.Errorf(abi.CodeConnectionLost, "", "read request body: %v", err), http.StatusBadRequest)
+		return false
+	}
+	if err := abi.DecodeStrict(data, v); err != nil {
+		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, r.PathValue("id"), "invalid request body: %v", err), 0)
+		return false
+	}
+	return true
+}
+
+func (s *server) version(w http.ResponseWriter, _ *http.Request) {
+	s.writeJSON(w, http.StatusOK, abi.VersionResponse{Version: s.opt.Version, ABIVersion: abi.Version})
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	all := q.Get("all") == "true" || q.Get("all") == "1"
+	typ := abi.SessionType(q.Get("type"))
+	if typ != "" && !typ.Valid() {
+		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "unknown session type %q", typ), 0)
+		return
+	}
+	out := abi.ListResponse{Sessions: []abi.Session{}}
+	for _, ss := range s.opt.Registry.List(all) {
+		if typ == "" || ss.Type == typ {
+			out.Sessions = append(out.Sessions, ss)
+		}
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) create(w http.ResponseWriter, r *http.Request) {
+	var req abi.CreateRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	obj, err := s.opt.Registry.Create(r.Context(), req)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	s.writeJSON(w, http.StatusCreated, obj)
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request) {
+	obj, err := s.opt.Registry.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, obj)
+}
+
+func decodeInput(id, data, encoding string) ([]byte, error) {
+	switch encoding {
+	case "", "text":
+		return []byte(data), nil
+	case "base64":
+		b, err := base64.StdEncoding.DecodeString(data)
+		if err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, id, "data is not valid base64: %v", err)
+		}
+		return b, nil
+	}
+	return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown encoding %q (want text or base64)", encoding)
+}
+
+func (s *server) send(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req abi.SendRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	data, err := decodeInput(id, req.Data, req.Encoding)
+	if err == nil {
+		err = s.opt.Registry.Send(r.Context(), id, data)
+	}
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"status": abi.ResponseOK, "sessionId": id, "bytes": len(data)})
+}
+
+func (s *server) control(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req abi.ControlRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	data, err := s.opt.Registry.Control(r.Context(), id, req)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, abi.ControlResponse{Status: abi.ResponseOK, Data: data, Message: fmt.Sprintf("%s: ok", req.Command)})
+}
+
+// readParams are the query parameters shared by events and stream.
+type readParams struct {
+	after uint64
+	limit int
+	wait  time.Duration
+	ct    abi.ContentType
+	hold  bool
+}
+
+func (s *server) params(r *http.Request) (readParams, error) {
+	q := r.URL.Query()
+	id := r.PathValue("id")
+	p := readParams{ct: abi.ContentType(q.Get("contentType"))}
+	if p.ct == "" {
+		p.ct = abi.ContentANSI
+	}
+	if !p.ct.Valid() {
+		return p, abi.Errorf(abi.CodeInvalidArgument, id, "unknown contentType %q (want ansi, text or raw)", p.ct)
+	}
+	var err error
+	if v := q.Get("after"); v != "" {
+		if p.after, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return p, abi.Errorf(abi.CodeInvalidArgument, id, "after must be a sequence number, got %q", v)
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		if p.limit, err = strconv.Atoi(v); err != nil || p.limit < 0 {
+			return p, abi.Errorf(abi.CodeInvalidArgument, id, "limit must be a non-negative integer, got %q", v)
+		}
+	}
+	if v := q.Get("wait"); v != "" {
+		if p.wait, err = time.ParseDuration(v); err != nil {
+			secs, err2 := strconv.ParseFloat(v, 64)
+			if err2 != nil || secs < 0 {
+				return p, abi.Errorf(abi.CodeInvalidArgument, id, "wait must be a duration such as 25s, got %q", v)
+			}
+			p.wait = time.Duration(secs * float64(time.Second))
+		}
+		p.wait = min(p.wait, s.opt.MaxWait)
+	}
+	p.hold = q.Get("hold") == "1" || q.Get("hold") == "true"
+	return p, nil
+}
+
+func (s *server) events(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	p, err := s.params(r)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	if p.wait > 0 {
+		unwatch, err := s.opt.Registry.Watch(id)
+		if err != nil {
+			s.fail(w, err, 0)
+			return
+		}
+		defer unwatch()
+	}
+	b, err := s.opt.Registry.Read(r.Context(), id, p.after, p.limit, p.wait)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	// Events carry their encoding already; splice them rather than re-encode.
+	buf := make([]byte, 0, 256)
+	buf = append(buf, `{"events":[`...)
+	for i, e := range b.Events {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, e.JSON(p.ct)...)
+	}
+	buf = append(buf, `],"next":`...)
+	buf = strconv.AppendUint(buf, b.Next, 10)
+	buf = append(buf, `,"closed":`...)
+	buf = strconv.AppendBool(buf, b.Done)
+	buf = append(buf, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf)
+}
+
+// stream serves a session's events over a WebSocket from ?after=N, and accepts input and resize
+// messages from the client. With ?hold=1 the connection owns the session: an ephemeral session
+// closes when its last owning connection ends.
+func (s *server) stream(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	p, err := s.params(r)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	if _, err := s.opt.Registry.LastSeq(id); err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	if p.hold {
+		release, err := s.opt.Registry.Hold(r.Context(), id)
+		if err != nil {
+			s.fail(w, err, 0)
+			return
+		}
+		defer release()
+	}
+	unwatch, err := s.opt.Registry.Watch(id)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	defer unwatch()
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept has answered the client
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(abi.MaxRequestBody)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go s.readClient(ctx, cancel, c, id)
+
+	after := p.after
+	for {
+		b, err := s.opt.Registry.Read(ctx, id, after, 512, 30*time.Second)
+		if err != nil {
+			if ctx.Err() == nil {
+				_ = c.Close(websocket.StatusInternalError, err.Error())
+			}
+			return
+		}
+		for _, e := range b.Events {
+			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+			err := c.Write(wctx, websocket.MessageText, e.JSON(p.ct))
+			wcancel()
+			if err != nil {
+				return
+			}
+		}
+		after = b.Next
+		if b.Done {
+			_ = c.Close(websocket.StatusNormalClosure, "session closed")
+			return
+		}
+	}
+}
+
+func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, id string) {
+	defer cancel()
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		var m abi.ClientMessage
+		if err := abi.DecodeStrict(data, &m); err != nil {
+			s.notify(ctx, c, id, abi.Errorf(abi.CodeInvalidArgument, id, "invalid client message: %v", err))
+			continue
+		}
+		switch m.Op {
+		case "send":
+			b, err := decodeInput(id, m.Data, m.Encoding)
+			if err == nil {
+				err = s.opt.Registry.Send(ctx, id, b)
+			}
+			if err != nil {
+				s.notify(ctx, c, id, err)
+			}
+		case "resize":
+			if _, err := s.opt.Registry.Control(ctx, id, abi.ControlRequest{Command: abi.CommandResize, Width: m.Width, Height: m.Height}); err != nil {
+				s.notify(ctx, c, id, err)
+			}
+		default:
+			s.notify(ctx, c, id, abi.Errorf(abi.CodeInvalidArgument, id, "unknown op %q (want send or resize)", m.Op))
+		}
+	}
+}
+
+// notify tells one client about its own failed request with an error event outside the log
+// (seq 0), so other subscribers never see it.
+func (s *server) notify(ctx context.Context, c *websocket.Conn, id string, err error) {
+	ev := abi.Event{Event: abi.EventError, Timestamp: abi.FormatTime(s.opt.Now()), SessionID: id}
+	ev.Payload, _ = json.Marshal(abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeOf(err), Message: err.Error()}})
+	b, _ := json.Marshal(ev)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = c.Write(wctx, websocket.MessageText, b)
+}

@@ -1,0 +1,419 @@
+// Package terminal is the terminal session kind: a PTY running the user's shell in a project's
+// directory, streaming its output as terminal-output events.
+package terminal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/runtime"
+)
+
+// ProjectDir resolves a project id to its directory.
+type ProjectDir func(projectID string) (string, error)
+
+// Kind starts terminal sessions.
+type Kind struct {
+	Projects ProjectDir
+	// Shell is the default shell; empty means $SHELL, then bash, then sh.
+	Shell string
+	// Grace is how long a closing shell gets after SIGHUP before its session is killed.
+	Grace time.Duration
+	// Env is the environment given to shells (nil means the gateway's own).
+	Env []string
+}
+
+// Type implements runtime.Kind.
+func (k *Kind) Type() abi.SessionType { return abi.TypeTerminal }
+
+func (k *Kind) shell(opt string) (string, error) {
+	for _, c := range []string{opt, k.Shell, os.Getenv("SHELL"), "bash", "sh"} {
+		if c == "" {
+			continue
+		}
+		p, err := exec.LookPath(c)
+		if err == nil {
+			return p, nil
+		}
+		if c == opt {
+			return "", abi.Errorf(abi.CodeInvalidArgument, "", "shell %q not found", opt)
+		}
+	}
+	return "", abi.Errorf(abi.CodeResourceUnavailable, "", "no shell found (tried $SHELL, bash, sh)")
+}
+
+// Start implements runtime.Kind.
+func (k *Kind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateRequest) (runtime.Instance, error) {
+	if req.Context.ProjectID == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "terminal sessions need context.projectId (add one with: nexus project add NAME --path DIR)")
+	}
+	dir, err := k.Projects(req.Context.ProjectID)
+	if err != nil {
+		return nil, err
+	}
+	var opts abi.TerminalOptions
+	if len(req.Options) > 0 {
+		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "terminal options: %v", err)
+		}
+	}
+	if opts.Cols == 0 {
+		opts.Cols = 80
+	}
+	if opts.Rows == 0 {
+		opts.Rows = 24
+	}
+	if opts.Cols < 1 || opts.Rows < 1 || opts.Cols > 10000 || opts.Rows > 10000 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "terminal size must be between 1 and 10000 (got %dx%d)", opts.Cols, opts.Rows)
+	}
+	sh, err := k.shell(opts.Shell)
+	if err != nil {
+		return nil, err
+	}
+	env := k.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append(append(append([]string{}, env...), opts.Env...), "TERM=xterm-256color", "NEXUS_SESSION_ID="+sink.SessionID())
+	grace := k.Grace
+	if grace <= 0 {
+		grace = 2 * time.Second
+	}
+	t := &term{sink: sink, dir: dir, shell: sh, env: env, cols: uint16(opts.Cols), rows: uint16(opts.Rows), grace: grace}
+	t.unpaused = make(chan struct{})
+	close(t.unpaused)
+	p, err := t.spawn()
+	if err != nil {
+		return nil, err
+	}
+	t.cur = p
+	sink.SetMetadata(map[string]any{
+		"cwd":           dir,
+		"workspacePath": dir,
+		"shell":         filepath.Base(sh),
+		"shellPath":     sh,
+		"pid":           p.cmd.Process.Pid,
+		"cols":          opts.Cols,
+		"rows":          opts.Rows,
+	})
+	return t, nil
+}
+
+type term struct {
+	sink  *runtime.Sink
+	dir   string
+	shell string
+	env   []string
+	grace time.Duration
+
+	mu         sync.Mutex
+	cur        *proc
+	cols, rows uint16
+	closed     bool
+	unpaused   chan struct{} // closed while output flows
+}
+
+// proc is one shell run: restart replaces it under the same session.
+type proc struct {
+	cmd        *exec.Cmd
+	ptm        *os.File
+	exited     chan struct{} // closed after Wait reaped the shell
+	readerDone chan struct{}
+	closing    chan struct{} // closed when stop begins, so a paused reader gives up
+	exitCode   int
+
+	stopMu   sync.Mutex
+	stopping bool
+}
+
+func (t *term) spawn() (*proc, error) {
+	ptm, tty, err := pty.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open pty: %w", err)
+	}
+	if err := setWinsize(ptm, t.cols, t.rows); err != nil {
+		_ = ptm.Close()
+		_ = tty.Close()
+		return nil, err
+	}
+	cmd := exec.Command(t.shell)
+	cmd.Dir = t.dir
+	cmd.Env = t.env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		_ = ptm.Close()
+		_ = tty.Close()
+		return nil, fmt.Errorf("start shell %s: %w", t.shell, err)
+	}
+	_ = tty.Close() // the shell holds the only slave fds now, so its exit ends our reads
+	p := &proc{cmd: cmd, ptm: ptm, exited: make(chan struct{}), readerDone: make(chan struct{}), closing: make(chan struct{})}
+	go t.read(p)
+	go t.wait(p)
+	return p, nil
+}
+
+// setWinsize sets the window size without (*os.File).Fd, which would switch the master to
+// blocking mode and make Close unable to interrupt a pending read.
+func setWinsize(f *os.File, cols, rows uint16) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("pty size: %w", err)
+	}
+	var ioErr error
+	err = rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
+	if err == nil {
+		err = ioErr
+	}
+	if err != nil {
+		return fmt.Errorf("set pty size %dx%d: %w", cols, rows, err)
+	}
+	return nil
+}
+
+func foregroundGroup(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("pty: %w", err)
+	}
+	var pgrp int
+	var ioErr error
+	err = rc.Control(func(fd uintptr) { pgrp, ioErr = unix.IoctlGetInt(int(fd), unix.TIOCGPGRP) })
+	if err == nil {
+		err = ioErr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("foreground process group: %w", err)
+	}
+	return pgrp, nil
+}
+
+const readSize = 32 << 10
+
+func (t *term) read(p *proc) {
+	defer close(p.readerDone)
+	buf := make([]byte, readSize)
+	carry := 0
+	for {
+		t.mu.Lock()
+		gate := t.unpaused
+		t.mu.Unlock()
+		select { // paused: stop reading, so the PTY pushes back on the program
+		case <-gate:
+		case <-p.closing:
+			return
+		}
+		n, err := p.ptm.Read(buf[carry:])
+		n += carry
+		carry = 0
+		if n > 0 {
+			cut := abi.ValidUTF8Prefix(buf[:n])
+			if err != nil {
+				cut = n
+			}
+			if cut > 0 {
+				out := make([]byte, cut)
+				copy(out, buf[:cut])
+				t.sink.Output(out)
+			}
+			carry = copy(buf, buf[cut:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (t *term) wait(p *proc) {
+	err := p.cmd.Wait()
+	p.exitCode = exitCode(p.cmd.ProcessState, err)
+	close(p.exited)
+	p.stopMu.Lock()
+	stopping := p.stopping
+	p.stopMu.Unlock()
+	if stopping {
+		return
+	}
+	// The shell ended by itself (exit, or killed from outside). Let the reader drain what it
+	// printed; a background job still holding the terminal must not keep the session open.
+	select {
+	case <-p.readerDone:
+	case <-time.After(250 * time.Millisecond):
+	}
+	code := p.exitCode
+	t.sink.Ended(abi.CloseExited, &code)
+}
+
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if err != nil && ps.ExitCode() < 0 {
+		return -1
+	}
+	return ps.ExitCode()
+}
+
+// stop hangs up p's shell, kills whatever of its session is left after the grace period, reaps
+// the shell and closes the PTY. Processes that left the session (setsid daemons) are not ours.
+func (t *term) stop(p *proc) {
+	p.stopMu.Lock()
+	if p.stopping {
+		p.stopMu.Unlock()
+		<-p.readerDone
+		return
+	}
+	p.stopping = true
+	close(p.closing)
+	p.stopMu.Unlock()
+	sid := p.cmd.Process.Pid
+	signalSession(sid, syscall.SIGHUP)
+	signalSession(sid, syscall.SIGCONT) // stopped jobs must wake to see the hangup
+	deadline := time.Now().Add(t.grace)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited:
+			if len(sessionMembers(sid)) == 0 {
+				deadline = time.Time{}
+				continue
+			}
+		default:
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 50 {
+		if signalSession(sid, syscall.SIGKILL) == 0 {
+			break
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	<-p.exited
+	_ = p.ptm.Close()
+	<-p.readerDone
+}
+
+// Send implements runtime.Instance.
+func (t *term) Send(ctx context.Context, data []byte) error {
+	t.mu.Lock()
+	p := t.cur
+	t.mu.Unlock()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(10 * time.Second)
+	}
+	_ = p.ptm.SetWriteDeadline(deadline)
+	if _, err := p.ptm.Write(data); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return abi.Errorf(abi.CodeResourceUnavailable, t.sink.SessionID(), "terminal input buffer is full: the program is not reading its input")
+		}
+		return fmt.Errorf("write to terminal: %w", err)
+	}
+	return nil
+}
+
+// Control implements runtime.Instance.
+func (t *term) Control(_ context.Context, req abi.ControlRequest) (any, error) {
+	switch req.Command {
+	case abi.CommandInterrupt:
+		return t.interrupt()
+	case abi.CommandResize:
+		return t.resize(uint16(req.Width), uint16(req.Height))
+	case abi.CommandRestart:
+		return t.restart()
+	}
+	return nil, abi.Errorf(abi.CodeCapabilityUnsupported, t.sink.SessionID(), "terminal sessions do not support %s", req.Command)
+}
+
+func (t *term) interrupt() (any, error) {
+	t.mu.Lock()
+	p := t.cur
+	t.mu.Unlock()
+	pgrp, err := foregroundGroup(p.ptm)
+	if err != nil || pgrp <= 0 {
+		// No foreground group known: let the line discipline turn ^C into SIGINT.
+		if _, werr := p.ptm.Write([]byte{0x03}); werr != nil {
+			return nil, fmt.Errorf("interrupt: %w", werr)
+		}
+		return map[string]any{"signal": "SIGINT", "via": "tty"}, nil
+	}
+	if err := syscall.Kill(-pgrp, syscall.SIGINT); err != nil {
+		return nil, fmt.Errorf("interrupt process group %d: %w", pgrp, err)
+	}
+	return map[string]any{"signal": "SIGINT", "processGroup": pgrp}, nil
+}
+
+func (t *term) resize(cols, rows uint16) (any, error) {
+	t.mu.Lock()
+	p := t.cur
+	t.cols, t.rows = cols, rows
+	t.mu.Unlock()
+	if err := setWinsize(p.ptm, cols, rows); err != nil {
+		return nil, err
+	}
+	// TIOCSWINSZ signals the foreground group; the shell itself learns at its next prompt.
+	t.sink.SetMetadata(map[string]any{"cols": int(cols), "rows": int(rows)})
+	return map[string]any{"width": int(cols), "height": int(rows)}, nil
+}
+
+func (t *term) restart() (any, error) {
+	t.mu.Lock()
+	old := t.cur
+	t.mu.Unlock()
+	t.stop(old)
+	p, err := t.spawn()
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.cur = p
+	t.mu.Unlock()
+	pid := p.cmd.Process.Pid
+	t.sink.SetMetadata(map[string]any{"pid": pid, "restartedAt": abi.FormatTime(t.sink.Now())})
+	return map[string]any{"pid": pid, "previousPid": old.cmd.Process.Pid, "previousExitCode": old.exitCode}, nil
+}
+
+// SetPaused implements runtime.Pauser.
+func (t *term) SetPaused(paused bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.unpaused:
+		if paused {
+			t.unpaused = make(chan struct{})
+		}
+	default:
+		if !paused {
+			close(t.unpaused)
+		}
+	}
+}
+
+// Close implements runtime.Instance.
+func (t *term) Close(context.Context) error {
+	t.SetPaused(false)
+	t.mu.Lock()
+	p := t.cur
+	t.closed = true
+	t.mu.Unlock()
+	t.stop(p)
+	return nil
+}

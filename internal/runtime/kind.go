@@ -1,0 +1,67 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// Kind creates the sessions of one type. A kind knows nothing of HTTP; it reports through its Sink.
+type Kind interface {
+	Type() abi.SessionType
+	// Start validates req and starts the session's backend. ctx bounds the start only.
+	Start(ctx context.Context, sink *Sink, req abi.CreateRequest) (Instance, error)
+}
+
+// Instance is one running session backend.
+type Instance interface {
+	// Send delivers input.
+	Send(ctx context.Context, data []byte) error
+	// Control runs interrupt, resize or restart and returns the command's result object.
+	Control(ctx context.Context, req abi.ControlRequest) (any, error)
+	// Close stops the backend and releases every resource (processes reaped). It must be idempotent.
+	Close(ctx context.Context) error
+}
+
+// Pauser is implemented by instances that can stop producing events while paused.
+type Pauser interface {
+	SetPaused(paused bool)
+}
+
+// Sink is how an instance reports events and state to the runtime.
+type Sink struct {
+	r *Registry
+	s *session
+}
+
+// SessionID is the id of the session this sink reports for.
+func (k *Sink) SessionID() string { return k.s.id }
+
+// Output publishes terminal output bytes as a data event. The slice is retained; do not reuse it.
+func (k *Sink) Output(b []byte) {
+	k.s.publish(k.r.now(), abi.EventData, Output(b))
+}
+
+// Publish publishes an event with a payload of the ABI's payload types.
+func (k *Sink) Publish(typ abi.EventType, payload any) {
+	k.s.publish(k.r.now(), typ, payload)
+}
+
+// SetMetadata merges keys into the session object's metadata and publishes a metadata event.
+func (k *Sink) SetMetadata(md map[string]any) {
+	k.s.mu.Lock()
+	for key, v := range md {
+		k.s.obj.Metadata[key] = v
+	}
+	k.s.mu.Unlock()
+	k.Publish(abi.EventMetadata, abi.MetadataPayload{Type: abi.PayloadMetadata, Metadata: md})
+}
+
+// Ended tells the runtime the backend stopped by itself (a shell exited); the session closes.
+func (k *Sink) Ended(reason string, exitCode *int) {
+	go k.r.finish(context.Background(), k.s, reason, exitCode)
+}
+
+// Now is the runtime's clock.
+func (k *Sink) Now() time.Time { return k.r.now() }

@@ -1,0 +1,73 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// Batch is one read from a session's event log.
+type Batch struct {
+	// Events are in sequence order. When the reader fell behind the retained window, the first
+	// event is a synthetic error event (Seq 0, code EVENTS_MISSED) saying how many were lost.
+	Events []*Event
+	// Next is the sequence to read after next time.
+	Next uint64
+	// Done is true when the session has ended and every event has been read.
+	Done bool
+}
+
+// Read returns the events after sequence after (at most limit; 0 means all retained). With wait
+// > 0 and nothing to return yet, it blocks until an event arrives, the wait elapses or ctx ends.
+// Reading never blocks the session: a slow reader only risks falling behind the retained window.
+func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (Batch, error) {
+	s, err := r.lookup(id)
+	if err != nil {
+		return Batch{}, err
+	}
+	var timer <-chan time.Time
+	for {
+		res := s.log.read(after, limit)
+		if len(res.Events) > 0 || res.Missed > 0 || res.Done || wait <= 0 {
+			return r.batch(s, res), nil
+		}
+		if timer == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-res.Wake:
+		case <-timer:
+			return r.batch(s, res), nil
+		case <-ctx.Done():
+			return Batch{}, ctx.Err()
+		}
+	}
+}
+
+func (r *Registry) batch(s *session, res readResult) Batch {
+	b := Batch{Events: res.Events, Next: res.Next, Done: res.Done}
+	if res.Missed > 0 {
+		gap := &Event{Type: abi.EventError, Time: r.now(), SessionID: s.id, Payload: abi.ErrorPayload{
+			Type: abi.PayloadError,
+			Error: abi.ErrorDetail{
+				Code:    abi.CodeEventsMissed,
+				Message: "reader fell behind the retained window; events were dropped",
+				Details: map[string]any{"missed": res.Missed, "fromSeq": res.MissedFrom, "toSeq": res.MissedTo},
+			},
+		}}
+		b.Events = append([]*Event{gap}, b.Events...)
+	}
+	return b
+}
+
+// LastSeq is the sequence number of the session's newest event.
+func (r *Registry) LastSeq(id string) (uint64, error) {
+	s, err := r.lookup(id)
+	if err != nil {
+		return 0, err
+	}
+	return s.log.lastSeq(), nil
+}

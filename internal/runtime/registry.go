@@ -1,0 +1,637 @@
+// Package runtime is the live-session registry: it owns every session object and its status,
+// enforces the cap, expiry and idle reaping, and keeps each session's ordered event log.
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// Config tunes a Registry. Zero values take the defaults below.
+type Config struct {
+	MaxSessions int           // live (active or paused) sessions at once; default 64
+	IdleTimeout time.Duration // close sessions idle this long; default 30m, negative disables
+	Retention   time.Duration // keep closed sessions visible this long; default 1h
+	Sweep       time.Duration // how often expiry and idleness are checked; default 1s
+	// EphemeralGrace is how long an ephemeral session may wait for its owner; default 30s.
+	EphemeralGrace time.Duration
+	Log            LogLimits
+	Now            func() time.Time
+	NewID          func() string
+	Logger         *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultMaxSessions = 64
+	DefaultIdleTimeout = 30 * time.Minute
+	DefaultRetention   = time.Hour
+)
+
+func (c *Config) fill() {
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.Retention <= 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Sweep <= 0 {
+		c.Sweep = time.Second
+	}
+	if c.EphemeralGrace <= 0 {
+		c.EphemeralGrace = 30 * time.Second
+	}
+	if c.Log.Events <= 0 {
+		c.Log.Events = 8192
+	}
+	if c.Log.Bytes <= 0 {
+		c.Log.Bytes = 8 << 20
+	}
+	if c.Log.Pinned <= 0 {
+		c.Log.Pinned = 1024
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.NewID == nil {
+		c.NewID = NewSessionID
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// NewSessionID returns a time-ordered UUID (v7), falling back to random hex.
+func NewSessionID() string {
+	if id, err := uuid.NewV7(); err == nil {
+		return id.String()
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Registry holds the live sessions of one gateway.
+type Registry struct {
+	cfg   Config
+	kinds map[abi.SessionType]Kind
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	live     int // active + paused + reserved
+	down     bool
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// New builds a registry serving the given kinds and starts its sweeper.
+func New(cfg Config, kinds ...Kind) *Registry {
+	cfg.fill()
+	r := &Registry{cfg: cfg, kinds: map[abi.SessionType]Kind{}, sessions: map[string]*session{}, stop: make(chan struct{})}
+	for _, k := range kinds {
+		r.kinds[k.Type()] = k
+	}
+	r.wg.Add(1)
+	go r.sweeper()
+	return r
+}
+
+func (r *Registry) now() time.Time { return r.cfg.Now() }
+
+// Config returns the effective configuration.
+func (r *Registry) Config() Config { return r.cfg }
+
+type session struct {
+	id        string
+	ephemeral bool
+	log       *eventLog
+
+	ctl sync.Mutex // serializes control commands and close
+
+	mu          sync.Mutex
+	obj         abi.Session
+	inst        Instance
+	expires     time.Time
+	lastActive  time.Time
+	watchers    int
+	holders     int
+	everHeld    bool
+	closeReason string
+	closedAt    time.Time
+}
+
+func (s *session) publish(now time.Time, typ abi.EventType, payload any) {
+	s.mu.Lock()
+	s.lastActive = now
+	s.mu.Unlock()
+	s.log.append(&Event{Type: typ, Time: now, SessionID: s.id, Payload: payload})
+}
+
+func (s *session) snapshot() abi.Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.obj
+	out.Metadata = make(map[string]any, len(s.obj.Metadata))
+	for k, v := range s.obj.Metadata {
+		out.Metadata[k] = v
+	}
+	return out
+}
+
+// Create validates req, reserves a slot under the cap, starts the kind and returns the session.
+func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Session, error) {
+	if !req.Type.Valid() {
+		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "unknown session type %q (want one of terminal, ai-chat, meta-chat, debug-stream, network-stream)", req.Type)
+	}
+	kind, ok := r.kinds[req.Type]
+	if !ok {
+		return abi.Session{}, abi.Errorf(abi.CodeCapabilityUnsupported, "", "session type %q is not served by this gateway", req.Type)
+	}
+	if req.Transport == "" {
+		req.Transport = abi.TransportWebSocket
+	}
+	if !req.Transport.Valid() {
+		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "unknown transport %q (want websocket, polling, hybrid or local)", req.Transport)
+	}
+	if req.TTLSeconds < 0 {
+		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "ttlSeconds must not be negative")
+	}
+
+	r.mu.Lock()
+	if r.down {
+		r.mu.Unlock()
+		return abi.Session{}, abi.Errorf(abi.CodeResourceUnavailable, "", "gateway is shutting down")
+	}
+	if r.live >= r.cfg.MaxSessions {
+		r.mu.Unlock()
+		return abi.Session{}, abi.Errorf(abi.CodeLimitExceeded, "", "session limit reached (%d live sessions); close one or raise --max-sessions", r.cfg.MaxSessions)
+	}
+	r.live++ // reserved before the (slow) start so concurrent creates cannot overshoot
+	r.mu.Unlock()
+
+	now := r.now()
+	s := &session{
+		id:         r.cfg.NewID(),
+		ephemeral:  req.Ephemeral,
+		log:        newEventLog(r.cfg.Log),
+		lastActive: now,
+		obj: abi.Session{
+			Type:         req.Type,
+			CreatedAt:    abi.FormatTime(now),
+			Context:      req.Context,
+			Transport:    req.Transport,
+			Status:       abi.StatusActive,
+			Capabilities: abi.CapabilitiesOf(req.Type),
+			Metadata:     map[string]any{},
+		},
+	}
+	s.obj.SessionID = s.id
+	if req.TTLSeconds > 0 {
+		s.expires = now.Add(time.Duration(req.TTLSeconds) * time.Second)
+		s.obj.ExpiresAt = abi.FormatTime(s.expires)
+	}
+	if req.Ephemeral {
+		s.obj.Metadata["ephemeral"] = true
+	}
+	sink := &Sink{r: r, s: s}
+	s.publish(now, abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnecting, Message: "starting " + string(req.Type) + " session", SessionStatus: abi.StatusActive})
+
+	inst, err := kind.Start(ctx, sink, req)
+	if err != nil {
+		r.mu.Lock()
+		r.live--
+		r.mu.Unlock()
+		if abi.CodeOf(err) == abi.CodeInternal {
+			return abi.Session{}, &abi.Error{Code: abi.CodeResourceUnavailable, Message: "start " + string(req.Type) + " session", Err: err}
+		}
+		return abi.Session{}, err
+	}
+	s.mu.Lock()
+	s.inst = inst
+	s.mu.Unlock()
+	r.mu.Lock()
+	r.sessions[s.id] = s
+	r.mu.Unlock()
+	s.publish(r.now(), abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "session active", SessionStatus: abi.StatusActive})
+	r.cfg.Logger.Info("session created", "id", s.id, "type", req.Type)
+	return s.snapshot(), nil
+}
+
+func (r *Registry) lookup(id string) (*session, error) {
+	r.mu.Lock()
+	s, ok := r.sessions[id]
+	r.mu.Unlock()
+	if !ok {
+		return nil, abi.Errorf(abi.CodeSessionNotFound, id, "no session %q", id)
+	}
+	return s, nil
+}
+
+// usable returns a session that may be used: it detects expiry on first use, as the seed asks.
+func (r *Registry) usable(ctx context.Context, id string) (*session, error) {
+	s, err := r.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	now := r.now()
+	s.mu.Lock()
+	expired := !s.expires.IsZero() && !now.Before(s.expires) && !s.obj.Status.Final()
+	s.mu.Unlock()
+	if expired {
+		r.finish(ctx, s, abi.CloseTimeout, nil)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obj.Status.Final() {
+		return nil, finalError(s)
+	}
+	s.lastActive = now
+	return s, nil
+}
+
+func finalError(s *session) error {
+	switch s.closeReason {
+	case abi.CloseTimeout, abi.CloseIdle:
+		return abi.Errorf(abi.CodeSessionExpired, s.id, "session %s expired (%s) at %s", s.id, s.closeReason, abi.FormatTime(s.closedAt))
+	}
+	if s.obj.Status == abi.StatusError {
+		return abi.Errorf(abi.CodeSessionClosed, s.id, "session %s failed and was closed at %s", s.id, abi.FormatTime(s.closedAt))
+	}
+	return abi.Errorf(abi.CodeSessionClosed, s.id, "session %s was closed (%s) at %s", s.id, s.closeReason, abi.FormatTime(s.closedAt))
+}
+
+// Get returns the session object, whatever its status (closed sessions stay visible for the
+// retention period). An expired session is closed first.
+func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
+	s, err := r.lookup(id)
+	if err != nil {
+		return abi.Session{}, err
+	}
+	if _, err := r.usable(ctx, id); err != nil && abi.CodeOf(err) == abi.CodeSessionNotFound {
+		return abi.Session{}, err
+	}
+	return s.snapshot(), nil
+}
+
+// Check returns nil when the session is usable, or the error a command using it would get.
+func (r *Registry) Check(ctx context.Context, id string) error {
+	_, err := r.usable(ctx, id)
+	return err
+}
+
+// List returns live sessions (active, paused), and with all also the retained closed ones,
+// oldest first.
+func (r *Registry) List(all bool) []abi.Session {
+	r.mu.Lock()
+	ss := make([]*session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		ss = append(ss, s)
+	}
+	r.mu.Unlock()
+	out := make([]abi.Session, 0, len(ss))
+	for _, s := range ss {
+		o := s.snapshot()
+		if all || !o.Status.Final() {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b abi.Session) int {
+		if a.CreatedAt != b.CreatedAt {
+			if a.CreatedAt < b.CreatedAt {
+				return -1
+			}
+			return 1
+		}
+		if a.SessionID < b.SessionID {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// Send delivers input to a session.
+func (r *Registry) Send(ctx context.Context, id string, data []byte) error {
+	s, err := r.usable(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !s.obj.Capabilities.Send {
+		return abi.Errorf(abi.CodeCapabilityUnsupported, id, "%s sessions do not accept input", s.obj.Type)
+	}
+	s.mu.Lock()
+	inst := s.inst
+	s.mu.Unlock()
+	if err := inst.Send(ctx, data); err != nil {
+		return wrapKindErr(id, "send", err)
+	}
+	return nil
+}
+
+func wrapKindErr(id, op string, err error) error {
+	if abi.CodeOf(err) != abi.CodeInternal {
+		return err
+	}
+	return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: op, Err: err}
+}
+
+// Control runs a control command and returns the seed's control response data.
+func (r *Registry) Control(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error) {
+	if !req.Command.Valid() {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause or resume)", req.Command)
+	}
+	if req.Command == abi.CommandClose {
+		obj, err := r.Close(ctx, id, abi.CloseRequested)
+		if err != nil {
+			return nil, err
+		}
+		return &abi.ControlData{SessionID: id, Command: req.Command, Result: obj}, nil
+	}
+	s, err := r.usable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.obj.Capabilities.Allows(req.Command) {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, id, "%s sessions do not support %s", s.obj.Type, req.Command)
+	}
+	s.ctl.Lock()
+	defer s.ctl.Unlock()
+	s.mu.Lock()
+	inst, status := s.inst, s.obj.Status
+	s.mu.Unlock()
+	if status.Final() {
+		return nil, finalError(s)
+	}
+	switch req.Command {
+	case abi.CommandPause, abi.CommandResume:
+		to := abi.StatusPaused
+		if req.Command == abi.CommandResume {
+			to = abi.StatusActive
+		}
+		if err := r.transition(s, to); err != nil {
+			return nil, err
+		}
+		if p, ok := inst.(Pauser); ok {
+			p.SetPaused(to == abi.StatusPaused)
+		}
+		return &abi.ControlData{SessionID: id, Command: req.Command, Result: map[string]any{"status": to}}, nil
+	case abi.CommandResize:
+		if req.Width <= 0 || req.Height <= 0 || req.Width > 10000 || req.Height > 10000 {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, id, "resize needs width and height between 1 and 10000 (got %dx%d)", req.Width, req.Height)
+		}
+	case abi.CommandRestart:
+		s.publish(r.now(), abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnecting, Message: "restarting", SessionStatus: status})
+	}
+	res, err := inst.Control(ctx, req)
+	if err != nil {
+		if req.Command == abi.CommandRestart {
+			go r.finish(context.WithoutCancel(ctx), s, abi.CloseError, nil)
+		}
+		return nil, wrapKindErr(id, string(req.Command), err)
+	}
+	switch req.Command {
+	case abi.CommandInterrupt:
+		s.publish(r.now(), abi.EventInterrupt, abi.InterruptPayload{Type: abi.PayloadInterrupt, Reason: abi.ReasonUserRequested})
+	case abi.CommandRestart:
+		s.publish(r.now(), abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "restarted", SessionStatus: status})
+	}
+	return &abi.ControlData{SessionID: id, Command: req.Command, Result: res}, nil
+}
+
+// transition moves a live session between active and paused.
+func (r *Registry) transition(s *session, to abi.Status) error {
+	s.mu.Lock()
+	from := s.obj.Status
+	if !validTransition(from, to) {
+		s.mu.Unlock()
+		return abi.Errorf(abi.CodeInvalidArgument, s.id, "session %s is %s; cannot become %s", s.id, from, to)
+	}
+	s.obj.Status = to
+	s.mu.Unlock()
+	state := abi.StateConnected
+	if to == abi.StatusPaused {
+		state = abi.StateIdle
+	}
+	s.publish(r.now(), abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: state, Message: "session " + string(to), SessionStatus: to})
+	return nil
+}
+
+// validTransition is the status machine: active <-> paused, and either to a final status.
+func validTransition(from, to abi.Status) bool {
+	switch from {
+	case abi.StatusActive:
+		return to == abi.StatusPaused || to.Final()
+	case abi.StatusPaused:
+		return to == abi.StatusActive || to.Final()
+	}
+	return false
+}
+
+// Close closes a session on request and returns the session object with its final status.
+func (r *Registry) Close(ctx context.Context, id string, reason string) (abi.Session, error) {
+	s, err := r.usable(ctx, id)
+	if err != nil {
+		return abi.Session{}, err
+	}
+	if !r.finish(ctx, s, reason, nil) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return abi.Session{}, finalError(s)
+	}
+	return s.snapshot(), nil
+}
+
+// finish moves s to its final status, stops its backend and publishes the closing events. It
+// reports false when s was already final.
+func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCode *int) bool {
+	s.ctl.Lock()
+	defer s.ctl.Unlock()
+	s.mu.Lock()
+	if s.obj.Status.Final() {
+		s.mu.Unlock()
+		return false
+	}
+	to := abi.StatusClosed
+	if reason == abi.CloseError {
+		to = abi.StatusError
+	}
+	s.closeReason = reason
+	inst := s.inst
+	s.mu.Unlock()
+
+	if reason == abi.CloseTimeout || reason == abi.CloseIdle {
+		s.publish(r.now(), abi.EventInterrupt, abi.InterruptPayload{Type: abi.PayloadInterrupt, Reason: abi.ReasonTimeout})
+	}
+	var closeErr error
+	if inst != nil {
+		closeErr = inst.Close(context.WithoutCancel(ctx))
+	}
+	if closeErr != nil {
+		r.cfg.Logger.Warn("session close", "id", s.id, "err", closeErr)
+		s.publish(r.now(), abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeResourceUnavailable, Message: closeErr.Error()}})
+	}
+	now := r.now()
+	s.mu.Lock()
+	s.obj.Status = to
+	s.closedAt = now
+	s.obj.Metadata["closedAt"] = abi.FormatTime(now)
+	s.obj.Metadata["closeReason"] = reason
+	if exitCode != nil {
+		s.obj.Metadata["exitCode"] = *exitCode
+	}
+	s.mu.Unlock()
+	r.mu.Lock()
+	r.live--
+	r.mu.Unlock()
+	s.publish(now, abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + reason, SessionStatus: to})
+	s.publish(now, abi.EventClose, abi.ClosePayload{Type: abi.PayloadClose, Reason: reason, Status: to, ExitCode: exitCode})
+	s.log.finish()
+	r.cfg.Logger.Info("session closed", "id", s.id, "reason", reason)
+	return true
+}
+
+// Hold marks the caller as an owner of s. For an ephemeral session, the release of its last
+// holder closes it: the seed's "sessions close automatically when the parent command exits".
+func (r *Registry) Hold(ctx context.Context, id string) (release func(), err error) {
+	s, err := r.usable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.holders++
+	s.everHeld = true
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.holders--
+			last := s.holders == 0 && s.ephemeral
+			s.mu.Unlock()
+			if last {
+				r.finish(context.Background(), s, abi.CloseEphemeral, nil)
+			}
+		})
+	}, nil
+}
+
+// Watch registers a subscriber; a watched session is never idle.
+func (r *Registry) Watch(id string) (unwatch func(), err error) {
+	s, err := r.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.watchers++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.watchers--
+			s.lastActive = r.now()
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+// Sweep closes expired, idle and abandoned ephemeral sessions and forgets closed sessions past
+// retention. The sweeper calls it on a timer; tests call it with a chosen time.
+func (r *Registry) Sweep(ctx context.Context, now time.Time) {
+	r.mu.Lock()
+	ss := make([]*session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		ss = append(ss, s)
+	}
+	r.mu.Unlock()
+	for _, s := range ss {
+		s.mu.Lock()
+		final := s.obj.Status.Final()
+		closedAt := s.closedAt
+		created, _ := abi.ParseTime(s.obj.CreatedAt)
+		expired := !s.expires.IsZero() && !now.Before(s.expires)
+		idle := r.cfg.IdleTimeout > 0 && s.watchers == 0 && s.holders == 0 && now.Sub(s.lastActive) >= r.cfg.IdleTimeout
+		abandoned := s.ephemeral && !s.everHeld && now.Sub(created) >= r.cfg.EphemeralGrace
+		s.mu.Unlock()
+		switch {
+		case final:
+			if now.Sub(closedAt) >= r.cfg.Retention {
+				r.mu.Lock()
+				delete(r.sessions, s.id)
+				r.mu.Unlock()
+			}
+		case expired:
+			r.finish(ctx, s, abi.CloseTimeout, nil)
+		case idle:
+			r.finish(ctx, s, abi.CloseIdle, nil)
+		case abandoned:
+			r.finish(ctx, s, abi.CloseEphemeral, nil)
+		}
+	}
+}
+
+func (r *Registry) sweeper() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.cfg.Sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.Sweep(context.Background(), r.now())
+		}
+	}
+}
+
+// Shutdown refuses new sessions, closes every live one with reason shutdown (reaping its
+// processes) and stops the sweeper.
+func (r *Registry) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.down = true
+	ss := make([]*session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		ss = append(ss, s)
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.finish(ctx, s, abi.CloseShutdown, nil)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	r.stopOnce.Do(func() { close(r.stop) })
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("shutdown: %w", ctx.Err())
+	}
+	r.wg.Wait()
+	return nil
+}
+
+// LiveCount is the number of live (active, paused or starting) sessions.
+func (r *Registry) LiveCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live
+}
