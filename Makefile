@@ -7,8 +7,10 @@ GOLANGCI_VERSION ?= v2.15.0
 
 .PHONY: build run test test-short bench lint fuzz clean
 
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/nexus
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/nexus
 
 # Build and start the gateway on the default state directory ($(NEXUS_HOME)/state).
 run: build

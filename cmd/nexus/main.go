@@ -31,13 +31,13 @@ func binaryVersion() string {
 		return "dev"
 	}
 	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += "+" + s.Value[:12]
-		}
-	}
 	if v == "" || v == "(devel)" {
-		return "dev"
+		v = "dev"
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += "+" + s.Value[:12]
+			}
+		}
 	}
 	return v
 }

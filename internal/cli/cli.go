@@ -35,7 +35,6 @@ type app struct {
 	env      Env
 	stateDir string
 	gateway  string
-	token    string
 	cl       *client.Client
 }
 

@@ -126,7 +126,7 @@ func (a *app) holdAndStream(ctx context.Context, id string, ct abi.ContentType) 
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	for {
 		e, err := conn.Next(ctx)
 		if err != nil {
@@ -375,7 +375,7 @@ func (a *app) attach(ctx context.Context, id string, hold bool, after uint64) er
 					return
 				}
 				// Dropped: resume after the last sequence received.
-				var derr error = err
+				derr := err
 				for attempt := range 8 {
 					time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
 					if derr = dial(); derr == nil {

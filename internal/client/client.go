@@ -90,7 +90,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 		return c.connectionLost(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return c.connectionLost(err)
@@ -167,7 +167,9 @@ func sendRequest(data []byte) abi.SendRequest {
 
 // Control runs a control command and returns the seed's control response.
 func (c *Client) Control(ctx context.Context, id string, req abi.ControlRequest) (abi.ControlResponse, error) {
-	var out abi.ControlResponse
+	// Keep the result's bytes as the gateway sent them (field order included).
+	result := new(json.RawMessage)
+	out := abi.ControlResponse{Data: &abi.ControlData{Result: result}}
 	err := c.do(ctx, http.MethodPost, sessionPath(id, "/control"), req, &out)
 	return out, err
 }

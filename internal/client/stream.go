@@ -47,7 +47,7 @@ func (c *Client) Dial(ctx context.Context, id string, o DialOptions) (*Conn, err
 	}
 	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
 	if resp != nil && resp.Body != nil {
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 	}
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {
@@ -206,7 +206,7 @@ func backoff(attempt int, maxDelay time.Duration) time.Duration {
 	if d > maxDelay || d <= 0 {
 		d = maxDelay
 	}
-	return d/2 + rand.N(d/2+1)
+	return d/2 + rand.N(d/2+1) //nolint:gosec // jitter needs no cryptographic randomness
 }
 
 var (
@@ -259,7 +259,7 @@ func (c *Client) wsLoop(ctx context.Context, id string, opt StreamOptions, st *s
 		}
 		return fmt.Errorf("%w: %w", errHandshake, err)
 	}
-	defer conn.Abort()
+	defer func() { _ = conn.Abort() }()
 	if opt.Dialed != nil {
 		opt.Dialed(conn)
 	}

@@ -93,7 +93,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 		_ = ul.Close()
 		return fmt.Errorf("chmod %s: %w", sock, err)
 	}
-	defer os.Remove(sock)
+	defer func() { _ = os.Remove(sock) }()
 
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
@@ -125,7 +125,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 			o.Logger.Warn("write gateway info", "err", err)
 		}
 	}
-	defer os.Remove(filepath.Join(o.StateDir, InfoFile))
+	defer func() { _ = os.Remove(filepath.Join(o.StateDir, InfoFile)) }()
 	o.Logger.Info("gateway listening", "socket", sock, "tcp", info.Listen, "pid", info.PID)
 	if o.Ready != nil {
 		o.Ready(info)

@@ -22,7 +22,7 @@ import (
 	"github.com/nexus-run/nexus/internal/runtime"
 )
 
-// BinaryVersion is set by main from build information.
+// Options configure the API handler.
 type Options struct {
 	Registry *runtime.Registry
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
@@ -327,7 +327,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered the client
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }()
 	c.SetReadLimit(abi.MaxRequestBody)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

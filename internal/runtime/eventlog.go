@@ -58,7 +58,7 @@ func (e *Event) JSON(ct abi.ContentType) []byte {
 }
 
 func (e *Event) payloadJSON(ct abi.ContentType) json.RawMessage {
-	var v any = e.Payload
+	v := e.Payload
 	if out, ok := e.Payload.(Output); ok {
 		v = abi.NewTerminalOutput(out, ct)
 	}

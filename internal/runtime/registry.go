@@ -226,7 +226,12 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	s.mu.Unlock()
 	r.mu.Lock()
 	r.sessions[s.id] = s
+	down := r.down
 	r.mu.Unlock()
+	if down { // Shutdown began while we were starting: it did not see this session
+		r.finish(ctx, s, abi.CloseShutdown, nil)
+		return abi.Session{}, abi.Errorf(abi.CodeResourceUnavailable, "", "gateway is shutting down")
+	}
 	s.publish(r.now(), abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "session active", SessionStatus: abi.StatusActive})
 	r.cfg.Logger.Info("session created", "id", s.id, "type", req.Type)
 	return s.snapshot(), nil

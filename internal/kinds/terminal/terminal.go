@@ -147,7 +147,7 @@ func (t *term) spawn() (*proc, error) {
 		_ = tty.Close()
 		return nil, err
 	}
-	cmd := exec.Command(t.shell)
+	cmd := exec.Command(t.shell) //nolint:noctx // the shell outlives any request; stop() ends it
 	cmd.Dir = t.dir
 	cmd.Env = t.env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
