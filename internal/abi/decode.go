@@ -20,8 +20,11 @@ func DecodeStrict(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return errors.New("empty body: a JSON object is required")
 	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return errors.New("null body: a JSON object is required")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := checkKeys(dec, reflect.TypeOf(v), "$"); err != nil {
+	if err := checkKeys(dec, reflect.TypeOf(v), "$", 0); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -41,8 +44,15 @@ func DecodeStrict(data []byte, v any) error {
 
 var rawMessageType = reflect.TypeOf(json.RawMessage(nil))
 
+// maxDepth bounds the nesting of a request body. Without it a body of brackets alone costs
+// memory quadratic in its depth (every level holds its path), enough to kill the gateway.
+const maxDepth = 100
+
 // checkKeys consumes one JSON value from dec, verifying object keys against t.
-func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
+func checkKeys(dec *json.Decoder, t reflect.Type, path string, depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("JSON nested deeper than %d levels at %s", maxDepth, path)
+	}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -88,7 +98,7 @@ func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 				}
 				next = ft
 			}
-			if err := checkKeys(dec, next, path+"."+key); err != nil {
+			if err := checkKeys(dec, next, path+"."+key, depth+1); err != nil {
 				return err
 			}
 		}
@@ -98,7 +108,7 @@ func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 			elem = t.Elem()
 		}
 		for i := 0; dec.More(); i++ {
-			if err := checkKeys(dec, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := checkKeys(dec, elem, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
 				return err
 			}
 		}

@@ -187,24 +187,28 @@ func (l *eventLog) read(after uint64, limit int) readResult {
 	}
 	if after+1 < first {
 		// Some of (after, first) fell out of the ring; pinned events there are still known.
-		var kept uint64
+		// A batch accounts for the gap only up to where it stops: when the limit cuts it at a
+		// pinned event, the rest of the gap is left to the next read, so nothing is counted
+		// twice; otherwise the whole gap is accounted for and Next skips past it.
+		end, kept := first, uint64(0)
 		for _, e := range l.pinned {
-			if e.Seq > after && e.Seq < first {
-				kept++
+			if e.Seq <= after || e.Seq >= first {
+				continue
 			}
+			if !add(e) {
+				end = res.Next + 1
+				break
+			}
+			kept++
 		}
-		res.Missed = first - after - 1 - kept
+		res.Missed = end - after - 1 - kept
 		if res.Missed > 0 {
-			res.MissedFrom, res.MissedTo = after+1, first-1
+			res.MissedFrom, res.MissedTo = after+1, end-1
 		}
-		for _, e := range l.pinned {
-			if e.Seq > after && e.Seq < first && !add(e) {
-				return res
-			}
+		if end < first {
+			return res
 		}
-		if res.Missed > 0 && res.Next < first-1 && (limit <= 0 || len(res.Events) < limit) {
-			res.Next = first - 1
-		}
+		res.Next = first - 1
 	}
 	// Sequence numbers in the ring are contiguous, so the start is an index computation.
 	i := 0

@@ -1,0 +1,316 @@
+package abi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// goldenTime is deliberately not UTC and has sub-millisecond digits: the wire form must be UTC
+// with exactly three fractional digits.
+var goldenTime = time.Date(2023, 10, 1, 14, 0, 0, 123456789, time.FixedZone("CEST", 2*3600))
+
+// goldenStamp is FormatTime(goldenTime).
+const goldenStamp = "2023-10-01T12:00:00.123Z"
+
+// goldenCase is one wire shape; the golden file is also decoded back into a fresh value of the
+// same type.
+type goldenCase struct {
+	name  string
+	value any
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("marshal %T: %v", v, err)
+	}
+	return b
+}
+
+func event(t *testing.T, typ abi.EventType, seq uint64, payload any) abi.Event {
+	t.Helper()
+	return abi.Event{Event: typ, Timestamp: abi.FormatTime(goldenTime), SessionID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Seq: seq, Payload: mustJSON(t, payload)}
+}
+
+func exitCode(n int) *int { return &n }
+
+func sessionOf(typ abi.SessionType, ctx abi.Context, transport abi.Transport, md map[string]any) abi.Session {
+	return abi.Session{
+		SessionID:    "sess-" + string(typ),
+		Type:         typ,
+		CreatedAt:    abi.FormatTime(goldenTime),
+		Context:      ctx,
+		Transport:    transport,
+		Status:       abi.StatusActive,
+		Capabilities: abi.CapabilitiesOf(typ),
+		Metadata:     md,
+	}
+}
+
+// terminalBytes has an escape sequence, a two-byte character and a CR LF, so the three content
+// types differ visibly.
+var terminalBytes = []byte("\x1b[1;31mhi\x1b[0m caf\xc3\xa9\r\n")
+
+func goldenCases(t *testing.T) []goldenCase {
+	t.Helper()
+	terminal := sessionOf(abi.TypeTerminal, abi.Context{ProjectID: "demo"}, abi.TransportWebSocket,
+		map[string]any{"cwd": "/home/u/demo", "shell": "/bin/bash"})
+	terminal.ExpiresAt = abi.FormatTime(goldenTime.Add(time.Hour))
+	aiChat := sessionOf(abi.TypeAIChat, abi.Context{ChatID: "chat-7"}, abi.TransportPolling,
+		map[string]any{"backend": "claude", "workspacePath": "/home/u/demo", "allowChallenge": false, "streamingMode": true})
+	metaChat := sessionOf(abi.TypeMetaChat, abi.Context{RoadmapID: "rm-1"}, abi.TransportWebSocket,
+		map[string]any{"roadmapId": "rm-1"})
+	debug := sessionOf(abi.TypeDebugStream, abi.Context{ProcessID: "4242", ServerID: "srv-1"}, abi.TransportHybrid, map[string]any{})
+	network := sessionOf(abi.TypeNetworkStream, abi.Context{ServerID: "srv-1"}, abi.TransportWebSocket,
+		map[string]any{"connectionInfo": map[string]any{"host": "127.0.0.1", "port": 8080}})
+	closed := terminal
+	closed.SessionID = "sess-closed"
+	closed.Status = abi.StatusClosed
+	closed.Metadata = map[string]any{"cwd": "/home/u/demo", "shell": "/bin/bash", "closeReason": "user-requested", "closedAt": goldenStamp}
+
+	cases := []goldenCase{
+		{"session_terminal", terminal},
+		{"session_ai-chat", aiChat},
+		{"session_meta-chat", metaChat},
+		{"session_debug-stream", debug},
+		{"session_network-stream", network},
+
+		{"event_terminal-output_ansi", event(t, abi.EventData, 7, abi.NewTerminalOutput(terminalBytes, abi.ContentANSI))},
+		{"event_terminal-output_text", event(t, abi.EventData, 7, abi.NewTerminalOutput(terminalBytes, abi.ContentText))},
+		{"event_terminal-output_raw", event(t, abi.EventData, 7, abi.NewTerminalOutput(terminalBytes, abi.ContentRaw))},
+		{"event_ai-token", event(t, abi.EventData, 3, abi.AIToken{Type: abi.PayloadAIToken, Content: "Hello", MessageID: "msg-1", IsFinal: false})},
+		{"event_ai-token_final", event(t, abi.EventData, 4, abi.AIToken{Type: abi.PayloadAIToken, Content: "", IsFinal: true})},
+		{"event_status", event(t, abi.EventStatus, 1, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "session active", SessionStatus: abi.StatusActive})},
+		{"event_error", event(t, abi.EventError, 9, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{
+			Code: abi.CodeEventsMissed, Message: "reader fell behind", Details: map[string]any{"missed": 12, "fromSeq": 1, "toSeq": 12},
+		}})},
+		{"event_error_nodetails", event(t, abi.EventError, 9, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeConnectionLost, Message: "backend went away"}})},
+		{"event_interrupt", event(t, abi.EventInterrupt, 5, abi.InterruptPayload{Type: abi.PayloadInterrupt, Reason: abi.ReasonUserRequested})},
+		{"event_interrupt_timeout", event(t, abi.EventInterrupt, 5, abi.InterruptPayload{Type: abi.PayloadInterrupt, Reason: abi.ReasonTimeout})},
+		{"event_metadata", event(t, abi.EventMetadata, 6, abi.MetadataPayload{Type: abi.PayloadMetadata, Metadata: map[string]any{"tokenCount": 120, "contextWindow": 200000, "remainingTokens": 199880}})},
+		{"event_close", event(t, abi.EventClose, 11, abi.ClosePayload{Type: abi.PayloadClose, Reason: abi.CloseExited, Status: abi.StatusClosed, ExitCode: exitCode(0)})},
+		{"event_close_timeout", event(t, abi.EventClose, 11, abi.ClosePayload{Type: abi.PayloadClose, Reason: abi.CloseTimeout, Status: abi.StatusClosed})},
+
+		{"control_response_ok_interrupt", abi.ControlResponse{Status: abi.ResponseOK, Data: &abi.ControlData{SessionID: "sess-terminal", Command: abi.CommandInterrupt, Result: map[string]any{"signal": "SIGINT"}}}},
+		{"control_response_ok_resize", abi.ControlResponse{Status: abi.ResponseOK, Data: &abi.ControlData{SessionID: "sess-terminal", Command: abi.CommandResize, Result: map[string]any{"width": 80, "height": 24}}}},
+		{"control_response_ok_close", abi.ControlResponse{Status: abi.ResponseOK, Data: &abi.ControlData{SessionID: "sess-closed", Command: abi.CommandClose, Result: closed}, Message: "session closed"}},
+
+		{"events_response", abi.EventsResponse{Events: []abi.Event{
+			event(t, abi.EventStatus, 1, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnecting, Message: "starting terminal session", SessionStatus: abi.StatusActive}),
+			event(t, abi.EventData, 2, abi.NewTerminalOutput([]byte("$ "), abi.ContentANSI)),
+		}, Next: 2, Closed: false}},
+		{"events_response_empty_closed", abi.EventsResponse{Events: []abi.Event{}, Next: 11, Closed: true}},
+		{"list_response", abi.ListResponse{Sessions: []abi.Session{terminal, aiChat}}},
+		{"list_response_empty", abi.ListResponse{Sessions: []abi.Session{}}},
+
+		{"create_request", abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "demo"}, Transport: abi.TransportWebSocket, TTLSeconds: 600, Ephemeral: true,
+			Options: mustJSON(t, abi.TerminalOptions{Shell: "/bin/bash", Cols: 80, Rows: 24, Env: []string{"LANG=C.UTF-8"}})}},
+		{"send_request", abi.SendRequest{Data: "ZWNobyBoaQo=", Encoding: "base64"}},
+		{"control_request", abi.ControlRequest{Command: abi.CommandResize, Width: 80, Height: 24}},
+		{"version_response", abi.VersionResponse{Version: "v0.1.0", ABIVersion: abi.Version, PID: 1234}},
+		{"client_message", abi.ClientMessage{Op: "resize", Width: 120, Height: 40}},
+	}
+	for _, code := range abi.Codes() {
+		err := abi.Errorf(code, "sess-terminal", "something about %s", code)
+		cases = append(cases, goldenCase{"error_" + string(code), abi.ErrorResponse(err, goldenTime)})
+	}
+	cases = append(cases,
+		goldenCase{"error_wrapped_cause", abi.ErrorResponse(&abi.Error{Code: abi.CodeResourceUnavailable, SessionID: "sess-terminal", Message: "send", Err: errors.New("write /dev/ptmx: input/output error")}, goldenTime)},
+		goldenCase{"error_plain_go_error", abi.ErrorResponse(errors.New("boom"), goldenTime)},
+	)
+	return cases
+}
+
+func marshalGolden(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatalf("marshal %T: %v", v, err)
+	}
+	return append(b, '\n')
+}
+
+// TestGolden pins the exact wire form of every shape. Regenerate with: go test ./internal/abi -update
+func TestGolden(t *testing.T) {
+	cases := goldenCases(t)
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		if seen[tc.name] {
+			t.Fatalf("duplicate golden case %s", tc.name)
+		}
+		seen[tc.name] = true
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join("testdata", "golden", tc.name+".json")
+			got := marshalGolden(t, tc.value)
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil { //nolint:gosec // test fixture
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read golden (run: go test ./internal/abi -update): %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s differs from golden file\n--- got\n%s\n--- want\n%s", path, got, want)
+			}
+
+			// The golden file decodes strictly back into the same type and re-encodes to the same
+			// JSON (key order aside: "result" is an any and comes back as a map): every field
+			// the encoder writes, the strict decoder accepts.
+			fresh := reflect.New(reflect.TypeOf(tc.value))
+			if err := abi.DecodeStrict(want, fresh.Interface()); err != nil {
+				t.Fatalf("DecodeStrict(golden): %v", err)
+			}
+			if again := marshalGolden(t, fresh.Elem().Interface()); !sameJSON(t, again, want) {
+				t.Errorf("round trip differs\n--- got\n%s\n--- want\n%s", again, want)
+			}
+		})
+	}
+
+	// No stale golden file is left behind.
+	files, err := filepath.Glob(filepath.Join("testdata", "golden", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		if !seen[name[:len(name)-len(".json")]] {
+			t.Errorf("golden file %s has no test case; delete it", f)
+		}
+	}
+}
+
+func sameJSON(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+var wireTime = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$`)
+
+// TestGoldenInvariants checks properties of the golden files that must hold whatever -update
+// wrote: timestamps are ISO 8601 UTC with milliseconds, the capability object always carries its
+// seven flags, and the envelopes carry their stable keys.
+func TestGoldenInvariants(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "golden", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no golden files")
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		walkJSON(v, "$", func(path, key string, val any) {
+			switch key {
+			case "timestamp", "createdAt", "expiresAt", "closedAt":
+				s, ok := val.(string)
+				if !ok || !wireTime.MatchString(s) {
+					t.Errorf("%s %s = %v: not ISO 8601 UTC with milliseconds", f, path, val)
+				}
+			case "capabilities":
+				m, ok := val.(map[string]any)
+				if !ok {
+					t.Errorf("%s %s: capabilities is %T", f, path, val)
+					return
+				}
+				keys := make([]string, 0, len(m))
+				for k, b := range m {
+					keys = append(keys, k)
+					if _, ok := b.(bool); !ok {
+						t.Errorf("%s %s.%s is %T, want boolean", f, path, k, b)
+					}
+				}
+				sort.Strings(keys)
+				want := []string{"close", "interrupt", "receive", "resize", "restart", "send", "stream"}
+				if !reflect.DeepEqual(keys, want) {
+					t.Errorf("%s %s keys = %v, want %v", f, path, keys, want)
+				}
+			case "payload":
+				m, ok := val.(map[string]any)
+				if !ok {
+					t.Errorf("%s %s: payload is %T", f, path, val)
+					return
+				}
+				if _, ok := m["type"].(string); !ok {
+					t.Errorf("%s %s: payload has no type", f, path)
+				}
+			}
+		})
+	}
+}
+
+func walkJSON(v any, path string, fn func(path, key string, val any)) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			p := path + "." + k
+			fn(p, k, val)
+			walkJSON(val, p, fn)
+		}
+	case []any:
+		for i, val := range x {
+			walkJSON(val, path+"["+strconv.Itoa(i)+"]", fn)
+		}
+	}
+}
+
+// TestSessionShapePerType checks each type's session object against the seed's field list
+// directly, independent of the golden files.
+func TestSessionShapePerType(t *testing.T) {
+	for _, typ := range abi.Types() {
+		t.Run(string(typ), func(t *testing.T) {
+			s := sessionOf(typ, abi.Context{}, abi.TransportWebSocket, map[string]any{})
+			var m map[string]any
+			if err := json.Unmarshal(mustJSON(t, s), &m); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"sessionId", "type", "createdAt", "context", "transport", "status", "capabilities", "metadata"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("session object lacks %q: %v", k, m)
+				}
+			}
+			if _, ok := m["expiresAt"]; ok {
+				t.Errorf("expiresAt is optional and must be omitted when unset: %v", m)
+			}
+			if m["type"] != string(typ) || m["status"] != "active" {
+				t.Errorf("type/status = %v/%v", m["type"], m["status"])
+			}
+			if ctx, _ := m["context"].(map[string]any); len(ctx) != 0 {
+				t.Errorf("empty context should encode as {}: %v", ctx)
+			}
+		})
+	}
+}
