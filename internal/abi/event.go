@@ -4,8 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"unicode/utf8"
-
-	"github.com/charmbracelet/x/ansi"
 )
 
 // EventType is the kind of a streamed event. New values may be added.
@@ -69,7 +67,7 @@ func NewTerminalOutput(raw []byte, ct ContentType) TerminalOutput {
 	case ContentRaw:
 		content = base64.StdEncoding.EncodeToString(raw)
 	case ContentText:
-		content = ansi.Strip(string(raw))
+		content = StripANSI(raw)
 	default:
 		ct = ContentANSI
 		content = string(raw)

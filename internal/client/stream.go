@@ -152,7 +152,7 @@ func (c *Client) Stream(ctx context.Context, id string, opt StreamOptions, fn fu
 	}
 	st := &streamState{after: opt.After, limit: opt.Limit, fn: fn}
 	if !opt.Follow {
-		return c.pollOnce(ctx, id, opt, st)
+		return unwrapCallback(c.pollOnce(ctx, id, opt, st))
 	}
 	mode := opt.Transport
 	attempt := 0
@@ -172,6 +172,10 @@ func (c *Client) Stream(ctx context.Context, id string, opt StreamOptions, fn fu
 		}
 		if err == nil || errors.Is(err, errDone) {
 			return nil
+		}
+		var ce callbackError
+		if errors.As(err, &ce) {
+			return ce.err // fn's own error ends the stream; it is not a dropped connection
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -222,6 +226,20 @@ func retriable(err error) bool {
 	return true // transport errors: the connection dropped
 }
 
+// callbackError marks an error returned by Stream's fn, so it is returned rather than retried.
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+func (e callbackError) Unwrap() error { return e.err }
+
+func unwrapCallback(err error) error {
+	var ce callbackError
+	if errors.As(err, &ce) {
+		return ce.err
+	}
+	return err
+}
+
 type streamState struct {
 	after uint64
 	count int
@@ -235,7 +253,7 @@ func (s *streamState) deliver(e abi.Event) error {
 		return nil // a resumed connection may repeat what we already have
 	}
 	if err := s.fn(e); err != nil {
-		return err
+		return callbackError{err}
 	}
 	if e.Seq != 0 {
 		s.after = e.Seq
@@ -277,9 +295,14 @@ func (c *Client) wsLoop(ctx context.Context, id string, opt StreamOptions, st *s
 	}
 }
 
+// pollBatch bounds the events of one long-poll answer in a following stream.
+const pollBatch = 512
+
 func (c *Client) pollLoop(ctx context.Context, id string, opt StreamOptions, st *streamState) error {
 	for {
-		resp, err := c.Poll(ctx, id, st.after, 0, opt.PollWait, opt.ContentType)
+		// Bounded batches: a dropped connection then costs one batch, and a large backlog cannot
+		// make every poll fail on a flaky link (which would never advance st.after).
+		resp, err := c.Poll(ctx, id, st.after, pollBatch, opt.PollWait, opt.ContentType)
 		if err != nil {
 			return err
 		}

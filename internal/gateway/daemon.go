@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -100,7 +101,8 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 	mk := func(h http.Handler) *http.Server {
 		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return baseCtx }}
 	}
-	local := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger}))
+	var streams atomic.Int64
+	local := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Streams: &streams}))
 	servers := []*http.Server{local}
 	errc := make(chan error, 2)
 	go func() { errc <- local.Serve(ul) }()
@@ -109,14 +111,16 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 	if o.Listen != "" {
 		token, err := LoadOrCreateToken(o.StateDir)
 		if err != nil {
+			_ = local.Close() // stop the unix-socket server started above
 			return err
 		}
 		tl, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.Listen)
 		if err != nil {
+			_ = local.Close()
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 		info.Listen = tl.Addr().String()
-		remote := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Token: token}))
+		remote := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams}))
 		servers = append(servers, remote)
 		go func() { errc <- remote.Serve(tl) }()
 	}
@@ -141,6 +145,11 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 	defer cancel()
 	if err := o.Registry.Shutdown(sctx); err != nil {
 		o.Logger.Error("close sessions", "err", err)
+	}
+	// WebSocket streams are hijacked connections that Shutdown does not wait for: let each one
+	// deliver its session's close event before cancelBase cuts them off.
+	for streams.Load() > 0 && sctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
 	}
 	for _, s := range servers {
 		if err := s.Shutdown(sctx); err != nil {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -32,6 +33,9 @@ type Options struct {
 	Now     func() time.Time
 	// MaxWait bounds a long-poll's wait; default 60s.
 	MaxWait time.Duration
+	// Streams, if set, counts the WebSocket streams being served, so a daemon shutting down can
+	// wait until each has delivered its session's final events.
+	Streams *atomic.Int64
 }
 
 type server struct {
@@ -112,7 +116,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "request body exceeds %d bytes", abi.MaxRequestBody), http.StatusRequestEntityTooLarge)
+			s.fail(w, abi.Errorf(abi.CodeInvalidArgument, r.PathValue("id"), "request body exceeds %d bytes", abi.MaxRequestBody), http.StatusRequestEntityTooLarge)
 			return false
 		}
 		s.fail(w, abi.Errorf(abi.CodeConnectionLost, "", "read request body: %v", err), http.StatusBadRequest)
@@ -299,6 +303,10 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 // messages from the client. With ?hold=1 the connection owns the session: an ephemeral session
 // closes when its last owning connection ends.
 func (s *server) stream(w http.ResponseWriter, r *http.Request) {
+	if s.opt.Streams != nil {
+		s.opt.Streams.Add(1)
+		defer s.opt.Streams.Add(-1)
+	}
 	id := r.PathValue("id")
 	p, err := s.params(r)
 	if err != nil {
@@ -307,6 +315,13 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := s.opt.Registry.LastSeq(id); err != nil {
 		s.fail(w, err, 0)
+		return
+	}
+	// A plain GET would get websocket.Accept's text/plain answer; give it the ABI's error instead,
+	// and before Hold, whose release would close an ephemeral session.
+	if !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", "websocket") {
+		w.Header().Set("Upgrade", "websocket")
+		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, id, "%s is a WebSocket endpoint: send a WebSocket upgrade request (or poll .../events)", r.URL.Path), http.StatusUpgradeRequired)
 		return
 	}
 	if p.hold {
@@ -356,6 +371,18 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// headerHasToken reports whether a comma-separated header of h holds token (case-insensitive).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, id string) {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -83,6 +84,9 @@ func NewSessionID() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// maxTTLSeconds is the longest TTL a time.Duration can hold (about 292 years).
+const maxTTLSeconds = int64(math.MaxInt64 / time.Second)
 
 // Registry holds the live sessions of one gateway.
 type Registry struct {
@@ -170,6 +174,9 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	}
 	if req.TTLSeconds < 0 {
 		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "ttlSeconds must not be negative")
+	}
+	if req.TTLSeconds > maxTTLSeconds { // beyond this, seconds*time.Second overflows into the past
+		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "ttlSeconds must be at most %d", maxTTLSeconds)
 	}
 
 	r.mu.Lock()
@@ -287,8 +294,14 @@ func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	if err != nil {
 		return abi.Session{}, err
 	}
-	if _, err := r.usable(ctx, id); err != nil && abi.CodeOf(err) == abi.CodeSessionNotFound {
-		return abi.Session{}, err
+	// Detect expiry as usable does, but reading a session is not using it: it must not reset
+	// the idle timer, or anything that watches `session get` would keep sessions alive forever.
+	now := r.now()
+	s.mu.Lock()
+	expired := !s.expires.IsZero() && !now.Before(s.expires) && !s.obj.Status.Final()
+	s.mu.Unlock()
+	if expired {
+		r.finish(ctx, s, abi.CloseTimeout, nil)
 	}
 	return s.snapshot(), nil
 }

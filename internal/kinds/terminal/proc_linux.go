@@ -34,6 +34,11 @@ func sessionMembers(sid int) []int {
 		if len(f) < 4 {
 			continue
 		}
+		// A zombie is dead: it holds nothing and cannot be signalled; it waits for its parent
+		// (init, once the shell is gone) to reap it.
+		if f[0][0] == 'Z' || f[0][0] == 'X' {
+			continue
+		}
 		if s, err := strconv.Atoi(string(f[3])); err == nil && s == sid {
 			out = append(out, pid)
 		}

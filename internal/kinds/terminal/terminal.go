@@ -142,6 +142,10 @@ func (t *term) spawn() (*proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pty: %w", err)
 	}
+	if ptm, err = pollable(ptm); err != nil {
+		_ = tty.Close()
+		return nil, err
+	}
 	if err := setWinsize(ptm, t.cols, t.rows); err != nil {
 		_ = ptm.Close()
 		_ = tty.Close()
@@ -297,14 +301,13 @@ func (t *term) stop(p *proc) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for range 50 {
+	// SIGKILL takes effect only once the target is scheduled: keep checking until every member
+	// is dead (zombies do not count), pausing even after the shell itself has been reaped.
+	for range 200 {
 		if signalSession(sid, syscall.SIGKILL) == 0 {
 			break
 		}
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Millisecond):
-		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	<-p.exited
 	_ = p.ptm.Close()
