@@ -67,7 +67,7 @@ type ErrorItem struct {
 	Type      Code   `json:"type"`
 	Message   string `json:"message"`
 	Timestamp string `json:"timestamp"`
-	SessionID string `json:"sessionId,omitempty"`
+	SessionID string `json:"sessionId"` // empty when no session is involved
 	Retriable bool   `json:"retriable"`
 }
 
