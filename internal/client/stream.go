@@ -59,11 +59,19 @@ func (c *Client) Dial(ctx context.Context, id string, o DialOptions) (*Conn, err
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if resp != nil {
+			// Something answered HTTP but would not upgrade (a proxy, say): WebSocket is not
+			// available on this path, which is what hybrid falls back on.
+			return nil, fmt.Errorf("%w: %s: %w", ErrUpgradeRefused, resp.Status, c.connectionLost(err))
+		}
 		return nil, c.connectionLost(err)
 	}
 	ws.SetReadLimit(64 << 20)
 	return &Conn{ws: ws}, nil
 }
+
+// ErrUpgradeRefused is returned by Dial when the server answered but refused the WebSocket upgrade.
+var ErrUpgradeRefused = errors.New("websocket upgrade refused")
 
 // ErrStreamEnded is returned by Next after the server ended the stream because the session closed.
 var ErrStreamEnded = errors.New("stream ended: session closed")
@@ -165,7 +173,7 @@ func (c *Client) Stream(ctx context.Context, id string, opt StreamOptions, fn fu
 			err = c.pollLoop(ctx, id, opt, st)
 		default:
 			err = c.wsLoop(ctx, id, opt, st)
-			if mode == abi.TransportHybrid && errors.Is(err, errHandshake) {
+			if mode == abi.TransportHybrid && errors.Is(err, ErrUpgradeRefused) {
 				mode = abi.TransportPolling // WebSocket unavailable here: fall back to polling
 				continue
 			}
@@ -214,8 +222,7 @@ func backoff(attempt int, maxDelay time.Duration) time.Duration {
 }
 
 var (
-	errDone      = errors.New("stream done")
-	errHandshake = errors.New("websocket handshake failed")
+	errDone = errors.New("stream done")
 )
 
 func retriable(err error) bool {
@@ -271,11 +278,7 @@ func (s *streamState) deliver(e abi.Event) error {
 func (c *Client) wsLoop(ctx context.Context, id string, opt StreamOptions, st *streamState) error {
 	conn, err := c.Dial(ctx, id, DialOptions{After: st.after, ContentType: opt.ContentType})
 	if err != nil {
-		var e *abi.Error
-		if errors.As(err, &e) && e.Code != abi.CodeConnectionLost {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errHandshake, err)
+		return err
 	}
 	defer func() { _ = conn.Abort() }()
 	if opt.Dialed != nil {
