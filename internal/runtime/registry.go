@@ -260,13 +260,7 @@ func (r *Registry) usable(ctx context.Context, id string) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := r.now()
-	s.mu.Lock()
-	expired := !s.expires.IsZero() && !now.Before(s.expires) && !s.obj.Status.Final()
-	s.mu.Unlock()
-	if expired {
-		r.finish(ctx, s, abi.CloseTimeout, nil)
-	}
+	now := r.expireIfDue(ctx, s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.obj.Status.Final() {
@@ -296,6 +290,13 @@ func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	}
 	// Detect expiry as usable does, but reading a session is not using it: it must not reset
 	// the idle timer, or anything that watches `session get` would keep sessions alive forever.
+	r.expireIfDue(ctx, s)
+	return s.snapshot(), nil
+}
+
+// expireIfDue closes s with reason timeout when its TTL has passed, and returns the time it
+// checked against.
+func (r *Registry) expireIfDue(ctx context.Context, s *session) time.Time {
 	now := r.now()
 	s.mu.Lock()
 	expired := !s.expires.IsZero() && !now.Before(s.expires) && !s.obj.Status.Final()
@@ -303,7 +304,7 @@ func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	if expired {
 		r.finish(ctx, s, abi.CloseTimeout, nil)
 	}
-	return s.snapshot(), nil
+	return now
 }
 
 // Check returns nil when the session is usable, or the error a command using it would get.
