@@ -268,7 +268,7 @@ func run(ts *testscript.TestScript, prog string, args ...string) (stdout, stderr
 	case err = <-done:
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		<-done
+		_ = <-done
 		err = fmt.Errorf("%s %s: %w", prog, strings.Join(args, " "), ctx.Err())
 	}
 	return o.String(), e.String(), err

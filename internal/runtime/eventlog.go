@@ -49,7 +49,7 @@ func (e *Event) JSON(ct abi.ContentType) []byte {
 	if p := e.enc[slot].Load(); p != nil {
 		return *p
 	}
-	var v any = e.Payload
+	v := e.Payload
 	if out, ok := e.Payload.(Output); ok {
 		v = abi.NewTerminalOutput(out, ct)
 	}

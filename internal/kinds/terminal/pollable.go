@@ -13,7 +13,7 @@ import (
 // session whose terminal a setsid'd process keeps open waits for that process), and read and
 // write deadlines do nothing.
 func pollable(f *os.File) (*os.File, error) {
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("pty: %w", err)

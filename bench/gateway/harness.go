@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/kinds/terminal"
+	"github.com/nexus-run/nexus/internal/runtime"
+)
+
+// benchProject is the only project id the in-process gateway knows.
+const benchProject = "bench"
+
+// harness is a gateway served in-process exactly as `nexus serve` wires it (gateway.Serve on a
+// unix socket in a private state directory, runtime.Registry, terminal.Kind), minus the CLI and
+// the projects file.
+type harness struct {
+	dir    string // temp root: state/, work/ (the project directory), home/
+	sock   string
+	reg    *runtime.Registry
+	cl     *client.Client
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// shellEnv is the environment of every shell the benchmark starts (gateway sessions, direct PTYs
+// and tmux alike): the caller's, with a private HOME so no user rc file or history is involved.
+func shellEnv(home string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "HISTFILE", "PS1", "PROMPT_COMMAND", "TMUX", "TMUX_PANE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "HOME="+home, "HISTFILE=/dev/null", "PS1=$ ")
+}
+
+func startHarness(ctx context.Context, cfg runtime.Config, shell string) (*harness, error) {
+	dir, err := os.MkdirTemp("", "nexus-bench-")
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"state", "work", "home"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	work := filepath.Join(dir, "work")
+	kind := &terminal.Kind{
+		Shell: shell,
+		Grace: 2 * time.Second,
+		Env:   shellEnv(filepath.Join(dir, "home")),
+		Projects: func(id string) (string, error) {
+			if id != benchProject {
+				return "", abi.Errorf(abi.CodeInvalidArgument, "", "unknown project %q", id)
+			}
+			return work, nil
+		},
+	}
+	reg := runtime.New(cfg, kind)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h := &harness{dir: dir, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan gateway.Info, 1)
+	go func() {
+		h.done <- gateway.Serve(sctx, gateway.DaemonOptions{
+			StateDir:        filepath.Join(dir, "state"),
+			Registry:        reg,
+			Version:         "bench",
+			ShutdownTimeout: 60 * time.Second,
+			Ready:           func(in gateway.Info) { ready <- in },
+		})
+	}()
+	select {
+	case in := <-ready:
+		h.sock = in.Socket
+	case err := <-h.done:
+		cancel()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("gateway did not start: %w", err)
+	case <-time.After(10 * time.Second):
+		h.stop()
+		return nil, errors.New("gateway did not start within 10s")
+	}
+	h.cl = client.New(client.Target{Socket: h.sock})
+	return h, nil
+}
+
+// stop shuts the gateway down (every session closed, every shell reaped) and removes its files.
+func (h *harness) stop() {
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: gateway:", err)
+		}
+	case <-time.After(90 * time.Second):
+		fmt.Fprintln(os.Stderr, "bench: gateway shutdown timed out")
+	}
+	_ = os.RemoveAll(h.dir)
+}
+
+// openTerminal creates a terminal session over the API and waits for its first prompt.
+func (h *harness) openTerminal(ctx context.Context) (abi.Session, error) {
+	opts := []byte(`{"cols":80,"rows":24}`)
+	s, err := h.cl.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: benchProject}, Options: opts})
+	if err != nil {
+		return s, err
+	}
+	return s, h.waitPrompt(ctx, s.SessionID, 10*time.Second)
+}
+
+// waitPrompt waits until the session has printed something (its prompt) and then stayed quiet
+// for a moment, read from the registry in-process.
+func (h *harness) waitPrompt(ctx context.Context, id string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	var after uint64
+	sawData := false
+	for time.Now().Before(deadline) {
+		b, err := h.reg.Read(ctx, id, after, 0, 150*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		if b.Done {
+			return fmt.Errorf("session %s ended before its prompt", id)
+		}
+		if len(b.Events) == 0 && sawData {
+			return nil // quiet for 150ms after output
+		}
+		for _, e := range b.Events {
+			if e.Type == abi.EventData {
+				sawData = true
+			}
+		}
+		after = b.Next
+	}
+	return fmt.Errorf("session %s printed no prompt within %s", id, limit)
+}
+
+func (h *harness) closeSession(ctx context.Context, id string) error {
+	_, err := h.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandClose})
+	return err
+}
+
+// shellPath resolves the shell the benchmark uses everywhere.
+func shellPath(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("shell %q not found: %w", name, err)
+	}
+	return p, nil
+}
