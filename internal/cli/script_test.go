@@ -268,8 +268,8 @@ func run(ts *testscript.TestScript, prog string, args ...string) (stdout, stderr
 	case err = <-done:
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		_ = <-done
-		err = fmt.Errorf("%s %s: %w", prog, strings.Join(args, " "), ctx.Err())
+		werr := <-done
+		err = fmt.Errorf("%s %s: %w (killed: %v)", prog, strings.Join(args, " "), ctx.Err(), werr)
 	}
 	return o.String(), e.String(), err
 }
