@@ -269,7 +269,7 @@ func run(ts *testscript.TestScript, prog string, args ...string) (stdout, stderr
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
 		werr := <-done
-		err = fmt.Errorf("%s %s: %w (killed: %v)", prog, strings.Join(args, " "), ctx.Err(), werr)
+		err = fmt.Errorf("%s %s: %w (killed: %w)", prog, strings.Join(args, " "), ctx.Err(), werr)
 	}
 	return o.String(), e.String(), err
 }
