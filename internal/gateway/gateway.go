@@ -332,12 +332,14 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 	}
-	unwatch, err := s.opt.Registry.Watch(id)
+	// A follower: the session's output waits (boundedly) for this stream to keep up, so a
+	// client that reads as fast as it can loses nothing.
+	fl, err := s.opt.Registry.Follow(id, p.after)
 	if err != nil {
 		s.fail(w, err, 0)
 		return
 	}
-	defer unwatch()
+	defer fl.Close()
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept has answered the client
@@ -364,8 +366,10 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return
 			}
+			fl.Ack(e.Seq)
 		}
 		after = b.Next
+		fl.Ack(after) // a batch that skipped a lost range still moves the follower on
 		if b.Done {
 			_ = c.Close(websocket.StatusNormalClosure, "session closed")
 			return

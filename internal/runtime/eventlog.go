@@ -23,6 +23,8 @@ type Event struct {
 	Payload   any
 
 	enc [3]atomic.Pointer[[]byte]
+	// through counts the log's output bytes up to and including this event (flow control).
+	through uint64
 }
 
 func contentSlot(ct abi.ContentType) int {
@@ -104,6 +106,8 @@ type LogLimits struct {
 	Events int // events kept in the ring
 	Bytes  int // payload bytes kept in the ring
 	Pinned int // non-data events kept after they leave the ring
+	// MaxStall bounds how long output waits for a slow follower before leaving it behind.
+	MaxStall time.Duration
 }
 
 // eventLog is a session's ordered event log: a bounded ring plus the non-data events that fell
@@ -118,10 +122,12 @@ type eventLog struct {
 	last   uint64
 	wake   chan struct{}
 	closed bool
+
+	flow flowState
 }
 
 func newEventLog(l LogLimits) *eventLog {
-	return &eventLog{limits: l, wake: make(chan struct{})}
+	return &eventLog{limits: l, wake: make(chan struct{}), flow: flowState{room: make(chan struct{}), followers: map[*Follower]struct{}{}}}
 }
 
 // append assigns the next sequence number and wakes every waiting reader.
@@ -133,6 +139,10 @@ func (l *eventLog) append(e *Event) *Event {
 	}
 	l.last++
 	e.Seq = l.last
+	if out, ok := e.Payload.(Output); ok {
+		l.flow.total += uint64(len(out))
+	}
+	e.through = l.flow.total
 	l.ring = append(l.ring, e)
 	l.bytes += e.size()
 	for len(l.ring)-l.head > 1 && (len(l.ring)-l.head > l.limits.Events || l.bytes > l.limits.Bytes) {

@@ -39,7 +39,11 @@ type Sink struct {
 func (k *Sink) SessionID() string { return k.s.id }
 
 // Output publishes terminal output bytes as a data event. The slice is retained; do not reuse it.
+//
+// Output blocks while a follower is far behind (see flow.go), which pushes back on the producer;
+// a backend must call it from the goroutine that reads its output, never holding a lock.
 func (k *Sink) Output(b []byte) {
+	k.s.log.waitRoom()
 	k.s.publish(k.r.now(), abi.EventData, Output(b))
 }
 

@@ -64,6 +64,9 @@ func (c *Config) fill() {
 	if c.Log.Pinned <= 0 {
 		c.Log.Pinned = 1024
 	}
+	if c.Log.MaxStall <= 0 {
+		c.Log.MaxStall = DefaultMaxStall
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -492,6 +495,7 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	s.closeReason = reason
 	inst := s.inst
 	s.mu.Unlock()
+	s.log.stopFlow() // the backend's output must not wait on followers while it is stopped
 
 	if reason == abi.CloseTimeout || reason == abi.CloseIdle {
 		s.publish(r.now(), abi.EventInterrupt, abi.InterruptPayload{Type: abi.PayloadInterrupt, Reason: abi.ReasonTimeout})
@@ -547,6 +551,23 @@ func (r *Registry) Hold(ctx context.Context, id string) (release func(), err err
 			}
 		})
 	}, nil
+}
+
+// Follow registers a reader positioned after seq whose progress (Follower.Ack) the session's
+// output waits for, within the log's MaxStall. A followed session is never idle. Close the
+// follower when the reader goes.
+func (r *Registry) Follow(id string, after uint64) (*Follower, error) {
+	s, err := r.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	unwatch, err := r.Watch(id)
+	if err != nil {
+		return nil, err
+	}
+	f := s.log.follow(after)
+	f.unwatch = unwatch
+	return f, nil
 }
 
 // Watch registers a subscriber; a watched session is never idle.

@@ -1,0 +1,163 @@
+package runtime
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// flowSession is a fake terminal whose ring holds 8 events, so half a ring is 4 events.
+func flowSession(t *testing.T, maxStall time.Duration) (*Registry, string, probe) {
+	t.Helper()
+	k := newFakeKind(abi.TypeTerminal, false)
+	r, _ := newReg(t, Config{Log: LogLimits{Events: 8, Bytes: 1 << 20, MaxStall: maxStall}}, k)
+	s := mustCreate(t, r, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+	return r, s.SessionID, k.Probe(t, s.SessionID)
+}
+
+// emitAsync emits n chunks from a goroutine (the producer may block) and reports each one done.
+func emitAsync(p probe, n int) <-chan int {
+	done := make(chan int, n)
+	go func() {
+		for i := range n {
+			p.Emit([]byte{'a' + byte(i%26)})
+			done <- i
+		}
+		close(done)
+	}()
+	return done
+}
+
+func TestFlowOutputWaitsForFollower(t *testing.T) {
+	r, id, p := flowSession(t, time.Hour) // never released: only acks move it
+	last, err := r.LastSeq(id)
+	mustOK(t, err)
+	f, err := r.Follow(id, last)
+	mustOK(t, err)
+	defer f.Close()
+
+	done := emitAsync(p, 20)
+	// The producer may run 4 events ahead of the follower, then must wait.
+	for i := range 5 {
+		if got := <-done; got != i {
+			t.Fatalf("chunk %d done out of order (%d)", i, got)
+		}
+	}
+	select {
+	case i := <-done:
+		t.Fatalf("chunk %d was published while the follower was 5 events behind", i)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// Acknowledge everything as it comes: the producer must get through all 20 with no loss.
+	ctx := testCtx(t)
+	after := last
+	var got []byte
+	for len(got) < 20 {
+		b, err := r.Read(ctx, id, after, 0, time.Second)
+		mustOK(t, err)
+		for _, e := range b.Events {
+			if e.Seq == 0 {
+				t.Fatalf("follower missed events: %s", describe(e))
+			}
+			got = append(got, e.Payload.(Output)...)
+			f.Ack(e.Seq)
+		}
+		after = b.Next
+	}
+	for range done {
+	}
+	want := "abcdefghijklmnopqrst"
+	if string(got) != want {
+		t.Fatalf("follower read %q, want %q", got, want)
+	}
+}
+
+func TestFlowStalledFollowerIsReleased(t *testing.T) {
+	r, id, p := flowSession(t, 20*time.Millisecond)
+	last, err := r.LastSeq(id)
+	mustOK(t, err)
+	f, err := r.Follow(id, last) // never acknowledges anything
+	mustOK(t, err)
+	defer f.Close()
+
+	done := emitAsync(p, 100)
+	n := 0
+	for range done {
+		n++
+	}
+	if n != 100 {
+		t.Fatalf("producer finished %d of 100 chunks", n)
+	}
+	// The stalled reader was lapped: it learns so explicitly.
+	b, err := r.Read(testCtx(t), id, last, 0, 0)
+	mustOK(t, err)
+	if len(b.Events) == 0 || b.Events[0].Seq != 0 || missedOf(t, b.Events[0]) == 0 {
+		t.Fatalf("stalled follower got no EVENTS_MISSED first: %v", describeAll(b.Events))
+	}
+}
+
+func TestFlowWithoutFollowersNeverWaits(t *testing.T) {
+	r, id, p := flowSession(t, time.Hour)
+	for range 100 {
+		p.Emit([]byte("x")) // would block forever if anything waited
+	}
+	unwatch, err := r.Watch(id) // a plain watcher (long-poll) is not a follower
+	mustOK(t, err)
+	defer unwatch()
+	for range 100 {
+		p.Emit([]byte("y"))
+	}
+}
+
+func TestFlowCloseReleasesWaitingProducer(t *testing.T) {
+	r, id, p := flowSession(t, time.Hour)
+	last, err := r.LastSeq(id)
+	mustOK(t, err)
+	f, err := r.Follow(id, last)
+	mustOK(t, err)
+	defer f.Close()
+	done := emitAsync(p, 20)
+	for range 5 {
+		<-done
+	}
+	_, err = r.Close(testCtx(t), id, abi.CloseRequested)
+	mustOK(t, err)
+	for range done { // the blocked producer must be let go
+	}
+}
+
+func TestFlowFollowerCloseReleasesProducer(t *testing.T) {
+	r, id, p := flowSession(t, time.Hour)
+	last, err := r.LastSeq(id)
+	mustOK(t, err)
+	f, err := r.Follow(id, last)
+	mustOK(t, err)
+	done := emitAsync(p, 20)
+	for range 5 {
+		<-done
+	}
+	f.Close()
+	for range done {
+	}
+}
+
+func TestFlowReleasedFollowerReengagesWhenCaughtUp(t *testing.T) {
+	r, id, p := flowSession(t, 20*time.Millisecond)
+	last, err := r.LastSeq(id)
+	mustOK(t, err)
+	f, err := r.Follow(id, last)
+	mustOK(t, err)
+	defer f.Close()
+	for range emitAsync(p, 6) { // stalls once, then the follower is released
+	}
+	if !f.released.Load() {
+		t.Fatal("follower 6 events behind after MaxStall was not released")
+	}
+	head, err := r.LastSeq(id)
+	mustOK(t, err)
+	f.Ack(head)
+	if f.released.Load() {
+		t.Fatal("follower that caught up is still released")
+	}
+}
