@@ -131,6 +131,7 @@ type proc struct {
 	exited     chan struct{} // closed after Wait reaped the shell
 	readerDone chan struct{}
 	closing    chan struct{} // closed when stop begins, so a paused reader gives up
+	buf        []byte        // the reader's buffer (see readSize)
 	exitCode   int
 
 	stopMu   sync.Mutex
@@ -205,11 +206,15 @@ func foregroundGroup(f *os.File) (int, error) {
 	return pgrp, nil
 }
 
-const readSize = 32 << 10
+// readSize is the PTY read buffer. The kernel hands out at most a few KiB per read, so 16 KiB
+// loses nothing. The buffer hangs off proc, on the heap: a local one would sit on the reader's
+// stack and double it (to 64 KiB per idle session with 32 KiB).
+const readSize = 16 << 10
 
 func (t *term) read(p *proc) {
 	defer close(p.readerDone)
-	buf := make([]byte, readSize)
+	p.buf = make([]byte, readSize)
+	buf := p.buf
 	carry := 0
 	for {
 		t.mu.Lock()
