@@ -24,6 +24,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/nexus-run/nexus/internal/cli"
+	"github.com/nexus-run/nexus/internal/procfs"
 )
 
 // TestMain lets the test binary act as the nexus command inside scripts: testscript installs a
@@ -400,42 +401,11 @@ func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// proc is one line of /proc/PID/stat.
-type proc struct {
-	pid, ppid, session int
-	comm, state        string
-}
-
-func readProc(pid int) (proc, bool) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return proc{}, false
-	}
-	// pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
-	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if open < 0 || end < open {
-		return proc{}, false
-	}
-	f := strings.Fields(string(stat[end+1:]))
-	if len(f) < 4 {
-		return proc{}, false
-	}
-	p := proc{pid: pid, comm: string(stat[open+1 : end]), state: f[0]}
-	p.ppid, _ = strconv.Atoi(f[1])
-	p.session, _ = strconv.Atoi(f[3])
-	return p, true
-}
-
-// procs lists the processes whose session id (field 6 of /proc/PID/stat) is sid.
-func procs(sid int) []proc {
-	entries, _ := os.ReadDir("/proc")
-	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := readProc(pid); ok && p.session == sid {
+// procs lists the processes (dead or alive) whose session id is sid.
+func procs(sid int) []procfs.Proc {
+	var out []procfs.Proc
+	for _, p := range procfs.All() {
+		if p.SID == sid {
 			out = append(out, p)
 		}
 	}
@@ -444,8 +414,8 @@ func procs(sid int) []proc {
 
 // alive reports whether pid is a process that has not exited.
 func alive(pid int) bool {
-	p, ok := readProc(pid)
-	return ok && p.state != "Z" && p.state != "X"
+	p, err := procfs.Stat(pid)
+	return err == nil && !p.Dead()
 }
 
 func pidArg(ts *testscript.TestScript, s string) int {
@@ -466,7 +436,7 @@ func cmdWaitProc(ts *testscript.TestScript, neg bool, args []string) {
 	sid := pidArg(ts, args[0])
 	ok := poll(waitArg(ts, args, 2), func() bool {
 		for _, p := range procs(sid) {
-			if p.comm == args[1] && p.state != "Z" {
+			if p.Comm == args[1] && !p.Dead() {
 				return true
 			}
 		}
@@ -486,12 +456,12 @@ func cmdNoProcs(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: noprocs SID [COMM]")
 	}
 	sid := pidArg(ts, args[0])
-	var live, orphans []proc
+	var live, orphans []procfs.Proc
 	for _, p := range procs(sid) {
-		if len(args) == 2 && p.comm != args[1] {
+		if len(args) == 2 && p.Comm != args[1] {
 			continue
 		}
-		if p.state == "Z" && p.ppid == 1 {
+		if p.State == 'Z' && p.PPID == 1 {
 			orphans = append(orphans, p)
 			continue
 		}

@@ -298,7 +298,7 @@ func (t *term) stop(p *proc) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-p.exited:
-			if len(sessionMembers(sid)) == 0 {
+			if sessionMembers(sid) == 0 {
 				deadline = time.Time{}
 				continue
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
+	"github.com/nexus-run/nexus/internal/procfs"
 	"github.com/nexus-run/nexus/internal/runtime"
 )
 
@@ -213,48 +214,11 @@ func (s *sess) ready() {
 	s.waitOutput("READY21")
 }
 
-// ---------------------------------------------------------------------------------------------
-// /proc.
-
-type proc struct {
-	pid, ppid, pgrp, sid, tpgid int
-	state, comm                 string
-}
-
-func procs() []proc {
-	entries, _ := os.ReadDir("/proc")
-	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		f := strings.Fields(string(b[close+1:]))
-		if len(f) < 6 {
-			continue
-		}
-		p := proc{pid: pid, comm: string(b[open+1 : close]), state: f[0]}
-		p.ppid, _ = strconv.Atoi(f[1])
-		p.pgrp, _ = strconv.Atoi(f[2])
-		p.sid, _ = strconv.Atoi(f[3])
-		p.tpgid, _ = strconv.Atoi(f[5])
-		out = append(out, p)
-	}
-	return out
-}
-
-func inSession(sid int) []proc {
-	var out []proc
-	for _, p := range procs() {
-		if p.sid == sid {
+// inSession lists the processes of session sid, dead or alive.
+func inSession(sid int) []procfs.Proc {
+	var out []procfs.Proc
+	for _, p := range procfs.All() {
+		if p.SID == sid {
 			out = append(out, p)
 		}
 	}
@@ -334,10 +298,10 @@ func TestInterruptKillsForegroundJob(t *testing.T) {
 	s.ready()
 	shell := s.pid()
 	s.send("sleep 100\n")
-	var sleeper proc
+	var sleeper procfs.Proc
 	waitCond(t, "sleep 100 in the foreground", func() bool {
 		for _, p := range inSession(shell) {
-			if p.comm == "sleep" && p.pgrp == p.tpgid && p.pgrp != shell {
+			if p.Comm == "sleep" && p.PGID == p.TPGID && p.PGID != shell {
 				sleeper = p
 				return true
 			}
@@ -345,10 +309,10 @@ func TestInterruptKillsForegroundJob(t *testing.T) {
 		return false
 	})
 	res := s.control(abi.ControlRequest{Command: abi.CommandInterrupt})
-	if res["signal"] != "SIGINT" || res["processGroup"] != float64(sleeper.pgrp) {
-		t.Fatalf("interrupt result %v, want SIGINT to group %d", res, sleeper.pgrp)
+	if res["signal"] != "SIGINT" || res["processGroup"] != float64(sleeper.PGID) {
+		t.Fatalf("interrupt result %v, want SIGINT to group %d", res, sleeper.PGID)
 	}
-	waitCond(t, "sleep to die", func() bool { return !exists(sleeper.pid) })
+	waitCond(t, "sleep to die", func() bool { return !exists(sleeper.PID) })
 	if !exists(shell) {
 		t.Fatal("the interrupt killed the shell")
 	}
@@ -407,7 +371,7 @@ func TestCloseReapsEverything(t *testing.T) {
 	waitCond(t, "the three sleeps", func() bool {
 		n := 0
 		for _, p := range inSession(shell) {
-			if p.comm == "sleep" {
+			if p.Comm == "sleep" {
 				n++
 			}
 		}
@@ -425,8 +389,8 @@ func TestCloseReapsEverything(t *testing.T) {
 	}
 	// Orphaned jobs are killed by close; their reaping is up to init.
 	for _, p := range inSession(shell) {
-		if p.state != "Z" && p.state != "X" {
-			t.Fatalf("process %d (%s, state %s) of the session survived close", p.pid, p.comm, p.state)
+		if !p.Dead() {
+			t.Fatalf("process %d (%s, state %c) of the session survived close", p.PID, p.Comm, p.State)
 		}
 	}
 	waitCond(t, "no process of the session left in /proc", func() bool { return len(inSession(shell)) == 0 })
@@ -655,7 +619,7 @@ func TestShutdownReapsShells(t *testing.T) {
 	for _, sh := range shells {
 		waitCond(t, "the background sleep", func() bool {
 			for _, p := range inSession(sh) {
-				if p.comm == "sleep" {
+				if p.Comm == "sleep" {
 					return true
 				}
 			}
