@@ -401,17 +401,6 @@ func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// procs lists the processes (dead or alive) whose session id is sid.
-func procs(sid int) []procfs.Proc {
-	var out []procfs.Proc
-	for _, p := range procfs.All() {
-		if p.SID == sid {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // alive reports whether pid is a process that has not exited.
 func alive(pid int) bool {
 	p, err := procfs.Stat(pid)
@@ -435,7 +424,7 @@ func cmdWaitProc(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	sid := pidArg(ts, args[0])
 	ok := poll(waitArg(ts, args, 2), func() bool {
-		for _, p := range procs(sid) {
+		for _, p := range procfs.Members(sid) {
 			if p.Comm == args[1] && !p.Dead() {
 				return true
 			}
@@ -443,7 +432,7 @@ func cmdWaitProc(ts *testscript.TestScript, neg bool, args []string) {
 		return false
 	})
 	if !ok {
-		ts.Fatalf("no %s process in session %d after %s (session has %v)", args[1], sid, waitArg(ts, args, 2), procs(sid))
+		ts.Fatalf("no %s process in session %d after %s (session has %v)", args[1], sid, waitArg(ts, args, 2), procfs.Members(sid))
 	}
 }
 
@@ -457,7 +446,7 @@ func cmdNoProcs(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	sid := pidArg(ts, args[0])
 	var live, orphans []procfs.Proc
-	for _, p := range procs(sid) {
+	for _, p := range procfs.Members(sid) {
 		if len(args) == 2 && p.Comm != args[1] {
 			continue
 		}

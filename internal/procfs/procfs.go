@@ -73,8 +73,19 @@ func All() []Proc {
 // Session lists the live (not dead) processes whose session id is sid.
 func Session(sid int) []Proc {
 	var out []Proc
+	for _, p := range Members(sid) {
+		if !p.Dead() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Members lists every process whose session id is sid, zombies included.
+func Members(sid int) []Proc {
+	var out []Proc
 	for _, p := range All() {
-		if p.SID == sid && !p.Dead() {
+		if p.SID == sid {
 			out = append(out, p)
 		}
 	}

@@ -214,17 +214,6 @@ func (s *sess) ready() {
 	s.waitOutput("READY21")
 }
 
-// inSession lists the processes of session sid, dead or alive.
-func inSession(sid int) []procfs.Proc {
-	var out []procfs.Proc
-	for _, p := range procfs.All() {
-		if p.SID == sid {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 func exists(pid int) bool {
 	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
 	return err == nil
@@ -300,7 +289,7 @@ func TestInterruptKillsForegroundJob(t *testing.T) {
 	s.send("sleep 100\n")
 	var sleeper procfs.Proc
 	waitCond(t, "sleep 100 in the foreground", func() bool {
-		for _, p := range inSession(shell) {
+		for _, p := range procfs.Members(shell) {
 			if p.Comm == "sleep" && p.PGID == p.TPGID && p.PGID != shell {
 				sleeper = p
 				return true
@@ -343,7 +332,7 @@ func TestRestartNewShell(t *testing.T) {
 	if s.pid() != pid || s.get().SessionID != s.id || s.get().Status != abi.StatusActive {
 		t.Fatalf("session after restart: %+v", s.get())
 	}
-	waitCond(t, "the old shell to be reaped", func() bool { return !exists(old) && len(inSession(old)) == 0 })
+	waitCond(t, "the old shell to be reaped", func() bool { return !exists(old) && len(procfs.Members(old)) == 0 })
 	s.send("echo $$; echo NEW$((3+4))X\n")
 	s.waitOutput("NEW7X")
 	if !strings.Contains(s.output(), strconv.Itoa(pid)) {
@@ -370,7 +359,7 @@ func TestCloseReapsEverything(t *testing.T) {
 	s.send("sleep 301 & nohup sleep 302 >/dev/null 2>&1 & sleep 303\n")
 	waitCond(t, "the three sleeps", func() bool {
 		n := 0
-		for _, p := range inSession(shell) {
+		for _, p := range procfs.Members(shell) {
 			if p.Comm == "sleep" {
 				n++
 			}
@@ -388,12 +377,12 @@ func TestCloseReapsEverything(t *testing.T) {
 		t.Fatalf("shell %d still in /proc after close (not reaped)", shell)
 	}
 	// Orphaned jobs are killed by close; their reaping is up to init.
-	for _, p := range inSession(shell) {
+	for _, p := range procfs.Members(shell) {
 		if !p.Dead() {
 			t.Fatalf("process %d (%s, state %c) of the session survived close", p.PID, p.Comm, p.State)
 		}
 	}
-	waitCond(t, "no process of the session left in /proc", func() bool { return len(inSession(shell)) == 0 })
+	waitCond(t, "no process of the session left in /proc", func() bool { return len(procfs.Members(shell)) == 0 })
 	ev := s.waitEnd()
 	if p := ev.Payload.(abi.ClosePayload); p.Reason != abi.CloseRequested || p.Status != abi.StatusClosed {
 		t.Fatalf("close event %+v", p)
@@ -618,7 +607,7 @@ func TestShutdownReapsShells(t *testing.T) {
 	}
 	for _, sh := range shells {
 		waitCond(t, "the background sleep", func() bool {
-			for _, p := range inSession(sh) {
+			for _, p := range procfs.Members(sh) {
 				if p.Comm == "sleep" {
 					return true
 				}
@@ -635,6 +624,6 @@ func TestShutdownReapsShells(t *testing.T) {
 		if p := s.waitEnd().Payload.(abi.ClosePayload); p.Reason != abi.CloseShutdown {
 			t.Fatalf("close reason %s", p.Reason)
 		}
-		waitCond(t, "no process of the session left", func() bool { return !exists(shells[i]) && len(inSession(shells[i])) == 0 })
+		waitCond(t, "no process of the session left", func() bool { return !exists(shells[i]) && len(procfs.Members(shells[i])) == 0 })
 	}
 }
