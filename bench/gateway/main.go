@@ -1,6 +1,6 @@
 // Command gateway benchmarks the nexus gateway against the alternatives it replaces, in one run:
-// output throughput to 1 and N WebSocket subscribers against reading the PTY directly,
-// keystroke-to-echo latency over a WebSocket against a direct PTY and tmux, and the gateway's
+// output throughput to 1 and N WebSocket subscribers against reading the PTY directly (and what
+// a subscriber that stops reading costs the others), keystroke-to-echo latency over a WebSocket against a direct PTY and tmux, and the gateway's
 // memory per idle terminal session. It prints a table and writes JSON to bench/results/.
 //
 //	go run ./bench/gateway            # the figures of docs/BENCHMARKS.md
@@ -40,7 +40,7 @@ type config struct {
 	shell       string
 	contentType abi.ContentType
 	only        map[string]bool
-	lossless    bool
+	biglog      bool
 	outDir      string
 	timeout     time.Duration
 }
@@ -77,10 +77,10 @@ func run() error {
 	flag.StringVar(&cfg.shell, "shell", "bash", "shell of every terminal (gateway, direct PTY, tmux)")
 	flag.StringVar(&ct, "content-type", "ansi", "content type the WebSocket subscribers ask for: ansi or raw")
 	flag.StringVar(&only, "only", "throughput,latency,memory", "comma-separated benchmarks to run")
-	flag.BoolVar(&cfg.lossless, "lossless", true, "also run the fan-out case with an event log large enough to hold the whole output")
+	flag.BoolVar(&cfg.biglog, "biglog", true, "also run the comparison rows whose event log holds the whole output, so flow control never engages")
 	flag.StringVar(&cfg.outDir, "out", filepath.Join("bench", "results"), "directory for the JSON results")
 	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "limit of each throughput run")
-	flag.StringVar(&steps, "steps", "", "throughput: run only these comma-separated rows (ceiling, runtime, ws-1, ws-N, ws-1-lossless, ws-N-lossless, frames-1, frames-N, frames-N-lossless)")
+	flag.StringVar(&steps, "steps", "", "throughput: run only these comma-separated rows (ceiling, runtime, ws-1, ws-N, frames-1, frames-N, stalled, ws-1-biglog, frames-N-biglog; ws-N-biglog runs only when named here)")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -162,6 +162,8 @@ func run() error {
 		type step struct {
 			name string
 			fn   func() (ThroughputRow, error)
+			// optIn steps run only when -steps names them.
+			optIn bool
 		}
 		ws := func(subs int, limits runtime.LogLimits, mode consumer, label string) func() (ThroughputRow, error) {
 			return func() (ThroughputRow, error) { return throughputWS(ctx, cfg, subs, limits, mode, label) }
@@ -169,24 +171,31 @@ func run() error {
 		const (
 			viaClientLabel = "nexus gateway, WebSocket, internal/client decoding every event"
 			framesLabel    = "nexus gateway, WebSocket, frames read without JSON decoding"
+			stalledLabel   = "nexus gateway, WebSocket, internal/client, next to a subscriber that stops reading"
+			// The default log (8192 events / 8 MiB) with flow control is what `nexus serve` runs.
+			// The biglog rows hold the whole output, so no subscriber is ever half a ring behind
+			// and output never waits: the difference is what flow control costs.
+			bigLabel = ", log raised to hold the whole output (flow control never engages)"
 		)
+		dflt := runtime.LogLimits{}
 		big := runtime.LogLimits{Events: 1 << 22, Bytes: int(min(cfg.bytes*2+64<<20, 1<<31-1))}
+		n := cfg.subs
 		tsteps := []step{
-			{"ceiling", func() (ThroughputRow, error) { return ceilingMedian(ctx, cfg, 3) }},
-			{"runtime", func() (ThroughputRow, error) { return throughputRuntime(ctx, cfg) }},
-			{"ws-1", ws(1, runtime.LogLimits{}, viaClient, viaClientLabel)},
-			{fmt.Sprintf("ws-%d", cfg.subs), ws(cfg.subs, runtime.LogLimits{}, viaClient, viaClientLabel)},
+			{name: "ceiling", fn: func() (ThroughputRow, error) { return ceilingMedian(ctx, cfg, 3) }},
+			{name: "runtime", fn: func() (ThroughputRow, error) { return throughputRuntime(ctx, cfg) }},
+			{name: "ws-1", fn: ws(1, dflt, viaClient, viaClientLabel)},
+			{name: fmt.Sprintf("ws-%d", n), fn: ws(n, dflt, viaClient, viaClientLabel)},
+			{name: "frames-1", fn: ws(1, dflt, framesOnly, framesLabel)},
+			{name: fmt.Sprintf("frames-%d", n), fn: ws(n, dflt, framesOnly, framesLabel)},
+			{name: "stalled", fn: func() (ThroughputRow, error) { return throughputStalled(ctx, cfg, stalledLabel) }},
 		}
-		if cfg.lossless {
+		if cfg.biglog {
 			tsteps = append(tsteps,
-				step{"ws-1-lossless", ws(1, big, viaClient, viaClientLabel+", log raised to hold the whole output")},
-				step{fmt.Sprintf("ws-%d-lossless", cfg.subs), ws(cfg.subs, big, viaClient, viaClientLabel+", log raised to hold the whole output")})
-		}
-		tsteps = append(tsteps,
-			step{"frames-1", ws(1, runtime.LogLimits{}, framesOnly, framesLabel)},
-			step{fmt.Sprintf("frames-%d", cfg.subs), ws(cfg.subs, runtime.LogLimits{}, framesOnly, framesLabel)})
-		if cfg.lossless {
-			tsteps = append(tsteps, step{fmt.Sprintf("frames-%d-lossless", cfg.subs), ws(cfg.subs, big, framesOnly, framesLabel+", log raised to hold the whole output")})
+				step{name: "ws-1-biglog", fn: ws(1, big, viaClient, viaClientLabel+bigLabel)},
+				step{name: fmt.Sprintf("frames-%d-biglog", n), fn: ws(n, big, framesOnly, framesLabel+bigLabel)},
+				// N decoding clients take ~40 s at the defaults and all read at the same pace, so
+				// this comparison is left out unless asked for.
+				step{name: fmt.Sprintf("ws-%d-biglog", n), fn: ws(n, big, viaClient, viaClientLabel+bigLabel), optIn: true})
 		}
 		want := map[string]bool{}
 		for _, s := range strings.Split(steps, ",") {
@@ -198,7 +207,7 @@ func run() error {
 			if ctx.Err() != nil {
 				break
 			}
-			if len(want) > 0 && !want[st.name] {
+			if (len(want) > 0 || st.optIn) && !want[st.name] {
 				continue
 			}
 			logf("throughput %s: %d MB ...", st.name, cfg.mb)
@@ -215,8 +224,11 @@ func run() error {
 				row.RatioPerSub = row.PerSubMBps.Mean / ceiling
 				row.RatioAggregate = row.AggregateMBps / ceiling
 			}
-			logf("  %.1f MB/s per subscriber, %.1f MB/s aggregate, %d/%d complete, %d missed events",
-				row.PerSubMBps.Mean, row.AggregateMBps, row.Complete, row.Subscribers, row.MissedEvents)
+			logf("  %.1f MB/s per subscriber, %.1f MB/s aggregate, %d/%d complete, %d missed events, longest pause %.2fs",
+				row.PerSubMBps.Mean, row.AggregateMBps, row.Complete, row.Subscribers, row.MissedEvents, row.MaxGapSeconds)
+			if st := row.Stalled; st != nil {
+				logf("  %s", st.describe(cfg.bytes))
+			}
 			res.Throughput = append(res.Throughput, row)
 		}
 	}
@@ -310,8 +322,10 @@ func printTables(w io.Writer, cfg config, res *Results) {
 	if len(res.Throughput) > 0 {
 		fmt.Fprintf(w, "\n1. Output throughput: the shell prints %d MB (%s); MB = 10^6 bytes; contentType %s\n",
 			cfg.mb, strings.TrimSpace(strings.Split(outputCommand(cfg.bytes), ";")[0]), cfg.contentType)
+		fmt.Fprintln(w, "WebSocket subscribers are flow-control followers. \"shell done\": when the runtime held the whole output;")
+		fmt.Fprintln(w, "\"longest pause\": the longest wait between two data events at any subscriber.")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "subs\tper-sub MB/s (min/mean/max)\taggregate MB/s\tvs ceiling (per-sub / aggr.)\tseconds\treceived\tcomplete\tsubs w/ EVENTS_MISSED\tmissed events\t path")
+		fmt.Fprintln(tw, "subs\tper-sub MB/s (min/mean/max)\taggregate MB/s\tvs ceiling (per-sub / aggr.)\tseconds\tshell done s\treceived\tcomplete\tsubs w/ EVENTS_MISSED\tmissed events\tlongest pause s\t path")
 		for _, r := range res.Throughput {
 			per := fmt.Sprintf("%.1f", r.PerSubMBps.Mean)
 			if r.Subscribers > 1 {
@@ -326,10 +340,22 @@ func printTables(w io.Writer, cfg config, res *Results) {
 			if r.Note != "" {
 				path += " — " + r.Note
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%.1f\t%s\t%.2f\t%.1f%%\t%d/%d\t%d\t%d\t %s\n", r.Subscribers, per, r.AggregateMBps, ratio,
-				r.Seconds, recv, r.Complete, r.Subscribers, r.SubsWithMisses, r.MissedEvents, path)
+			gap, shell := "-", "-"
+			if r.MaxGapSeconds > 0 {
+				gap = fmt.Sprintf("%.2f", r.MaxGapSeconds)
+			}
+			if r.ProducerSeconds > 0 {
+				shell = fmt.Sprintf("%.2f", r.ProducerSeconds)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%.1f\t%s\t%.2f\t%s\t%.1f%%\t%d/%d\t%d\t%d\t%s\t %s\n", r.Subscribers, per, r.AggregateMBps, ratio,
+				r.Seconds, shell, recv, r.Complete, r.Subscribers, r.SubsWithMisses, r.MissedEvents, gap, path)
 		}
 		_ = tw.Flush()
+		for _, r := range res.Throughput {
+			if r.Stalled != nil {
+				fmt.Fprintf(w, "stalled-follower row: the figures are the reading subscriber's; %s\n", r.Stalled.describe(r.ExpectedBytes))
+			}
+		}
 	}
 	if len(res.Latency) > 0 {
 		fmt.Fprintf(w, "\n2. Keystroke-to-echo latency: one byte in, its echo out (`stty raw -echo; cat`), %d samples (tmux %d) after %d warm-up\n",

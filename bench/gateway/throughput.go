@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -59,13 +60,37 @@ type ThroughputRow struct {
 	MissedEvents   uint64 `json:"missedEvents"`
 	MissedReports  int    `json:"missedReports"`
 	DataEvents     int64  `json:"dataEvents"` // data events received by subscriber 0
-	Note           string `json:"note,omitempty"`
+	// MaxGapSeconds is the longest wait between two data events seen by any subscriber: a
+	// stall of the session shows up here.
+	MaxGapSeconds float64 `json:"maxGapSeconds,omitempty"`
+	// Stalled is the subscriber that stopped reading, in the stalled-follower row.
+	Stalled *StalledResult `json:"stalled,omitempty"`
+	Note    string         `json:"note,omitempty"`
+}
+
+// StalledResult is what a subscriber that stopped reading got once it read again.
+type StalledResult struct {
+	// PausedSeconds runs from sending the command until it started reading.
+	PausedSeconds float64 `json:"pausedSeconds"`
+	// DrainedSeconds runs from sending the command until it saw the end marker.
+	DrainedSeconds float64 `json:"drainedSeconds,omitempty"`
+	ReceivedBytes  int64   `json:"receivedBytes"`
+	MissedEvents   uint64  `json:"missedEvents"`
+	MissedReports  int     `json:"missedReports"`
+	// Cut is set when the gateway had closed its connection instead.
+	Cut   bool   `json:"cut,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // LogLimits mirrors runtime.LogLimits for the JSON results.
 type LogLimits struct {
-	Events int `json:"events"`
-	Bytes  int `json:"bytes"`
+	Events     int     `json:"events"`
+	Bytes      int     `json:"bytes"`
+	MaxStallMs float64 `json:"maxStallMs"`
+}
+
+func logLimits(l runtime.LogLimits) *LogLimits {
+	return &LogLimits{Events: l.Events, Bytes: l.Bytes, MaxStallMs: float64(l.MaxStall) / float64(time.Millisecond)}
 }
 
 // Spread summarises per-subscriber figures.
@@ -111,7 +136,7 @@ func throughputCeiling(ctx context.Context, cfg config) (ThroughputRow, error) {
 		return ThroughputRow{}, err
 	}
 	sc := newScanner(doneMarker)
-	buf := make([]byte, 32<<10) // the terminal kind's read size
+	buf := make([]byte, 32<<10) // PTY reads return a few KiB at most, so the size (the kind uses 16 KiB) does not matter
 	stop := p.watchdog(ctx, cfg.timeout)
 	start := time.Now()
 	if _, err := p.f.Write([]byte(outputCommand(cfg.bytes))); err != nil {
@@ -241,7 +266,7 @@ func throughputRuntime(ctx context.Context, cfg config) (ThroughputRow, error) {
 	lim := h.reg.Config().Log
 	return ThroughputRow{
 		Path: "runtime event log, in-process reader (no encoding, no socket)", Subscribers: 1, ExpectedBytes: cfg.bytes,
-		LogLimits: &LogLimits{lim.Events, lim.Bytes}, Seconds: d.Seconds(), ProducerSeconds: d.Seconds(),
+		LogLimits: logLimits(lim), Seconds: d.Seconds(), ProducerSeconds: d.Seconds(),
 		PerSubMBps: Spread{m, m, m}, AggregateMBps: m, ReceivedBytes: sc.z, Complete: b2i(sc.z == cfg.bytes),
 		SubsWithMisses: b2i(missed > 0), MissedEvents: missed, MissedReports: reports,
 	}, nil
@@ -252,8 +277,23 @@ type subResult struct {
 	events  int64
 	missed  uint64
 	reports int
+	maxGap  time.Duration // longest wait between two data events
 	end     time.Time
 	err     error
+}
+
+// gapTimer tracks the longest interval between data events.
+type gapTimer struct {
+	last time.Time
+	max  time.Duration
+}
+
+func (g *gapTimer) tick() {
+	now := time.Now()
+	if !g.last.IsZero() {
+		g.max = max(g.max, now.Sub(g.last))
+	}
+	g.last = now
 }
 
 // consumer is how a subscriber reads its stream.
@@ -268,106 +308,113 @@ const (
 	framesOnly
 )
 
-// throughputWS streams the command's output to subs WebSocket subscribers through the gateway.
-func throughputWS(ctx context.Context, cfg config, subs int, limits runtime.LogLimits, mode consumer, label string) (ThroughputRow, error) {
+// wsRun is one gateway with one terminal session, the subscribers dialled from its current
+// sequence, and an in-process watcher that notes when the runtime holds the whole output.
+type wsRun struct {
+	h       *harness
+	id      string
+	after   uint64
+	ctx     context.Context //nolint:containedctx // the run's deadline, shared by its readers
+	cancel  context.CancelFunc
+	closers []func()
+
+	pmu  sync.Mutex
+	pEnd time.Time
+	pwg  sync.WaitGroup
+}
+
+func startWSRun(ctx context.Context, cfg config, limits runtime.LogLimits) (*wsRun, error) {
 	h, err := startHarness(ctx, runtime.Config{IdleTimeout: -1, Log: limits}, cfg.shell)
 	if err != nil {
-		return ThroughputRow{}, err
+		return nil, err
 	}
-	defer h.stop()
 	s, err := h.openTerminal(ctx)
 	if err != nil {
-		return ThroughputRow{}, err
+		h.stop()
+		return nil, err
 	}
-	id := s.SessionID
-	defer func() { _ = h.closeSession(context.WithoutCancel(ctx), id) }()
-	rctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-	defer cancel()
+	r := &wsRun{h: h, id: s.SessionID}
+	r.after, _ = h.reg.LastSeq(r.id)
+	r.ctx, r.cancel = context.WithTimeout(ctx, cfg.timeout)
+	return r, nil
+}
 
-	after, _ := h.reg.LastSeq(id)
-	readers := make([]func() subResult, subs)
-	closers := make([]func(), 0, subs)
-	defer func() {
-		for _, c := range closers {
-			c()
-		}
-	}()
-	for i := range readers {
-		switch mode {
-		case framesOnly:
-			c, err := dialFrames(rctx, h.sock, id, after, cfg.contentType)
-			if err != nil {
-				return ThroughputRow{}, fmt.Errorf("dial subscriber %d: %w", i, err)
-			}
-			closers = append(closers, func() { _ = c.CloseNow() })
-			readers[i] = func() subResult { return consumeFrames(rctx, c, cfg.contentType) }
-		default:
-			c, err := h.cl.Dial(rctx, id, client.DialOptions{After: after, ContentType: cfg.contentType})
-			if err != nil {
-				return ThroughputRow{}, fmt.Errorf("dial subscriber %d: %w", i, err)
-			}
-			closers = append(closers, func() { _ = c.Abort() })
-			readers[i] = func() subResult { return consume(rctx, c) }
-		}
+// stop closes every subscriber, the session and the gateway.
+func (r *wsRun) stop(ctx context.Context) {
+	r.cancel()
+	r.pwg.Wait()
+	for _, c := range r.closers {
+		c()
 	}
-	results := make([]subResult, subs)
-	var wg sync.WaitGroup
-	for i, read := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = read()
-		}()
+	_ = r.h.closeSession(context.WithoutCancel(ctx), r.id)
+	r.h.stop()
+}
+
+// dial opens one subscriber and returns the function that reads its stream to the end marker.
+func (r *wsRun) dial(cfg config, mode consumer) (func() subResult, error) {
+	switch mode {
+	case framesOnly:
+		c, err := dialFrames(r.ctx, r.h.sock, r.id, r.after, cfg.contentType)
+		if err != nil {
+			return nil, err
+		}
+		r.closers = append(r.closers, func() { _ = c.CloseNow() })
+		return func() subResult { return consumeFrames(r.ctx, c, cfg.contentType) }, nil
+	default:
+		c, err := r.h.cl.Dial(r.ctx, r.id, client.DialOptions{After: r.after, ContentType: cfg.contentType})
+		if err != nil {
+			return nil, err
+		}
+		r.closers = append(r.closers, func() { _ = c.Abort() })
+		return func() subResult { return consume(r.ctx, c) }, nil
 	}
-	var (
-		pmu  sync.Mutex
-		pEnd time.Time
-	)
-	wg.Add(1)
+}
+
+// send starts the in-process watcher and types the command; it returns when the command was sent.
+func (r *wsRun) send(cfg config) (time.Time, error) {
+	r.pwg.Add(1)
 	go func() {
-		defer wg.Done()
-		_, _, _, at, err := producerWatch(rctx, h.reg, id, after)
+		defer r.pwg.Done()
+		_, _, _, at, err := producerWatch(r.ctx, r.h.reg, r.id, r.after)
 		if err == nil {
-			pmu.Lock()
-			pEnd = at
-			pmu.Unlock()
+			r.pmu.Lock()
+			r.pEnd = at
+			r.pmu.Unlock()
 		}
 	}()
-
 	start := time.Now()
-	if err := h.cl.Send(rctx, id, []byte(outputCommand(cfg.bytes))); err != nil {
-		cancel()
-		wg.Wait()
-		return ThroughputRow{}, err
-	}
-	wg.Wait()
+	return start, r.h.cl.Send(r.ctx, r.id, []byte(outputCommand(cfg.bytes)))
+}
 
-	row := ThroughputRow{Path: label, Subscribers: subs, ContentType: cfg.contentType, ExpectedBytes: cfg.bytes}
-	lim := h.reg.Config().Log
-	row.LogLimits = &LogLimits{lim.Events, lim.Bytes}
-	if !pEnd.IsZero() {
-		row.ProducerSeconds = pEnd.Sub(start).Seconds()
+// row summarises the subscribers' results.
+func (r *wsRun) row(cfg config, label string, start time.Time, results []subResult) (ThroughputRow, error) {
+	row := ThroughputRow{Path: label, Subscribers: len(results), ContentType: cfg.contentType, ExpectedBytes: cfg.bytes}
+	row.LogLimits = logLimits(r.h.reg.Config().Log)
+	r.pwg.Wait()
+	if !r.pEnd.IsZero() {
+		row.ProducerSeconds = r.pEnd.Sub(start).Seconds()
 	}
 	var last time.Time
-	per := make([]float64, 0, subs)
+	per := make([]float64, 0, len(results))
 	var firstErr error
-	for i, r := range results {
-		if r.err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("subscriber %d: %w", i, r.err)
+	for i, res := range results {
+		if res.err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("subscriber %d: %w", i, res.err)
 		}
-		if r.end.After(last) {
-			last = r.end
+		if res.end.After(last) {
+			last = res.end
 		}
-		per = append(per, mbps(r.z, r.end.Sub(start)))
-		row.ReceivedBytes += r.z
-		if r.z == cfg.bytes {
+		per = append(per, mbps(res.z, res.end.Sub(start)))
+		row.ReceivedBytes += res.z
+		if res.z == cfg.bytes {
 			row.Complete++
 		}
-		if r.missed > 0 || r.reports > 0 {
+		if res.missed > 0 || res.reports > 0 {
 			row.SubsWithMisses++
 		}
-		row.MissedEvents += r.missed
-		row.MissedReports += r.reports
+		row.MissedEvents += res.missed
+		row.MissedReports += res.reports
+		row.MaxGapSeconds = max(row.MaxGapSeconds, res.maxGap.Seconds())
 	}
 	if firstErr != nil {
 		return row, firstErr
@@ -379,11 +426,95 @@ func throughputWS(ctx context.Context, cfg config, subs int, limits runtime.LogL
 	return row, nil
 }
 
+// throughputWS streams the command's output to subs WebSocket subscribers through the gateway.
+func throughputWS(ctx context.Context, cfg config, subs int, limits runtime.LogLimits, mode consumer, label string) (ThroughputRow, error) {
+	r, err := startWSRun(ctx, cfg, limits)
+	if err != nil {
+		return ThroughputRow{}, err
+	}
+	defer r.stop(ctx)
+	readers := make([]func() subResult, subs)
+	for i := range readers {
+		if readers[i], err = r.dial(cfg, mode); err != nil {
+			return ThroughputRow{}, fmt.Errorf("dial subscriber %d: %w", i, err)
+		}
+	}
+	results := make([]subResult, subs)
+	var wg sync.WaitGroup
+	for i, read := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = read()
+		}()
+	}
+	start, err := r.send(cfg)
+	if err != nil {
+		r.cancel()
+		wg.Wait()
+		return ThroughputRow{}, err
+	}
+	wg.Wait()
+	return r.row(cfg, label, start, results)
+}
+
+// throughputStalled is the stalled-follower row: two WebSocket subscribers with the default log,
+// one read through internal/client as in the ws-1 row and one that reads nothing until the first
+// has seen the end marker. Flow control waits at most MaxStall for the stalled one, then leaves
+// it behind; the row reports the reading subscriber's rate and longest pause, and what the
+// stalled one got when it resumed (EVENTS_MISSED, or a closed connection).
+func throughputStalled(ctx context.Context, cfg config, label string) (ThroughputRow, error) {
+	r, err := startWSRun(ctx, cfg, runtime.LogLimits{})
+	if err != nil {
+		return ThroughputRow{}, err
+	}
+	defer r.stop(ctx)
+	stalled, err := dialFrames(r.ctx, r.h.sock, r.id, r.after, cfg.contentType)
+	if err != nil {
+		return ThroughputRow{}, fmt.Errorf("dial the stalled subscriber: %w", err)
+	}
+	r.closers = append(r.closers, func() { _ = stalled.CloseNow() })
+	read, err := r.dial(cfg, viaClient)
+	if err != nil {
+		return ThroughputRow{}, fmt.Errorf("dial the reading subscriber: %w", err)
+	}
+	done := make(chan subResult, 1)
+	go func() { done <- read() }()
+	start, err := r.send(cfg)
+	if err != nil {
+		r.cancel()
+		<-done
+		return ThroughputRow{}, err
+	}
+	res := <-done
+	row, err := r.row(cfg, label, start, []subResult{res})
+	if err != nil {
+		return row, err
+	}
+	// Only now does the stalled subscriber read: what the gateway had buffered in its socket,
+	// then an EVENTS_MISSED for the range the ring dropped, then the rest.
+	st := &StalledResult{PausedSeconds: time.Since(start).Seconds()}
+	sres := consumeFrames(r.ctx, stalled, cfg.contentType)
+	st.ReceivedBytes, st.MissedEvents, st.MissedReports = sres.z, sres.missed, sres.reports
+	if sres.err != nil {
+		st.Error = sres.err.Error()
+		st.Cut = websocket.CloseStatus(sres.err) != -1 || errors.Is(sres.err, io.EOF)
+		if !st.Cut {
+			return row, fmt.Errorf("stalled subscriber: %w", sres.err)
+		}
+	} else {
+		st.DrainedSeconds = sres.end.Sub(start).Seconds()
+	}
+	row.Stalled = st
+	return row, nil
+}
+
 // consume reads one subscriber's stream until the end marker, as a client program would: every
 // event decoded by internal/client, every data payload decoded, its bytes counted.
 func consume(ctx context.Context, c *client.Conn) (r subResult) {
 	sc := newScanner(doneMarker)
-	defer func() { r.z = sc.z }()
+	var gap gapTimer
+	defer func() { r.z, r.maxGap = sc.z, gap.max }()
 	for !sc.found {
 		e, err := c.Next(ctx)
 		if err != nil {
@@ -398,6 +529,7 @@ func consume(ctx context.Context, c *client.Conn) (r subResult) {
 				return r
 			}
 			r.events++
+			gap.tick()
 			if out.ContentType == abi.ContentRaw {
 				b, err := out.Bytes()
 				if err != nil {
@@ -460,7 +592,8 @@ var (
 // JSON string without escaped quotes, which holds for this output).
 func consumeFrames(ctx context.Context, c *websocket.Conn, ct abi.ContentType) (r subResult) {
 	sc := newScanner(doneMarker)
-	defer func() { r.z = sc.z }()
+	var gap gapTimer
+	defer func() { r.z, r.maxGap = sc.z, gap.max }()
 	var buf bytes.Buffer
 	var dec []byte
 	for !sc.found {
@@ -485,6 +618,7 @@ func consumeFrames(ctx context.Context, c *websocket.Conn, ct abi.ContentType) (
 			content := frame[i+len(contentKey):]
 			content = content[:bytes.IndexByte(content, '"')]
 			r.events++
+			gap.tick()
 			if ct == abi.ContentRaw {
 				dec = dec[:0]
 				dec, err = base64.StdEncoding.AppendDecode(dec, content)
@@ -518,4 +652,18 @@ func consumeFrames(ctx context.Context, c *websocket.Conn, ct abi.ContentType) (
 	}
 	r.end = time.Now()
 	return r
+}
+
+// describe says in one line what the stalled subscriber got.
+func (s *StalledResult) describe(expected int64) string {
+	got := fmt.Sprintf("received %.1f%% after reading nothing for %.2fs", 100*float64(s.ReceivedBytes)/float64(expected), s.PausedSeconds)
+	switch {
+	case s.Cut:
+		return "the stalled subscriber was disconnected (" + s.Error + "); it had " + got
+	case s.MissedReports > 0:
+		return fmt.Sprintf("the stalled subscriber %s, with %d EVENTS_MISSED report(s) totalling %d events, and saw the end marker at %.2fs",
+			got, s.MissedReports, s.MissedEvents, s.DrainedSeconds)
+	default:
+		return fmt.Sprintf("the stalled subscriber %s and missed nothing (flow control did not leave it behind)", got)
+	}
 }
