@@ -1,0 +1,201 @@
+package shell
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/procfs"
+)
+
+// Local runs shells on this machine over pipes: no terminal, no temp files, no polling.
+type Local struct {
+	// Shell is the shell to run; empty means bash, else sh.
+	Shell string
+	// Dir is the starting directory; empty means the current one.
+	Dir string
+	// Env is the base environment; nil means this process's.
+	Env []string
+}
+
+// Kind implements Transport.
+func (l *Local) Kind() string { return "local" }
+
+// IDPart implements Transport.
+func (l *Local) IDPart() string { return "local" }
+
+// FindShell returns bash if present, else sh.
+func FindShell(preferred string) (string, error) {
+	for _, c := range []string{preferred, "bash", "sh"} {
+		if c == "" {
+			continue
+		}
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("no shell found: neither bash nor sh is on PATH")
+}
+
+// Start implements Transport.
+func (l *Local) Start(_ context.Context, env []string) (Proc, error) {
+	sh, err := FindShell(l.Shell)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(sh) //nolint:noctx // the shell outlives the request; Close ends it
+	cmd.Dir = l.Dir
+	base := l.Env
+	if base == nil {
+		base = os.Environ()
+	}
+	cmd.Env = append(append([]string{}, base...), env...)
+	// Its own process group, so closing can take everything it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("shell stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("shell stdout: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("shell stderr: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", sh, err)
+	}
+	p := &localProc{cmd: cmd, stdin: stdin, stdout: stdout, stderr: stderr, done: make(chan struct{}), dir: l.Dir, env: cmd.Env}
+	go func() {
+		err := cmd.Wait()
+		p.code = exitStatus(cmd.ProcessState, err)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func exitStatus(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if err != nil && ps.ExitCode() < 0 {
+		return -1
+	}
+	return ps.ExitCode()
+}
+
+type localProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.Reader
+	stderr io.Reader
+	done   chan struct{}
+	code   int
+	dir    string
+	env    []string
+	once   sync.Once
+}
+
+func (p *localProc) Stdin() io.WriteCloser { return p.stdin }
+func (p *localProc) Stdout() io.Reader     { return p.stdout }
+func (p *localProc) Stderr() io.Reader     { return p.stderr }
+func (p *localProc) Done() <-chan struct{} { return p.done }
+
+func (p *localProc) ExitCode() int {
+	<-p.done
+	return p.code
+}
+
+// descendants lists every process below pid, deepest last.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	for _, pr := range procfs.All() {
+		if !pr.Dead() {
+			children[pr.PPID] = append(children[pr.PPID], pr.PID)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		for _, c := range children[next] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+func (p *localProc) SignalChildren(_ context.Context, shellPID int, sig syscall.Signal) error {
+	if shellPID <= 0 {
+		shellPID = p.cmd.Process.Pid
+	}
+	for _, pid := range descendants(shellPID) {
+		_ = syscall.Kill(pid, sig)
+	}
+	return nil
+}
+
+func (p *localProc) Run(ctx context.Context, script string, stdin []byte) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "sh", "-c", script)
+	cmd.Dir = p.dir
+	cmd.Env = p.env
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("%w: %s", err, bytes.TrimSpace(errb.Bytes()))
+	}
+	return out.Bytes(), nil
+}
+
+// Close hangs up the shell's process group and its descendants, kills what remains after a
+// short grace, and reaps the shell.
+func (p *localProc) Close() error {
+	p.once.Do(func() {
+		_ = p.stdin.Close()
+		pid := p.cmd.Process.Pid
+		kill := func(sig syscall.Signal) {
+			for _, d := range descendants(pid) {
+				_ = syscall.Kill(d, sig)
+			}
+			_ = syscall.Kill(-pid, sig)
+		}
+		kill(syscall.SIGHUP)
+		select {
+		case <-p.done:
+		case <-time.After(500 * time.Millisecond):
+		}
+		kill(syscall.SIGKILL)
+		<-p.done
+		// Descendants that left the group (setsid) were found through the process tree above;
+		// make sure none outlives the session.
+		for range 50 {
+			left := 0
+			for _, pr := range procfs.All() {
+				if pr.PGID == pid && !pr.Dead() {
+					_ = syscall.Kill(pr.PID, syscall.SIGKILL)
+					left++
+				}
+			}
+			if left == 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return nil
+}
