@@ -19,7 +19,8 @@ import (
 const rs = "\x1e"
 
 // bootstrap (with the secret assigned to __nx_k before it) is sent once when the shell starts. It defines the halves of the wrapper as
-// functions; startLine then moves the command stream to fd 62, makes /dev/null the shell's stdin
+// functions; startLine then moves the command stream to fd 62 (9 in shells that know only
+// single-digit descriptors), makes /dev/null the shell's stdin
 // (so every command reads EOF rather than hanging, with no redirection per command) and runs the
 // command loop at top level: bash parses the loop once, and each command costs it only reading
 // its own lines. The user's command is evaluated by the loop body, at top level, never inside a
@@ -31,10 +32,10 @@ const rs = "\x1e"
 //
 // Everything is POSIX sh with bash fast paths (`read -u`), so the same framing drives bash,
 // dash and busybox sh, locally, over SSH and in Docker.
-const bootstrap = `set +m 2>/dev/null; set +o history 2>/dev/null; unset HISTFILE; __nx_nl='
+const bootstrap = `command set +m 2>/dev/null; [ -n "$BASH_VERSION" ] && set +o history; unset HISTFILE; __nx_nl='
 '; __nx_s='` + rs + `'; __nx_f=$-; __nx_r=0; __nx_t=; __nx_n=0; export GIT_TERMINAL_PROMPT=0 PAGER=cat GIT_PAGER=cat DEBIAN_FRONTEND=noninteractive
 if [ -n "$BASH_VERSION" ]; then __nx_get() { IFS= read -r -d '' -u 62 __nx_c || return 1; __nx_n=$((__nx_n+1)); __nx_t=$__nx_k.$__nx_n; case $__nx_f in *[xv]*) __nx_trace;; esac; }
-else __nx_get() { IFS= read -r __nx_t <&62 || return 1; __nx_c=; while IFS= read -r __nx_l <&62; do [ "$__nx_l" = "$__nx_t" ] && break; __nx_c="$__nx_c$__nx_l$__nx_nl"; done; case $__nx_f in *[xv]*) __nx_trace;; esac; }; fi
+else __nx_get() { IFS= read -r __nx_t <&9 || return 1; __nx_c=; while IFS= read -r __nx_l <&9; do [ "$__nx_l" = "$__nx_t" ] && break; __nx_c="$__nx_c$__nx_l$__nx_nl"; done; case $__nx_f in *[xv]*) __nx_trace;; esac; }; fi
 __nx_trace() { case $__nx_f in *x*) __nx_c="set -x$__nx_nl$__nx_c";; esac; case $__nx_f in *v*) __nx_c="set -v$__nx_nl$__nx_c";; esac; }
 __nx_out() { printf '%sNX%s%s%s%s%s%s%s%sNX%s\n' "$__nx_s" "$__nx_t" "$__nx_s" "$__nx_r" "$__nx_s" "$1" "$__nx_s" "$PWD" "$__nx_s" "$__nx_t"; }
 __nx_post() { __nx_f=$-; set +xv; printf '%sNX%s\n' "$__nx_s" "$__nx_t" >&3; __nx_out -; }
@@ -46,9 +47,9 @@ __nx_fast() { __nx_f=$-; printf '%sNX%s\n' "$__nx_s" "$__nx_t" >&2; __nx_out -; 
 // own commands; otherwise it runs without any redirection to pay for. bash evals directly (a
 // syntax error in eval never ends a bash that is not in POSIX mode); other shells use `command
 // eval`, which keeps eval's errors from ending the shell. Should the loop end anyway (`break 2`,
-// a closed fd 62), the shell reads its next command from /dev/null and exits, and the session
+// a closed command descriptor), the shell reads its next command from /dev/null and exits, and the session
 // says the shell exited.
-const startLine = `exec 62<&0 </dev/null; if [ -n "$BASH_VERSION" ]; then ` + loopHead + `eval` + loopTail + `; else ` + loopHead + `command eval` + loopTail + `; fi` + "\n"
+const startLine = `if [ -n "$BASH_VERSION" ]; then exec 62<&0 </dev/null; ` + loopHead + `eval` + loopTail + `; else exec 9<&0 </dev/null; ` + loopHead + `command eval` + loopTail + `; fi` + "\n"
 
 const (
 	loopHead = `while __nx_get; do __nx_r=0; for __nx_i in 1; do `
