@@ -70,3 +70,12 @@ type ClientMessage struct {
 	Width    int    `json:"width,omitempty"`
 	Height   int    `json:"height,omitempty"`
 }
+
+// RunRequest is the body of POST /v1/sessions/{id}/run: run one command and return its
+// structured result (an agent shell's ExecResult).
+type RunRequest struct {
+	Command     string `json:"command"`
+	TimeoutSecs int    `json:"timeoutSecs,omitempty"`
+	// Budget shapes the output: {grep{pattern,context}, keep, lines, max_chars}.
+	Budget json.RawMessage `json:"budget,omitempty"`
+}

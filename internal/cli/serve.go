@@ -14,6 +14,7 @@ import (
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/project"
 	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -40,6 +41,13 @@ func (a *app) serveCmd() *cobra.Command {
 				idle = -1 // runtime: negative disables
 			}
 			projects := project.NewStore(a.projectsPath(), a.env.Now)
+			shells := session.New(session.Config{
+				MaxSessions: maxSessions,
+				IdleTimeout: -1, // a run shell lives as long as its terminal
+				AuditDir:    filepath.Join(a.stateDir, "audit"),
+				Now:         a.env.Now,
+			})
+			defer shells.Close()
 			reg := runtime.New(runtime.Config{
 				MaxSessions: maxSessions,
 				IdleTimeout: idle,
@@ -47,8 +55,9 @@ func (a *app) serveCmd() *cobra.Command {
 				Now:         a.env.Now,
 				Logger:      logger,
 			}, &terminal.Kind{
-				Shell: shell,
-				Grace: grace,
+				Shell:  shell,
+				Grace:  grace,
+				Shells: shells,
 				Projects: func(id string) (string, error) {
 					p, err := projects.Get(id)
 					return p.Path, err

@@ -25,7 +25,7 @@ import (
 func (a *app) agentCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "agent", Short: "Agent-facing sessions"}
 	tc := &cobra.Command{Use: "terminal", Short: "Terminal sessions: a PTY running your shell in a project"}
-	tc.AddCommand(a.terminalOpenCmd(), a.terminalSendCmd(), a.terminalAttachCmd())
+	tc.AddCommand(a.terminalOpenCmd(), a.terminalSendCmd(), a.terminalAttachCmd(), a.terminalRunCmd())
 	cmd.AddCommand(tc)
 	return cmd
 }
@@ -441,4 +441,91 @@ func (a *app) attach(ctx context.Context, id string, hold bool, after uint64) er
 			return nil
 		}
 	}
+}
+
+func (a *app) terminalRunCmd() *cobra.Command {
+	var (
+		id, command, grep, keep string
+		o                       openOptions
+		timeout                 time.Duration
+		lines, grepContext      int
+		maxChars                int
+	)
+	cmd := &cobra.Command{
+		Use:   "run --command CMD",
+		Short: "Run a command in a terminal session's agent shell and print its structured result (stdout, stderr, exit_code, cwd)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if command == "" {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "run needs --command")
+			}
+			req := abi.RunRequest{Command: command, TimeoutSecs: int(math.Ceil(timeout.Seconds()))}
+			if grep != "" || keep != "" || lines != 0 || maxChars != 0 {
+				b := map[string]any{}
+				if grep != "" {
+					b["grep"] = map[string]any{"pattern": grep, "context": grepContext}
+				}
+				if keep != "" {
+					b["keep"] = keep
+				}
+				if lines != 0 {
+					b["lines"] = lines
+				}
+				if maxChars != 0 {
+					b["max_chars"] = maxChars
+				}
+				raw, err := json.Marshal(b)
+				if err != nil {
+					return fmt.Errorf("encode budget: %w", err)
+				}
+				req.Budget = raw
+			}
+			run := func(sid string) error {
+				res, err := a.client().Run(ctx, sid, req)
+				if err != nil {
+					return err
+				}
+				var pretty bytes.Buffer
+				if json.Indent(&pretty, res, "", "  ") == nil {
+					res = pretty.Bytes()
+				}
+				_, err = a.env.Stdout.Write(append(res, '\n'))
+				return err
+			}
+			act, err := a.activeID(abi.TypeTerminal)
+			if err != nil {
+				return err
+			}
+			if id != "" || act.SessionID != "" {
+				return a.withTerminal(ctx, id, o, run)
+			}
+			// No session given and none active: a throwaway session that lives as long as this run.
+			if o.project == "" {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "no active terminal session: pass --session-id, or --project to run in a throwaway session")
+			}
+			o.ephemeral = true
+			s, err := a.openTerminal(ctx, o)
+			if err != nil {
+				return err
+			}
+			conn, err := a.client().Dial(ctx, s.SessionID, client.DialOptions{Hold: true})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = conn.Close() }()
+			return run(s.SessionID)
+		},
+	}
+	idFlags(cmd, &id, nil)
+	o.flags(cmd, false)
+	f := cmd.Flags()
+	f.StringVar(&command, "command", "", "the command to run")
+	f.DurationVar(&timeout, "timeout", 0, "stop the command after this long (default 120s, at most 1h); it then exits 124")
+	f.StringVar(&grep, "grep", "", "budget: keep only lines matching this regular expression")
+	f.IntVar(&grepContext, "grep-context", 0, "budget: lines of context around each --grep match")
+	f.StringVar(&keep, "keep", "", "budget: all, head, tail or head_tail")
+	f.IntVar(&lines, "lines", 0, "budget: lines kept by --keep head, tail or head_tail")
+	f.IntVar(&maxChars, "max-chars", 0, "budget: characters kept per stream (default 100000)")
+	return cmd
 }

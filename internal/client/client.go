@@ -174,6 +174,13 @@ func (c *Client) Control(ctx context.Context, id string, req abi.ControlRequest)
 	return out, err
 }
 
+// Run runs one command in a session and returns its structured result as sent.
+func (c *Client) Run(ctx context.Context, id string, req abi.RunRequest) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodPost, sessionPath(id, "/run"), req, &out)
+	return out, err
+}
+
 // Poll reads events after a sequence, waiting up to wait for the first one (long-poll).
 func (c *Client) Poll(ctx context.Context, id string, after uint64, limit int, wait time.Duration, ct abi.ContentType) (abi.EventsResponse, error) {
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}}

@@ -62,6 +62,7 @@ func Handler(opt Options) http.Handler {
 	mux.HandleFunc("GET "+p+"/sessions/{id}", s.get)
 	mux.HandleFunc("POST "+p+"/sessions/{id}/send", s.send)
 	mux.HandleFunc("POST "+p+"/sessions/{id}/control", s.control)
+	mux.HandleFunc("POST "+p+"/sessions/{id}/run", s.run)
 	mux.HandleFunc("GET "+p+"/sessions/{id}/events", s.events)
 	mux.HandleFunc("GET "+p+"/sessions/{id}/stream", s.stream)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -215,6 +216,20 @@ func (s *server) control(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, http.StatusOK, abi.ControlResponse{Status: abi.ResponseOK, Data: data, Message: fmt.Sprintf("%s: ok", req.Command)})
+}
+
+func (s *server) run(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req abi.RunRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	res, err := s.opt.Registry.Run(r.Context(), id, req)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, res)
 }
 
 // readParams are the query parameters shared by events and stream.

@@ -24,6 +24,12 @@ type Instance interface {
 	Close(ctx context.Context) error
 }
 
+// Runner is implemented by instances that can run one command and return a structured result
+// (terminal sessions: an agent shell beside the PTY).
+type Runner interface {
+	Run(ctx context.Context, req abi.RunRequest) (any, error)
+}
+
 // Pauser is implemented by instances that can stop producing events while paused.
 type Pauser interface {
 	SetPaused(paused bool)

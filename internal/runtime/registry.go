@@ -365,6 +365,32 @@ func (r *Registry) Send(ctx context.Context, id string, data []byte) error {
 	return nil
 }
 
+// Run runs one command in a session that supports it and returns its structured result.
+func (r *Registry) Run(ctx context.Context, id string, req abi.RunRequest) (any, error) {
+	s, err := r.usable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	inst := s.inst
+	s.mu.Unlock()
+	rn, ok := inst.(Runner)
+	if !ok || !s.obj.Capabilities.Send {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, id, "%s sessions cannot run commands", s.obj.Type)
+	}
+	if req.Command == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "run needs a command")
+	}
+	res, err := rn.Run(ctx, req)
+	if err != nil {
+		return nil, wrapKindErr(id, "run", err)
+	}
+	s.mu.Lock()
+	s.lastActive = r.now()
+	s.mu.Unlock()
+	return res, nil
+}
+
 func wrapKindErr(id, op string, err error) error {
 	if abi.CodeOf(err) != abi.CodeInternal {
 		return err

@@ -16,6 +16,9 @@ import (
 
 // Shell is one persistent shell. Run calls are serialized; state persists between them.
 type Shell struct {
+	// Grace is the timeout procedure's wait after each signal; zero means DefaultGrace.
+	Grace time.Duration
+
 	proc Proc
 	pid  int  // the shell's pid as it reported it (remote for ssh and docker)
 	bash bool // the shell is bash: commands end with a NUL instead of a token line
@@ -33,14 +36,13 @@ type Shell struct {
 
 // running is the state of the command in flight.
 type running struct {
-	out, errs    *scanner
-	stdout       io.Writer
-	stderr       io.Writer
-	outDone      bool
-	errDone      bool
-	done         chan struct{}
-	doneOnce     sync.Once
-	trailerFound bool
+	out, errs *scanner
+	stdout    io.Writer
+	stderr    io.Writer
+	outDone   bool
+	errDone   bool
+	done      chan struct{}
+	doneOnce  sync.Once
 }
 
 func (r *running) check() {
@@ -175,11 +177,9 @@ type RunResult struct {
 // TimeoutExitCode is the exit code of a command stopped by its timeout, as timeout(1) uses.
 const TimeoutExitCode = 124
 
-// Grace periods of the timeout procedure.
-const (
-	interruptGrace = 2 * time.Second
-	killGrace      = 2 * time.Second
-)
+// DefaultGrace is how long a timed-out command gets after each signal (SIGINT, SIGTERM,
+// SIGKILL) before the next.
+const DefaultGrace = 2 * time.Second
 
 // Run runs command and streams its output to stdout and stderr as it arrives. When timeout
 // passes (or ctx ends), the command's processes get SIGINT, then SIGKILL; the shell itself
@@ -236,10 +236,14 @@ func (s *Shell) Run(ctx context.Context, command string, timeout time.Duration, 
 	case <-ctx.Done():
 	}
 	// Timeout: interrupt the command's processes, then kill them; the shell stays.
+	grace := s.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
 	for _, step := range []struct {
 		sig   syscall.Signal
 		grace time.Duration
-	}{{syscall.SIGINT, interruptGrace}, {syscall.SIGTERM, killGrace / 2}, {syscall.SIGKILL, killGrace}} {
+	}{{syscall.SIGINT, grace}, {syscall.SIGTERM, grace / 2}, {syscall.SIGKILL, grace}} {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.proc.SignalChildren(sctx, s.pid, step.sig)
 		cancel()

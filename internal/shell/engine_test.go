@@ -24,6 +24,7 @@ func startLocal(t *testing.T, sh string) *Shell {
 		t.Fatalf("start %s: %v", sh, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	s.Grace = 200 * time.Millisecond
 	return s
 }
 
@@ -131,7 +132,7 @@ func TestBashSpecifics(t *testing.T) {
 	s := startLocal(t, "bash")
 	steps := []struct{ cmd, out string }{
 		{"declare -A m=([k]=v); n=1", ""},
-		{"echo ${m[k]} $n", "v 1\n"},                      // declare at top level, not function-local
+		{"echo ${m[k]} $n", "v 1\n"},                                // declare at top level, not function-local
 		{"return 2>/dev/null; echo after-return", "after-return\n"}, // no function to return from
 		// A break or continue outside any loop ends the command (the framing's one-trip loop
 		// takes it) instead of printing bash's "only meaningful in a loop" and going on.

@@ -3,12 +3,14 @@
 package terminal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
 // ProjectDir resolves a project id to its directory.
@@ -32,6 +36,8 @@ type Kind struct {
 	Grace time.Duration
 	// Env is the environment given to shells (nil means the gateway's own).
 	Env []string
+	// Shells runs `run` commands in an agent shell beside each terminal; nil disables run.
+	Shells *session.Manager
 }
 
 // Type implements runtime.Kind.
@@ -90,7 +96,7 @@ func (k *Kind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateReques
 	if grace <= 0 {
 		grace = 2 * time.Second
 	}
-	t := &term{sink: sink, dir: dir, shell: sh, env: env, cols: uint16(opts.Cols), rows: uint16(opts.Rows), grace: grace}
+	t := &term{sink: sink, dir: dir, shell: sh, env: env, cols: uint16(opts.Cols), rows: uint16(opts.Rows), grace: grace, shells: k.Shells}
 	t.unpaused = make(chan struct{})
 	close(t.unpaused)
 	p, err := t.spawn()
@@ -111,17 +117,19 @@ func (k *Kind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateReques
 }
 
 type term struct {
-	sink  *runtime.Sink
-	dir   string
-	shell string
-	env   []string
-	grace time.Duration
+	shells *session.Manager
+	sink   *runtime.Sink
+	dir    string
+	shell  string
+	env    []string
+	grace  time.Duration
 
 	mu         sync.Mutex
 	cur        *proc
 	cols, rows uint16
 	closed     bool
 	unpaused   chan struct{} // closed while output flows
+	runID      string        // the companion agent shell of run, once started
 }
 
 // proc is one shell run: restart replaces it under the same session.
@@ -416,12 +424,77 @@ func (t *term) SetPaused(paused bool) {
 }
 
 // Close implements runtime.Instance.
-func (t *term) Close(context.Context) error {
+func (t *term) Close(ctx context.Context) error {
 	t.SetPaused(false)
 	t.mu.Lock()
 	p := t.cur
 	t.closed = true
+	runID := t.runID
 	t.mu.Unlock()
 	t.stop(p)
+	if runID != "" {
+		_ = t.shells.Destroy(ctx, runID)
+	}
 	return nil
+}
+
+// Run implements runtime.Runner: the command runs in an agent shell beside the PTY, started in
+// the project's directory on first use and kept (its own cd and exports persist between runs),
+// so the result is exact (split streams, exit code, cwd) where typing into the PTY could only
+// guess. Watchers see the command and its output as terminal-output events.
+func (t *term) Run(ctx context.Context, req abi.RunRequest) (any, error) {
+	if t.shells == nil {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, t.sink.SessionID(), "this gateway runs no agent shells")
+	}
+	var budget *shell.Budget
+	if len(req.Budget) > 0 && string(req.Budget) != "null" {
+		budget = new(shell.Budget)
+		if err := abi.DecodeStrict(req.Budget, budget); err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, t.sink.SessionID(), "budget: %v", err)
+		}
+	}
+	if req.TimeoutSecs < 0 || req.TimeoutSecs > int(session.MaxTimeout/time.Second) {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, t.sink.SessionID(), "timeoutSecs must be between 1 and %d", int(session.MaxTimeout/time.Second))
+	}
+	t.mu.Lock()
+	id := t.runID
+	t.mu.Unlock()
+	if id == "" {
+		info, err := t.shells.Create(ctx, session.CreateOptions{Transport: "local", Cwd: t.dir})
+		if err != nil {
+			return nil, runErr(t.sink.SessionID(), err)
+		}
+		id = info.SessionID
+		t.mu.Lock()
+		t.runID = id
+		t.mu.Unlock()
+	}
+	t.sink.Output([]byte("\r\n[run] $ " + strings.ReplaceAll(req.Command, "\n", "\r\n") + "\r\n"))
+	res, err := t.shells.Exec(ctx, id, req.Command, session.ExecOptions{
+		Budget:  budget,
+		Timeout: time.Duration(req.TimeoutSecs) * time.Second,
+		OnOutput: func(_ string, p []byte) {
+			t.sink.Output(bytes.ReplaceAll(p, []byte("\n"), []byte("\r\n")))
+		},
+	})
+	if err != nil {
+		return nil, runErr(t.sink.SessionID(), err)
+	}
+	if res.ShellExited {
+		t.mu.Lock()
+		t.runID = ""
+		t.mu.Unlock()
+	}
+	t.sink.Output([]byte(fmt.Sprintf("[run] exit %d (%d ms)\r\n", res.ExitCode, res.DurationMS)))
+	return res, nil
+}
+
+func runErr(id string, err error) error {
+	switch {
+	case errors.Is(err, session.ErrInvalid), errors.Is(err, session.ErrBlocked):
+		return abi.Errorf(abi.CodeInvalidArgument, id, "%v", err)
+	case errors.Is(err, session.ErrLimit):
+		return abi.Errorf(abi.CodeLimitExceeded, id, "%v", err)
+	}
+	return abi.Errorf(abi.CodeResourceUnavailable, id, "%v", err)
 }

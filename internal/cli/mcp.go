@@ -1,0 +1,318 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/shell/policy"
+	"github.com/nexus-run/nexus/internal/shell/session"
+)
+
+// mcpEnv maps each operator flag of `nexus mcp` to the environment variable that sets it when
+// the flag is not given.
+var mcpEnv = []struct{ flag, env string }{
+	{"audit-dir", "NEXUS_MCP_AUDIT_DIR"},
+	{"key-dir", "NEXUS_MCP_KEY_DIR"},
+	{"known-hosts", "NEXUS_MCP_KNOWN_HOSTS"},
+	{"host-key-fingerprint", "NEXUS_MCP_HOST_KEY_FINGERPRINT"},
+	{"ssh-config", "NEXUS_MCP_SSH_CONFIG"},
+	{"connect-timeout", "NEXUS_MCP_CONNECT_TIMEOUT"},
+	{"max-sessions", "NEXUS_MCP_MAX_SESSIONS"},
+	{"idle-timeout", "NEXUS_MCP_IDLE_TIMEOUT"},
+	{"policy", "NEXUS_MCP_POLICY"},
+	{"shadow-dir", "NEXUS_MCP_SHADOW_DIR"},
+	{"log-level", "NEXUS_MCP_LOG_LEVEL"},
+}
+
+// applyFlagEnv sets every flag of fs that was not given on the command line from its
+// environment variable, if that is set.
+func (a *app) applyFlagEnv(fs *pflag.FlagSet) error {
+	for _, p := range mcpEnv {
+		f := fs.Lookup(p.flag)
+		if f == nil || f.Changed {
+			continue
+		}
+		if v := a.env.Getenv(p.env); v != "" {
+			if err := fs.Set(p.flag, v); err != nil {
+				return fmt.Errorf("%s=%q: %w", p.env, v, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (a *app) mcpCmd() *cobra.Command {
+	var (
+		auditDir       string
+		keyDir         string
+		knownHosts     string
+		fingerprint    string
+		sshConfig      string
+		connectTimeout time.Duration
+		maxSessions    int
+		idle           time.Duration
+		policyFile     string
+		shadowDir      string
+		logLevel       string
+	)
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve agent shells to an MCP client (Claude Code, Cursor, Codex) over stdio",
+		Long: `nexus mcp is a Model Context Protocol server on stdin/stdout. It gives an agent persistent
+shells: session_create, session_exec, session_list, session_destroy, session_checkpoint,
+session_checkpoints and session_restore.
+
+Everything here is operator configuration, which no tool call can change. Each flag can also be
+set by its environment variable (NEXUS_MCP_AUDIT_DIR, NEXUS_MCP_KEY_DIR, NEXUS_MCP_KNOWN_HOSTS,
+NEXUS_MCP_HOST_KEY_FINGERPRINT, NEXUS_MCP_SSH_CONFIG, NEXUS_MCP_CONNECT_TIMEOUT, NEXUS_MCP_MAX_SESSIONS, NEXUS_MCP_IDLE_TIMEOUT,
+NEXUS_MCP_POLICY, NEXUS_MCP_SHADOW_DIR, NEXUS_MCP_LOG_LEVEL); a flag wins over its variable.
+Logs go to stderr; stdout carries only the protocol.
+
+Every open, command, refusal and close is appended to <audit-dir>/<session_id>.jsonl; watch
+them with "nexus mcp watch --follow". "nexus mcp setup claude|cursor|codex" prints the client
+configuration.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.applyFlagEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			logger := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: lvl}))
+			if maxSessions < 1 {
+				return fmt.Errorf("--max-sessions is %d; it must be at least 1", maxSessions)
+			}
+			if idle < 0 {
+				return fmt.Errorf("--idle-timeout is %s; use 0 to disable idle reaping", idle)
+			}
+			if idle == 0 {
+				idle = -1 // session.Config: negative disables
+			}
+			var op policy.Operator
+			if policyFile != "" {
+				var err error
+				if op, err = policy.LoadOperatorFile(policyFile); err != nil {
+					return err
+				}
+			}
+			cfg := session.Config{
+				MaxSessions: maxSessions,
+				IdleTimeout: idle,
+				AuditDir:    a.orState(auditDir, "audit"),
+				ShadowDir:   a.orState(shadowDir, "checkpoints"),
+				Operator:    op,
+				SSH: session.SSHConfig{
+					KeyDir:             absPath(keyDir),
+					KnownHosts:         knownHostsFile(knownHosts),
+					HostKeyFingerprint: fingerprint,
+					ConfigFile:         absPath(sshConfig),
+					ConnectTimeout:     connectTimeout,
+				},
+				Now: a.env.Now,
+			}
+			srv := mcp.New(mcp.Config{Session: cfg, Logger: logger, Version: a.env.Version})
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			logger.Info("nexus mcp: serving on stdio", "audit_dir", cfg.AuditDir, "max_sessions", maxSessions,
+				"idle_timeout", idleString(idle), "policy", policyFile)
+			err := srv.ServeStdio(ctx, a.env.Stdin, a.env.Stdout)
+			logger.Info("nexus mcp: stopped")
+			return err
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&auditDir, "audit-dir", "", "directory of the audit log, one <session_id>.jsonl per session (default <state>/audit)")
+	f := cmd.Flags()
+	f.StringVar(&keyDir, "key-dir", "", "directory of the SSH private keys session_create's key may name (unset: no keys)")
+	f.StringVar(&knownHosts, "known-hosts", "", `known_hosts file SSH host keys are checked against; unknown hosts are refused (default ~/.ssh/known_hosts when it exists; "none" for none)`)
+	f.StringVar(&fingerprint, "host-key-fingerprint", "", `pin the host key of every SSH session: "SHA256:..." as ssh-keygen -lf prints it`)
+	f.StringVar(&sshConfig, "ssh-config", "", `ssh_config file for host aliases (default ~/.ssh/config when it exists; "none" for none)`)
+	f.DurationVar(&connectTimeout, "connect-timeout", 0, "SSH connect timeout (0: the transport's default)")
+	f.IntVar(&maxSessions, "max-sessions", session.DefaultMaxSessions, "most agent shells open at once")
+	f.DurationVar(&idle, "idle-timeout", session.DefaultIdleTimeout, "close agent shells idle this long (0 disables)")
+	f.StringVar(&policyFile, "policy", "", `operator policy JSON file: {"allow": [...], "deny": [...], "deny_patterns": [...]}`)
+	f.StringVar(&shadowDir, "shadow-dir", "", "directory of the shadow git repositories of local checkpoints (default <state>/checkpoints)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.AddCommand(a.mcpSetupCmd(), a.mcpWatchCmd(&auditDir))
+	return cmd
+}
+
+// orState is dir made absolute, or <state>/name when dir is empty.
+func (a *app) orState(dir, name string) string {
+	if dir == "" {
+		return filepath.Join(a.stateDir, name)
+	}
+	return absPath(dir)
+}
+
+// absPath makes an operator's path absolute, expanding a leading ~/ (a value from an
+// environment variable or a client's configuration file never went through a shell). Empty and
+// "none" stay as they are.
+func absPath(p string) string {
+	if p == "" || strings.EqualFold(p, "none") {
+		return p
+	}
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			p = home + p[1:]
+		}
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
+// knownHostsFile is the --known-hosts value: the given file, none, or ~/.ssh/known_hosts when
+// that exists (the operator's own trust in hosts; unknown hosts are still refused).
+func knownHostsFile(p string) string {
+	switch {
+	case strings.EqualFold(p, "none"):
+		return ""
+	case p != "":
+		return absPath(p)
+	}
+	def := absPath("~/.ssh/known_hosts")
+	if fi, err := os.Stat(def); err == nil && fi.Mode().IsRegular() {
+		return def
+	}
+	return ""
+}
+
+func idleString(d time.Duration) string {
+	if d < 0 {
+		return "off"
+	}
+	return d.String()
+}
+
+func (a *app) mcpSetupCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "setup claude|cursor|codex",
+		Short: "Print the configuration that adds nexus to an MCP client",
+		Long: `Print what to paste into an MCP client's configuration so it starts this nexus binary as
+"nexus mcp": a "claude mcp add" command line and the .mcp.json entry for Claude Code, the
+~/.cursor/mcp.json entry for Cursor, the ~/.codex/config.toml table for Codex. The configuration
+goes to stdout, the explanations to stderr. Operator flags (--audit-dir, --policy, ...) can be
+added to the args, or set with NEXUS_MCP_* variables in the client's environment.`,
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		ValidArgs: []string{"claude", "cursor", "codex"},
+		RunE: func(_ *cobra.Command, args []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the nexus binary: %w", err)
+			}
+			if exe, err = filepath.Abs(exe); err != nil {
+				return fmt.Errorf("find the nexus binary: %w", err)
+			}
+			out, note := a.env.Stdout, a.env.Stderr
+			switch args[0] {
+			case "claude":
+				fmt.Fprintln(note, "# Claude Code: run this (add --scope user to use nexus in every project):")
+				fmt.Fprintf(out, "claude mcp add nexus -- %s mcp\n", shellQuote(exe))
+				fmt.Fprintln(note, "# or put this in .mcp.json at the root of your project:")
+				_, err = out.Write(mcpServersJSON(exe))
+			case "cursor":
+				fmt.Fprintln(note, `# Cursor: put this in ~/.cursor/mcp.json (or .cursor/mcp.json in a project); merge it into "mcpServers" if the file exists:`)
+				_, err = out.Write(mcpServersJSON(exe))
+			case "codex":
+				fmt.Fprintln(note, "# Codex: add this to ~/.codex/config.toml:")
+				_, err = fmt.Fprintf(out, "[mcp_servers.nexus]\ncommand = %s\nargs = [\"mcp\"]\n", tomlString(exe))
+			}
+			return err
+		},
+	}
+}
+
+// mcpServersJSON is the {"mcpServers": {"nexus": ...}} document of Claude Code and Cursor.
+func mcpServersJSON(exe string) []byte {
+	type server struct {
+		Command string   `json:"command"`
+		Args    []string `json:"args"`
+	}
+	doc := map[string]map[string]server{"mcpServers": {"nexus": {Command: exe, Args: []string{"mcp"}}}}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(doc)
+	return b.Bytes()
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@%=", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// tomlString is s as a TOML basic string.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func (a *app) mcpWatchCmd(auditDir *string) *cobra.Command {
+	var (
+		follow bool
+		sid    string
+	)
+	cmd := &cobra.Command{
+		Use:   "watch [--follow] [--session ID]",
+		Short: "Print a readable transcript of every agent shell from the audit log",
+		Long: `Print what agents did in their shells, from the audit log of "nexus mcp" (<state>/audit, or
+--audit-dir / NEXUS_MCP_AUDIT_DIR): for each command a "[session] cwd $ command" line, its output
+(stderr lines marked [stderr]) and "→ exit CODE (N ms)", plus opens, refusals and closes, in time
+order across sessions. With --follow, keep printing new records as they are written until
+interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.applyFlagEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return mcp.Watch(ctx, mcp.WatchOptions{
+				Dir: a.orState(*auditDir, "audit"), Session: sid, Follow: follow, Out: a.env.Stdout, Err: a.env.Stderr,
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep watching for new commands and new sessions")
+	cmd.Flags().StringVar(&sid, "session", "", "show only this session")
+	return cmd
+}

@@ -1,0 +1,327 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/policy"
+	"github.com/nexus-run/nexus/internal/shell/session"
+)
+
+// connect runs a server over in-memory transports and returns a connected client session.
+func connect(t *testing.T, cfg Config) (*sdk.ClientSession, *Server) {
+	t.Helper()
+	s := New(cfg)
+	ct, st := sdk.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, st) }()
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "v0"}, nil)
+	cs, err := c.Connect(ctx, ct, nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+	return cs, s
+}
+
+func call(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) (*sdk.CallToolResult, string) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return res, b.String()
+}
+
+func mustFail(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any, re string) {
+	t.Helper()
+	res, txt := call(t, cs, name, args)
+	if !res.IsError {
+		t.Fatalf("%s %v: want a tool error, got %s", name, args, txt)
+	}
+	if !regexp.MustCompile(re).MatchString(txt) {
+		t.Fatalf("%s %v: error %q does not match %q", name, args, txt, re)
+	}
+}
+
+func createLocal(t *testing.T, cs *sdk.ClientSession, extra map[string]any) string {
+	t.Helper()
+	args := map[string]any{"transport": "local"}
+	for k, v := range extra {
+		args[k] = v
+	}
+	res, txt := call(t, cs, "session_create", args)
+	if res.IsError {
+		t.Fatalf("session_create: %s", txt)
+	}
+	var info session.Info
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &info); err != nil || info.SessionID == "" {
+		t.Fatalf("session_create result %s: %v", b, err)
+	}
+	return info.SessionID
+}
+
+func TestSchemas(t *testing.T) {
+	for name, s := range map[string]*jsonschema.Schema{
+		"create": createSchema(), "exec": execSchema(), "checkpoint": checkpointSchema(), "restore": restoreSchema(),
+		"id": sessionIDSchema(), "empty": emptySchema(),
+	} {
+		if s.Type != "object" {
+			t.Errorf("%s: type %q", name, s.Type)
+		}
+		if _, err := s.Resolve(&jsonschema.ResolveOptions{ValidateDefaults: true}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	c := createSchema()
+	if fmt.Sprint(c.Properties["transport"].Enum) != "[local ssh docker]" {
+		t.Errorf("transport enum %v", c.Properties["transport"].Enum)
+	}
+	if fmt.Sprint(c.Required) != "[transport]" {
+		t.Errorf("create required %v", c.Required)
+	}
+	e := execSchema()
+	if fmt.Sprint(e.Properties["budget"].Properties["keep"].Enum) != "[all head tail head_tail]" {
+		t.Errorf("keep enum %v", e.Properties["budget"].Properties["keep"].Enum)
+	}
+	if string(e.Properties["timeout_secs"].Default) != "120" || *e.Properties["timeout_secs"].Maximum != 3600 {
+		t.Errorf("timeout_secs %+v", e.Properties["timeout_secs"])
+	}
+	// Each call builds its own schema: adjusting one never touches another server's.
+	e.Properties["command"].Description = "changed"
+	if execSchema().Properties["command"].Description == "changed" {
+		t.Error("schemas are shared")
+	}
+}
+
+func TestToolError(t *testing.T) {
+	v := &policy.Violation{Rule: "deny: rm", Program: "rm", Command: "rm -rf /"}
+	for _, tc := range []struct {
+		tool, id string
+		err      error
+		want     string
+	}{
+		{"session_exec", "x", fmt.Errorf("%w: %w", session.ErrBlocked, v), `^blocked by policy rule "deny: rm": the command would run rm; .*; the command did not run$`},
+		{"session_exec", "x", fmt.Errorf("%w %q", session.ErrNotFound, "x"), `^no session "x": .*call session_list .* session_create`},
+		{"session_create", "", fmt.Errorf("%w: 64 sessions open; destroy one with session_destroy", session.ErrLimit), `session_list and session_destroy a session you no longer need`},
+		{"session_exec", "x", fmt.Errorf("%w: budget: bad", session.ErrInvalid), `budget: bad; fix the argument and call session_exec again`},
+		{"session_exec", "x", session.ErrClosed, `session "x" is closed.*session_create`},
+		{"session_create", "", session.ErrClosed, `shutting down`},
+		{"session_restore", "x", fmt.Errorf("%w: abc1234", shell.ErrNoCheckpoint), `call session_checkpoints with session_id "x"`},
+		{"session_create", "", fmt.Errorf("open ssh session: %w: x", shell.ErrHostKeyUnknown), `operator's configuration.*ask the user`},
+		{"session_exec", "x", errors.New("run: broken pipe"), `could not be run: run: broken pipe; check the session with session_list`},
+	} {
+		got := toolError(tc.tool, tc.id, tc.err).Error()
+		if !regexp.MustCompile(tc.want).MatchString(got) {
+			t.Errorf("toolError(%s, %v) = %q, want match %q", tc.tool, tc.err, got, tc.want)
+		}
+	}
+	// A refusal quoting a secret is redacted.
+	secret := "ghp_" + strings.Repeat("x1Y", 12)
+	got := toolError("session_exec", "x", &policy.Violation{Rule: policy.RuleDynamic, Program: "$(" + secret + ")", Detail: "d"}).Error()
+	if strings.Contains(got, secret) {
+		t.Errorf("secret in %q", got)
+	}
+}
+
+func TestProgress(t *testing.T) {
+	p := &progress{start: time.Now()}
+	var mu sync.Mutex
+	var got []*sdk.ProgressNotificationParams
+	stop := p.run(context.Background(), 5*time.Millisecond, func(_ context.Context, n *sdk.ProgressNotificationParams) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, n)
+		return nil
+	})
+	p.onOutput("stdout", []byte("hello"))
+	p.onOutput("stderr", []byte("oops\n"))
+	p.onOutput("stdout", []byte(" world"))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d notifications", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	mu.Lock()
+	n := len(got)
+	last := got[n-1]
+	for i := 1; i < n; i++ {
+		if got[i].Progress <= got[i-1].Progress {
+			t.Errorf("progress does not increase: %v then %v", got[i-1].Progress, got[i].Progress)
+		}
+	}
+	mu.Unlock()
+	if !strings.Contains(last.Message, "stdout 11 bytes, stderr 5 bytes") {
+		t.Errorf("message %q", last.Message)
+	}
+	time.Sleep(20 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != n {
+		t.Errorf("notifications after stop: %d then %d", n, len(got))
+	}
+}
+
+func TestProgressStopsOnSendError(t *testing.T) {
+	p := &progress{start: time.Now()}
+	calls := 0
+	var mu sync.Mutex
+	stop := p.run(context.Background(), time.Millisecond, func(context.Context, *sdk.ProgressNotificationParams) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return errors.New("client gone")
+	})
+	time.Sleep(30 * time.Millisecond)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("%d sends after an error, want 1", calls)
+	}
+}
+
+func TestToolsInMemory(t *testing.T) {
+	audit := t.TempDir()
+	cs, _ := connect(t, Config{Session: session.Config{MaxSessions: 1, AuditDir: audit, IdleTimeout: -1}, ProgressInterval: 10 * time.Millisecond})
+
+	mustFail(t, cs, "session_create", map[string]any{"transport": "telnet"}, `transport`)
+	mustFail(t, cs, "session_create", map[string]any{"transport": "local", "host": "example.com"}, `for ssh and docker sessions`)
+	mustFail(t, cs, "session_create", map[string]any{"transport": "ssh", "host": "h", "key": "../id_rsa"}, `is a path`)
+	mustFail(t, cs, "session_create", map[string]any{"transport": "local", "output_budget": map[string]any{"keep": "head"}}, `needs lines >= 1`)
+	mustFail(t, cs, "session_create", map[string]any{"transport": "local", "deny": []string{"/bin/rm"}}, `base name`)
+	mustFail(t, cs, "session_create", map[string]any{"transport": "local", "cwd": "/nonexistent/dir"}, `not a directory.*fix the argument`)
+
+	id := createLocal(t, cs, map[string]any{"output_budget": map[string]any{"keep": "head", "lines": 1}})
+	mustFail(t, cs, "session_create", map[string]any{"transport": "local"}, `session limit reached.*session_destroy`)
+
+	// The session's default budget applies; a call's budget overrides it.
+	res, txt := call(t, cs, "session_exec", map[string]any{"session_id": id, "command": "printf 'a\\nb\\nc\\n'"})
+	if res.IsError || !strings.Contains(txt, "--- stdout ---\na\n") || strings.Contains(txt, "\nc\n") || !strings.Contains(txt, "stdout 1 of 3 lines kept (head)") {
+		t.Fatalf("default budget: %s", txt)
+	}
+	res, txt = call(t, cs, "session_exec", map[string]any{"session_id": id, "command": "printf 'a\\nb\\nc\\n'", "budget": map[string]any{"keep": "all"}})
+	if res.IsError || !strings.Contains(txt, "a\nb\nc\n") {
+		t.Fatalf("override: %s", txt)
+	}
+	// A grep budget.
+	res, _ = call(t, cs, "session_exec", map[string]any{"session_id": id, "command": "seq 20", "budget": map[string]any{"keep": "all", "grep": map[string]any{"pattern": "^1[57]$"}}})
+	var r shell.ExecResult
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &r); err != nil || res.IsError || r.Stdout != "15\n17\n" || r.Budget.Stdout.LinesTotal != 20 {
+		t.Fatalf("grep: %s", b)
+	}
+
+	mustFail(t, cs, "session_exec", map[string]any{"session_id": id, "command": "  "}, `command is empty`)
+	mustFail(t, cs, "session_exec", map[string]any{"session_id": id, "command": "true", "timeout_secs": 0}, `timeout_secs`)
+	mustFail(t, cs, "session_exec", map[string]any{"session_id": id, "command": "true", "timeout_secs": 4000}, `timeout_secs`)
+	mustFail(t, cs, "session_exec", map[string]any{"session_id": "nope", "command": "true"}, `no session "nope"`)
+	mustFail(t, cs, "session_exec", map[string]any{"session_id": id, "command": "true", "extra": 1}, `extra`)
+	mustFail(t, cs, "session_checkpoint", map[string]any{"session_id": id}, `no workspace.*workspace`)
+	mustFail(t, cs, "session_restore", map[string]any{"session_id": id, "checkpoint_id": "HEAD~1"}, `checkpoint_id`)
+
+	// No progress token, no notifications; the call still works.
+	res, txt = call(t, cs, "session_exec", map[string]any{"session_id": id, "command": "sleep 0.05; echo hi"})
+	if res.IsError || !strings.Contains(txt, "hi") {
+		t.Fatalf("sleep: %s", txt)
+	}
+
+	res, txt = call(t, cs, "session_destroy", map[string]any{"session_id": id})
+	if res.IsError || !strings.Contains(txt, `"destroyed":true`) {
+		t.Fatalf("destroy: %s", txt)
+	}
+	res, txt = call(t, cs, "session_list", map[string]any{})
+	if res.IsError || !strings.Contains(txt, `"sessions":[]`) {
+		t.Fatalf("list: %s", txt)
+	}
+	data, err := os.ReadFile(filepath.Join(audit, id+".jsonl"))
+	if err != nil || !strings.Contains(string(data), `"event":"close","reason":"destroyed"`) {
+		t.Fatalf("audit: %s %v", data, err)
+	}
+}
+
+func TestRunClosesSessions(t *testing.T) {
+	audit := t.TempDir()
+	s := New(Config{Session: session.Config{AuditDir: audit}})
+	ct, st := sdk.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, st) }()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := createLocal(t, cs, nil)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(s.Manager().List()); n != 0 {
+		t.Fatalf("%d sessions left", n)
+	}
+	data, err := os.ReadFile(filepath.Join(audit, id+".jsonl"))
+	if err != nil || !strings.Contains(string(data), `"reason":"shutdown"`) {
+		t.Fatalf("audit: %s %v", data, err)
+	}
+	_ = cs.Close()
+}
+
+func TestFormatExecResult(t *testing.T) {
+	got := FormatExecResult(shell.ExecResult{Stdout: "a\nb", Stderr: "e\n", ExitCode: 124, DurationMS: 1000, Cwd: "/w", TimedOut: true, Truncated: true,
+		Budget: &shell.BudgetReport{Stdout: shell.StreamReport{Mode: "tail", LinesTotal: 9, LinesKept: 2}, Stderr: shell.StreamReport{Mode: "tail", LinesTotal: 1, LinesKept: 1}}})
+	want := "exit_code: 124   duration: 1000 ms   cwd: /w\n" +
+		"timed out: the command was interrupted (exit_code 124); the session is still usable\n" +
+		"--- stdout ---\na\nb\n[no newline at end]\n" +
+		"--- stderr ---\ne\n" +
+		"budget: stdout 2 of 9 lines kept (tail); stderr 1 of 1 lines kept (tail)\n" +
+		"truncated: part of the output was dropped; use a budget (grep, keep head/tail, max_chars) to see other parts\n"
+	if got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	got = FormatExecResult(shell.ExecResult{ExitCode: 0, Cwd: "/", ShellExited: true})
+	if !strings.Contains(got, "(no output)") || !strings.Contains(got, "the shell exited") {
+		t.Errorf("got:\n%s", got)
+	}
+}

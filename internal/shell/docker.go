@@ -1,0 +1,212 @@
+package shell
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Docker runs shells inside a running container with `docker exec -i` (no -t, so stdout and
+// stderr stay separate streams): bash, or sh where the image has no bash. Every process of a
+// session carries a random NEXUS_SHELL_TAG in its environment, so Close can find and kill
+// them inside the container (killing the local `docker exec` client alone would leave them
+// running there).
+//
+// Tested only against a fake docker (testdata/fakedocker), which runs the commands on this
+// machine: these machines have no Docker engine. The argv it is given is what a real docker
+// CLI would get.
+type Docker struct {
+	// Container is the container's name or id (agent); validated, never an option.
+	Container string
+	// Binary is the docker client to run; empty means "docker" on PATH (operator).
+	Binary string
+}
+
+// containerRE is Docker's own rule for container names (ids match it too).
+var containerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// maxContainerName bounds a container name or id.
+const maxContainerName = 128
+
+// Kind implements Transport.
+func (d *Docker) Kind() string { return "docker" }
+
+// IDPart implements Transport: docker_<container>, sanitized.
+func (d *Docker) IDPart() string { return "docker_" + sanitizeIDPart(d.Container) }
+
+// Validate checks the container name without running docker.
+func (d *Docker) Validate() error {
+	if d.Container == "" {
+		return errors.New("docker: container is required")
+	}
+	if len(d.Container) > maxContainerName || !containerRE.MatchString(d.Container) {
+		return fmt.Errorf("docker: invalid container name %q (want [A-Za-z0-9][A-Za-z0-9_.-]*)", d.Container)
+	}
+	return nil
+}
+
+func (d *Docker) binary() string {
+	if d.Binary == "" {
+		return "docker"
+	}
+	return d.Binary
+}
+
+// inspectTimeout bounds the running check.
+const inspectTimeout = 30 * time.Second
+
+// running checks that the container exists and runs.
+func (d *Docker) running(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.binary(), "inspect", "--type", "container", "-f", "{{.State.Running}}", d.Container)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return fmt.Errorf("docker: cannot run %s: %w", d.binary(), err)
+		}
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return fmt.Errorf("docker: no container %q: %s", d.Container, msg)
+	}
+	if s := strings.TrimSpace(out.String()); s != "true" {
+		return fmt.Errorf("docker: container %q is not running (start it first)", d.Container)
+	}
+	return nil
+}
+
+// execArgs is the argv of `docker exec` running sh -c script in the container.
+func (d *Docker) execArgs(stdin bool, env []string, script string) []string {
+	argv := []string{"exec"}
+	if stdin {
+		argv = append(argv, "-i")
+	}
+	for _, kv := range env {
+		argv = append(argv, "-e", kv)
+	}
+	return append(argv, d.Container, "sh", "-c", script)
+}
+
+// Start implements Transport.
+func (d *Docker) Start(ctx context.Context, env []string) (Proc, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkEnv(env); err != nil {
+		return nil, err
+	}
+	if err := d.running(ctx); err != nil {
+		return nil, err
+	}
+	tag := newToken()
+	cmd := exec.Command(d.binary(), d.execArgs(true, append([]string{TagVar + "=" + tag}, env...), startShellScript)...) //nolint:noctx // the shell outlives the request; Close ends it
+	// Its own process group, so a signal meant for nexus's group does not reach the client.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("docker stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("docker stdout: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("docker stderr: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("docker: start %s exec: %w", d.binary(), err)
+	}
+	p := &dockerProc{d: d, cmd: cmd, tag: tag, env: env, stdin: stdin, stdout: stdout, stderr: stderr, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.code = exitStatus(cmd.ProcessState, err)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+type dockerProc struct {
+	d      *Docker
+	cmd    *exec.Cmd
+	tag    string
+	env    []string
+	stdin  io.WriteCloser
+	stdout io.Reader
+	stderr io.Reader
+	done   chan struct{}
+	code   int
+	once   sync.Once
+}
+
+func (p *dockerProc) Stdin() io.WriteCloser { return p.stdin }
+func (p *dockerProc) Stdout() io.Reader     { return p.stdout }
+func (p *dockerProc) Stderr() io.Reader     { return p.stderr }
+func (p *dockerProc) Done() <-chan struct{} { return p.done }
+
+func (p *dockerProc) ExitCode() int {
+	<-p.done
+	return p.code
+}
+
+// side runs sh -c script in the container (beside the shell, not tagged).
+func (p *dockerProc) side(ctx context.Context, env []string, script string, stdin []byte) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, p.d.binary(), p.d.execArgs(stdin != nil, env, script)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("%w: %s", err, bytes.TrimSpace(errb.Bytes()))
+	}
+	return out.Bytes(), nil
+}
+
+func (p *dockerProc) SignalChildren(ctx context.Context, shellPID int, sig syscall.Signal) error {
+	script, err := signalChildrenScript(shellPID, sig)
+	if err != nil {
+		return err
+	}
+	if _, err := p.side(ctx, nil, script, nil); err != nil {
+		return fmt.Errorf("signal children: %w", err)
+	}
+	return nil
+}
+
+func (p *dockerProc) Run(ctx context.Context, script string, stdin []byte) ([]byte, error) {
+	if stdin == nil {
+		stdin = []byte{}
+	}
+	return p.side(ctx, p.env, script, stdin)
+}
+
+// Close kills every tagged process inside the container (the shell, its jobs, whatever
+// double-forked away from it), then the local docker client.
+func (p *dockerProc) Close() error {
+	p.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_, _ = p.side(ctx, nil, killSessionScript(p.tag, 0), nil)
+		cancel()
+		_ = p.stdin.Close()
+		select {
+		case <-p.done:
+		case <-time.After(500 * time.Millisecond):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return nil
+}

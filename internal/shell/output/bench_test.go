@@ -1,0 +1,86 @@
+package output
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/shell"
+)
+
+// buildLog is typical build/test output: coloured status lines, paths, timings.
+func buildLog() []byte {
+	lines := []string{
+		"\x1b[32mok\x1b[0m  \tgithub.com/nexus-run/nexus/internal/runtime\t0.052s\n",
+		"--- PASS: TestSomethingInteresting (0.00s)\n",
+		"internal/shell/engine.go:123:45: undefined: frobnicate\n",
+		"npm WARN deprecated inflight@1.0.6: This module is not supported, and leaks memory.\n",
+		"   Compiling serde v1.0.197\n",
+		"[  42%] Building CXX object src/CMakeFiles/app.dir/main.cpp.o\n",
+		"Downloading https://files.pythonhosted.org/packages/ab/cd/requests-2.31.0-py3-none-any.whl (62 kB)\n",
+		"  \x1b[1m\x1b[31merror\x1b[0m: could not find `Cargo.toml` in `/home/user/project` or any parent directory\n",
+	}
+	var b strings.Builder
+	for b.Len() < 1<<20 {
+		for _, l := range lines {
+			b.WriteString(l)
+		}
+	}
+	return []byte(b.String())
+}
+
+func BenchmarkCollector(b *testing.B) {
+	in := buildLog()
+	for _, bc := range []struct {
+		name string
+		b    shell.Budget
+	}{
+		{"all", shell.Budget{}},
+		{"tail", shell.Budget{Keep: "tail", Lines: 100}},
+		{"grep", shell.Budget{Grep: &shell.Grep{Pattern: `error|FAIL`, Context: 2}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := NewRedactor()
+			r.Learn("export API_TOKEN=abc123xyz")
+			b.SetBytes(int64(len(in)))
+			cpu0 := cpuTime()
+			for b.Loop() {
+				c, _ := NewCollector(bc.b, r)
+				for i := 0; i < len(in); i += 32 << 10 {
+					c.Write(in[i:min(i+32<<10, len(in))])
+				}
+				c.Finish()
+			}
+			reportCPU(b, cpu0, len(in))
+		})
+	}
+}
+
+func BenchmarkRedactLine(b *testing.B) {
+	r := NewRedactor()
+	line := "internal/shell/engine.go:123:45: undefined: frobnicate"
+	var sc scratch
+	b.SetBytes(int64(len(line)))
+	cpu0 := cpuTime()
+	for b.Loop() {
+		r.redactLine(line, &sc, nil)
+	}
+	reportCPU(b, cpu0, len(line))
+}
+
+// cpuTime is the process's CPU time (user+system, all threads). On a loaded machine the
+// wall-clock MB/s is noisy; cpu-MB/s (bytes per CPU second, GC included) is not.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportCPU(b *testing.B, cpu0 time.Duration, n int) {
+	if d := cpuTime() - cpu0; d > 0 {
+		b.ReportMetric(float64(n)*float64(b.N)/1e6/d.Seconds(), "cpu-MB/s")
+	}
+}

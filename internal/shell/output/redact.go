@@ -1,0 +1,527 @@
+package output
+
+import (
+	"bytes"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Redaction is best effort: it catches the token shapes and name=value forms listed in
+// SHELL.md and literals the session assigned to secret-looking names, one line at a time.
+// See the package documentation for what it does not catch.
+
+// Marker returns the text that replaces a secret of the given kind.
+func Marker(kind string) string { return "[REDACTED:" + kind + "]" }
+
+// Kinds of secret, as they appear in markers.
+const (
+	KindPrivateKey    = "private-key"
+	KindAWSAccessKey  = "aws-access-key"
+	KindGitHubToken   = "github-token"
+	KindGitLabToken   = "gitlab-token"
+	KindSlackToken    = "slack-token"
+	KindStripeKey     = "stripe-key"
+	KindGoogleAPIKey  = "google-api-key"
+	KindAnthropicKey  = "anthropic-key"
+	KindOpenAIKey     = "openai-key"
+	KindJWT           = "jwt"
+	KindURLPassword   = "url-password"
+	KindAuthorization = "authorization"
+	KindSecret        = "secret"
+	KindLearned       = "learned"
+)
+
+// MinLearnedLen is the shortest literal (in bytes) the redactor learns: shorter values would
+// redact common words ("test", "root") all over the output.
+const MinLearnedLen = 6
+
+// Limits on what one Redactor remembers.
+const (
+	maxLearned      = 1024
+	maxLearnedBytes = 4096
+)
+
+// A rule finds one family of secrets in a line.
+type rule struct {
+	kind string
+	// The rule runs only when the line passes a cheap test: it contains one of triggers at
+	// the start of a word, or one of lowerTriggers in its ASCII-lowercased copy, or pre says so.
+	triggers      []string
+	pre           func(lower []byte) bool
+	lowerTriggers []string
+	lowerTrig     [][]byte // lowerTriggers as bytes, filled by init
+	re            *regexp.Regexp
+	// group is the submatch replaced (0: the whole match).
+	group int
+	// keep, when set, is asked whether a found value is a real secret; false leaves it.
+	keep func(value string, m []int, line string) bool
+	// learn: values this rule finds in a command are learned as literals.
+	learn bool
+}
+
+// keywordRE is the part of a name that makes it secret-looking (case-insensitive), at the
+// end of the name: DB_PASSWORD, GITHUB_TOKEN, client_secret, apiKey, aws_secret_access_key.
+const keywordRE = `(?:password|passwd|passphrase|secret|token|api[_-]?key|private[_-]?key|access[_-]?key|` +
+	`secret[_-]?key|auth[_-]?key|signing[_-]?key|encryption[_-]?key|key[_-]?base|credentials?|` +
+	`[_.-]pass|[_.-]pwd)(?:[_-]?(?:value|[0-9]+))?`
+
+// valueRE is a value after name= or name: — quoted, or a run up to whitespace or punctuation
+// that ends values in URLs, shell lists and JSON.
+const valueRE = `("(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s"'` + "`" + `,;&)}\]]+)`
+
+var (
+	pemInlineRE = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`)
+	pemOpenRE   = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:\\[nr]|[A-Za-z0-9+/=\t ])*`)
+	pemEndRE    = regexp.MustCompile(`-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`)
+	// pemBodyRE: a line inside a PEM block — base64 (maybe quoted, with an escaped newline or a
+	// continuation), an RFC 1421 header, or blank.
+	pemBodyRE = regexp.MustCompile(`^\s*(?:(?:Proc-Type|DEK-Info|Comment|Version):.*|["']?[A-Za-z0-9+/=]*(?:\\n)?["']?\s*[+,\\]?)\s*$`)
+
+	dottedIdentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$`)
+	secretNameRE  = regexp.MustCompile(`(?i)^(?:[A-Za-z0-9_.-]*` + keywordRE + `|pass)$`)
+)
+
+// placeholders are values that are never secrets: type names, null-ish words, booleans.
+var placeholders = map[string]bool{
+	"string": true, "str": true, "&str": true, "number": true, "int": true, "integer": true,
+	"bool": true, "boolean": true, "null": true, "nil": true, "none": true, "undefined": true,
+	"true": true, "false": true, "any": true, "bytes": true, "object": true, "required": true,
+	"optional": true, "redacted": true, "hidden": true, "unset": true, "empty": true,
+}
+
+// plausibleValue says whether v (unquoted, the part after name= or name:) could be a secret
+// rather than a reference, a type, a placeholder or an already redacted value.
+func plausibleValue(v, name string, quoted bool) bool {
+	if len(v) < 3 {
+		return false
+	}
+	switch v[0] {
+	case '$', '{', '[', '<', '*', '%':
+		return false
+	}
+	if placeholders[strings.ToLower(v)] {
+		return false
+	}
+	if !quoted {
+		if strings.ContainsRune(v, '(') || dottedIdentRE.MatchString(v) {
+			return false // a call or a field: token = getToken(), password: cfg.Password
+		}
+	}
+	// `Token: token`, `password=password`: the value is the name, as in code.
+	if strings.EqualFold(v, name) || strings.EqualFold(v, lastSegment(name)) {
+		return false
+	}
+	return true
+}
+
+// lastSegment is the last part of a name split at _ . - (DB_PASSWORD -> PASSWORD).
+func lastSegment(name string) string {
+	if i := strings.LastIndexAny(name, "_.-"); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+// unquote strips one pair of matching quotes.
+func unquote(v string) (string, bool) {
+	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+		return v[1 : len(v)-1], true
+	}
+	return v, false
+}
+
+// nameValueKeep checks the value group (2) of a name/value rule whose name is group 1.
+func nameValueKeep(value string, m []int, line string) bool {
+	name := strings.TrimLeft(line[m[2]:m[3]], "-\"' \t")
+	name = strings.TrimRight(name, "\"' \t:=>")
+	v, quoted := unquote(value)
+	return plausibleValue(v, name, quoted)
+}
+
+// flagKeep is nameValueKeep for `--password VALUE`, which also skips help-text placeholders
+// such as `--token TOKEN`.
+func flagKeep(value string, m []int, line string) bool {
+	if v, quoted := unquote(value); !quoted && strings.ToUpper(v) == v && strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_-") == "" {
+		return false
+	}
+	return nameValueKeep(value, m, line)
+}
+
+// notRedacted skips values that are already markers or shell references.
+func notRedacted(value string, _ []int, _ string) bool {
+	return value != "" && value[0] != '[' && value[0] != '$'
+}
+
+// rules, in the order they run. The shape rules come first so a token gets its specific kind.
+var rules = []rule{
+	{kind: KindAWSAccessKey, triggers: []string{"AKIA", "ASIA", "ABIA", "ACCA"},
+		re: regexp.MustCompile(`\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b`)},
+	{kind: KindGitHubToken, triggers: []string{"ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_"},
+		re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{36}[A-Za-z0-9]*|github_pat_[A-Za-z0-9_]{22}[A-Za-z0-9_]*)`)},
+	{kind: KindGitLabToken, triggers: []string{"glpat-"},
+		re: regexp.MustCompile(`\bglpat-[A-Za-z0-9_-]{20}[A-Za-z0-9_-]*`)},
+	{kind: KindSlackToken, triggers: []string{"xox"},
+		re: regexp.MustCompile(`\bxox[baprs]-[A-Za-z0-9-]{10}[A-Za-z0-9-]*`)},
+	{kind: KindStripeKey, triggers: []string{"sk_live_", "rk_live_", "sk_test_", "rk_test_"},
+		re: regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{16}[A-Za-z0-9]*`)},
+	{kind: KindGoogleAPIKey, triggers: []string{"AIza"},
+		re: regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`)},
+	{kind: KindAnthropicKey, triggers: []string{"sk-ant-"},
+		re: regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
+	{kind: KindOpenAIKey, triggers: []string{"sk-"},
+		re: regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
+	{kind: KindJWT, triggers: []string{"eyJ"},
+		re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*`)},
+	{kind: KindURLPassword, pre: urlCandidate, group: 1, keep: notRedacted, learn: true,
+		re: regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:([^\s@/]+)@`)},
+	{kind: KindAuthorization, lowerTriggers: []string{"authorization"}, group: 1, keep: notRedacted, learn: true,
+		re: regexp.MustCompile(`(?i)\bauthorization["']?\s*[:=]\s*["']?(?:bearer|basic|token|digest|bot)\s+([^\s"',;]+)`)},
+	{kind: KindAuthorization, lowerTriggers: []string{"bearer"}, group: 1, keep: notRedacted, learn: true,
+		re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16}[A-Za-z0-9._~+/-]*=*)`)},
+	{kind: KindSecret, pre: nameCandidate, group: 2, keep: nameValueKeep, learn: true,
+		re: regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*` + keywordRE + `["']?\s*(?:=>|:=|=|:)\s*|\bpass\s*=\s*)` + valueRE)},
+	{kind: KindSecret, pre: nameCandidate, group: 2, keep: flagKeep, learn: true,
+		re: regexp.MustCompile(`(?i)(--[A-Za-z0-9_.-]*` + keywordRE + `[ \t]+)` + valueRE)},
+}
+
+var privateKeyTrigger = []byte("private key")
+
+func init() {
+	for i := range rules {
+		for _, t := range rules[i].lowerTriggers {
+			rules[i].lowerTrig = append(rules[i].lowerTrig, []byte(t))
+		}
+	}
+}
+
+// learned is an immutable snapshot of the literals a Redactor has learned.
+type learned struct {
+	literals []string // in learning order (oldest first)
+	replacer *strings.Replacer
+}
+
+// Redactor redacts secrets. One per agent-shell session; safe for concurrent use. Besides the
+// fixed rules it learns literal values the session assigned to secret-looking names (Learn) and
+// redacts them wherever they appear afterwards.
+type Redactor struct {
+	mu   sync.Mutex // serializes Learn
+	snap atomic.Pointer[learned]
+}
+
+// NewRedactor returns a Redactor that knows no literals yet.
+func NewRedactor() *Redactor { return &Redactor{} }
+
+// defaultRedactor serves collectors created without one.
+var defaultRedactor = NewRedactor()
+
+// Learned returns how many literals the redactor knows.
+func (r *Redactor) Learned() int {
+	if s := r.snap.Load(); s != nil {
+		return len(s.literals)
+	}
+	return 0
+}
+
+// learnValues adds literals (at least MinLearnedLen bytes, at most maxLearnedBytes), keeping
+// the newest maxLearned.
+func (r *Redactor) learnValues(vals []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var lits []string
+	if s := r.snap.Load(); s != nil {
+		lits = slices.Clone(s.literals)
+	}
+	changed := false
+	for _, v := range vals {
+		if len(v) < MinLearnedLen || len(v) > maxLearnedBytes || strings.ContainsAny(v, "\n\r") ||
+			strings.HasPrefix(v, "[REDACTED:") || slices.Contains(lits, v) {
+			continue
+		}
+		lits = append(lits, v)
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	if len(lits) > maxLearned {
+		lits = lits[len(lits)-maxLearned:]
+	}
+	// Longest first, so that of two literals matching at one position the longer wins.
+	byLen := slices.Clone(lits)
+	slices.SortStableFunc(byLen, func(a, b string) int { return len(b) - len(a) })
+	mark := Marker(KindLearned)
+	pairs := make([]string, 0, 2*len(byLen))
+	for _, l := range byLen {
+		pairs = append(pairs, l, mark)
+	}
+	r.snap.Store(&learned{literals: lits, replacer: strings.NewReplacer(pairs...)})
+}
+
+// scratch is per-caller working memory for line redaction.
+type scratch struct {
+	lower []byte
+}
+
+// redactLine redacts one line (no newline). It returns s itself when nothing matched. PEM
+// blocks spanning lines are the caller's business (see pemState); a BEGIN...END block within
+// the line, or a BEGIN header, is replaced here. If found is not nil it receives the values of
+// rules marked learn.
+func (r *Redactor) redactLine(s string, sc *scratch, found func(string)) string {
+	if s == "" {
+		return s
+	}
+	sc.lower = appendLower(sc.lower[:0], s)
+	lower := sc.lower
+	if bytes.Contains(lower, privateKeyTrigger) {
+		s = pemInlineRE.ReplaceAllLiteralString(s, Marker(KindPrivateKey))
+		s = pemOpenRE.ReplaceAllLiteralString(s, Marker(KindPrivateKey))
+	}
+	for i := range rules {
+		ru := &rules[i]
+		if !ru.triggered(s, lower) {
+			continue
+		}
+		s = ru.apply(s, found)
+	}
+	if lt := r.snap.Load(); lt != nil {
+		s = lt.replacer.Replace(s)
+	}
+	return s
+}
+
+func (ru *rule) triggered(s string, lower []byte) bool {
+	for _, t := range ru.triggers {
+		if containsAtWordStart(s, t) {
+			return true
+		}
+	}
+	for _, t := range ru.lowerTrig {
+		if bytes.Contains(lower, t) {
+			return true
+		}
+	}
+	return ru.pre != nil && ru.pre(lower)
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// containsAtWordStart: s contains sub where a word starts (as \b before a word character).
+func containsAtWordStart(s, sub string) bool {
+	for off := 0; ; {
+		i := strings.Index(s[off:], sub)
+		if i < 0 {
+			return false
+		}
+		i += off
+		if i == 0 || !isWordByte(s[i-1]) {
+			return true
+		}
+		off = i + 1
+	}
+}
+
+func isNameByte(c byte) bool { return isWordByte(c) || c == '.' || c == '-' }
+
+var nameKeywords = [][]byte{[]byte("pass"), []byte("secret"), []byte("token"), []byte("key"), []byte("credential"), []byte("pwd")}
+
+// nameCandidate is the name/value rules' prefilter on the lowercased line: a keyword inside a
+// name that is followed by = or : (after an optional quote and blanks), or a --name followed by
+// a blank. A bare "pass" or "pwd" (not part of password/passwd/passphrase) needs one of _ . -
+// before it, or for "pass" alone, an =.
+func nameCandidate(lower []byte) bool {
+	for _, kw := range nameKeywords {
+		for off := 0; ; {
+			i := bytes.Index(lower[off:], kw)
+			if i < 0 {
+				break
+			}
+			i += off
+			off = i + 1
+			b := i
+			for b > 0 && isNameByte(lower[b-1]) {
+				b--
+			}
+			e := i + len(kw)
+			for e < len(lower) && isNameByte(lower[e]) {
+				e++
+			}
+			bare := (kw[0] == 'p' && !bytes.HasPrefix(lower[i:], []byte("passw")) && !bytes.HasPrefix(lower[i:], []byte("passp")))
+			if bare && i > b && !strings.ContainsRune("_.-", rune(lower[i-1])) {
+				continue
+			}
+			if !bare && bytes.HasPrefix(lower[b:], []byte("--")) && e < len(lower) && (lower[e] == ' ' || lower[e] == '\t') {
+				return true
+			}
+			j := e
+			if j < len(lower) && (lower[j] == '"' || lower[j] == '\'') {
+				j++
+			}
+			for j < len(lower) && (lower[j] == ' ' || lower[j] == '\t') {
+				j++
+			}
+			if j < len(lower) && (lower[j] == '=' || lower[j] == ':' && !(bare && i == b)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// urlCandidate is the URL-password rule's prefilter: "://" followed by user:password@ (no
+// blank or / in between).
+func urlCandidate(lower []byte) bool {
+	for off := 0; ; {
+		i := bytes.Index(lower[off:], []byte("://"))
+		if i < 0 {
+			return false
+		}
+		i += off
+		off = i + 3
+		colon := false
+	scan:
+		for j := i + 3; j < len(lower); j++ {
+			switch lower[j] {
+			case ':':
+				colon = true
+			case '@':
+				if colon {
+					return true
+				}
+				break scan
+			case ' ', '\t', '/':
+				break scan
+			}
+		}
+	}
+}
+
+// apply replaces the rule's matches in s.
+func (ru *rule) apply(s string, found func(string)) string {
+	ms := ru.re.FindAllStringSubmatchIndex(s, -1)
+	if ms == nil {
+		return s
+	}
+	var b strings.Builder
+	last := 0
+	mark := Marker(ru.kind)
+	for _, m := range ms {
+		lo, hi := m[2*ru.group], m[2*ru.group+1]
+		if lo < 0 {
+			continue
+		}
+		v := s[lo:hi]
+		if ru.keep != nil && !ru.keep(v, m, s) {
+			continue
+		}
+		if found != nil && ru.learn {
+			u, _ := unquote(v)
+			found(u)
+		}
+		if b.Len() == 0 {
+			b.Grow(len(s))
+		}
+		b.WriteString(s[last:lo])
+		if v, q := unquote(v); q && ru.group != 0 {
+			// Keep the quotes: "password": "[REDACTED:secret]".
+			_ = v
+			b.WriteByte(s[lo])
+			b.WriteString(mark)
+			b.WriteByte(s[hi-1])
+		} else {
+			b.WriteString(mark)
+		}
+		last = hi
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// pemState follows PEM private-key blocks across lines.
+type pemState struct {
+	open bool
+}
+
+// What a line is to a PEM block.
+type pemEvent int
+
+const (
+	pemText  pemEvent = iota // an ordinary line (a non-body line also ends an open block)
+	pemBegin                 // the line opens a block: it ends with the private-key marker
+	pemBody                  // a body line of an open block: it vanishes
+	pemEnd                   // the END line: the block ends; rest is what followed END
+)
+
+// line classifies one line, given raw and redacted (redactLine already replaced the BEGIN
+// header and what follows it on its line, or a whole BEGIN...END block within the line).
+// Body lines are base64, RFC 1421 headers or blank; any other line ends the block and is an
+// ordinary line (or the start of another block).
+func (p *pemState) line(raw, redacted string) (ev pemEvent, rest string) {
+	if p.open {
+		if pemEndRE.MatchString(raw) {
+			p.open = false
+			if l := pemEndRE.FindStringIndex(redacted); l != nil {
+				rest = strings.TrimSpace(redacted[l[1]:])
+			}
+			return pemEnd, rest
+		}
+		if pemBodyRE.MatchString(raw) {
+			return pemBody, ""
+		}
+		p.open = false
+	}
+	if strings.HasSuffix(redacted, Marker(KindPrivateKey)) && pemOpenRE.MatchString(raw) && !pemEndRE.MatchString(raw) {
+		p.open = true
+		return pemBegin, ""
+	}
+	return pemText, ""
+}
+
+// Redact redacts a whole string: a command, an audit line. Lines are redacted one by one; a
+// PEM private-key block across lines becomes one marker.
+func (r *Redactor) Redact(s string) string {
+	var sc scratch
+	if !strings.Contains(s, "\n") {
+		return r.redactLine(s, &sc, nil)
+	}
+	var pem pemState
+	var b strings.Builder
+	b.Grow(len(s))
+	for line := range strings.Lines(s) {
+		body, nl := strings.CutSuffix(line, "\n")
+		out := r.redactLine(body, &sc, nil)
+		switch ev, rest := pem.line(body, out); ev {
+		case pemBody:
+			continue
+		case pemEnd:
+			if rest == "" {
+				continue
+			}
+			out = rest
+		}
+		b.WriteString(out)
+		if nl {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// appendLower appends the ASCII-lowercased s to dst.
+func appendLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}

@@ -1,0 +1,116 @@
+// Package policy decides whether an agent's shell command may run, from the
+// session's allow/deny lists of program names and the operator's policy.
+//
+// The policy is advisory: the real boundary is the OS account, container or
+// SSH user the shell runs as. It stops an agent from running what it was told
+// not to run, through every construct a shell offers for running a program,
+// as far as that can be seen in the command text before it runs.
+//
+// # Rules
+//
+//   - Operator deny_patterns (RE2 regular expressions from the operator's
+//     file) are matched against the whole raw command first, before any
+//     parsing. They see text, not meaning: `s'h'` is not `sh` to a regex,
+//     so use program lists for anything a quote could hide.
+//   - With no allow or deny list (session or operator) the command is not
+//     parsed at all: an empty policy costs nothing, and syntax errors are
+//     left for the real shell to report.
+//   - With lists, the command is parsed with mvdan.cc/sh/v3/syntax (bash
+//     dialect) and every program it would run is checked. A program is
+//     refused if the operator's deny list or the session's deny list names
+//     it, or if an allow list (the operator's, the session's) is set and
+//     does not name it. A session's allow list therefore never re-enables
+//     what the operator denies or leaves out of its own allow list.
+//   - Names are base names matched case-insensitively: `rm` matches
+//     `/bin/rm`, `./rm`, `\rm`, `'rm'`, `"r"m`, `r”m` and `RM` (macOS file
+//     systems ignore case). List entries must be base names: "/bin/rm" is
+//     rejected with a hint.
+//   - Every command word counts, builtins included (cd, echo, export,
+//     declare, local, let, eval, trap, ...): an allow list must name the
+//     builtins the agent may use. Keywords and syntax are not programs
+//     (if, for, while, case, [[ ]], (( )), time, !, coproc, function
+//     definitions). Wrappers count too: `sudo rm` runs sudo and rm, and
+//     both must pass.
+//
+// # What is seen
+//
+// Simple commands anywhere in pipelines and lists (|, |&, &&, ||, ;, &,
+// newlines), subshells, groups, if/while/until/for/select/case bodies and
+// conditions, function bodies (checked when the function is defined, since
+// it may run later under any name), command substitution $(...) and
+// backticks (also inside double quotes, assignments `X=$(rm a)`, array
+// elements and indexes, redirection targets, unquoted here-documents,
+// parameter expansions `${x:-$(rm a)}`, arithmetic and [[ ]]), process
+// substitution <(...) >(...), coproc, time and !.
+//
+// Strings a program runs as shell code are parsed recursively (up to
+// MaxDepth levels): sh/bash/dash/zsh/ksh/mksh/ash/yash -c STRING (options
+// such as -euo pipefail, -lc, --norc understood), eval with literal
+// arguments (joined with spaces), trap ACTION, alias NAME=VALUE (an alias
+// becomes command text), PROMPT_COMMAND=..., the command substitutions of
+// PS0..PS4 (PS4 is expanded by set -x), mapfile -C, su/runuser -c,
+// flock -c, watch without -x (its words run through sh -c), env -S.
+// A shell reading commands from standard input (`bash`, `sh -s`, `bash -`,
+// `bash /dev/stdin`, `sudo -s`, `su`, `chroot DIR`) is parsed when its input
+// is a literal here-document or here-string and is dynamic otherwise (so
+// `curl ... | sh` is refused).
+//
+// Wrappers are followed to the program they run, with their options parsed
+// (argument-taking options skipped; long options by unambiguous prefix, as
+// getopt_long does): env (-i, -u NAME, -C DIR, -S STRING, NAME=VALUE), sudo
+// (-u USER, -g, -D, -E, --user=, NAME=VALUE, -s/-i without a command), doas,
+// su/runuser, xargs (-0 -n N -I R -P N ..., `echo` when no program), find
+// -exec/-execdir/-ok/-okdir ... ; or +, nice (-n N, -N), timeout (-s SIG,
+// -k DUR, then DURATION), nohup, /usr/bin/time, stdbuf, setsid, ionice,
+// taskset (then the mask), chroot (options, then NEWROOT), flock (then the
+// lock file), watch, busybox/toybox APPLET, command (but `command -v/-V`
+// only looks up), builtin, exec (-a NAME -c -l), hash -p PATH NAME (makes
+// NAME run PATH).
+//
+// # Dynamic commands (refused whenever a list is set)
+//
+// Anything whose program cannot be known from the text is refused with the
+// rule "dynamic command", fail-closed, for allow and deny lists alike: a
+// command name that is not a literal (`$CMD x`, `${x}`, `"$(echo rm)"`,
+// `$'\x72m'`, globs `/bin/r?`, brace expansion `{rm,x}`); eval or sh -c of
+// anything but a literal (so `eval "$(ssh-agent -s)"` and
+// `bash -c "cd $DIR"` are refused: a variable's value becomes code); a
+// shell fed by a pipe; `bash <(curl ...)`, `source <(...)`, scripts from
+// /dev/fd; `{}` or an xargs -I string in a program name or in a shell
+// string (data becomes code); a wrapper whose program comes from xargs
+// input (`xargs sh -c`, `xargs env`); a wrapper option this package does
+// not know (`sudo --frobnicate rm`); `${x@P}`; `sudo -e` (runs $EDITOR);
+// `enable -f`; fish/csh/pwsh command strings or standard input (another
+// language); exported functions through env (BASH_FUNC_name%%=...).
+//
+// A command that does not parse is refused with "unparsable command" when
+// a list is set (it cannot be inspected; the refusal carries the parser's
+// message). A command larger than MaxInspectBytes, nested deeper than
+// MaxNesting brackets, or whose shell strings nest deeper than MaxDepth, is
+// refused with "uninspectable command": these limits bound the parser's
+// time and stack on hostile input.
+//
+// # What it cannot see (documented limits)
+//
+//   - Files. A script file run by `bash script.sh`, `source f`, `./x`,
+//     `make`, `npm run`, a Makefile or a git hook is not read; neither is a
+//     program the agent writes and then runs under an allowed name, or a
+//     PATH changed to put its own `ls` first. Deny lists name programs, not
+//     binaries.
+//   - Interpreters and programs that run other programs in their own
+//     language or options: python -c, perl -e, node -e, ruby -e, awk's
+//     system(), git -c core.pager=..., ssh HOST CMD (runs remotely), tar
+//     --to-command, rsync -e, make, strace/ltrace/gdb/valgrind/perf, fd -x,
+//     parallel, entr. Deny these programs, or use an allow list, to cover
+//     them.
+//   - Values evaluated at run time: arithmetic on a variable holding
+//     `a[$(cmd)]` (bash evaluates subscripts), `[[ -v ... ]]`, `printf -v
+//     PS4` or `read PS4` followed by `set -x`, BASH_ENV/ENV naming a file.
+//   - Effects that are not programs: `find -delete`, `> file`, `:> file`.
+//   - Deny patterns see only the raw text.
+//
+// A persistent session adds one more: state set by earlier commands (aliases
+// with `shopt -s expand_aliases`, functions, traps, hash entries) is checked
+// when it is set, not when it is used, so it must be set through a checked
+// command; nothing set before the policy applied exists in a new session.
+package policy

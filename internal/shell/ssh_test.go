@@ -1,0 +1,680 @@
+package shell
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// The SSH transport is tested against a real OpenSSH sshd (Debian's openssh-server; CI runs
+// .ci/sshd-setup.sh) started on a loopback port, as the current user, with a throwaway host
+// key, authorized_keys and config. Settings checks that need no server run everywhere.
+
+const sshdPath = "/usr/sbin/sshd"
+
+// writeKey writes a fresh unencrypted ed25519 private key (OpenSSH format) to path.
+func writeKey(t *testing.T, path string) ssh.PublicKey {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spub
+}
+
+type testSSHD struct {
+	port    int
+	hostPub ssh.PublicKey
+	keyDir  string // id_test (authorized) and id_other (not)
+	known   string // known_hosts with the host key
+	user    string
+}
+
+func (d *testSSHD) base() *SSH {
+	return &SSH{Host: "127.0.0.1", Port: d.port, User: d.user, Key: "id_test", KeyDir: d.keyDir,
+		KnownHostsFile: d.known, SSHConfigFile: "none", ConnectTimeout: 5 * time.Second}
+}
+
+func writeKnownHosts(t *testing.T, hostport string, key ssh.PublicKey) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	line := knownhosts.Line([]string{knownhosts.Normalize(hostport)}, key) + "\n"
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startSSHD starts sshd on 127.0.0.1, or skips when Debian's openssh-server is not installed.
+func startSSHD(t *testing.T) *testSSHD {
+	t.Helper()
+	if _, err := os.Stat(sshdPath); err != nil {
+		t.Skipf("%s not found: install Debian's openssh-server (apt-get install openssh-server, or run .ci/sshd-setup.sh) to run the SSH transport tests", sshdPath)
+	}
+	dir := t.TempDir()
+	d := &testSSHD{keyDir: filepath.Join(dir, "keys"), user: localUser()}
+	if err := os.Mkdir(d.keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := filepath.Join(dir, "host_ed25519")
+	d.hostPub = writeKey(t, hostKey)
+	clientPub := writeKey(t, filepath.Join(d.keyDir, "id_test"))
+	writeKey(t, filepath.Join(d.keyDir, "id_other"))
+	auth := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(auth, ssh.MarshalAuthorizedKey(clientPub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		_ = os.MkdirAll("/run/sshd", 0o755) // the privilege separation directory
+	}
+	for attempt := 0; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.port = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		cfg := filepath.Join(dir, "sshd_config")
+		conf := fmt.Sprintf(`Port %d
+ListenAddress 127.0.0.1
+HostKey %s
+AuthorizedKeysFile %s
+PidFile none
+StrictModes no
+UsePAM no
+PermitRootLogin yes
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PrintMotd no
+PrintLastLog no
+UseDNS no
+LogLevel ERROR
+`, d.port, hostKey, auth)
+		if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(sshdPath, "-D", "-e", "-f", cfg)
+		var logBuf syncBuffer
+		cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		if waitSSHD(d.port, exited) {
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-exited
+				if t.Failed() {
+					t.Logf("sshd log:\n%s", logBuf.String())
+				}
+			})
+			break
+		}
+		_ = cmd.Process.Kill()
+		<-exited
+		if attempt == 2 {
+			t.Fatalf("sshd did not come up:\n%s", logBuf.String())
+		}
+	}
+	d.known = writeKnownHosts(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port)), d.hostPub)
+	return d
+}
+
+// waitSSHD waits until sshd answers with its banner.
+func waitSSHD(port int, exited <-chan struct{}) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return false
+		default:
+		}
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			_ = c.Close()
+			if strings.HasPrefix(line, "SSH-") {
+				return true
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// countingListener accepts connections and says nothing; it counts them.
+func countingListener(t *testing.T) (int, *atomic.Int32) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	return l.Addr().(*net.TCPAddr).Port, &n
+}
+
+func TestSSHKeyNamesRefused(t *testing.T) {
+	keyDir := t.TempDir()
+	writeKey(t, filepath.Join(keyDir, "id_ok"))
+	outside := t.TempDir()
+	writeKey(t, filepath.Join(outside, "id_outside"))
+	if err := os.Symlink(filepath.Join(outside, "id_outside"), filepath.Join(keyDir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../"+filepath.Base(outside)+"/id_outside", filepath.Join(keyDir, "escape_rel")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("id_ok", filepath.Join(keyDir, "inside_link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(keyDir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeKey(t, filepath.Join(keyDir, "sub", "key"))
+	port, conns := countingListener(t)
+	for _, name := range []string{"../x", "/etc/passwd", "a/b", "sub/key", "..", ".", "..id_ok", "id_ok/..", "sub",
+		"escape", "escape_rel", "missing", "-oProxyCommand=x", "id\x00ok", "id\nok", `..\id_ok`, filepath.Join(keyDir, "id_ok")} {
+		s := &SSH{Host: "127.0.0.1", Port: port, Key: name, KeyDir: keyDir, HostKeyFingerprint: ssh.FingerprintSHA256(writeKey(t, filepath.Join(t.TempDir(), "k"))), SSHConfigFile: "none"}
+		if err := s.Validate(); !errors.Is(err, ErrKeyName) {
+			t.Errorf("Validate with key %q: %v, want ErrKeyName", name, err)
+		}
+		if _, err := s.Start(context.Background(), nil); !errors.Is(err, ErrKeyName) {
+			t.Errorf("Start with key %q: %v, want ErrKeyName", name, err)
+		}
+	}
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("%d connections were made with refused key names", n)
+	}
+	for _, name := range []string{"id_ok", "inside_link"} {
+		s := &SSH{Key: name, KeyDir: keyDir}
+		if _, err := s.signer(name); err != nil {
+			t.Errorf("key %q: %v", name, err)
+		}
+	}
+	// Without a key directory no key can be named.
+	if _, err := (&SSH{KeyDir: ""}).openKey("id_ok"); err == nil || !strings.Contains(err.Error(), "no key directory") {
+		t.Errorf("no key dir: %v", err)
+	}
+	// The error lists what the agent may name, not where the directory is.
+	_, err := (&SSH{KeyDir: keyDir}).openKey("missing")
+	if err == nil || !strings.Contains(err.Error(), "id_ok") || strings.Contains(err.Error(), keyDir) {
+		t.Errorf("missing key: %v", err)
+	}
+}
+
+func TestSSHHostKeySettingsRefusedBeforeDialing(t *testing.T) {
+	port, conns := countingListener(t)
+	keyDir := t.TempDir()
+	writeKey(t, filepath.Join(keyDir, "id"))
+	s := &SSH{Host: "127.0.0.1", Port: port, KeyDir: keyDir, Key: "id", SSHConfigFile: "none"}
+	_, err := s.Start(context.Background(), nil)
+	if !errors.Is(err, ErrNoHostKeyCheck) || !strings.Contains(err.Error(), "known_hosts") || !strings.Contains(err.Error(), "fingerprint") {
+		t.Fatalf("no verification: %v", err)
+	}
+	if err := s.Validate(); !errors.Is(err, ErrNoHostKeyCheck) {
+		t.Fatalf("Validate: %v", err)
+	}
+	for _, fp := range []string{"MD5:16:27:ac:a5:76:28:2d:36:63:1b:56:4d:eb:df:a6:48", "SHA256:short", "nonsense", "SHA256:" + strings.Repeat("A", 42)} {
+		s.HostKeyFingerprint = fp
+		if _, err := s.Start(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "fingerprint") {
+			t.Errorf("fingerprint %q: %v", fp, err)
+		}
+	}
+	s.HostKeyFingerprint = ""
+	s.KnownHostsFile = filepath.Join(t.TempDir(), "missing")
+	if _, err := s.Start(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "known_hosts") {
+		t.Errorf("missing known_hosts: %v", err)
+	}
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("%d connections made without host key verification", n)
+	}
+	if fp, err := normalizeFingerprint(" SHA256:" + strings.Repeat("A", 43) + "= "); err != nil || fp != "SHA256:"+strings.Repeat("A", 43) {
+		t.Errorf("normalize: %q %v", fp, err)
+	}
+}
+
+func TestSSHConnectTimeout(t *testing.T) {
+	port, _ := countingListener(t)
+	keyDir := t.TempDir()
+	writeKey(t, filepath.Join(keyDir, "id"))
+	s := &SSH{Host: "127.0.0.1", Port: port, KeyDir: keyDir, Key: "id", SSHConfigFile: "none",
+		HostKeyFingerprint: "SHA256:" + strings.Repeat("A", 43), ConnectTimeout: 300 * time.Millisecond}
+	start := time.Now()
+	_, err := s.Start(context.Background(), nil)
+	if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Fatalf("silent server: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("connect took %s", d)
+	}
+	// Cancelling the context aborts the handshake too.
+	s.ConnectTimeout = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := s.Start(ctx, nil); err == nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("cancelled connect: %v after %s", err, time.Since(start))
+	}
+}
+
+func TestSSHIDPartAndValidation(t *testing.T) {
+	for _, c := range []struct {
+		s    SSH
+		want string
+	}{
+		{SSH{Host: "example.com", User: "deploy"}, "ssh_deploy@example.com"},
+		{SSH{Host: "example.com", User: "deploy", Port: 22}, "ssh_deploy@example.com"},
+		{SSH{Host: "10.0.0.7", User: "root", Port: 2222}, "ssh_root@10.0.0.7:2222"},
+		{SSH{Host: "[::1]", User: "u", Port: 2200}, "ssh_u@__1:2200"},
+		{SSH{Host: strings.Repeat("h", 60), User: strings.Repeat("u", 60)}, "ssh_" + strings.Repeat("u", 40) + "@" + strings.Repeat("h", 40)},
+		{SSH{Host: "bad host/../x", User: "a b"}, "ssh_a_b@bad_host_.._x"},
+	} {
+		c.s.SSHConfigFile = "none"
+		if got := c.s.IDPart(); got != c.want {
+			t.Errorf("IDPart(%+v) = %q, want %q", c.s, got, c.want)
+		}
+	}
+	if k := (&SSH{}).Kind(); k != "ssh" {
+		t.Errorf("Kind = %q", k)
+	}
+	for _, s := range []SSH{
+		{Host: ""}, {Host: "-oProxyCommand=x"}, {Host: "a b"}, {Host: "a/b"}, {Host: "a\nb"},
+		{Host: "h", Port: 70000}, {Host: "h", Port: -1}, {Host: "h", User: "a\nb"}, {Host: "h", User: "-x"},
+	} {
+		s.SSHConfigFile = "none"
+		if _, err := s.resolve(); err == nil {
+			t.Errorf("resolve accepted %+v", s)
+		}
+	}
+	if _, err := (&SSH{Host: "h", KeyDir: t.TempDir(), HostKeyFingerprint: "SHA256:" + strings.Repeat("A", 43), SSHConfigFile: "none"}).Start(context.Background(), []string{"1BAD=x"}); err == nil {
+		t.Error("Start accepted a bad environment name")
+	}
+}
+
+func TestSSHConfigAliases(t *testing.T) {
+	keyDir := t.TempDir()
+	writeKey(t, filepath.Join(keyDir, "id_web"))
+	writeKey(t, filepath.Join(keyDir, "id_aaa"))
+	home, _ := os.UserHomeDir()
+	cfg := filepath.Join(t.TempDir(), "config")
+	conf := `# operator's aliases
+Host web
+  HostName 127.0.0.2
+  Port 2222
+  User deploy
+  IdentityFile ` + filepath.Join(keyDir, "id_web") + `
+  IdentityFile ~/.ssh/id_outside
+
+Host *.example.com !bad.example.com
+  User wild
+  HostName %h.internal
+
+Host quoted
+  HostName "q.example.org"
+  IdentityFile "` + filepath.Join(keyDir, "id_aaa") + `"
+
+Host *
+  Port 2200
+`
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		s                SSH
+		host, user       string
+		port             int
+		identities, keys []string
+	}{
+		{SSH{Host: "web"}, "127.0.0.2", "deploy", 2222, []string{filepath.Join(keyDir, "id_web"), filepath.Join(home, ".ssh", "id_outside")}, []string{"id_web"}},
+		{SSH{Host: "web", User: "me", Port: 22}, "127.0.0.2", "me", 22, nil, []string{"id_web"}},
+		{SSH{Host: "a.example.com"}, "a.example.com.internal", "wild", 2200, nil, []string{"id_aaa", "id_web"}},
+		{SSH{Host: "bad.example.com", User: "x"}, "bad.example.com", "x", 2200, nil, []string{"id_aaa", "id_web"}},
+		{SSH{Host: "quoted", User: "x"}, "q.example.org", "x", 2200, nil, []string{"id_aaa"}},
+		{SSH{Host: "web", Key: "id_aaa"}, "127.0.0.2", "deploy", 2222, nil, []string{"id_aaa"}},
+	} {
+		c.s.SSHConfigFile, c.s.KeyDir = cfg, keyDir
+		got, err := c.s.resolve()
+		if err != nil {
+			t.Fatalf("%s: %v", c.s.Host, err)
+		}
+		if got.host != c.host || got.user != c.user || got.port != c.port || (c.identities != nil && !slices.Equal(got.identities, c.identities)) {
+			t.Errorf("%s: got %+v, want host %s user %s port %d identities %v", c.s.Host, got, c.host, c.user, c.port, c.identities)
+		}
+		if keys, _ := c.s.keyChoice(got); !slices.Equal(keys, c.keys) {
+			t.Errorf("%s: keys %v, want %v", c.s.Host, keys, c.keys)
+		}
+	}
+	if id := (&SSH{Host: "web", SSHConfigFile: cfg}).IDPart(); id != "ssh_deploy@web:2222" {
+		t.Errorf("IDPart of alias = %q", id)
+	}
+	// An explicit config file that is missing or unparseable is an error; "none" reads nothing.
+	if _, err := (&SSH{Host: "web", SSHConfigFile: filepath.Join(t.TempDir(), "nope")}).resolve(); err == nil {
+		t.Error("missing explicit config accepted")
+	}
+	bad := filepath.Join(t.TempDir(), "bad")
+	_ = os.WriteFile(bad, []byte("Match exec \"true\"\n  User x\n"), 0o600)
+	if _, err := (&SSH{Host: "web", SSHConfigFile: bad}).resolve(); err == nil || !strings.Contains(err.Error(), "ssh config") {
+		t.Errorf("Match exec config: %v", err)
+	}
+	if got, err := (&SSH{Host: "web", User: "u", SSHConfigFile: "none"}).resolve(); err != nil || got.host != "web" || got.port != 22 {
+		t.Errorf("none: %+v %v", got, err)
+	}
+	// Proxies are refused rather than bypassed.
+	proxy := filepath.Join(t.TempDir(), "proxy")
+	_ = os.WriteFile(proxy, []byte("Host behind\n  ProxyJump bastion\nHost cmd\n  ProxyCommand nc %h %p\nHost direct\n  ProxyJump none\n"), 0o600)
+	for _, h := range []string{"behind", "cmd"} {
+		if _, err := (&SSH{Host: h, SSHConfigFile: proxy}).resolve(); err == nil || !strings.Contains(err.Error(), "not supported") {
+			t.Errorf("proxy %s: %v", h, err)
+		}
+	}
+	if _, err := (&SSH{Host: "direct", SSHConfigFile: proxy}).resolve(); err != nil {
+		t.Errorf("ProxyJump none: %v", err)
+	}
+	// A HostName that is not a host name is refused.
+	evil := filepath.Join(t.TempDir(), "evil")
+	_ = os.WriteFile(evil, []byte("Host x\n  HostName a b\n"), 0o600)
+	if _, err := (&SSH{Host: "x", SSHConfigFile: evil}).resolve(); err == nil {
+		t.Error("bad HostName accepted")
+	}
+}
+
+// lockedKey is a throwaway ed25519 key encrypted with the passphrase "secret" (generating one
+// costs bcrypt rounds, slow under -race).
+const lockedKey = `-----BEGIN OPENSSH PRIVATE KEY-----
+b3BlbnNzaC1rZXktdjEAAAAACmFlczI1Ni1jdHIAAAAGYmNyeXB0AAAAGAAAABCe
+zUH3XW5SBCefGRWN6InvAAAAEAAAAAEAAAAzAAAAC3NzaC1lZDI1NTE5AAAAIMwJ
+gUSECfTjcbFFkFUBCc2mf1wmdlsbTZLYod+lNUN1AAAAkF+A+JxZg1gFVMowSxtV
++ipfyGEF5zI1Zl9c3HKAqj04xtlyW1hNtlGY7nrtSbg4I9mR61ymzYc8+UEX5HaC
+L2LW3ha9/I9ZmRIL9uUwy9vXqJXOhkmI4ZHu59XTMS43I2XtGWRemJPSvUHQ0+Rg
+s6xvlCaBfYh+OGf8TG9ee3pJXHhYyZjjZeS7Xz/5uUu0Yg==
+-----END OPENSSH PRIVATE KEY-----
+`
+
+func TestSSHAuthMethods(t *testing.T) {
+	keyDir := t.TempDir()
+	if _, _, err := (&SSH{KeyDir: keyDir}).authMethods(sshTarget{}); err == nil || !strings.Contains(err.Error(), "no credentials") {
+		t.Errorf("no credentials: %v", err)
+	}
+	if m, _, err := (&SSH{Password: "pw"}).authMethods(sshTarget{}); err != nil || len(m) != 2 {
+		t.Errorf("password: %d methods, %v", len(m), err)
+	}
+	// Encrypted keys are refused with a clear message when named, skipped when not.
+	_ = os.WriteFile(filepath.Join(keyDir, "id_locked"), []byte(lockedKey), 0o600)
+	_ = os.WriteFile(filepath.Join(keyDir, "README"), []byte("not a key"), 0o600)
+	if _, _, err := (&SSH{KeyDir: keyDir, Key: "id_locked"}).authMethods(sshTarget{}); err == nil || !strings.Contains(err.Error(), "passphrase") {
+		t.Errorf("locked key: %v", err)
+	}
+	for i := range 7 {
+		writeKey(t, filepath.Join(keyDir, "id_"+strconv.Itoa(i)))
+	}
+	m, note, err := (&SSH{KeyDir: keyDir}).authMethods(sshTarget{})
+	if err != nil || len(m) != 1 || !strings.Contains(note, "only the first 5") {
+		t.Errorf("auto keys: %d methods, note %q, %v", len(m), note, err)
+	}
+}
+
+func TestSSHRealServer(t *testing.T) {
+	d := startSSHD(t)
+	hostport := net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port))
+	ctx := context.Background()
+	echo := func(t *testing.T, s *SSH) {
+		t.Helper()
+		sh, err := Start(ctx, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sh.Close() }()
+		if res, out, _ := remoteRun(t, sh, "echo hi", 10*time.Second); out != "hi\n" || res.ExitCode != 0 {
+			t.Fatalf("echo: %+v %q", res, out)
+		}
+	}
+	t.Run("key and known_hosts", func(t *testing.T) { echo(t, d.base()) })
+	t.Run("pinned fingerprint", func(t *testing.T) {
+		s := d.base()
+		s.KnownHostsFile, s.HostKeyFingerprint = "", ssh.FingerprintSHA256(d.hostPub)
+		echo(t, s)
+		s.HostKeyFingerprint += "=" // as some tools print it
+		echo(t, s)
+	})
+	t.Run("known_hosts and fingerprint", func(t *testing.T) {
+		s := d.base()
+		s.HostKeyFingerprint = ssh.FingerprintSHA256(d.hostPub)
+		echo(t, s)
+	})
+	other := writeKey(t, filepath.Join(t.TempDir(), "other"))
+	t.Run("unknown host key", func(t *testing.T) {
+		s := d.base()
+		s.KnownHostsFile = writeKnownHosts(t, "127.0.0.1:1", d.hostPub) // the key, but for another host
+		_, err := s.Start(ctx, nil)
+		if !errors.Is(err, ErrHostKeyUnknown) || !strings.Contains(err.Error(), ssh.FingerprintSHA256(d.hostPub)) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("changed host key", func(t *testing.T) {
+		s := d.base()
+		s.KnownHostsFile = writeKnownHosts(t, hostport, other)
+		if _, err := s.Start(ctx, nil); !errors.Is(err, ErrHostKeyMismatch) || !strings.Contains(err.Error(), "man-in-the-middle") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("wrong fingerprint", func(t *testing.T) {
+		s := d.base()
+		s.KnownHostsFile, s.HostKeyFingerprint = "", ssh.FingerprintSHA256(other)
+		if _, err := s.Start(ctx, nil); !errors.Is(err, ErrHostKeyMismatch) {
+			t.Fatalf("got %v", err)
+		}
+		s.KnownHostsFile = d.known // known_hosts agrees, the pin does not: refused
+		if _, err := s.Start(ctx, nil); !errors.Is(err, ErrHostKeyMismatch) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("key not authorized", func(t *testing.T) {
+		s := d.base()
+		s.Key = "id_other"
+		if _, err := s.Start(ctx, nil); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("keys of the key directory", func(t *testing.T) {
+		s := d.base()
+		s.Key = ""
+		echo(t, s)
+	})
+	t.Run("ssh config alias", func(t *testing.T) {
+		// Six unauthorized keys sort before the right one: only the alias's IdentityFile
+		// gets it offered.
+		keyDir := t.TempDir()
+		for i := range 6 {
+			writeKey(t, filepath.Join(keyDir, "id_"+strconv.Itoa(i)))
+		}
+		b, err := os.ReadFile(filepath.Join(d.keyDir, "id_test"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = os.WriteFile(filepath.Join(keyDir, "zz_test"), b, 0o600)
+		cfg := filepath.Join(t.TempDir(), "config")
+		_ = os.WriteFile(cfg, []byte(fmt.Sprintf("Host testbox\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n",
+			d.port, d.user, filepath.Join(keyDir, "zz_test"))), 0o600)
+		s := &SSH{Host: "testbox", KeyDir: keyDir, KnownHostsFile: d.known, SSHConfigFile: cfg}
+		if id := s.IDPart(); id != "ssh_"+sanitizeIDPart(d.user)+"@testbox:"+strconv.Itoa(d.port) {
+			t.Errorf("IDPart %q", id)
+		}
+		echo(t, s)
+		s.SSHConfigFile = "none"
+		if _, err := s.Start(ctx, nil); err == nil {
+			t.Fatal("without the config the alias resolved")
+		}
+	})
+	t.Run("engine", func(t *testing.T) { testRemoteEngine(t, d.base()) })
+	t.Run("exit with a job left", func(t *testing.T) {
+		sh, err := Start(ctx, d.base(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag := sh.Proc().(*sshProc).tag
+		start := time.Now()
+		res, _, _ := remoteRun(t, sh, "sleep 300 & exit 3", 10*time.Second)
+		if !res.ShellExited || res.ExitCode != 3 || time.Since(start) > 5*time.Second {
+			t.Fatalf("exit: %+v after %s", res, time.Since(start))
+		}
+		if len(taggedPIDs(tag)) == 0 {
+			t.Fatal("the job should outlive the shell until Close")
+		}
+		_ = sh.Close()
+		waitTagGone(t, tag)
+	})
+	t.Run("close", func(t *testing.T) {
+		sh, err := Start(ctx, d.base(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag := sh.Proc().(*sshProc).tag
+		pid := sh.PID()
+		remoteRun(t, sh, "sleep 300 & (sleep 301 &); setsid sleep 302 </dev/null >/dev/null 2>&1 &", 10*time.Second)
+		deadline := time.Now().Add(5 * time.Second)
+		for len(taggedPIDs(tag)) < 4 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := len(taggedPIDs(tag)); n < 4 {
+			t.Fatalf("%d tagged processes, want the shell and 3 sleeps", n)
+		}
+		if !slices.Contains(taggedPIDs(tag), pid) {
+			t.Fatalf("the shell's pid %d (as it reported it) is not a process of the session", pid)
+		}
+		if err := sh.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitTagGone(t, tag)
+		if len(descendants(pid)) != 0 {
+			t.Fatalf("descendants of the shell left: %v", descendants(pid))
+		}
+		select {
+		case <-sh.Exited():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done not closed after Close")
+		}
+		if _, err := sh.Run(ctx, "true", time.Second, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, ErrShellExited) {
+			t.Fatalf("run after close: %v", err)
+		}
+		_ = sh.Close() // idempotent
+	})
+}
+
+// testRemoteEngine drives the engine over a remote transport: state, streams, exit codes, a
+// timeout that keeps the session, side commands, exit.
+func testRemoteEngine(t *testing.T, tr Transport) {
+	sh, err := Start(context.Background(), tr, []string{"NX_GIVEN=it's given"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sh.Close() }()
+	if sh.PID() <= 1 {
+		t.Fatalf("pid %d", sh.PID())
+	}
+	dir := t.TempDir()
+	if res, _, _ := remoteRun(t, sh, "cd "+shQuote(dir)+" && export NX_X=42", 10*time.Second); res.ExitCode != 0 || res.Cwd != dir {
+		t.Fatalf("cd: %+v", res)
+	}
+	res, out, errs := remoteRun(t, sh, `echo "out $NX_X $NX_GIVEN"; echo err >&2; pwd; f() { return $1; }; f 3`, 10*time.Second)
+	if out != "out 42 it's given\n"+dir+"\n" || errs != "err\n" || res.ExitCode != 3 || res.Cwd != dir {
+		t.Fatalf("got %+v out %q err %q", res, out, errs)
+	}
+	if res, _, _ := remoteRun(t, sh, "false", 10*time.Second); res.ExitCode != 1 {
+		t.Fatalf("false: %+v", res)
+	}
+	start := time.Now()
+	res, _, _ = remoteRun(t, sh, "sleep 30", time.Second)
+	if !res.TimedOut || res.ExitCode != TimeoutExitCode || res.ShellExited || time.Since(start) > 10*time.Second {
+		t.Fatalf("timeout: %+v after %s", res, time.Since(start))
+	}
+	if res, out, _ := remoteRun(t, sh, "echo $NX_X; pwd", 10*time.Second); out != "42\n"+dir+"\n" || res.ExitCode != 0 {
+		t.Fatalf("after timeout: %+v %q", res, out)
+	}
+	got, err := sh.Proc().Run(context.Background(), `cat; echo "$NX_GIVEN"`, []byte("in\n"))
+	if err != nil || string(got) != "in\nit's given\n" {
+		t.Fatalf("Run: %q %v", got, err)
+	}
+	if _, err := sh.Proc().Run(context.Background(), "echo oops >&2; exit 4", nil); err == nil || !strings.Contains(err.Error(), "oops") {
+		t.Fatalf("Run failure: %v", err)
+	}
+	if err := sh.Proc().SignalChildren(context.Background(), sh.PID(), syscall.SIGTERM); err != nil {
+		t.Fatalf("SignalChildren with nothing to signal: %v", err)
+	}
+	res, _, _ = remoteRun(t, sh, "exit 7", 10*time.Second)
+	if !res.ShellExited || res.ExitCode != 7 {
+		t.Fatalf("exit: %+v", res)
+	}
+}
