@@ -30,7 +30,8 @@
 //     builtins the agent may use. Keywords and syntax are not programs
 //     (if, for, while, case, [[ ]], (( )), time, !, coproc, function
 //     definitions). Wrappers count too: `sudo rm` runs sudo and rm, and
-//     both must pass.
+//     both must pass. Calling a shell function is a command word like any
+//     other (its body was checked when it was defined), and so is `exit`.
 //
 // # What is seen
 //

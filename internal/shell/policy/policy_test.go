@@ -2,7 +2,6 @@ package policy
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -771,11 +770,6 @@ func FuzzCheck(f *testing.F) {
 	deny := mustNew(f, nil, []string{"rm"}, Operator{})
 	allow := mustNew(f, []string{"ls", "echo", "bash"}, nil, Operator{DenyPatterns: []*regexp.Regexp{regexp.MustCompile(`curl .*\| *sh`)}})
 	f.Fuzz(func(t *testing.T, cmd string) {
-		wd := time.AfterFunc(3*time.Second, func() {
-			_ = os.WriteFile(fmt.Sprintf("/tmp/hang-%d.txt", time.Now().UnixNano()), []byte(cmd), 0o600)
-			panic("hang")
-		})
-		defer wd.Stop()
 		start := time.Now()
 		errDeny := deny.Check(cmd)
 		_ = allow.Check(cmd)
