@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,12 +141,15 @@ func (a *app) client() *client.Client {
 }
 
 func (a *app) printJSON(v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		fmt.Fprintf(a.env.Stderr, "nexus: encode output: %v\n", err)
 		return
 	}
-	_, _ = a.env.Stdout.Write(append(b, '\n'))
+	_, _ = a.env.Stdout.Write(buf.Bytes())
 }
 
 func (a *app) warnf(format string, args ...any) {

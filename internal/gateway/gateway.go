@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/base64"
@@ -89,15 +90,21 @@ func (s *server) auth(next http.Handler) http.Handler {
 }
 
 func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// Commands and output travel in these bodies: keep <, > and & readable.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	var b []byte
+	if err := enc.Encode(v); err != nil {
 		s.opt.Logger.Error("encode response", "err", err)
 		status = http.StatusInternalServerError
-		b = []byte(`{"status":"error","data":null,"message":"encode response"}`)
+		b = []byte(`{"status":"error","data":null,"message":"encode response"}` + "\n")
+	} else {
+		b = buf.Bytes()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }
 
 // fail answers with the seed's error response; status 0 means the code's own HTTP status.
