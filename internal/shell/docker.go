@@ -198,7 +198,7 @@ func (p *dockerProc) Run(ctx context.Context, script string, stdin []byte) ([]by
 func (p *dockerProc) Close() error {
 	p.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		_, _ = p.side(ctx, nil, killSessionScript(p.tag, 0), nil)
+		_, _ = p.side(ctx, nil, killSessionScript(p.tag), nil)
 		cancel()
 		_ = p.stdin.Close()
 		select {

@@ -207,7 +207,7 @@ func TestDockerCommandConstruction(t *testing.T) {
 	want = append(want,
 		[]string{"exec", "box", "sh", "-c", sig},
 		[]string{"exec", "-i", "-e", "FOO=bar baz", "box", "sh", "-c", "true"},
-		[]string{"exec", "box", "sh", "-c", killSessionScript(tag, 0)},
+		[]string{"exec", "box", "sh", "-c", killSessionScript(tag)},
 	)
 	for i := range want {
 		if !slices.Equal(calls[i], want[i]) {
@@ -358,7 +358,7 @@ func TestDockerRemoteScriptsShells(t *testing.T) {
 			for len(taggedPIDs(tag)) < 3 && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
-			if out, err := exec.Command(argv[0], append(argv[1:], "-c", killSessionScript(tag, 0))...).CombinedOutput(); err != nil { //nolint:gosec // test
+			if out, err := exec.Command(argv[0], append(argv[1:], "-c", killSessionScript(tag))...).CombinedOutput(); err != nil { //nolint:gosec // test
 				t.Fatalf("kill script: %v %s", err, out)
 			}
 			_ = parent.Wait()

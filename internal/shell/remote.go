@@ -103,18 +103,20 @@ exit 0
 }
 
 // killSessionScript kills every process of a session: those carrying the tag in their
-// environment, pid (the shell, when known; 0 if not) and all their descendants. Everything
-// found is stopped first, so nothing can fork while the tree is walked again, then killed;
-// a last pass takes what was forked in between.
-func killSessionScript(tag string, pid int) string {
+// environment and all their descendants (also those that cleared the variable). Only the tag
+// identifies the session: a remembered pid could have been reused by then. Everything found
+// is stopped first, so nothing can fork while the tree is walked again, then killed; the
+// later passes take what was forked in between.
+func killSessionScript(tag string) string {
+	if tag == "" || strings.Trim(tag, "0123456789abcdef") != "" {
+		return "exit 1\n" // tags are hex; anything else never reaches a script
+	}
 	return procTreeFuncs + tagFuncs + `__nx_all=
 for __nx_i in 1 2 3; do
 	__nx_tagged ` + tag + `
-	__nx_r="$__nx_tg"
-	[ ` + strconv.Itoa(pid) + ` -le 1 ] || ! kill -0 ` + strconv.Itoa(pid) + ` 2>/dev/null || __nx_r="$__nx_r ` + strconv.Itoa(pid) + `"
-	__nx_desc "$__nx_r"
-	__nx_now="$__nx_r $__nx_out"
-	case $__nx_now in *[0-9]*) ;; *) break ;; esac
+	[ -n "$__nx_tg" ] || break
+	__nx_desc "$__nx_tg"
+	__nx_now="$__nx_tg $__nx_out"
 	kill -s STOP $__nx_now 2>/dev/null
 	__nx_all="$__nx_all $__nx_now"
 done

@@ -2,6 +2,7 @@ package shell
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/subtle"
@@ -19,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -595,6 +595,8 @@ func (s *SSH) connect(ctx context.Context) (*ssh.Client, error) {
 		_ = conn.Close()
 		var ne net.Error
 		switch {
+		case ctxEnded(ctx):
+			return nil, fmt.Errorf("ssh %s: %w", hostport, cmp.Or(ctx.Err(), context.DeadlineExceeded))
 		case errors.Is(err, ErrHostKeyUnknown), errors.Is(err, ErrHostKeyMismatch):
 			return nil, fmt.Errorf("ssh %s: %w", hostport, errors.Unwrap(err))
 		case strings.Contains(err.Error(), "unable to authenticate"):
@@ -606,6 +608,16 @@ func (s *SSH) connect(ctx context.Context) (*ssh.Client, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// ctxEnded reports whether ctx is done or its deadline has passed (the connection's deadline,
+// the same instant, may fire first).
+func ctxEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // remoteCommand is the command line the remote login shell runs: sh -c script with the
@@ -694,7 +706,6 @@ type sshProc struct {
 
 	stop      chan struct{}
 	closeOnce sync.Once
-	shellPID  atomic.Int64 // as the engine reported it, once it did
 }
 
 // chanStdin closes only the writing half: the shell reads EOF, its output still arrives.
@@ -836,7 +847,6 @@ func (p *sshProc) SignalChildren(ctx context.Context, shellPID int, sig syscall.
 	if err != nil {
 		return err
 	}
-	p.shellPID.Store(int64(shellPID))
 	_, errb, err := p.side(ctx, remoteCommand(nil, script), nil)
 	if err != nil {
 		return fmt.Errorf("signal children: %w: %s", err, bytes.TrimSpace(errb))
@@ -861,7 +871,7 @@ func (p *sshProc) Close() error {
 	p.closeOnce.Do(func() {
 		close(p.stop)
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		_, _, _ = p.side(ctx, remoteCommand(nil, killSessionScript(p.tag, int(p.shellPID.Load()))), nil)
+		_, _, _ = p.side(ctx, remoteCommand(nil, killSessionScript(p.tag)), nil)
 		cancel()
 		_ = p.ch.Close()
 		_ = p.client.Close()

@@ -325,7 +325,7 @@ func TestSSHConnectTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	if _, err := s.Start(ctx, nil); err == nil || time.Since(start) > 3*time.Second {
+	if _, err := s.Start(ctx, nil); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
 		t.Fatalf("cancelled connect: %v after %s", err, time.Since(start))
 	}
 }
@@ -676,5 +676,38 @@ func testRemoteEngine(t *testing.T, tr Transport) {
 	res, _, _ = remoteRun(t, sh, "exit 7", 10*time.Second)
 	if !res.ShellExited || res.ExitCode != 7 {
 		t.Fatalf("exit: %+v", res)
+	}
+}
+
+// The start script runs bash where there is one, else sh (a failed exec would end sh).
+func TestSSHStartShellFallsBackToSh(t *testing.T) {
+	dash, err := exec.LookPath("dash")
+	if err != nil {
+		t.Skip("dash not installed")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not installed")
+	}
+	for _, c := range []struct {
+		tools map[string]string
+		want  string
+	}{
+		{map[string]string{"sh": dash}, "sh\n"},
+		{map[string]string{"sh": dash, "bash": bash}, "bash\n"},
+	} {
+		dir := t.TempDir()
+		for name, target := range c.tools {
+			if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command(dash, "-c", startShellScript)
+		cmd.Env = []string{"PATH=" + dir}
+		cmd.Stdin = strings.NewReader("if [ -n \"$BASH_VERSION\" ]; then echo bash; else echo sh; fi\n")
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != c.want {
+			t.Errorf("tools %v: %q %v, want %q", c.tools, out, err, c.want)
+		}
 	}
 }

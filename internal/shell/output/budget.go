@@ -12,6 +12,9 @@ import (
 const (
 	// MaxMaxChars is the largest max_chars a budget may ask for, per stream.
 	MaxMaxChars = 1_000_000
+	// MaxLines is the largest lines a budget may ask for (a tail window of that many lines is
+	// held as counts, 8 bytes a line).
+	MaxLines = 1_000_000
 	// MaxContext is the largest grep context.
 	MaxContext = 100
 	// MaxPatternLen caps the length of a grep pattern in bytes.
@@ -19,7 +22,7 @@ const (
 )
 
 // ValidateBudget checks a budget's fields: keep is one of all, head, tail, head_tail (or empty
-// for the default); lines >= 0, and >= 1 when keep is head, tail or head_tail; max_chars between
+// for the default); lines between 0 and MaxLines, and >= 1 when keep is head, tail or head_tail; max_chars between
 // 0 (the default, shell.DefaultMaxChars) and MaxMaxChars; grep.context between 0 and MaxContext;
 // grep.pattern a valid RE2 expression (an empty pattern means no grep). Errors say what to fix.
 func ValidateBudget(b shell.Budget) error {
@@ -35,8 +38,8 @@ func compileBudget(b shell.Budget) (*regexp.Regexp, error) {
 		return nil, fmt.Errorf("budget: keep %q is not a keep mode; use one of %q, %q, %q, %q",
 			b.Keep, shell.KeepAll, shell.KeepHead, shell.KeepTail, shell.KeepHeadTail)
 	}
-	if b.Lines < 0 {
-		return nil, fmt.Errorf("budget: lines is %d; it must be >= 0", b.Lines)
+	if b.Lines < 0 || b.Lines > MaxLines {
+		return nil, fmt.Errorf("budget: lines is %d; it must be between 0 and %d (for everything, use keep \"all\")", b.Lines, MaxLines)
 	}
 	if b.Lines == 0 && (b.Keep == shell.KeepHead || b.Keep == shell.KeepTail || b.Keep == shell.KeepHeadTail) {
 		return nil, fmt.Errorf("budget: keep %q needs lines >= 1 (how many lines to keep)", b.Keep)

@@ -2,7 +2,6 @@ package output
 
 import (
 	"errors"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -48,7 +47,7 @@ type Collector struct {
 	mode       string
 
 	// grep
-	re        *regexp.Regexp
+	re        *matcher
 	context   int
 	before    []unit // the last context lines that did not match
 	beforeRn  int
@@ -96,11 +95,12 @@ func newCollector(b shell.Budget, r *Redactor, lineCap int) (*Collector, error) 
 	if lineCap <= 0 {
 		lineCap = max(maxChars, minLineCap)
 	}
-	c := &Collector{red: r, maxChars: maxChars, re: re, keep: b.Keep, mode: b.Keep}
+	c := &Collector{red: r, maxChars: maxChars, keep: b.Keep, mode: b.Keep}
 	if c.keep == "" {
 		c.keep, c.mode = shell.KeepAll, shell.KeepAll
 	}
 	if re != nil {
+		c.re = newMatcher(re)
 		c.context = b.Grep.Context
 		c.mode = shell.ModeGrep
 	}
@@ -203,7 +203,7 @@ func (c *Collector) grep(u unit) {
 		c.keepUnit(u)
 		return
 	}
-	if c.re.MatchString(u.text) || (u.tail != "" && c.re.MatchString(u.tail)) {
+	if c.re.match(u.text) || (u.tail != "" && c.re.match(u.tail)) {
 		first := u.id
 		if len(c.before) > 0 {
 			first = c.before[0].id

@@ -1,7 +1,6 @@
 package output
 
 import (
-	"bytes"
 	"regexp"
 	"slices"
 	"strings"
@@ -47,13 +46,10 @@ const (
 // A rule finds one family of secrets in a line.
 type rule struct {
 	kind string
-	// The rule runs only when the line passes a cheap test: it contains one of triggers at
-	// the start of a word, or one of lowerTriggers in its ASCII-lowercased copy, or pre says so.
-	triggers      []string
-	pre           func(lower []byte) bool
-	lowerTriggers []string
-	lowerTrig     [][]byte // lowerTriggers as bytes, filled by init
-	re            *regexp.Regexp
+	// trig is the rule's bit in what scanTriggers finds: the rule runs only on lines where
+	// that cheap scan saw a possible match.
+	trig trigger
+	re   *regexp.Regexp
 	// group is the submatch replaced (0: the whole match).
 	group int
 	// keep, when set, is asked whether a found value is a real secret; false leaves it.
@@ -157,44 +153,34 @@ func notRedacted(value string, _ []int, _ string) bool {
 
 // rules, in the order they run. The shape rules come first so a token gets its specific kind.
 var rules = []rule{
-	{kind: KindAWSAccessKey, triggers: []string{"AKIA", "ASIA", "ABIA", "ACCA"},
+	{kind: KindAWSAccessKey, trig: trigAWS,
 		re: regexp.MustCompile(`\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b`)},
-	{kind: KindGitHubToken, triggers: []string{"ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_"},
+	{kind: KindGitHubToken, trig: trigGitHub,
 		re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{36}[A-Za-z0-9]*|github_pat_[A-Za-z0-9_]{22}[A-Za-z0-9_]*)`)},
-	{kind: KindGitLabToken, triggers: []string{"glpat-"},
+	{kind: KindGitLabToken, trig: trigGitLab,
 		re: regexp.MustCompile(`\bglpat-[A-Za-z0-9_-]{20}[A-Za-z0-9_-]*`)},
-	{kind: KindSlackToken, triggers: []string{"xox"},
+	{kind: KindSlackToken, trig: trigSlack,
 		re: regexp.MustCompile(`\bxox[baprs]-[A-Za-z0-9-]{10}[A-Za-z0-9-]*`)},
-	{kind: KindStripeKey, triggers: []string{"sk_live_", "rk_live_", "sk_test_", "rk_test_"},
+	{kind: KindStripeKey, trig: trigStripe,
 		re: regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{16}[A-Za-z0-9]*`)},
-	{kind: KindGoogleAPIKey, triggers: []string{"AIza"},
+	{kind: KindGoogleAPIKey, trig: trigGoogle,
 		re: regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`)},
-	{kind: KindAnthropicKey, triggers: []string{"sk-ant-"},
+	{kind: KindAnthropicKey, trig: trigAnthropic,
 		re: regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
-	{kind: KindOpenAIKey, triggers: []string{"sk-"},
+	{kind: KindOpenAIKey, trig: trigOpenAI,
 		re: regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
-	{kind: KindJWT, triggers: []string{"eyJ"},
+	{kind: KindJWT, trig: trigJWT,
 		re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*`)},
-	{kind: KindURLPassword, pre: urlCandidate, group: 1, keep: notRedacted, learn: true,
+	{kind: KindURLPassword, trig: trigURL, group: 1, keep: notRedacted, learn: true,
 		re: regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:([^\s@/]+)@`)},
-	{kind: KindAuthorization, lowerTriggers: []string{"authorization"}, group: 1, keep: notRedacted, learn: true,
+	{kind: KindAuthorization, trig: trigAuthorization, group: 1, keep: notRedacted, learn: true,
 		re: regexp.MustCompile(`(?i)\bauthorization["']?\s*[:=]\s*["']?(?:bearer|basic|token|digest|bot)\s+([^\s"',;]+)`)},
-	{kind: KindAuthorization, lowerTriggers: []string{"bearer"}, group: 1, keep: notRedacted, learn: true,
+	{kind: KindAuthorization, trig: trigBearer, group: 1, keep: notRedacted, learn: true,
 		re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16}[A-Za-z0-9._~+/-]*=*)`)},
-	{kind: KindSecret, pre: nameCandidate, group: 2, keep: nameValueKeep, learn: true,
+	{kind: KindSecret, trig: trigName, group: 2, keep: nameValueKeep, learn: true,
 		re: regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*` + keywordRE + `["']?\s*(?:=>|:=|=|:)\s*|\bpass\s*=\s*)` + valueRE)},
-	{kind: KindSecret, pre: nameCandidate, group: 2, keep: flagKeep, learn: true,
+	{kind: KindSecret, trig: trigName, group: 2, keep: flagKeep, learn: true,
 		re: regexp.MustCompile(`(?i)(--[A-Za-z0-9_.-]*` + keywordRE + `[ \t]+)` + valueRE)},
-}
-
-var privateKeyTrigger = []byte("private key")
-
-func init() {
-	for i := range rules {
-		for _, t := range rules[i].lowerTriggers {
-			rules[i].lowerTrig = append(rules[i].lowerTrig, []byte(t))
-		}
-	}
 }
 
 // learned is an immutable snapshot of the literals a Redactor has learned.
@@ -260,10 +246,8 @@ func (r *Redactor) learnValues(vals []string) {
 	r.snap.Store(&learned{literals: lits, replacer: strings.NewReplacer(pairs...)})
 }
 
-// scratch is per-caller working memory for line redaction.
-type scratch struct {
-	lower []byte
-}
+// scratch is per-caller working memory for line redaction (none at the moment).
+type scratch struct{}
 
 // redactLine redacts one line (no newline). It returns s itself when nothing matched. PEM
 // blocks spanning lines are the caller's business (see pemState); a BEGIN...END block within
@@ -273,15 +257,14 @@ func (r *Redactor) redactLine(s string, sc *scratch, found func(string)) string 
 	if s == "" {
 		return s
 	}
-	sc.lower = appendLower(sc.lower[:0], s)
-	lower := sc.lower
-	if bytes.Contains(lower, privateKeyTrigger) {
+	trig := scanTriggers(s)
+	if trig&trigPEM != 0 {
 		s = pemInlineRE.ReplaceAllLiteralString(s, Marker(KindPrivateKey))
 		s = pemOpenRE.ReplaceAllLiteralString(s, Marker(KindPrivateKey))
 	}
 	for i := range rules {
 		ru := &rules[i]
-		if !ru.triggered(s, lower) {
+		if ru.trig&trig == 0 {
 			continue
 		}
 		s = ru.apply(s, found)
@@ -290,114 +273,6 @@ func (r *Redactor) redactLine(s string, sc *scratch, found func(string)) string 
 		s = lt.replacer.Replace(s)
 	}
 	return s
-}
-
-func (ru *rule) triggered(s string, lower []byte) bool {
-	for _, t := range ru.triggers {
-		if containsAtWordStart(s, t) {
-			return true
-		}
-	}
-	for _, t := range ru.lowerTrig {
-		if bytes.Contains(lower, t) {
-			return true
-		}
-	}
-	return ru.pre != nil && ru.pre(lower)
-}
-
-func isWordByte(c byte) bool {
-	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-}
-
-// containsAtWordStart: s contains sub where a word starts (as \b before a word character).
-func containsAtWordStart(s, sub string) bool {
-	for off := 0; ; {
-		i := strings.Index(s[off:], sub)
-		if i < 0 {
-			return false
-		}
-		i += off
-		if i == 0 || !isWordByte(s[i-1]) {
-			return true
-		}
-		off = i + 1
-	}
-}
-
-func isNameByte(c byte) bool { return isWordByte(c) || c == '.' || c == '-' }
-
-var nameKeywords = [][]byte{[]byte("pass"), []byte("secret"), []byte("token"), []byte("key"), []byte("credential"), []byte("pwd")}
-
-// nameCandidate is the name/value rules' prefilter on the lowercased line: a keyword inside a
-// name that is followed by = or : (after an optional quote and blanks), or a --name followed by
-// a blank. A bare "pass" or "pwd" (not part of password/passwd/passphrase) needs one of _ . -
-// before it, or for "pass" alone, an =.
-func nameCandidate(lower []byte) bool {
-	for _, kw := range nameKeywords {
-		for off := 0; ; {
-			i := bytes.Index(lower[off:], kw)
-			if i < 0 {
-				break
-			}
-			i += off
-			off = i + 1
-			b := i
-			for b > 0 && isNameByte(lower[b-1]) {
-				b--
-			}
-			e := i + len(kw)
-			for e < len(lower) && isNameByte(lower[e]) {
-				e++
-			}
-			bare := (kw[0] == 'p' && !bytes.HasPrefix(lower[i:], []byte("passw")) && !bytes.HasPrefix(lower[i:], []byte("passp")))
-			if bare && i > b && !strings.ContainsRune("_.-", rune(lower[i-1])) {
-				continue
-			}
-			if !bare && bytes.HasPrefix(lower[b:], []byte("--")) && e < len(lower) && (lower[e] == ' ' || lower[e] == '\t') {
-				return true
-			}
-			j := e
-			if j < len(lower) && (lower[j] == '"' || lower[j] == '\'') {
-				j++
-			}
-			for j < len(lower) && (lower[j] == ' ' || lower[j] == '\t') {
-				j++
-			}
-			if j < len(lower) && (lower[j] == '=' || lower[j] == ':' && !(bare && i == b)) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// urlCandidate is the URL-password rule's prefilter: "://" followed by user:password@ (no
-// blank or / in between).
-func urlCandidate(lower []byte) bool {
-	for off := 0; ; {
-		i := bytes.Index(lower[off:], []byte("://"))
-		if i < 0 {
-			return false
-		}
-		i += off
-		off = i + 3
-		colon := false
-	scan:
-		for j := i + 3; j < len(lower); j++ {
-			switch lower[j] {
-			case ':':
-				colon = true
-			case '@':
-				if colon {
-					return true
-				}
-				break scan
-			case ' ', '\t', '/':
-				break scan
-			}
-		}
-	}
 }
 
 // apply replaces the rule's matches in s.
@@ -512,16 +387,4 @@ func (r *Redactor) Redact(s string) string {
 		}
 	}
 	return b.String()
-}
-
-// appendLower appends the ASCII-lowercased s to dst.
-func appendLower(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		dst = append(dst, c)
-	}
-	return dst
 }
