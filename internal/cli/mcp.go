@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/shell/policy"
@@ -124,11 +126,23 @@ configuration.`,
 				},
 				Now: a.env.Now,
 			}
+			if a.env.Getenv("GOGC") == "" {
+				// The MCP SDK allocates about half a megabyte per tool call decoding JSON (a fresh
+				// decoder buffer per message). With the default GOGC and the server's small heap
+				// that is a collection every few calls, which doubles a call's round trip; 400
+				// keeps the heap small (tens of MB) and the round trip of session_exec "true"
+				// under a millisecond.
+				debug.SetGCPercent(400)
+			}
 			srv := mcp.New(mcp.Config{Session: cfg, Logger: logger, Version: a.env.Version})
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			logger.Info("nexus mcp: serving on stdio", "audit_dir", cfg.AuditDir, "max_sessions", maxSessions,
 				"idle_timeout", idleString(idle), "policy", policyFile)
+			if f, ok := a.env.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) { //nolint:gosec // G115: a file descriptor fits in an int
+				fmt.Fprintln(a.env.Stderr, "nexus mcp speaks the Model Context Protocol on stdin/stdout and is meant to be started by an MCP client; "+
+					"see \"nexus mcp setup --help\". Press Ctrl-D to stop.")
+			}
 			err := srv.ServeStdio(ctx, a.env.Stdin, a.env.Stdout)
 			logger.Info("nexus mcp: stopped")
 			return err
@@ -255,14 +269,10 @@ func mcpServersJSON(exe string) []byte {
 
 // shellQuote quotes s for a POSIX shell when it needs it.
 func shellQuote(s string) string {
-	safe := s != ""
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@%=", r)) {
-			safe = false
-			break
-		}
+	safe := func(r rune) bool {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@%=", r)
 	}
-	if safe {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !safe(r) }) < 0 {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"

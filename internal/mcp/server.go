@@ -366,27 +366,27 @@ func toolError(tool, id string, err error) error {
 		return fmt.Errorf("no session %q: it was destroyed, its shell exited, it was closed after idling, or it never existed; "+
 			"call session_list to see the open sessions or session_create to open a new one", id)
 	case errors.Is(err, session.ErrLimit):
-		return fmt.Errorf("%v; call session_list and session_destroy a session you no longer need, then retry", err)
+		return fmt.Errorf("%w; call session_list and session_destroy a session you no longer need, then retry", err)
 	case errors.Is(err, session.ErrClosed):
 		if id == "" {
 			return errors.New("the server is shutting down; no new sessions can be opened")
 		}
 		return fmt.Errorf("session %q is closed (its shell exited or the server is shutting down); open a new one with session_create", id)
 	case errors.Is(err, shell.ErrNoCheckpoint):
-		return fmt.Errorf("%v; call session_checkpoints with session_id %q for the ids of this session's checkpoints", err, id)
+		return fmt.Errorf("%w; call session_checkpoints with session_id %q for the ids of this session's checkpoints", err, id)
 	case errors.Is(err, shell.ErrKeyName):
-		return fmt.Errorf("%v; call session_create with key set to the name of a key file in the operator's key directory, or without key", err)
+		return fmt.Errorf("%w; call session_create with key set to the name of a key file in the operator's key directory, or without key", err)
 	case errors.Is(err, shell.ErrNoHostKeyCheck), errors.Is(err, shell.ErrHostKeyUnknown), errors.Is(err, shell.ErrHostKeyMismatch):
-		return fmt.Errorf("could not open the session: %v (host keys are checked against the operator's configuration, "+
+		return fmt.Errorf("could not open the session: %w (host keys are checked against the operator's configuration, "+
 			"which no tool argument can change: ask the user)", err)
 	case errors.Is(err, session.ErrInvalid):
-		return fmt.Errorf("%v; fix the argument and call %s again", err, tool)
+		return fmt.Errorf("%w; fix the argument and call %s again", err, tool)
 	}
 	switch tool {
 	case "session_exec":
-		return fmt.Errorf("the command could not be run: %v; check the session with session_list, and if it is gone open a new one with session_create", err)
+		return fmt.Errorf("the command could not be run: %w; check the session with session_list, and if it is gone open a new one with session_create", err)
 	case "session_create":
-		return fmt.Errorf("could not open the session: %v", err)
+		return fmt.Errorf("could not open the session: %w", err)
 	}
 	return err
 }

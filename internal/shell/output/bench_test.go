@@ -48,7 +48,7 @@ func BenchmarkCollector(b *testing.B) {
 			for b.Loop() {
 				c, _ := NewCollector(bc.b, r)
 				for i := 0; i < len(in); i += 32 << 10 {
-					c.Write(in[i:min(i+32<<10, len(in))])
+					_, _ = c.Write(in[i:min(i+32<<10, len(in))])
 				}
 				c.Finish()
 			}
@@ -59,14 +59,22 @@ func BenchmarkCollector(b *testing.B) {
 
 func BenchmarkRedactLine(b *testing.B) {
 	r := NewRedactor()
-	line := "internal/shell/engine.go:123:45: undefined: frobnicate"
-	var sc scratch
-	b.SetBytes(int64(len(line)))
-	cpu0 := cpuTime()
-	for b.Loop() {
-		r.redactLine(line, &sc, nil)
+	r.Learn("export API_TOKEN=abc123xyz")
+	for _, bc := range []struct{ name, line string }{
+		{"plain", "internal/shell/engine.go:123:45: undefined: frobnicate"},
+		{"url", "Downloading https://files.pythonhosted.org/packages/ab/cd/requests-2.31.0-py3-none-any.whl (62 kB)"},
+		{"name-value", "ok   github.com/nexus-run/nexus/internal/pkg/some/path\t0.052s token=abc123"},
+		{"github-token", "remote: using " + fakeGitHub + " for push"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.line)))
+			cpu0 := cpuTime()
+			for b.Loop() {
+				r.redactLine(bc.line, nil)
+			}
+			reportCPU(b, cpu0, len(bc.line))
+		})
 	}
-	reportCPU(b, cpu0, len(line))
 }
 
 // cpuTime is the process's CPU time (user+system, all threads). On a loaded machine the

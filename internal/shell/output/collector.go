@@ -37,7 +37,6 @@ func (u *unit) lines() int { return u.idEnd - u.id + 1 }
 type Collector struct {
 	cl   cleaner
 	red  *Redactor
-	sc   scratch
 	pem  pemState
 	pend *unit // the marker line of an open PEM block, passed on when the block ends
 
@@ -147,12 +146,12 @@ func (c *Collector) line(l rawLine) {
 	c.linesTotal++
 	id := c.linesTotal
 	u := unit{id: id, idEnd: id, nl: l.nl}
-	u.text = c.red.redactLine(l.text, &c.sc, nil)
+	u.text = c.red.redactLine(l.text, nil)
 	if l.gap > 0 || l.tail != "" {
 		// A long line: head and tail were redacted apart, so a secret could straddle either
 		// cut. Drop the run of non-delimiter characters touching each cut: whatever a token
 		// shape, name=value or literal left there goes with it.
-		tail := c.red.redactLine(l.tail, &c.sc, nil)
+		tail := c.red.redactLine(l.tail, nil)
 		head, cutH := trimRunRight(u.text)
 		tail, cutT := trimRunLeft(tail)
 		u.text, u.tail, u.gap = head, tail, l.gap+cutH+cutT

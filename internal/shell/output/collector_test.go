@@ -1,6 +1,7 @@
 package output
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -322,7 +323,7 @@ func TestBudgetModes(t *testing.T) {
 			}
 			// Feed in odd-sized chunks.
 			for i := 0; i < len(in); i += 4093 {
-				c.Write([]byte(in[i:min(i+4093, len(in))]))
+				mustWrite(t, c, []byte(in[i:min(i+4093, len(in))]))
 			}
 			got, rep, truncated := c.Finish()
 			checkAgainstRef(t, tc.lines, tc.finalNL, tc.b, got, rep, truncated)
@@ -407,7 +408,7 @@ func TestLongLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < len(tc.in); i += 7 {
-				c.Write([]byte(tc.in[i:min(i+7, len(tc.in))]))
+				mustWrite(t, c, []byte(tc.in[i:min(i+7, len(tc.in))]))
 			}
 			got, rep, truncated := c.Finish()
 			for _, a := range tc.absent {
@@ -419,7 +420,9 @@ func TestLongLine(t *testing.T) {
 				t.Errorf("got %q %+v %v", got, rep, truncated)
 			}
 			n := 0
-			fmt.Sscanf(got[strings.Index(got, "... [")+5:], "%d", &n)
+			if _, err := fmt.Sscanf(got[strings.Index(got, "... [")+5:], "%d", &n); err != nil {
+				t.Fatal(err)
+			}
 			rest := regexp.MustCompile(`\n?\.\.\. \[\d+ chars elided\] \.\.\.\n`).ReplaceAllString(got, "")
 			if kept := utf8.RuneCountInString(rest); kept+n != len(tc.in) {
 				t.Errorf("kept %d + elided %d != %d", kept, n, len(tc.in))
@@ -466,7 +469,7 @@ func TestBoundedMemory(t *testing.T) {
 			var peak uint64
 			fed := 0
 			for fed < total {
-				c.Write(tc.chunk)
+				mustWrite(t, c, tc.chunk)
 				fed += len(tc.chunk)
 				if fed%(16<<20) < len(tc.chunk) {
 					runtime.ReadMemStats(&ms)
@@ -548,10 +551,10 @@ func runChunked(t testing.TB, b shell.Budget, lineCap int, in []byte, cuts []int
 	}
 	prev := 0
 	for _, k := range cuts {
-		c.Write(in[prev:k])
+		mustWrite(t, c, in[prev:k])
 		prev = k
 	}
-	c.Write(in[prev:])
+	mustWrite(t, c, in[prev:])
 	return c.Finish()
 }
 
@@ -621,9 +624,9 @@ func FuzzCollectorChunking(f *testing.F) {
 
 func TestWriteAfterFinish(t *testing.T) {
 	c, _ := NewCollector(shell.Budget{}, nil)
-	c.Write([]byte("a\n"))
+	mustWrite(t, c, []byte("a\n"))
 	t1, r1, _ := c.Finish()
-	if _, err := c.Write([]byte("b")); err != ErrFinished {
+	if _, err := c.Write([]byte("b")); !errors.Is(err, ErrFinished) {
 		t.Errorf("Write after Finish: %v", err)
 	}
 	if t2, r2, _ := c.Finish(); t2 != t1 || r2 != r1 {

@@ -21,3 +21,10 @@ func collectChunked(t testing.TB, b shell.Budget, r *Redactor, in string, n int)
 	text, _, _ := c.Finish()
 	return text
 }
+
+func mustWrite(t testing.TB, c *Collector, p []byte) {
+	t.Helper()
+	if _, err := c.Write(p); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -36,14 +36,13 @@ func (r *Redactor) Learn(command string) {
 		}
 	}
 	// What the rules find (name=value, URL passwords, Authorization).
-	var sc scratch
 	for line := range strings.Lines(command) {
-		r.redactLine(strings.TrimSuffix(line, "\n"), &sc, add)
+		r.redactLine(strings.TrimSuffix(line, "\n"), add)
 	}
 	// Shell words, with quoting understood.
 	for _, m := range assignRE.FindAllStringSubmatchIndex(command, -1) {
 		name := command[m[2]:m[3]]
-		if !secretNameRE.MatchString(name) {
+		if !secretName(strings.TrimLeft(name, "-")) {
 			continue
 		}
 		if v, ok := shellWord(command[m[1]:]); ok && plausibleValue(v, name, true) {
@@ -52,7 +51,7 @@ func (r *Redactor) Learn(command string) {
 	}
 	for _, m := range flagRE.FindAllStringSubmatchIndex(command, -1) {
 		name := command[m[2]:m[3]]
-		if !secretNameRE.MatchString(name) {
+		if !secretName(strings.TrimLeft(name, "-")) {
 			continue
 		}
 		if v, ok := shellWord(command[m[1]:]); ok && plausibleValue(v, name, true) {
@@ -63,7 +62,7 @@ func (r *Redactor) Learn(command string) {
 		args := command[m[2]:m[3]]
 		secret := readSilent.MatchString(args)
 		for _, id := range identifierRE.FindAllString(args, -1) {
-			secret = secret || secretNameRE.MatchString(id)
+			secret = secret || secretName(id)
 		}
 		if v, ok := shellWord(command[m[1]:]); ok && secret {
 			add(v)

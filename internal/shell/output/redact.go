@@ -53,20 +53,10 @@ type rule struct {
 	// group is the submatch replaced (0: the whole match).
 	group int
 	// keep, when set, is asked whether a found value is a real secret; false leaves it.
-	keep func(value string, m []int, line string) bool
+	keep func(value string) bool
 	// learn: values this rule finds in a command are learned as literals.
 	learn bool
 }
-
-// keywordRE is the part of a name that makes it secret-looking (case-insensitive), at the
-// end of the name: DB_PASSWORD, GITHUB_TOKEN, client_secret, apiKey, aws_secret_access_key.
-const keywordRE = `(?:password|passwd|passphrase|secret|token|api[_-]?key|private[_-]?key|access[_-]?key|` +
-	`secret[_-]?key|auth[_-]?key|signing[_-]?key|encryption[_-]?key|key[_-]?base|credentials?|` +
-	`[_.-]pass|[_.-]pwd)(?:[_-]?(?:value|[0-9]+))?`
-
-// valueRE is a value after name= or name: — quoted, or a run up to whitespace or punctuation
-// that ends values in URLs, shell lists and JSON.
-const valueRE = `("(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s"'` + "`" + `,;&)}\]]+)`
 
 var (
 	pemInlineRE = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`)
@@ -75,9 +65,6 @@ var (
 	// pemBodyRE: a line inside a PEM block — base64 (maybe quoted, with an escaped newline or a
 	// continuation), an RFC 1421 header, or blank.
 	pemBodyRE = regexp.MustCompile(`^\s*(?:(?:Proc-Type|DEK-Info|Comment|Version):.*|["']?[A-Za-z0-9+/=]*(?:\\n)?["']?\s*[+,\\]?)\s*$`)
-
-	dottedIdentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$`)
-	secretNameRE  = regexp.MustCompile(`(?i)^(?:[A-Za-z0-9_.-]*` + keywordRE + `|pass)$`)
 )
 
 // placeholders are values that are never secrets: type names, null-ish words, booleans.
@@ -102,7 +89,7 @@ func plausibleValue(v, name string, quoted bool) bool {
 		return false
 	}
 	if !quoted {
-		if strings.ContainsRune(v, '(') || dottedIdentRE.MatchString(v) {
+		if strings.ContainsRune(v, '(') || dottedIdent(v) {
 			return false // a call or a field: token = getToken(), password: cfg.Password
 		}
 	}
@@ -113,6 +100,23 @@ func plausibleValue(v, name string, quoted bool) bool {
 	return true
 }
 
+// dottedIdent: v is identifiers joined by dots (cfg.Password, self.token).
+func dottedIdent(v string) bool {
+	parts := 0
+	for p := range strings.SplitSeq(v, ".") {
+		if p == "" || p[0] >= '0' && p[0] <= '9' {
+			return false
+		}
+		for i := 0; i < len(p); i++ {
+			if !isWordByte(p[i]) {
+				return false
+			}
+		}
+		parts++
+	}
+	return parts >= 2
+}
+
 // lastSegment is the last part of a name split at _ . - (DB_PASSWORD -> PASSWORD).
 func lastSegment(name string) string {
 	if i := strings.LastIndexAny(name, "_.-"); i >= 0 {
@@ -121,33 +125,8 @@ func lastSegment(name string) string {
 	return name
 }
 
-// unquote strips one pair of matching quotes.
-func unquote(v string) (string, bool) {
-	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
-		return v[1 : len(v)-1], true
-	}
-	return v, false
-}
-
-// nameValueKeep checks the value group (2) of a name/value rule whose name is group 1.
-func nameValueKeep(value string, m []int, line string) bool {
-	name := strings.TrimLeft(line[m[2]:m[3]], "-\"' \t")
-	name = strings.TrimRight(name, "\"' \t:=>")
-	v, quoted := unquote(value)
-	return plausibleValue(v, name, quoted)
-}
-
-// flagKeep is nameValueKeep for `--password VALUE`, which also skips help-text placeholders
-// such as `--token TOKEN`.
-func flagKeep(value string, m []int, line string) bool {
-	if v, quoted := unquote(value); !quoted && strings.ToUpper(v) == v && strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_-") == "" {
-		return false
-	}
-	return nameValueKeep(value, m, line)
-}
-
 // notRedacted skips values that are already markers or shell references.
-func notRedacted(value string, _ []int, _ string) bool {
+func notRedacted(value string) bool {
 	return value != "" && value[0] != '[' && value[0] != '$'
 }
 
@@ -177,10 +156,6 @@ var rules = []rule{
 		re: regexp.MustCompile(`(?i)\bauthorization["']?\s*[:=]\s*["']?(?:bearer|basic|token|digest|bot)\s+([^\s"',;]+)`)},
 	{kind: KindAuthorization, trig: trigBearer, group: 1, keep: notRedacted, learn: true,
 		re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16}[A-Za-z0-9._~+/-]*=*)`)},
-	{kind: KindSecret, trig: trigName, group: 2, keep: nameValueKeep, learn: true,
-		re: regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*` + keywordRE + `["']?\s*(?:=>|:=|=|:)\s*|\bpass\s*=\s*)` + valueRE)},
-	{kind: KindSecret, trig: trigName, group: 2, keep: flagKeep, learn: true,
-		re: regexp.MustCompile(`(?i)(--[A-Za-z0-9_.-]*` + keywordRE + `[ \t]+)` + valueRE)},
 }
 
 // learned is an immutable snapshot of the literals a Redactor has learned.
@@ -246,14 +221,11 @@ func (r *Redactor) learnValues(vals []string) {
 	r.snap.Store(&learned{literals: lits, replacer: strings.NewReplacer(pairs...)})
 }
 
-// scratch is per-caller working memory for line redaction (none at the moment).
-type scratch struct{}
-
 // redactLine redacts one line (no newline). It returns s itself when nothing matched. PEM
 // blocks spanning lines are the caller's business (see pemState); a BEGIN...END block within
 // the line, or a BEGIN header, is replaced here. If found is not nil it receives the values of
 // rules marked learn.
-func (r *Redactor) redactLine(s string, sc *scratch, found func(string)) string {
+func (r *Redactor) redactLine(s string, found func(string)) string {
 	if s == "" {
 		return s
 	}
@@ -269,6 +241,9 @@ func (r *Redactor) redactLine(s string, sc *scratch, found func(string)) string 
 		}
 		s = ru.apply(s, found)
 	}
+	if trig&trigName != 0 {
+		s = redactNameValues(s, found)
+	}
 	if lt := r.snap.Load(); lt != nil {
 		s = lt.replacer.Replace(s)
 	}
@@ -283,33 +258,19 @@ func (ru *rule) apply(s string, found func(string)) string {
 	}
 	var b strings.Builder
 	last := 0
-	mark := Marker(ru.kind)
 	for _, m := range ms {
 		lo, hi := m[2*ru.group], m[2*ru.group+1]
-		if lo < 0 {
-			continue
-		}
-		v := s[lo:hi]
-		if ru.keep != nil && !ru.keep(v, m, s) {
+		if lo < 0 || ru.keep != nil && !ru.keep(s[lo:hi]) {
 			continue
 		}
 		if found != nil && ru.learn {
-			u, _ := unquote(v)
-			found(u)
+			found(s[lo:hi])
 		}
 		if b.Len() == 0 {
 			b.Grow(len(s))
 		}
 		b.WriteString(s[last:lo])
-		if v, q := unquote(v); q && ru.group != 0 {
-			// Keep the quotes: "password": "[REDACTED:secret]".
-			_ = v
-			b.WriteByte(s[lo])
-			b.WriteString(mark)
-			b.WriteByte(s[hi-1])
-		} else {
-			b.WriteString(mark)
-		}
+		b.WriteString(Marker(ru.kind))
 		last = hi
 	}
 	if last == 0 {
@@ -362,16 +323,15 @@ func (p *pemState) line(raw, redacted string) (ev pemEvent, rest string) {
 // Redact redacts a whole string: a command, an audit line. Lines are redacted one by one; a
 // PEM private-key block across lines becomes one marker.
 func (r *Redactor) Redact(s string) string {
-	var sc scratch
 	if !strings.Contains(s, "\n") {
-		return r.redactLine(s, &sc, nil)
+		return r.redactLine(s, nil)
 	}
 	var pem pemState
 	var b strings.Builder
 	b.Grow(len(s))
 	for line := range strings.Lines(s) {
 		body, nl := strings.CutSuffix(line, "\n")
-		out := r.redactLine(body, &sc, nil)
+		out := r.redactLine(body, nil)
 		switch ev, rest := pem.line(body, out); ev {
 		case pemBody:
 			continue

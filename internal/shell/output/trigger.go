@@ -176,7 +176,7 @@ func nameCandidate(s string, i, n int) bool {
 	for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
 		j++
 	}
-	return j < len(s) && (s[j] == '=' || s[j] == ':' && !(bare && i == b))
+	return j < len(s) && (s[j] == '=' || s[j] == ':' && (!bare || i != b))
 }
 
 // urlCandidate is the URL-password rule's prefilter for "://" at s[i:]: user:password@ follows

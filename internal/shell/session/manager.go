@@ -353,6 +353,13 @@ func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (
 		return shell.ExecResult{}, fmt.Errorf("%w: budget: %w", ErrInvalid, err)
 	}
 	if err := s.pol.Check(command); err != nil {
+		// The refusal quotes the command: redact it with what this session has learned too.
+		var v *policy.Violation
+		if errors.As(err, &v) {
+			rv := *v
+			rv.Command, rv.Program, rv.Detail = s.red.Redact(rv.Command), s.red.Redact(rv.Program), s.red.Redact(rv.Detail)
+			err = &rv
+		}
 		s.audit.record(auditRecord{Event: "block", Command: s.red.Redact(command), Reason: s.red.Redact(err.Error())})
 		return shell.ExecResult{}, fmt.Errorf("%w: %w", ErrBlocked, err)
 	}
