@@ -37,9 +37,10 @@ const bootstrap = `command set +m 2>/dev/null; [ -n "$BASH_VERSION" ] && set +o 
 if [ -n "$BASH_VERSION" ]; then __nx_get() { IFS= read -r -d '' -u 62 __nx_c || return 1; __nx_n=$((__nx_n+1)); __nx_t=$__nx_k.$__nx_n; case $__nx_f in *[xv]*) __nx_trace;; esac; }
 else __nx_get() { IFS= read -r __nx_t <&9 || return 1; __nx_c=; while IFS= read -r __nx_l <&9; do [ "$__nx_l" = "$__nx_t" ] && break; __nx_c="$__nx_c$__nx_l$__nx_nl"; done; case $__nx_f in *[xv]*) __nx_trace;; esac; }; fi
 __nx_trace() { case $__nx_f in *x*) __nx_c="set -x$__nx_nl$__nx_c";; esac; case $__nx_f in *v*) __nx_c="set -v$__nx_nl$__nx_c";; esac; }
-__nx_out() { printf '%sNX%s%s%s%s%s%s%s%sNX%s\n' "$__nx_s" "$__nx_t" "$__nx_s" "$__nx_r" "$__nx_s" "$1" "$__nx_s" "$PWD" "$__nx_s" "$__nx_t"; }
-__nx_post() { __nx_f=$-; set +xv; printf '%sNX%s\n' "$__nx_s" "$__nx_t" >&3; __nx_out -; }
-__nx_fast() { __nx_f=$-; printf '%sNX%s\n' "$__nx_s" "$__nx_t" >&2; __nx_out -; }
+__nx_o="${__nx_s}NX%s${__nx_s}%s${__nx_s}%s${__nx_s}%s${__nx_s}NX%s\n"; __nx_e="${__nx_s}NX%s\n"
+__nx_out() { printf "$__nx_o" "$__nx_t" "$__nx_r" "$1" "$PWD" "$__nx_t"; }
+__nx_post() { __nx_f=$-; set +xv; printf "$__nx_e" "$__nx_t" >&3; __nx_out -; }
+__nx_fast() { __nx_f=$-; printf "$__nx_e" "$__nx_t" >&2; printf "$__nx_o" "$__nx_t" "$__nx_r" - "$PWD" "$__nx_t"; }
 `
 
 // startLine starts the command loop. After the user's command, when tracing is on (the user ran
