@@ -13,7 +13,7 @@ const (
 	// MaxMaxChars is the largest max_chars a budget may ask for, per stream.
 	MaxMaxChars = 1_000_000
 	// MaxLines is the largest lines a budget may ask for (a tail window of that many lines is
-	// held as counts, 8 bytes a line).
+	// held as counts, 4 bytes a line).
 	MaxLines = 1_000_000
 	// MaxContext is the largest grep context.
 	MaxContext = 100

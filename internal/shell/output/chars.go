@@ -153,10 +153,13 @@ func (cs *charStage) result() (text string, kept int, elided bool) {
 		if left == 0 {
 			break
 		}
-		p = cutHead(p, left)
-		left -= p.runes
-		headPieces = append(headPieces, p)
-		writePiece(&hb, p)
+		q := cutHead(p, left)
+		if q.runes < p.runes && p.id == 0 {
+			break // never half a marker or separator
+		}
+		left -= q.runes
+		headPieces = append(headPieces, q)
+		writePiece(&hb, q)
 	}
 	headText, headDrop := snapHead(hb.String())
 	for _, p := range trimPiecesRight(headPieces, headDrop) {
@@ -166,6 +169,9 @@ func (cs *charStage) result() (text string, kept int, elided bool) {
 	left = min(cs.tailRn, cs.max-utf8.RuneCountInString(headText))
 	for i := len(cs.tail) - 1; i >= cs.tstart && left > 0; i-- {
 		p := cutTail(cs.tail[i], left)
+		if p.runes < cs.tail[i].runes && p.id == 0 {
+			break
+		}
 		left -= p.runes
 		tailPieces = append(tailPieces, p)
 	}

@@ -46,10 +46,11 @@ type cleaner struct {
 
 // rawLine is a cleaned line as the cleaner hands it on.
 type rawLine struct {
-	text string // the whole line, or the head of a long line
-	gap  int    // runes left out after text (long line)
-	tail string // the tail of a long line
-	nl   bool   // the line ended with \n (false only for the last line)
+	text  string // the whole line, or the head of a long line
+	runes int    // runes of text when the line is not long
+	gap   int    // runes left out after text (long line)
+	tail  string // the tail of a long line
+	nl    bool   // the line ended with \n (false only for the last line)
 }
 
 func isStringState(s parser.State) bool {
@@ -258,7 +259,7 @@ func (c *cleaner) endLine(nl bool) {
 		c.compact()
 		l.text, l.gap, l.tail = c.head, c.dropped, string(c.buf)
 	} else {
-		l.text = string(c.buf)
+		l.text, l.runes = string(c.buf), c.bufRunes
 	}
 	c.buf, c.bufRunes = c.buf[:0], 0
 	c.long, c.head, c.dropped = false, "", 0

@@ -39,6 +39,7 @@ type Collector struct {
 	red  *Redactor
 	pem  pemState
 	pend *unit // the marker line of an open PEM block, passed on when the block ends
+	tap  func(line string)
 
 	linesTotal int
 	maxChars   int
@@ -58,13 +59,15 @@ type Collector struct {
 	keep     string
 	headLeft int // units head (or head_tail's head) still passes
 	ringCap  int // units tail (or head_tail's tail) keeps: the window
-	// The window is pruned units (runes<<32 | lines, oldest first; their text was let go,
-	// see keepUnit) followed by the units of ring.
-	prunedQ fifo[uint64]
-	pruned  int // runes of prunedQ
-	ring    fifo[unit]
-	ringRn  int // runes of ring
-	dropped int // stream lines the keep stage dropped
+	// The window is pruned units (oldest first; their text was let go, see keepUnit) followed
+	// by the units of ring. A pruned unit is its runes, with the top bit set when it shows
+	// more than one line (a PEM block), its line count then in prunedML.
+	prunedQ  fifo[uint32]
+	prunedML fifo[uint32]
+	pruned   int // runes of prunedQ
+	ring     fifo[unit]
+	ringRn   int // runes of ring
+	dropped  int // stream lines the keep stage dropped
 
 	cs charStage
 }
@@ -147,6 +150,12 @@ func (c *Collector) line(l rawLine) {
 	id := c.linesTotal
 	u := unit{id: id, idEnd: id, nl: l.nl}
 	u.text = c.red.redactLine(l.text, nil)
+	if len(u.text) == len(l.text) && u.text == l.text && l.gap == 0 && l.tail == "" {
+		u.runes = l.runes // unchanged: the cleaner counted
+		if l.nl {
+			u.runes++
+		}
+	}
 	if l.gap > 0 || l.tail != "" {
 		// A long line: head and tail were redacted apart, so a secret could straddle either
 		// cut. Drop the run of non-delimiter characters touching each cut: whatever a token
@@ -190,8 +199,22 @@ func (c *Collector) flushPEM() {
 	}
 }
 
+// Tap calls f, in Write's goroutine, with every line of the stream as soon as it is complete,
+// cleaned and redacted, before any budget (without its newline; a PEM block as its marker
+// when the block ends; an over-long line as its head and tail around an elision marker). It
+// is for live views (progress notifications, terminal events) that must not see raw output.
+// Call it before the first Write. f sees every line, so it must be cheap or rate-limit itself.
+func (c *Collector) Tap(f func(line string)) { c.tap = f }
+
 // grep passes on matching units with context; the others are dropped.
 func (c *Collector) grep(u unit) {
+	if c.tap != nil {
+		if u.gap > 0 || u.tail != "" {
+			c.tap(u.text + " ... [" + strconv.Itoa(u.gap) + " chars elided] ... " + u.tail)
+		} else {
+			c.tap(u.text)
+		}
+	}
 	if u.runes == 0 {
 		u.runes = utf8.RuneCountInString(u.text) + utf8.RuneCountInString(u.tail)
 		if u.nl {
@@ -265,8 +288,12 @@ func (c *Collector) keepUnit(u unit) {
 	if c.prunedQ.len()+c.ring.len() > c.ringCap {
 		if c.prunedQ.len() > 0 {
 			p := c.prunedQ.pop()
-			c.pruned -= int(p >> 32)
-			c.dropped += int(p & 0xffffffff)
+			c.pruned -= int(p &^ multiLine)
+			if p&multiLine != 0 {
+				c.dropped += int(c.prunedML.pop())
+			} else {
+				c.dropped++
+			}
 		} else {
 			f := c.ring.pop()
 			c.ringRn -= f.runes
@@ -279,10 +306,18 @@ func (c *Collector) keepUnit(u unit) {
 	for c.ring.len() > 1 && c.ringRn-c.ring.front().runes >= c.maxChars {
 		f := c.ring.pop()
 		c.ringRn -= f.runes
-		c.prunedQ.push(uint64(f.runes)<<32 | uint64(f.lines()))
-		c.pruned += f.runes
+		p := uint32(min(f.runes, 1<<31-1))
+		if f.lines() > 1 {
+			p |= multiLine
+			c.prunedML.push(uint32(f.lines()))
+		}
+		c.prunedQ.push(p)
+		c.pruned += int(p &^ multiLine)
 	}
 }
+
+// multiLine flags a pruned unit of several lines.
+const multiLine = 1 << 31
 
 func (c *Collector) finishKeep() {
 	marker := func(n int) string { return "... [" + strconv.Itoa(n) + " lines elided] ..." }

@@ -6,29 +6,40 @@
 // A Collector takes one stream of one command as raw chunks (Write) and, at Finish, returns
 // the text, a shell.StreamReport and whether anything was dropped:
 //
-//  1. clean: escape sequences (CSI, OSC incl. OSC 8 hyperlinks, DCS, SOS/PM/APC) and C0
-//     controls other than \n and \t are removed; a \r line keeps its last frame; \b erases
-//     the rune before it; invalid UTF-8 becomes U+FFFD; NUL and C1 controls are removed.
+//  1. clean: escape sequences (CSI, OSC incl. OSC 8 hyperlinks, DCS, SOS/PM/APC, other ESC
+//     sequences; an unterminated one swallows at most 1 MiB) and C0 controls other than \n and
+//     \t are removed; a \r line keeps its last frame ("a\rb\rc\n" is "c\n", "\r\n" is a
+//     newline, a \r at the end of a line or of the stream changes nothing); \b erases the rune
+//     before it; invalid UTF-8 becomes U+FFFD (one per bad byte); NUL and C1 controls are
+//     removed. Bytes >= 0x80 are always UTF-8, never 8-bit C1 controls.
 //  2. redact each complete line (Redactor); a PEM private-key block across lines becomes one
 //     "[REDACTED:private-key]" line.
-//  3. budget: grep (RE2 over the cleaned, redacted line) with context lines and "--" between
-//     groups that are not adjacent (only when context > 0); then keep all / head N / tail N /
-//     head_tail N (ceil(N/2) first, floor(N/2) last) with a "... [K lines elided] ..." line;
-//     then max_chars (default shell.DefaultMaxChars) keeps a head and a tail of the text, at
-//     most max_chars runes together, with one "... [K chars elided] ..." line between. The
-//     cuts snap to a line end when one is near and never split a redaction marker.
+//  3. budget: grep (RE2 over the cleaned, redacted line) with context lines and a "--" line
+//     between groups that are not adjacent (only when context > 0, as grep -C); then keep
+//     all / head N / tail N / head_tail N (ceil(N/2) first, floor(N/2) last) with a
+//     "... [K lines elided] ..." line where lines were dropped; then max_chars (default
+//     shell.DefaultMaxChars, counted in runes, newlines included) keeps a head (about half)
+//     and a tail (the rest) of the text with one "... [K chars elided] ..." line between
+//     them. The cuts snap to a line end when one is near, never split a redaction marker,
+//     an elision marker or a separator.
 //
-// lines_total counts every line the stream produced (a last line without \n counts when it
-// has any text); lines_kept counts the stream lines that appear in the text, whole or in part
-// (a PEM block shown as its marker counts as all its lines).
+// The report: mode is "grep" when a grep pattern was given, else the keep mode ("all" by
+// default). lines_total counts every line the stream produced (a last line without \n counts
+// when it has any text); lines_kept counts the stream lines that appear in the text, whole or
+// in part (a PEM block shown as its marker counts as all its lines). Finish's truncated is true
+// when anything the stream produced is missing from the text: lines grep did not select,
+// lines keep dropped, characters the cap elided.
 //
 // # Memory
 //
-// A collector holds at most about max_chars runes of head and max_chars runes of tail, the
+// A collector holds at most about max_chars runes of head and max_chars runes of tail; the
 // current line (a line longer than 3*max(max_chars, 64Ki) runes keeps only its first and last
-// max(max_chars, 64Ki) runes; the middle is counted, not held), up to grep.context lines of
-// before-context (also bounded in size), and for tail/head_tail only the last max_chars runes
-// of the kept lines (older ones could only show in the middle, which the character cap cuts).
+// max(max_chars, 64Ki) runes, the middle counted, not held); up to grep.context lines of
+// before-context (also bounded in size); and for tail and head_tail only the text of the last
+// max_chars runes of the window (older lines of the window could only show in the middle of
+// the result, where the character cap cuts) plus 4 bytes per line of the window as counts.
+// Budgets are capped accordingly: max_chars <= MaxMaxChars, lines <= MaxLines, context <=
+// MaxContext. Feeding 200 MB of output keeps the heap under ~20 MB (see TestBoundedMemory).
 //
 // # Redaction is best effort
 //
@@ -37,8 +48,10 @@
 // Anthropic keys, JWTs; passwords in URLs; Authorization: Bearer/Basic/Token values and
 // "Bearer <long token>"; name=value, name: value, "name": "value", name => value and
 // --name value where the name ends like password, passwd, passphrase, secret, token, api_key,
-// private_key, access_key, secret_key, credential(s), _pass or _pwd (case-insensitive); PEM
-// private-key blocks; and literals the session assigned (Redactor.Learn). It does not catch:
+// private_key, access_key, secret_key, auth_key, key_base, credential(s), _pass or _pwd
+// (case-insensitive, optionally followed by digits or "value": TOKEN2, MY_SECRET_VALUE), or
+// is pass= ; PEM private-key blocks; and literals the session assigned (Redactor.Learn). It
+// does not catch:
 //   - secrets without a known shape or a secret-looking name next to them (an AWS secret
 //     access key printed alone, a password printed alone that the session never assigned
 //     literally, e.g. one read from a file or assigned from $(...) or another variable);
@@ -49,8 +62,17 @@
 //   - learned literals shorter than MinLearnedLen bytes, and more than 1024 of them (oldest
 //     forgotten);
 //   - values it deliberately leaves because they look like code or placeholders: $VAR,
-//     ${...}, <...>, ***, f(x), obj.field, type names (string, bool, ...), null/true/false,
-//     the name itself (Token: token), values shorter than 3 characters.
+//     ${...}, <...>, ***, %..., f(x), obj.field, type names (string, bool, ...),
+//     null/true/false, the name itself (Token: token), values shorter than 3 characters, and
+//     for --name VALUE an all-capitals VALUE (help text);
+//   - tokens glued to a preceding letter or digit (xghp_...), which the shapes require to
+//     start a word;
+//   - in an over-long line, a learned literal containing spaces that straddles a cut can
+//     leave the part after the space; grep sees only the kept head and tail of such a line.
+//
+// Output it hides that is not secret: body-looking lines (base64, one word, blank) right after
+// a private-key BEGIN line until END or a line that is not body; up to 1 MiB after an
+// unterminated escape sequence (as a terminal would).
 //
 // It also redacts some things that are not secrets (e.g. "sk-" followed by 32 token
 // characters, long strings after "Bearer", a 6+ character password learned earlier wherever

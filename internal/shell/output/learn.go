@@ -80,7 +80,7 @@ func (r *Redactor) Learn(command string) {
 			continue
 		}
 		seg := after[1:]
-		if i := strings.IndexAny(seg, ";&\n"); i >= 0 {
+		if i := strings.IndexAny(seg, ";&|\n"); i >= 0 {
 			seg = seg[:i]
 		}
 		if pwReaderRE.MatchString(seg) {
@@ -88,7 +88,7 @@ func (r *Redactor) Learn(command string) {
 		}
 	}
 	if len(vals) > 0 {
-		r.learnValues(vals)
+		r.learnValues(vals, MinLearnedLen)
 	}
 }
 

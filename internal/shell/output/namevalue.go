@@ -82,6 +82,7 @@ func findNameValues(s string) []nameValue {
 		name := strings.TrimLeft(s[b:e], "-")
 		flag := strings.HasPrefix(s[b:e], "--")
 		if !secretName(name) {
+			i = e - 1 // the other keywords of this run make the same name
 			continue
 		}
 		bare := strings.EqualFold(name, "pass")

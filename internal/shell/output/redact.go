@@ -186,9 +186,28 @@ func (r *Redactor) Learned() int {
 	return 0
 }
 
-// learnValues adds literals (at least MinLearnedLen bytes, at most maxLearnedBytes), keeping
-// the newest maxLearned.
-func (r *Redactor) learnValues(vals []string) {
+// MinLiteralLen is the shortest value LearnLiteral accepts, in bytes.
+const MinLiteralLen = 4
+
+// LearnLiteral remembers values known to be secret (an SSH password, a token the operator
+// configured) exactly as given, to be redacted wherever they appear from now on. Values
+// shorter than MinLiteralLen bytes are ignored (redacting "ab" everywhere would wreck the
+// output); so are values with a newline.
+func (r *Redactor) LearnLiteral(values ...string) {
+	var vals []string
+	for _, v := range values {
+		if len(v) >= MinLiteralLen {
+			vals = append(vals, v)
+		}
+	}
+	if len(vals) > 0 {
+		r.learnValues(vals, MinLiteralLen)
+	}
+}
+
+// learnValues adds literals (at least minLen bytes, at most maxLearnedBytes), keeping the
+// newest maxLearned.
+func (r *Redactor) learnValues(vals []string, minLen int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var lits []string
@@ -197,7 +216,7 @@ func (r *Redactor) learnValues(vals []string) {
 	}
 	changed := false
 	for _, v := range vals {
-		if len(v) < MinLearnedLen || len(v) > maxLearnedBytes || strings.ContainsAny(v, "\n\r") ||
+		if len(v) < minLen || len(v) > maxLearnedBytes || strings.ContainsAny(v, "\n\r") ||
 			strings.HasPrefix(v, "[REDACTED:") || slices.Contains(lits, v) {
 			continue
 		}

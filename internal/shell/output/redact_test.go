@@ -311,3 +311,14 @@ func TestRedactorConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestLearnLiteral(t *testing.T) {
+	r := NewRedactor()
+	r.LearnLiteral("p w,(x)", "ab", "multi\nline")
+	if got := r.Redact("login with p w,(x) ok ab"); got != "login with "+Marker(KindLearned)+" ok ab" {
+		t.Errorf("got %q", got)
+	}
+	if r.Learned() != 1 {
+		t.Errorf("learned %d", r.Learned())
+	}
+}

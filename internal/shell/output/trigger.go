@@ -22,10 +22,22 @@ const (
 	trigPEM
 )
 
-// interesting marks the bytes at which scanTriggers looks closer.
-var interesting = func() (t [256]bool) {
-	for _, c := range "aAbBcCkKpPsStTeEgGxXrR:" {
-		t[c] = true
+// pairs marks the two-byte starts at which scanTriggers looks closer: pairs[c] is a bit set
+// of the bytes that may follow c. Most positions of ordinary text are rejected with one load.
+var pairs = func() (t [256][4]uint64) {
+	add := func(a, b byte) { t[a][b>>6] |= 1 << (b & 63) }
+	fold := func(a, b byte) {
+		for _, x := range []byte{a, a - 32} {
+			for _, y := range []byte{b, b - 32} {
+				add(x, y)
+			}
+		}
+	}
+	for _, p := range []string{"AK", "AS", "AB", "AC", "AI", "gh", "gi", "gl", "xo", "sk", "rk", "ey", ":/"} {
+		add(p[0], p[1])
+	}
+	for _, p := range []string{"au", "be", "pr", "pa", "pw", "se", "to", "ke", "cr"} {
+		fold(p[0], p[1])
 	}
 	return t
 }()
@@ -36,9 +48,14 @@ var interesting = func() (t [256]bool) {
 // trigger nothing, and the regular expressions never run on them.
 func scanTriggers(s string) trigger {
 	var t trigger
+	var run nameRun // the name run of the last keyword seen
+	urlStop := -1   // "://" before this offset was already looked at
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !interesting[c] {
+		if i+1 >= len(s) {
+			break
+		}
+		if n := s[i+1]; pairs[c][n>>6]&(1<<(n&63)) == 0 {
 			continue
 		}
 		rest := s[i:]
@@ -83,8 +100,11 @@ func scanTriggers(s string) trigger {
 				t |= trigJWT
 			}
 		case ':':
-			if strings.HasPrefix(rest, "://") && urlCandidate(s, i) {
-				t |= trigURL
+			if i >= urlStop && t&trigURL == 0 && strings.HasPrefix(rest, "://") {
+				var ok bool
+				if ok, urlStop = urlCandidate(s, i); ok {
+					t |= trigURL
+				}
 			}
 			continue
 		}
@@ -102,23 +122,9 @@ func scanTriggers(s string) trigger {
 			if hasPrefixFold(rest, "private key") {
 				t |= trigPEM
 			}
-			if hasPrefixFold(rest, "pass") && nameCandidate(s, i, 4) || hasPrefixFold(rest, "pwd") && nameCandidate(s, i, 3) {
-				t |= trigName
-			}
-		case 's':
-			if hasPrefixFold(rest, "secret") && nameCandidate(s, i, 6) {
-				t |= trigName
-			}
-		case 't':
-			if hasPrefixFold(rest, "token") && nameCandidate(s, i, 5) {
-				t |= trigName
-			}
-		case 'k':
-			if hasPrefixFold(rest, "key") && nameCandidate(s, i, 3) {
-				t |= trigName
-			}
-		case 'c':
-			if hasPrefixFold(rest, "credential") && nameCandidate(s, i, 10) {
+		}
+		if t&trigName == 0 {
+			if n := keywordAt(s, i); n > 0 && run.candidate(s, i, n) {
 				t |= trigName
 			}
 		}
@@ -149,49 +155,64 @@ func isWordByte(c byte) bool {
 
 func isNameByte(c byte) bool { return isWordByte(c) || c == '.' || c == '-' }
 
-// nameCandidate is the name/value rules' prefilter for a keyword of length n at s[i:]: the
-// name around it is followed by = or : (after an optional quote and blanks), or is a --name
-// followed by a blank. A bare "pass" or "pwd" (not password/passwd/passphrase) needs one of
-// _ . - before it, or for "pass" alone, an =.
-func nameCandidate(s string, i, n int) bool {
-	b := i
-	for b > 0 && isNameByte(s[b-1]) {
-		b--
-	}
-	e := i + n
-	for e < len(s) && isNameByte(s[e]) {
-		e++
+// nameRun is what the name/value prefilter knows about one run of name bytes: where it is,
+// whether it is a --flag followed by a blank, and the separator after it (= or :, after an
+// optional closing quote and blanks). Keywords in one run share it, which keeps the scan
+// linear.
+type nameRun struct {
+	b, e      int
+	flagBlank bool
+	sep       byte
+}
+
+// candidate is the name/value rules' prefilter for a keyword of length n at s[i:]: its name
+// is followed by = or :, or is a --name followed by a blank. A bare "pass" or "pwd" (not
+// password/passwd/passphrase) needs one of _ . - before it, or for "pass" alone, an =.
+func (r *nameRun) candidate(s string, i, n int) bool {
+	if i >= r.e || r.e == 0 {
+		b := i
+		for b > r.e && isNameByte(s[b-1]) {
+			b--
+		}
+		e := i + n
+		for e < len(s) && isNameByte(s[e]) {
+			e++
+		}
+		*r = nameRun{b: b, e: e}
+		r.flagBlank = strings.HasPrefix(s[b:], "--") && e < len(s) && (s[e] == ' ' || s[e] == '\t')
+		j := e
+		if j < len(s) && (s[j] == '"' || s[j] == '\'') {
+			j++
+		}
+		j = skipBlanks(s, j)
+		if j < len(s) && (s[j] == '=' || s[j] == ':') {
+			r.sep = s[j]
+		}
 	}
 	bare := n <= 4 && (s[i]|0x20) == 'p' && !hasPrefixFold(s[i:], "passw") && !hasPrefixFold(s[i:], "passp")
-	if bare && i > b && strings.IndexByte("_.-", s[i-1]) < 0 {
+	if bare && i > r.b && strings.IndexByte("_.-", s[i-1]) < 0 {
 		return false
 	}
-	if !bare && strings.HasPrefix(s[b:], "--") && e < len(s) && (s[e] == ' ' || s[e] == '\t') {
+	if !bare && r.flagBlank {
 		return true
 	}
-	j := e
-	if j < len(s) && (s[j] == '"' || s[j] == '\'') {
-		j++
-	}
-	for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
-		j++
-	}
-	return j < len(s) && (s[j] == '=' || s[j] == ':' && (!bare || i != b))
+	return r.sep == '=' || r.sep == ':' && (!bare || i != r.b)
 }
 
 // urlCandidate is the URL-password rule's prefilter for "://" at s[i:]: user:password@ follows
-// with no blank or / in between.
-func urlCandidate(s string, i int) bool {
+// with no blank or / in between. It also returns where it stopped looking: another "://"
+// before that offset cannot do better, so the caller skips it (keeping the scan linear).
+func urlCandidate(s string, i int) (bool, int) {
 	colon := false
 	for j := i + 3; j < len(s); j++ {
 		switch s[j] {
 		case ':':
 			colon = true
 		case '@':
-			return colon
+			return colon, j
 		case ' ', '\t', '/':
-			return false
+			return false, j
 		}
 	}
-	return false
+	return false, len(s)
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -249,7 +248,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (Info, error) {
 	now := m.cfg.Now()
 	s := &sess{id: id, transport: o.Transport, sh: sh, pol: pol, red: output.NewRedactor(), budget: o.OutputBudget, created: now, lastUsed: now}
 	if o.Password != "" {
-		s.red.Learn("password=" + o.Password)
+		s.red.LearnLiteral(o.Password)
 	}
 	if o.Workspace != "" {
 		s.workspace = o.Workspace
@@ -325,8 +324,8 @@ type ExecOptions struct {
 	Budget *shell.Budget
 	// Timeout defaults to 120 s and is capped at 3600 s.
 	Timeout time.Duration
-	// OnOutput receives each raw chunk as it arrives (stream is "stdout" or "stderr"); for
-	// progress notifications and terminal mirroring. It must not block.
+	// OnOutput receives each line as it completes, cleaned and redacted, with its newline
+	// (stream is "stdout" or "stderr"); for progress notifications and terminal mirroring.
 	OnOutput func(stream string, p []byte)
 }
 
@@ -382,12 +381,12 @@ func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (
 			s.audit.record(auditRecord{Event: "checkpoint-error", Command: redacted, Reason: err.Error()})
 		}
 	}
-	var stdout, stderr io.Writer = outC, errC
 	if o.OnOutput != nil {
-		stdout = teeFunc{outC, "stdout", o.OnOutput}
-		stderr = teeFunc{errC, "stderr", o.OnOutput}
+		// Watchers get each line cleaned and redacted, never the raw bytes.
+		outC.Tap(func(line string) { o.OnOutput("stdout", []byte(line+"\n")) })
+		errC.Tap(func(line string) { o.OnOutput("stderr", []byte(line+"\n")) })
 	}
-	rr, err := s.sh.Run(ctx, command, timeout, stdout, stderr)
+	rr, err := s.sh.Run(ctx, command, timeout, outC, errC)
 	if err != nil && !errors.Is(err, shell.ErrShellExited) {
 		return shell.ExecResult{}, fmt.Errorf("run: %w", err)
 	}
@@ -406,17 +405,6 @@ func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (
 		m.drop(s, "shell exited")
 	}
 	return res, nil
-}
-
-type teeFunc struct {
-	w      io.Writer
-	stream string
-	fn     func(string, []byte)
-}
-
-func (t teeFunc) Write(p []byte) (int, error) {
-	t.fn(t.stream, p)
-	return t.w.Write(p)
 }
 
 // auditClip bounds what the audit log keeps of each stream.
