@@ -74,11 +74,11 @@ func TestIDsAreSelfIdentifyingAndUnique(t *testing.T) {
 
 func TestSanitize(t *testing.T) {
 	for in, want := range map[string]string{
-		"web-1.example.com": "web-1.example.com",
-		"../../etc/passwd":  ".._.._etc_passwd",
-		"a b;c$(d)":         "a_b_c__d_",
-		"..":                "_",
-		"":                  "_",
+		"web-1.example.com":     "web-1.example.com",
+		"../../etc/passwd":      ".._.._etc_passwd",
+		"a b;c$(d)":             "a_b_c__d_",
+		"..":                    "_",
+		"":                      "_",
 		strings.Repeat("x", 50): strings.Repeat("x", 40),
 	} {
 		if got := Sanitize(in); got != want {
