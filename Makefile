@@ -28,6 +28,7 @@ test-short:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./internal/... 
 	$(GO) run ./bench/gateway
+	$(GO) run ./bench/shell
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway

@@ -343,17 +343,40 @@ func (c *Collector) finishKeep() {
 	}
 }
 
-// trimRunRight drops the run of non-delimiter characters at the end of s; it returns the rest
-// and the number of runes dropped.
+// maxCutRun bounds what a cut drops: no secret shape or learned literal is longer, and a long
+// line that is a single run (a minified file, a progress bar of dots) must keep its head and tail.
+const maxCutRun = 4096
+
+// trimRunRight drops the run of non-delimiter characters at the end of s (at most maxCutRun
+// runes of it); it returns the rest and the number of runes dropped.
 func trimRunRight(s string) (string, int) {
 	i := strings.LastIndexFunc(s, isDelimiter)
-	return s[:i+1], utf8.RuneCountInString(s[i+1:])
+	run := s[i+1:]
+	if n := utf8.RuneCountInString(run); n > maxCutRun {
+		keep := len(s)
+		for range maxCutRun {
+			_, size := utf8.DecodeLastRuneInString(s[:keep])
+			keep -= size
+		}
+		return s[:keep], maxCutRun
+	}
+	return s[:i+1], utf8.RuneCountInString(run)
 }
 
+// trimRunLeft drops the run of non-delimiter characters at the start of s (at most maxCutRun
+// runes of it).
 func trimRunLeft(s string) (string, int) {
 	i := strings.IndexFunc(s, isDelimiter)
 	if i < 0 {
-		return "", utf8.RuneCountInString(s)
+		i = len(s)
+	}
+	if n := utf8.RuneCountInString(s[:i]); n > maxCutRun {
+		skip := 0
+		for range maxCutRun {
+			_, size := utf8.DecodeRuneInString(s[skip:])
+			skip += size
+		}
+		return s[skip:], maxCutRun
 	}
 	return s[i:], utf8.RuneCountInString(s[:i])
 }

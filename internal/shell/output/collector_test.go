@@ -766,3 +766,25 @@ func TestTap(t *testing.T) {
 		t.Errorf("text %q", got)
 	}
 }
+
+// A single line far longer than the cap (a minified file, 1 MB of one character) keeps its
+// head and tail under the default budget instead of vanishing.
+func TestLongSingleRunLineKeepsHeadAndTail(t *testing.T) {
+	c, err := NewCollector(shell.Budget{}, NewRedactor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Repeat("x", 1_000_000)
+	for i := 0; i < len(line); i += 32 << 10 {
+		if _, err := c.Write([]byte(line[i:min(i+32<<10, len(line))])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text, rep, truncated := c.Finish()
+	if !truncated || rep.LinesTotal != 1 {
+		t.Fatalf("truncated %v, report %+v", truncated, rep)
+	}
+	if n := strings.Count(text, "x"); n < shell.DefaultMaxChars/2 || n > shell.DefaultMaxChars {
+		t.Fatalf("kept %d x's of 1,000,000; want between %d and %d", n, shell.DefaultMaxChars/2, shell.DefaultMaxChars)
+	}
+}

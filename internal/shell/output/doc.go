@@ -79,7 +79,7 @@
 // the same text appears).
 //
 // Over-long lines (see Memory) are redacted in their kept head and tail; since a secret might
-// straddle a cut, the run of non-delimiter characters touching each cut is dropped too (it is
+// straddle a cut, the run of non-delimiter characters touching each cut (at most 4096 characters of it) is dropped too (it is
 // counted as elided), so no fragment of a token, name=value or literal that crosses the cut
 // survives.
 package output
