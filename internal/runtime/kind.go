@@ -30,6 +30,12 @@ type Runner interface {
 	Run(ctx context.Context, req abi.RunRequest) (any, error)
 }
 
+// Beginner is implemented by instances that hold their output back until the runtime has
+// announced the session (its "connected" status), so every log opens the same way.
+type Beginner interface {
+	Begin()
+}
+
 // Pauser is implemented by instances that can stop producing events while paused.
 type Pauser interface {
 	SetPaused(paused bool)

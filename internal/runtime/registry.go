@@ -243,6 +243,9 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 		return abi.Session{}, abi.Errorf(abi.CodeResourceUnavailable, "", "gateway is shutting down")
 	}
 	s.publish(r.now(), abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "session active", SessionStatus: abi.StatusActive})
+	if b, ok := inst.(Beginner); ok {
+		b.Begin()
+	}
 	r.cfg.Logger.Info("session created", "id", s.id, "type", req.Type)
 	return s.snapshot(), nil
 }

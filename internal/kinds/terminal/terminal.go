@@ -139,6 +139,7 @@ type proc struct {
 	exited     chan struct{} // closed after Wait reaped the shell
 	readerDone chan struct{}
 	closing    chan struct{} // closed when stop begins, so a paused reader gives up
+	readOnce   sync.Once
 	buf        []byte        // the reader's buffer (see readSize)
 	exitCode   int
 
@@ -172,8 +173,7 @@ func (t *term) spawn() (*proc, error) {
 	}
 	_ = tty.Close() // the shell holds the only slave fds now, so its exit ends our reads
 	p := &proc{cmd: cmd, ptm: ptm, exited: make(chan struct{}), readerDone: make(chan struct{}), closing: make(chan struct{})}
-	go t.read(p)
-	go t.wait(p)
+	go t.wait(p) // the reader starts later (startReader), so the log opens with the session's own events
 	return p, nil
 }
 
@@ -218,6 +218,19 @@ func foregroundGroup(f *os.File) (int, error) {
 // loses nothing. The buffer hangs off proc, on the heap: a local one would sit on the reader's
 // stack and double it (to 64 KiB per idle session with 32 KiB).
 const readSize = 16 << 10
+
+// startReader starts streaming p's output (once).
+func (t *term) startReader(p *proc) {
+	p.readOnce.Do(func() { go t.read(p) })
+}
+
+// Begin implements runtime.Beginner: output flows only once the session is announced.
+func (t *term) Begin() {
+	t.mu.Lock()
+	p := t.cur
+	t.mu.Unlock()
+	t.startReader(p)
+}
 
 func (t *term) read(p *proc) {
 	defer close(p.readerDone)
@@ -324,6 +337,7 @@ func (t *term) stop(p *proc) {
 	}
 	<-p.exited
 	_ = p.ptm.Close()
+	t.startReader(p) // a reader that never started must still finish
 	<-p.readerDone
 }
 
@@ -404,6 +418,7 @@ func (t *term) restart() (any, error) {
 	t.mu.Unlock()
 	pid := p.cmd.Process.Pid
 	t.sink.SetMetadata(map[string]any{"pid": pid, "restartedAt": abi.FormatTime(t.sink.Now())})
+	t.startReader(p)
 	return map[string]any{"pid": pid, "previousPid": old.cmd.Process.Pid, "previousExitCode": old.exitCode}, nil
 }
 
