@@ -140,7 +140,7 @@ type proc struct {
 	readerDone chan struct{}
 	closing    chan struct{} // closed when stop begins, so a paused reader gives up
 	readOnce   sync.Once
-	buf        []byte        // the reader's buffer (see readSize)
+	buf        []byte // the reader's buffer (see readSize)
 	exitCode   int
 
 	stopMu   sync.Mutex
