@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/nexus-run/nexus/internal/shell/policy"
 )
 
 // Checkpoint is one snapshot of a session's workspace, a commit of its shadow repository.
@@ -608,88 +610,14 @@ func readOnlyRedirect(r *syntax.Redirect) bool {
 }
 
 // roWordValue is the value of w after quote removal, and whether it is known without running
-// anything: no expansion, substitution, glob or brace expansion.
+// anything: no expansion, substitution, glob, brace or tilde expansion.
 func roWordValue(w *syntax.Word) (string, bool) {
-	if w == nil || len(w.Parts) == 0 {
-		return "", false
-	}
-	var b strings.Builder
-	// A glob bracket needs a closing ] and a brace expansion a , or .. before its }, possibly
-	// in a later part: "[" and "{}" alone are literal.
-	var openBracket, openBrace, braceSep bool
-	prev := byte(0)
-	for pi, part := range w.Parts {
-		switch p := part.(type) {
-		case *syntax.Lit:
-			v := p.Value
-			if pi == 0 && strings.HasPrefix(v, "~") {
-				return "", false // tilde expansion
-			}
-			for i := 0; i < len(v); i++ {
-				c := v[i]
-				switch c {
-				case '\\':
-					prev = 0
-					if i+1 < len(v) {
-						i++
-						if v[i] != '\n' {
-							b.WriteByte(v[i])
-						}
-					}
-					continue
-				case '*', '?':
-					return "", false
-				case '[':
-					openBracket = true
-				case ']':
-					if openBracket {
-						return "", false
-					}
-				case '{':
-					openBrace = true
-				case ',':
-					braceSep = braceSep || openBrace
-				case '.':
-					braceSep = braceSep || (openBrace && prev == '.')
-				case '}':
-					if openBrace && braceSep {
-						return "", false
-					}
-				}
-				prev = c
-				b.WriteByte(c)
-			}
-		case *syntax.SglQuoted:
-			if p.Dollar && strings.ContainsRune(p.Value, '\\') {
-				return "", false
-			}
-			b.WriteString(p.Value)
-		case *syntax.DblQuoted:
-			if p.Dollar {
-				return "", false
-			}
-			for _, dp := range p.Parts {
-				l, ok := dp.(*syntax.Lit)
-				if !ok {
-					return "", false
-				}
-				v := l.Value
-				for i := 0; i < len(v); i++ {
-					if v[i] == '\\' && i+1 < len(v) && strings.IndexByte("$`\"\\\n", v[i+1]) >= 0 {
-						i++
-						if v[i] != '\n' {
-							b.WriteByte(v[i])
-						}
-						continue
-					}
-					b.WriteByte(v[i])
-				}
-			}
-		default:
-			return "", false
+	if w != nil && len(w.Parts) > 0 {
+		if l, ok := w.Parts[0].(*syntax.Lit); ok && strings.HasPrefix(l.Value, "~") {
+			return "", false // tilde expansion
 		}
 	}
-	return b.String(), true
+	return policy.Literal(w)
 }
 
 // roArg is one argument of a command: its value and whether the value is static.

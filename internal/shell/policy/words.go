@@ -11,6 +11,10 @@ import (
 // escapes) and double quotes holding only literal text. Anything the shell
 // would expand at run time (parameters, command substitutions, arithmetic,
 // globs, brace expansion, extended globs, $"..." translation) makes ok false.
+// Literal is the value of w after quote removal, when the shell would not expand anything in
+// it: no parameter, substitution, arithmetic, glob or brace expansion.
+func Literal(w *syntax.Word) (string, bool) { return literal(w) }
+
 func literal(w *syntax.Word) (string, bool) {
 	if w == nil || len(w.Parts) == 0 {
 		return "", false
