@@ -11,10 +11,6 @@ import (
 // escapes) and double quotes holding only literal text. Anything the shell
 // would expand at run time (parameters, command substitutions, arithmetic,
 // globs, brace expansion, extended globs, $"..." translation) makes ok false.
-// Literal is the value of w after quote removal, when the shell would not expand anything in
-// it: no parameter, substitution, arithmetic, glob or brace expansion.
-func Literal(w *syntax.Word) (string, bool) { return literal(w) }
-
 func literal(w *syntax.Word) (string, bool) {
 	if w == nil || len(w.Parts) == 0 {
 		return "", false
@@ -204,3 +200,7 @@ func isAssignment(s string) bool {
 func wordFromString(s string) *syntax.Word {
 	return &syntax.Word{Parts: []syntax.WordPart{&syntax.Lit{Value: s}}}
 }
+
+// Literal is the value of w after quote removal, when the shell would not expand anything in
+// it: no parameter, substitution, arithmetic, glob or brace expansion.
+func Literal(w *syntax.Word) (string, bool) { return literal(w) }
