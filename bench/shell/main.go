@@ -11,6 +11,8 @@
 package main
 
 import (
+	"github.com/nexus-run/nexus/bench/internal/benchenv"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -591,33 +593,12 @@ func metString(met, measured bool) string {
 	}
 }
 
-// Machine describes where the figures were taken.
-type Machine struct {
-	NumCPU    int    `json:"numCPU"`
-	CPUModel  string `json:"cpuModel"`
-	MemTotal  string `json:"memTotal"`
-	Kernel    string `json:"kernel"`
-	GoVersion string `json:"goVersion"`
-	Shell     string `json:"shell"`
-	Tmux      string `json:"tmux,omitempty"`
-	Commit    string `json:"commit,omitempty"`
-	// LoadStart and LoadEnd are /proc/loadavg when the run began and ended: other work on the
-	// machine skews every figure, so check them before trusting a run.
-	LoadStart string `json:"loadStart"`
-	LoadEnd   string `json:"loadEnd,omitempty"`
-}
+// Machine is the shared machine description.
+type Machine = benchenv.Machine
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
+func loadavg() string { return benchenv.LoadAvg() }
+
+func machine(shell string) Machine { return benchenv.Probe(shell) }
 
 func load1() float64 {
 	f := strings.Fields(loadavg())
@@ -626,42 +607,4 @@ func load1() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
-}
-
-func machine(shell string) Machine {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m := Machine{NumCPU: goruntime.NumCPU(), GoVersion: goruntime.Version(), LoadStart: loadavg()}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
-				m.MemTotal = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = "Linux " + strings.TrimSpace(string(b))
-	}
-	if out, err := exec.CommandContext(ctx, shell, "--version").Output(); err == nil {
-		m.Shell = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
-	}
-	if out, err := exec.CommandContext(ctx, "tmux", "-V").Output(); err == nil {
-		m.Tmux = strings.TrimSpace(string(out))
-	}
-	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-		if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-			m.Commit += "+dirty"
-		}
-	}
-	return m
 }
