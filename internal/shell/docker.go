@@ -114,19 +114,8 @@ func (d *Docker) Start(ctx context.Context, env []string) (Proc, error) {
 	cmd := exec.Command(d.binary(), d.execArgs(true, append([]string{TagVar + "=" + tag}, env...), startShellScript)...) //nolint:noctx // the shell outlives the request; Close ends it
 	// Its own process group, so a signal meant for nexus's group does not reach the client.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, stderr, err := startPiped(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("docker stdin: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("docker stdout: %w", err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, fmt.Errorf("docker stderr: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("docker: start %s exec: %w", d.binary(), err)
 	}
 	p := &dockerProc{d: d, cmd: cmd, tag: tag, env: env, stdin: stdin, stdout: stdout, stderr: stderr, done: make(chan struct{})}
@@ -207,6 +196,7 @@ func (p *dockerProc) Close() error {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
+		closeReaders(p.stdout, p.stderr)
 	})
 	return nil
 }

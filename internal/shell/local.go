@@ -59,19 +59,8 @@ func (l *Local) Start(_ context.Context, env []string) (Proc, error) {
 	cmd.Env = append(append([]string{}, base...), env...)
 	// Its own process group, so closing can take everything it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, stderr, err := startPiped(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("shell stdin: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("shell stdout: %w", err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, fmt.Errorf("shell stderr: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", sh, err)
 	}
 	p := &localProc{cmd: cmd, stdin: stdin, stdout: stdout, stderr: stderr, done: make(chan struct{}), dir: l.Dir, env: cmd.Env}
@@ -81,6 +70,43 @@ func (l *Local) Start(_ context.Context, env []string) (Proc, error) {
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// startPiped starts cmd with a pipe on each standard stream. stdout and stderr are our own
+// pipes rather than StdoutPipe's: Wait closes those as soon as the process exits, which would
+// drop what it printed last (`echo bye; exit`) before the readers got to it.
+func startPiped(cmd *exec.Cmd) (stdin io.WriteCloser, stdout, stderr *os.File, err error) {
+	stdin, err = cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	stdout, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	stderr, errW, err := os.Pipe()
+	if err != nil {
+		_, _ = stdout.Close(), outW.Close()
+		return nil, nil, nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	_, _ = outW.Close(), errW.Close() // the process and its children hold the write ends now
+	if err != nil {
+		_, _ = stdout.Close(), stderr.Close()
+		return nil, nil, nil, err // callers add context
+	}
+	return stdin, stdout, stderr, nil
+}
+
+// closeReaders unblocks a process's output readers even if an escaped child still holds the
+// write ends.
+func closeReaders(rs ...io.Reader) {
+	for _, r := range rs {
+		if c, ok := r.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 }
 
 func exitStatus(ps *os.ProcessState, err error) int {
@@ -181,6 +207,7 @@ func (p *localProc) Close() error {
 		}
 		kill(syscall.SIGKILL)
 		<-p.done
+		closeReaders(p.stdout, p.stderr)
 		// Descendants that left the group (setsid) were found through the process tree above;
 		// make sure none outlives the session.
 		for range 50 {
