@@ -11,7 +11,6 @@ import (
 	"github.com/nexus-run/nexus/bench/internal/benchenv"
 
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -299,20 +298,7 @@ func run() error {
 }
 
 func writeResults(dir string, res *Results) (string, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	name := "gateway-" + time.Now().UTC().Format("20060102T150405Z") + ".json"
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
-		return "", err
-	}
-	_ = os.WriteFile(filepath.Join(dir, "gateway-latest.json"), append(b, '\n'), 0o600)
-	return path, nil
+	return benchenv.WriteResults(dir, "gateway", res)
 }
 
 func printTables(w io.Writer, cfg config, res *Results) {

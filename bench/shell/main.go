@@ -17,7 +17,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -493,20 +492,7 @@ func (s *syncBuffer) String() string {
 }
 
 func writeResults(dir string, res *Results) (string, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	name := "shell-" + time.Now().UTC().Format("20060102T150405Z") + ".json"
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
-		return "", err
-	}
-	_ = os.WriteFile(filepath.Join(dir, "shell-latest.json"), append(b, '\n'), 0o600)
-	return path, nil
+	return benchenv.WriteResults(dir, "shell", res)
 }
 
 func printTables(w io.Writer, cfg config, res *Results) {

@@ -4,8 +4,10 @@ package benchenv
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"time"
@@ -77,4 +79,23 @@ func Probe(shell string) Machine {
 		}
 	}
 	return m
+}
+
+// WriteResults writes res as indented JSON to dir/<prefix>-<UTC time>.json and to
+// dir/<prefix>-latest.json, and returns the first path.
+func WriteResults(dir, prefix string, res any) (string, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	b = append(b, '\n')
+	path := filepath.Join(dir, prefix+"-"+time.Now().UTC().Format("20060102T150405Z")+".json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return "", err
+	}
+	_ = os.WriteFile(filepath.Join(dir, prefix+"-latest.json"), b, 0o600)
+	return path, nil
 }
