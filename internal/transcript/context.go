@@ -2,6 +2,7 @@ package transcript
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -80,11 +81,11 @@ func unixMillis(ts string) *int64 {
 //   - context_edit entries on the path replace the content of their target
 //     message (or custom_message) or, with a null replacement, remove it;
 //     the last edit on the path per target wins, other replacements are ignored.
-func (f *File) BuildContext(leafID string) *Context {
+func (f *File) BuildContext(leafID string) (*Context, error) {
 	path := f.Path(leafID)
 	ctx := &Context{ThinkingLevel: "off", Messages: []json.RawMessage{}}
 	if len(path) == 0 {
-		return ctx
+		return ctx, nil
 	}
 	ctx.LeafID = path[len(path)-1].ID
 
@@ -109,36 +110,37 @@ func (f *File) BuildContext(leafID string) *Context {
 		}
 	}
 
-	add := func(e *Entry) {
+	var emit []*Entry
+	if compactionIdx < 0 {
+		emit = path
+	} else {
+		c := path[compactionIdx]
+		if m, err := marshal(compactionSummaryMessage{
+			Role: "compactionSummary", Summary: c.Summary, TokensBefore: c.TokensBefore, Timestamp: unixMillis(c.Timestamp),
+		}); err == nil {
+			ctx.Messages = append(ctx.Messages, m)
+		}
+		kept := false
+		for _, e := range path[:compactionIdx] {
+			if e.ID != "" && e.ID == c.FirstKeptEntryID {
+				kept = true
+			}
+			if kept {
+				emit = append(emit, e)
+			}
+		}
+		emit = append(emit, path[compactionIdx+1:]...)
+	}
+	full, err := f.fullAll(emit)
+	if err != nil {
+		return nil, fmt.Errorf("build context: %w", err)
+	}
+	for _, e := range full {
 		if m := f.message(e, edits); m != nil {
 			ctx.Messages = append(ctx.Messages, m)
 		}
 	}
-	if compactionIdx < 0 {
-		for _, e := range path {
-			add(e)
-		}
-		return ctx
-	}
-	c := path[compactionIdx]
-	if m, err := marshal(compactionSummaryMessage{
-		Role: "compactionSummary", Summary: c.Summary, TokensBefore: c.TokensBefore, Timestamp: unixMillis(c.Timestamp),
-	}); err == nil {
-		ctx.Messages = append(ctx.Messages, m)
-	}
-	kept := false
-	for _, e := range path[:compactionIdx] {
-		if e.ID != "" && e.ID == c.FirstKeptEntryID {
-			kept = true
-		}
-		if kept {
-			add(e)
-		}
-	}
-	for _, e := range path[compactionIdx+1:] {
-		add(e)
-	}
-	return ctx
+	return ctx, nil
 }
 
 // message returns the agent message an entry contributes to the context, or

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 )
 
 // CurrentVersion is the transcript format version entries are migrated to.
@@ -80,53 +81,85 @@ type Entry struct {
 	Replacement json.RawMessage // context_edit: {"content":...} or null
 	// session_info
 	Name *string
+
+	// off and size locate the line in its file; an entry whose Raw is nil
+	// is light (read back by File.Full).
+	off  int64
+	size int
 }
 
-// entryJSON is the decoding shape of the known entry fields.
+// entryJSON holds the raw values of the known entry fields.
 type entryJSON struct {
-	Type             string          `json:"type"`
-	ID               json.RawMessage `json:"id"`
-	ParentID         json.RawMessage `json:"parentId"`
-	Timestamp        json.RawMessage `json:"timestamp"`
-	Message          json.RawMessage `json:"message"`
-	Provider         json.RawMessage `json:"provider"`
-	ModelID          json.RawMessage `json:"modelId"`
-	ThinkingLevel    json.RawMessage `json:"thinkingLevel"`
-	Summary          json.RawMessage `json:"summary"`
-	FirstKeptEntryID json.RawMessage `json:"firstKeptEntryId"`
-	TokensBefore     json.RawMessage `json:"tokensBefore"`
-	FromID           json.RawMessage `json:"fromId"`
-	Details          json.RawMessage `json:"details"`
-	CustomType       json.RawMessage `json:"customType"`
-	Content          json.RawMessage `json:"content"`
-	Display          json.RawMessage `json:"display"`
-	TargetID         json.RawMessage `json:"targetId"`
-	Label            json.RawMessage `json:"label"`
-	Replacement      json.RawMessage `json:"replacement"`
-	Name             json.RawMessage `json:"name"`
-	Version          json.RawMessage `json:"version"`
-	Cwd              json.RawMessage `json:"cwd"`
-	ParentSession    json.RawMessage `json:"parentSession"`
-	Kind             json.RawMessage `json:"kind"`
+	Type, ID, ParentID, Timestamp, Message, Provider, ModelID, ThinkingLevel json.RawMessage
+	Summary, FirstKeptEntryID, TokensBefore, FromID, Details, CustomType     json.RawMessage
+	Content, Display, TargetID, Label, Replacement, Name, Version, Cwd       json.RawMessage
+	ParentSession, Kind                                                      json.RawMessage
 }
 
-type messageJSON struct {
-	Role     json.RawMessage `json:"role"`
-	Provider json.RawMessage `json:"provider"`
-	Model    json.RawMessage `json:"model"`
+func (j *entryJSON) field(key []byte) *json.RawMessage {
+	switch string(key) {
+	case "type":
+		return &j.Type
+	case "id":
+		return &j.ID
+	case "parentId":
+		return &j.ParentID
+	case "timestamp":
+		return &j.Timestamp
+	case "message":
+		return &j.Message
+	case "provider":
+		return &j.Provider
+	case "modelId":
+		return &j.ModelID
+	case "thinkingLevel":
+		return &j.ThinkingLevel
+	case "summary":
+		return &j.Summary
+	case "firstKeptEntryId":
+		return &j.FirstKeptEntryID
+	case "tokensBefore":
+		return &j.TokensBefore
+	case "fromId":
+		return &j.FromID
+	case "details":
+		return &j.Details
+	case "customType":
+		return &j.CustomType
+	case "content":
+		return &j.Content
+	case "display":
+		return &j.Display
+	case "targetId":
+		return &j.TargetID
+	case "label":
+		return &j.Label
+	case "replacement":
+		return &j.Replacement
+	case "name":
+		return &j.Name
+	case "version":
+		return &j.Version
+	case "cwd":
+		return &j.Cwd
+	case "parentSession":
+		return &j.ParentSession
+	case "kind":
+		return &j.Kind
+	}
+	return nil
 }
 
-// str returns the value of a JSON string, or "" for anything else (null,
-// numbers, objects, absent): the reader tolerates wrongly typed fields.
-func str(raw json.RawMessage) string {
-	if len(raw) == 0 || raw[0] != '"' {
-		return ""
+// errNotObject is returned for a line that is not one JSON object.
+var errNotObject = errors.New("not a JSON object")
+
+// decodeEntry scans line into j; trusted skips validation of the values
+// it does not decode (for lines validated before).
+func decodeEntry(line []byte, trusted bool, j *entryJSON) error {
+	if err := rawFields(line, trusted, j.field); err != nil {
+		return errNotObject
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return ""
-	}
-	return s
+	return nil
 }
 
 func strPtr(raw json.RawMessage) *string {
@@ -140,12 +173,21 @@ func strPtr(raw json.RawMessage) *string {
 // ParseLine decodes one entry line (without migration). It fails only when
 // the line is not a JSON object.
 func ParseLine(line []byte) (*Entry, error) {
-	var j entryJSON
-	if err := json.Unmarshal(line, &j); err != nil {
+	e := new(Entry)
+	if err := parseInto(line, false, e); err != nil {
 		return nil, err
 	}
-	e := &Entry{
-		Type:             j.Type,
+	return e, nil
+}
+
+// parseInto decodes line into *e (overwriting every field).
+func parseInto(line []byte, trusted bool, e *Entry) error {
+	var j entryJSON
+	if err := decodeEntry(line, trusted, &j); err != nil {
+		return err
+	}
+	*e = Entry{
+		Type:             str(j.Type),
 		ID:               str(j.ID),
 		ParentID:         str(j.ParentID),
 		Timestamp:        str(j.Timestamp),
@@ -168,29 +210,40 @@ func ParseLine(line []byte) (*Entry, error) {
 	}
 	if e.Type == "message" {
 		e.Message = j.Message
-		var m messageJSON
-		if len(j.Message) > 0 && j.Message[0] == '{' && json.Unmarshal(j.Message, &m) == nil {
-			e.Role = str(m.Role)
+		if len(j.Message) > 0 && j.Message[0] == '{' {
+			var role, provider, model json.RawMessage
+			_ = rawFields(j.Message, trusted, func(key []byte) *json.RawMessage {
+				switch string(key) {
+				case "role":
+					return &role
+				case "provider":
+					return &provider
+				case "model":
+					return &model
+				}
+				return nil
+			})
+			e.Role = str(role)
 			if e.Role == "assistant" {
-				e.Provider = str(m.Provider)
-				e.ModelID = str(m.Model)
+				e.Provider = str(provider)
+				e.ModelID = str(model)
 			}
 		}
 	}
-	return e, nil
+	return nil
 }
 
 // parseHeader decodes a header line.
 func parseHeader(line []byte) (Header, error) {
 	var j entryJSON
-	if err := json.Unmarshal(line, &j); err != nil {
+	if err := decodeEntry(line, false, &j); err != nil {
 		return Header{}, err
 	}
-	if j.Type != "session" {
+	if str(j.Type) != "session" {
 		if str(j.Kind) == "header" {
 			return Header{}, fmt.Errorf("%w: harness header (kind %q, version %s) is a different format", ErrForeignFormat, "header", j.Version)
 		}
-		return Header{}, fmt.Errorf("%w: first line has type %q, want \"session\"", ErrForeignFormat, j.Type)
+		return Header{}, fmt.Errorf("%w: first line has type %q, want \"session\"", ErrForeignFormat, str(j.Type))
 	}
 	h := Header{
 		ID:            str(j.ID),
@@ -224,6 +277,16 @@ type Reader struct {
 	// v1 migration state: ids of parsed entries by index (header is 0).
 	v1ids  []string
 	prevID string
+
+	// pos is the offset of the next unread byte; lineOff is where the line
+	// readLine last returned starts.
+	pos, lineOff int64
+	scratch      []byte
+	// lazy makes Next return light entries for message, custom and
+	// custom_message lines (see File.Full) and reuse one line buffer.
+	lazy   bool
+	intern map[string]string
+	tmp    Entry
 }
 
 // NewReader reads the header from r and returns a Reader positioned at the
@@ -277,9 +340,15 @@ func (rd *Reader) skip(line []byte, last bool) {
 // had no terminating newline. It returns io.EOF when nothing is left.
 func (rd *Reader) readLine() (line []byte, last bool, err error) {
 	var buf []byte
+	if rd.lazy {
+		buf = rd.scratch[:0]
+		defer func() { rd.scratch = buf[:0] }()
+	}
 	tooLong := false
+	rd.lineOff = rd.pos
 	for {
 		chunk, err := rd.br.ReadSlice('\n')
+		rd.pos += int64(len(chunk))
 		if !tooLong {
 			if len(buf)+len(chunk) > rd.maxLine {
 				tooLong = true
@@ -303,15 +372,16 @@ func (rd *Reader) readLine() (line []byte, last bool, err error) {
 			rd.notes = append(rd.notes, fmt.Sprintf("line %d: longer than %d bytes, skipped", rd.line, rd.maxLine))
 			return nil, eof, nil
 		}
-		buf = bytes.TrimSuffix(buf, []byte("\n"))
-		buf = bytes.TrimSuffix(buf, []byte("\r"))
-		if rd.line == 1 {
-			buf = bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf"))
+		line := bytes.TrimSuffix(buf, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if rd.line == 1 && bytes.HasPrefix(line, []byte("\xef\xbb\xbf")) {
+			line = line[3:]
+			rd.lineOff += 3
 		}
-		if len(bytes.TrimSpace(buf)) == 0 {
+		if len(bytes.TrimSpace(line)) == 0 {
 			return nil, eof, nil
 		}
-		return buf, eof, nil
+		return line, eof, nil
 	}
 }
 
@@ -325,17 +395,77 @@ func (rd *Reader) Next() (*Entry, error) {
 		if line == nil {
 			continue
 		}
+		if rd.lazy && rd.header.Version >= CurrentVersion {
+			if e, ok := rd.light(line); ok {
+				return e, nil
+			}
+		}
+		if rd.lazy {
+			line = bytes.Clone(line)
+		}
 		e, err := ParseLine(line)
 		if err != nil || !isObject(line) {
 			rd.skip(line, last)
 			continue
 		}
 		e.Line = rd.line
+		e.off, e.size = rd.lineOff, len(line)
 		if err := rd.migrate(e); err != nil {
 			return nil, fmt.Errorf("line %d: %w", rd.line, err)
 		}
 		return e, nil
 	}
+}
+
+// lightMin is the line size from which message, custom and custom_message
+// entries are kept on disk: smaller lines cost less resident than an offset.
+const lightMin = 512
+
+// light returns a light entry for a large message, custom or custom_message
+// line, or false when the line must be kept resident.
+func (rd *Reader) light(line []byte) (*Entry, bool) {
+	if len(line) < lightMin {
+		return nil, false
+	}
+	e := &rd.tmp
+	if parseInto(line, false, e) != nil {
+		return nil, false
+	}
+	switch e.Type {
+	case "message", "custom", "custom_message":
+	default:
+		return nil, false
+	}
+	// Keep only what the tree and context need; the strings decoded by
+	// ParseLine are copies, the raw fields point into the reused buffer.
+	return &Entry{
+		Type:       rd.interned(e.Type),
+		ID:         e.ID,
+		ParentID:   e.ParentID,
+		Timestamp:  e.Timestamp,
+		Role:       rd.interned(e.Role),
+		Provider:   rd.interned(e.Provider),
+		ModelID:    rd.interned(e.ModelID),
+		CustomType: rd.interned(e.CustomType),
+		Line:       rd.line,
+		off:        rd.lineOff,
+		size:       len(line),
+	}, true
+}
+
+// interned returns a shared copy of a string that repeats across entries
+// (types, roles, providers, models).
+func (rd *Reader) interned(s string) string {
+	if v, ok := rd.intern[s]; ok {
+		return v
+	}
+	if rd.intern == nil {
+		rd.intern = map[string]string{}
+	}
+	if len(rd.intern) < 4096 {
+		rd.intern[s] = s
+	}
+	return s
 }
 
 func isObject(b []byte) bool {
@@ -444,7 +574,11 @@ func marshal(v any) (json.RawMessage, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// File is a whole transcript in memory, migrated to v3, with its tree index.
+// File is a transcript migrated to v3 with its tree index. A File from Read
+// holds every entry in memory; a File from Open keeps large message, custom
+// and custom_message entries on disk as light entries (only the fields the
+// tree and context need are resident) and reads them back in Full, so a
+// 1 GB transcript costs its index, not its size.
 type File struct {
 	Header  Header
 	Entries []*Entry
@@ -453,14 +587,20 @@ type File struct {
 	Notes []string
 
 	byID map[string]*Entry
+	path string
+	src  *os.File
 }
 
-// Read reads a whole transcript from r.
+// Read reads a whole transcript from r into memory.
 func Read(r io.Reader) (*File, error) {
 	rd, err := NewReader(r)
 	if err != nil {
 		return nil, err
 	}
+	return readAll(rd)
+}
+
+func readAll(rd *Reader) (*File, error) {
 	f := &File{Header: rd.Header()}
 	for {
 		e, err := rd.Next()
@@ -477,26 +617,117 @@ func Read(r io.Reader) (*File, error) {
 	return f, nil
 }
 
-// Open reads the transcript at path.
+// Open indexes the transcript at path. The File keeps the file open to read
+// light entries back: Close it.
 func Open(path string) (*File, error) {
 	fh, err := os.Open(path) // #nosec G304 -- reading a transcript the caller names is the purpose
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open transcript: %w", err)
 	}
-	defer func() { _ = fh.Close() }()
-	f, err := Read(fh)
+	rd, err := NewReader(fh)
 	if err != nil {
+		_ = fh.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	rd.lazy = true
+	f, err := readAll(rd)
+	if err != nil {
+		_ = fh.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f.path, f.src = path, fh
 	return f, nil
 }
 
-// Full returns e with every field decoded. Files opened with Open keep large
-// entries on disk (only their index is resident); Full reads them back.
-// Callers that need Raw, Message, Content, Details or Replacement of an
-// entry of an opened file must go through Full.
+// Close releases the file handle an opened File keeps for Full. Entries
+// already returned by Full stay valid.
+func (f *File) Close() error {
+	if f.src == nil {
+		return nil
+	}
+	err := f.src.Close()
+	f.src = nil
+	return err
+}
+
+// Full returns e with every field decoded: e itself when it is resident,
+// otherwise a fresh Entry read back from the file (not cached, so memory
+// stays bounded). Callers that need Raw, Message, Content, Details, Display,
+// Replacement or TokensBefore must go through Full.
 func (f *File) Full(e *Entry) (*Entry, error) {
-	return e, nil
+	if e.Raw != nil || e.size == 0 {
+		return e, nil
+	}
+	if f.src == nil {
+		return nil, fmt.Errorf("transcript %s: closed, cannot read line %d", f.path, e.Line)
+	}
+	buf := make([]byte, e.size)
+	if _, err := f.src.ReadAt(buf, e.off); err != nil {
+		return nil, fmt.Errorf("transcript %s: read line %d: %w", f.path, e.Line, err)
+	}
+	return f.reparse(e, buf)
+}
+
+// reparse decodes the bytes read back for a light entry and checks they are
+// the line that was indexed (the file may have been rewritten meanwhile).
+func (f *File) reparse(e *Entry, line []byte) (*Entry, error) {
+	full := new(Entry)
+	err := parseInto(line, true, full)
+	if err != nil || full.ID != e.ID || full.Type != e.Type {
+		return nil, fmt.Errorf("transcript %s: line %d changed on disk since it was indexed", f.path, e.Line)
+	}
+	full.Line, full.off, full.size = e.Line, e.off, e.size
+	return full, nil
+}
+
+// fullAll returns Full of every entry, reading light entries that lie close
+// together in the file with one read.
+func (f *File) fullAll(entries []*Entry) ([]*Entry, error) {
+	out := make([]*Entry, len(entries))
+	var light []int
+	for i, e := range entries {
+		if e.Raw != nil || e.size == 0 {
+			out[i] = e
+		} else {
+			light = append(light, i)
+		}
+	}
+	if len(light) == 0 {
+		return out, nil
+	}
+	if f.src == nil {
+		return nil, fmt.Errorf("transcript %s: closed", f.path)
+	}
+	sort.Slice(light, func(a, b int) bool { return entries[light[a]].off < entries[light[b]].off })
+	const maxGap, maxSpan = 64 << 10, 8 << 20
+	for lo := 0; lo < len(light); {
+		start := entries[light[lo]].off
+		end := start + int64(entries[light[lo]].size)
+		hi := lo + 1
+		for ; hi < len(light); hi++ {
+			e := entries[light[hi]]
+			if e.off-end > maxGap || e.off+int64(e.size)-start > maxSpan {
+				break
+			}
+			end = max(end, e.off+int64(e.size))
+		}
+		// A fresh buffer per range: the entries returned point into it.
+		buf := make([]byte, end-start)
+		if _, err := f.src.ReadAt(buf, start); err != nil {
+			return nil, fmt.Errorf("transcript %s: read at %d: %w", f.path, start, err)
+		}
+		for _, i := range light[lo:hi] {
+			e := entries[i]
+			line := buf[e.off-start : e.off-start+int64(e.size)]
+			full, err := f.reparse(e, line)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = full
+		}
+		lo = hi
+	}
+	return out, nil
 }
 
 // Raw returns the (migrated) JSON line of e.
@@ -507,6 +738,3 @@ func (f *File) Raw(e *Entry) (json.RawMessage, error) {
 	}
 	return full.Raw, nil
 }
-
-// Close releases the file handle an opened File keeps for Full.
-func (f *File) Close() error { return nil }

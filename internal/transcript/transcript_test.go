@@ -23,6 +23,7 @@ func piFile(t *testing.T, name string) *File {
 	if err != nil {
 		t.Fatalf("Open(%s): %v", name, err)
 	}
+	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
 
@@ -113,11 +114,15 @@ func TestAllPiFilesLoad(t *testing.T) {
 					t.Fatalf("line %d: missing or duplicate id %q", e.Line, e.ID)
 				}
 				seen[e.ID] = true
-				if !json.Valid(e.Raw) {
-					t.Fatalf("line %d: invalid raw", e.Line)
+				raw, err := f.Raw(e)
+				if err != nil || !json.Valid(raw) {
+					t.Fatalf("line %d: invalid raw (%v)", e.Line, err)
 				}
 			}
-			ctx := f.BuildContext("")
+			ctx, err := f.BuildContext("")
+			if err != nil {
+				t.Fatal(err)
+			}
 			if ctx.LeafID != f.Leaf().ID {
 				t.Errorf("leaf %q, want %q", ctx.LeafID, f.Leaf().ID)
 			}
@@ -208,7 +213,10 @@ func TestContextOnSamples(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.file+"@"+tc.leaf, func(t *testing.T) {
 			f := piFile(t, tc.file)
-			ctx := f.BuildContext(tc.leaf)
+			ctx, err := f.BuildContext(tc.leaf)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got := roles(t, ctx); !reflect.DeepEqual(got, tc.roles) {
 				t.Fatalf("roles %v, want %v", got, tc.roles)
 			}
@@ -243,7 +251,10 @@ func TestContextOnSamples(t *testing.T) {
 
 func TestCompactionSummaryMessage(t *testing.T) {
 	f := piFile(t, "getspecstory-compaction.jsonl")
-	ctx := f.BuildContext("")
+	ctx, err := f.BuildContext("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := `{"role":"compactionSummary","summary":"summarized earlier turns","tokensBefore":5000,"timestamp":1783591203000}`
 	if string(ctx.Messages[0]) != want {
 		t.Errorf("summary message\n got %s\nwant %s", ctx.Messages[0], want)
@@ -301,7 +312,10 @@ func TestLargeV1Migrates(t *testing.T) {
 			t.Fatalf("entry %d raw not migrated: %s", i, e.Raw)
 		}
 	}
-	ctx := f.BuildContext("")
+	ctx, err := f.BuildContext("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(ctx.Messages) != 914 {
 		t.Errorf("%d messages, want 914", len(ctx.Messages))
 	}
@@ -397,7 +411,7 @@ func TestV1CompactionAndV2Migration(t *testing.T) {
 					t.Fatal("no compaction")
 				}
 			}
-			if got := roles(t, f.BuildContext("")); !reflect.DeepEqual(got, tc.roles) {
+			if got := roles(t, mustContext(t, f, "")); !reflect.DeepEqual(got, tc.roles) {
 				t.Errorf("roles %v, want %v", got, tc.roles)
 			}
 			if tc.check != nil {
@@ -430,7 +444,7 @@ func TestQuirks(t *testing.T) {
 	if f.Leaf().ID != "w" {
 		t.Errorf("leaf %q", f.Leaf().ID)
 	}
-	if got := roles(t, f.BuildContext("")); !reflect.DeepEqual(got, []string{"user"}) {
+	if got := roles(t, mustContext(t, f, "")); !reflect.DeepEqual(got, []string{"user"}) {
 		t.Errorf("roles %v", got)
 	}
 }
@@ -513,7 +527,10 @@ func TestContextEdit(t *testing.T) {
 		`{"type":"context_edit","id":"e2","parentId":"e1","timestamp":"2026-01-01T00:00:05.000Z","targetId":"a1","replacement":{"content":[{"type":"text","text":"short"}]}}` + "\n" +
 		`{"type":"context_edit","id":"e3","parentId":"e2","timestamp":"2026-01-01T00:00:06.000Z","targetId":"cm","replacement":{"content":"edited"}}` + "\n"
 	f := mustRead(t, in)
-	ctx := f.BuildContext("")
+	ctx, err := f.BuildContext("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := roles(t, ctx); !reflect.DeepEqual(got, []string{"assistant", "custom"}) {
 		t.Fatalf("roles %v", got)
 	}
@@ -525,7 +542,7 @@ func TestContextEdit(t *testing.T) {
 		t.Errorf("custom message\n got %s\nwant %s", ctx.Messages[1], want)
 	}
 	// edits off the path do not apply
-	if got := roles(t, f.BuildContext("cm")); !reflect.DeepEqual(got, []string{"user", "assistant", "custom"}) {
+	if got := roles(t, mustContext(t, f, "cm")); !reflect.DeepEqual(got, []string{"user", "assistant", "custom"}) {
 		t.Errorf("roles before edits %v", got)
 	}
 }
@@ -547,7 +564,7 @@ func FuzzParseLine(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			ctx := file.BuildContext("")
+			ctx := mustContext(t, file, "")
 			for _, m := range ctx.Messages {
 				if !json.Valid(m) {
 					t.Fatalf("invalid message %q", m)
@@ -597,13 +614,13 @@ func TestCheckToolPairing(t *testing.T) {
 	// the small samples are well paired
 	for _, name := range []string{"getspecstory-full_format.jsonl", "getspecstory-sample.jsonl"} {
 		f := piFile(t, name)
-		if p := CheckToolPairing(f.BuildContext("").Messages); len(p) != 0 {
+		if p := CheckToolPairing(mustContext(t, f, "").Messages); len(p) != 0 {
 			t.Errorf("%s: %d pairing problems, first %v", name, len(p), p[0])
 		}
 	}
 	// the real session has tool calls left unanswered only by failed turns
 	f := piFile(t, "pi-mono-large-session-v1.jsonl")
-	msgs := f.BuildContext("").Messages
+	msgs := mustContext(t, f, "").Messages
 	problems := CheckToolPairing(msgs)
 	if len(problems) == 0 {
 		t.Error("expected unanswered calls in the large session")
@@ -617,4 +634,13 @@ func TestCheckToolPairing(t *testing.T) {
 			t.Errorf("%v (stopReason %q)", p, m.StopReason)
 		}
 	}
+}
+
+func mustContext(t *testing.T, f *File, leaf string) *Context {
+	t.Helper()
+	ctx, err := f.BuildContext(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
 }
