@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
+	"sync"
 )
 
 // CurrentVersion is the transcript format version entries are migrated to.
@@ -271,7 +273,7 @@ type Reader struct {
 	br      *bufio.Reader
 	header  Header
 	line    int
-	notes   []string
+	notes   []note
 	maxLine int
 
 	// v1 migration state: ids of parsed entries by index (header is 0).
@@ -325,14 +327,29 @@ func NewReader(r io.Reader) (*Reader, error) {
 func (rd *Reader) Header() Header { return rd.header }
 
 // Notes returns the quirks tolerated so far (skipped lines and why).
-func (rd *Reader) Notes() []string { return rd.notes }
+func (rd *Reader) Notes() []string {
+	out := make([]string, len(rd.notes))
+	for i, n := range rd.notes {
+		out[i] = n.String()
+	}
+	return out
+}
+
+// note is a tolerated quirk at a line; lines are renumbered when chunks
+// indexed in parallel are joined.
+type note struct {
+	line int
+	text string
+}
+
+func (n note) String() string { return fmt.Sprintf("line %d: %s", n.line, n.text) }
 
 func (rd *Reader) skip(line []byte, last bool) {
 	if last {
-		rd.notes = append(rd.notes, fmt.Sprintf("line %d: torn last line (%d bytes, no newline) ignored", rd.line, len(line)))
+		rd.notes = append(rd.notes, note{rd.line, fmt.Sprintf("torn last line (%d bytes, no newline) ignored", len(line))})
 		return
 	}
-	rd.notes = append(rd.notes, fmt.Sprintf("line %d: not a JSON object, skipped", rd.line))
+	rd.notes = append(rd.notes, note{rd.line, "not a JSON object, skipped"})
 }
 
 // readLine returns the next non-blank line (a fresh copy, without the line
@@ -369,7 +386,7 @@ func (rd *Reader) readLine() (line []byte, last bool, err error) {
 		}
 		rd.line++
 		if tooLong {
-			rd.notes = append(rd.notes, fmt.Sprintf("line %d: longer than %d bytes, skipped", rd.line, rd.maxLine))
+			rd.notes = append(rd.notes, note{rd.line, fmt.Sprintf("longer than %d bytes, skipped", rd.maxLine)})
 			return nil, eof, nil
 		}
 		line := bytes.TrimSuffix(buf, []byte("\n"))
@@ -619,7 +636,9 @@ func readAll(rd *Reader) (*File, error) {
 
 // Open indexes the transcript at path. The File keeps the file open to read
 // light entries back: Close it.
-func Open(path string) (*File, error) {
+func Open(path string) (*File, error) { return open(path, parallelMin) }
+
+func open(path string, parallelFrom int64) (*File, error) {
 	fh, err := os.Open(path) // #nosec G304 -- reading a transcript the caller names is the purpose
 	if err != nil {
 		return nil, fmt.Errorf("open transcript: %w", err)
@@ -630,13 +649,117 @@ func Open(path string) (*File, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	rd.lazy = true
-	f, err := readAll(rd)
+	var f *File
+	if st, serr := fh.Stat(); serr == nil && rd.header.Version >= CurrentVersion &&
+		st.Size()-rd.pos >= parallelFrom && runtime.GOMAXPROCS(0) > 1 {
+		f, err = indexParallel(fh, rd, st.Size())
+	} else {
+		f, err = readAll(rd)
+	}
 	if err != nil {
 		_ = fh.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.path, f.src = path, fh
 	return f, nil
+}
+
+// parallelMin is the size from which Open indexes a v3 file in parallel
+// chunks (entries carry their own ids and parents, so chunks are
+// independent; v1/v2 migration is sequential).
+const parallelMin = 4 << 20
+
+// indexParallel indexes src after the header hdr has read, in one chunk per
+// CPU split at line boundaries, and joins the chunks in file order.
+func indexParallel(src *os.File, hdr *Reader, size int64) (*File, error) {
+	n := min(runtime.GOMAXPROCS(0), 8)
+	bounds := []int64{hdr.pos}
+	for k := 1; k < n; k++ {
+		b, err := nextLineStart(src, hdr.pos+(size-hdr.pos)*int64(k)/int64(n), size)
+		if err != nil {
+			return nil, err
+		}
+		if b > bounds[len(bounds)-1] && b < size {
+			bounds = append(bounds, b)
+		}
+	}
+	bounds = append(bounds, size)
+	type part struct {
+		entries []*Entry
+		notes   []note
+		lines   int
+		err     error
+	}
+	parts := make([]part, len(bounds)-1)
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Go(func() {
+			rd := &Reader{
+				br:      bufio.NewReaderSize(io.NewSectionReader(src, bounds[i], bounds[i+1]-bounds[i]), 64<<10),
+				maxLine: hdr.maxLine, header: hdr.header, lazy: true, pos: bounds[i],
+			}
+			p := &parts[i]
+			for {
+				e, err := rd.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					p.err = err
+					return
+				}
+				p.entries = append(p.entries, e)
+			}
+			p.notes, p.lines = rd.notes, rd.line
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, p := range parts {
+		if p.err != nil {
+			return nil, p.err
+		}
+		total += len(p.entries)
+	}
+	f := &File{Header: hdr.header, Entries: make([]*Entry, 0, total)}
+	notes := hdr.notes
+	base := hdr.line
+	for _, p := range parts {
+		for _, e := range p.entries {
+			e.Line += base
+		}
+		for _, nt := range p.notes {
+			nt.line += base
+			notes = append(notes, nt)
+		}
+		f.Entries = append(f.Entries, p.entries...)
+		base += p.lines
+	}
+	for _, nt := range notes {
+		f.Notes = append(f.Notes, nt.String())
+	}
+	f.index()
+	return f, nil
+}
+
+// nextLineStart returns the offset just after the first '\n' at or after
+// off, or size when there is none.
+func nextLineStart(src io.ReaderAt, off, size int64) (int64, error) {
+	buf := make([]byte, 64<<10)
+	for off < size {
+		n, err := src.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
+			return off + int64(i) + 1, nil
+		}
+		off += int64(n)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("find line boundary: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return size, nil
 }
 
 // Close releases the file handle an opened File keeps for Full. Entries

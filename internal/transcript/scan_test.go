@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -267,5 +268,62 @@ func BenchmarkContextOnly(b *testing.B) {
 		if _, err := f.BuildContext(""); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestParallelIndex splits files into chunks from any size and checks the
+// joined index against the sequential read, line numbers and notes included.
+func TestParallelIndex(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs GOMAXPROCS >= 2")
+	}
+	big := strings.Repeat("y", 3*200)
+	var b strings.Builder
+	b.WriteString(`{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/"}` + "\n")
+	parent := "null"
+	for i := 1; i <= 200; i++ {
+		id := fmt.Sprintf("%08x", i)
+		switch {
+		case i%37 == 0:
+			b.WriteString("not json at all\n")
+		case i%53 == 0:
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, `{"type":"message","id":"%s","parentId":%s,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"%d %s","timestamp":1}}`+"\n", id, parent, i, big[:i*3])
+		parent = `"` + id + `"`
+	}
+	b.WriteString(`{"type":"message","id":"torn","parentId":`) // torn last line
+	p := filepath.Join(t.TempDir(), "p.jsonl")
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := Read(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	par, err := open(p, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = par.Close() }()
+	if !reflect.DeepEqual(par.Notes, mem.Notes) {
+		t.Errorf("notes\n got %q\nwant %q", par.Notes, mem.Notes)
+	}
+	if len(par.Entries) != len(mem.Entries) {
+		t.Fatalf("%d entries, want %d", len(par.Entries), len(mem.Entries))
+	}
+	for i, e := range par.Entries {
+		full, err := par.Full(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if full.Line != mem.Entries[i].Line || string(full.Raw) != string(mem.Entries[i].Raw) {
+			t.Fatalf("entry %d: line %d %q, want line %d", i, full.Line, full.Raw, mem.Entries[i].Line)
+		}
+	}
+	want, _ := mem.BuildContext("")
+	got, err := par.BuildContext("")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("context differs (%v)", err)
 	}
 }
