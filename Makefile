@@ -5,7 +5,7 @@ NEXUS_HOME  ?= $(HOME)/nexus
 GOLANGCI    ?= $(shell command -v golangci-lint 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/golangci-lint)
 GOLANGCI_VERSION ?= v2.15.0
 
-.PHONY: build run test test-short bench lint fuzz clean
+.PHONY: build run test test-short bench lint fuzz clean pi-deps
 
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -16,8 +16,9 @@ build:
 run: build
 	NEXUS_HOME=$(NEXUS_HOME) ./$(BIN) serve
 
-# The whole suite, as CI runs it.
-test:
+# The whole suite, as CI runs it. The pi interoperability test needs the
+# pinned pi coding agent from npm (tools/pi); it is installed when npm exists.
+test: pi-deps
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 8m ./...
 
@@ -29,6 +30,11 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./internal/... 
 	$(GO) run ./bench/gateway
 	$(GO) run ./bench/shell
+
+pi-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+		test -d tools/pi/node_modules/@mariozechner/pi-coding-agent || npm ci --prefix tools/pi --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the pi interoperability test will be skipped"; fi
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway
