@@ -39,6 +39,8 @@ pi-deps:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway
 	$(GO) test -run '^$$' -fuzz FuzzDecodeStrict -fuzztime 30s ./internal/abi
+	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./internal/store
+	$(GO) test -run '^$$' -fuzz FuzzParseLineExact -fuzztime 30s ./internal/transcript
 
 lint:
 	@test -x $(GOLANGCI) || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
