@@ -54,7 +54,7 @@ type compactionSummaryMessage struct {
 type branchSummaryMessage struct {
 	Role      string `json:"role"`
 	Summary   string `json:"summary"`
-	FromID    string `json:"fromId"`
+	FromID    string `json:"fromId,omitempty"`
 	Timestamp *int64 `json:"timestamp"`
 }
 

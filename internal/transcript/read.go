@@ -426,6 +426,12 @@ func (rd *Reader) Next() (*Entry, error) {
 			rd.skip(line, last)
 			continue
 		}
+		if e.Type == "session" {
+			// pi drops every session line from the entries (two files
+			// concatenated carry a second header): so do we.
+			rd.notes = append(rd.notes, note{rd.line, "another session header, ignored"})
+			continue
+		}
 		e.Line = rd.line
 		e.off, e.size = rd.lineOff, len(line)
 		if err := rd.migrate(e); err != nil {
@@ -435,16 +441,9 @@ func (rd *Reader) Next() (*Entry, error) {
 	}
 }
 
-// lightMin is the line size from which message, custom and custom_message
-// entries are kept on disk: smaller lines cost less resident than an offset.
-const lightMin = 512
-
-// light returns a light entry for a large message, custom or custom_message
-// line, or false when the line must be kept resident.
+// light returns a light entry for a message, custom or custom_message line
+// (the bulk of a transcript), or false when the line must be kept resident.
 func (rd *Reader) light(line []byte) (*Entry, bool) {
-	if len(line) < lightMin {
-		return nil, false
-	}
 	e := &rd.tmp
 	if parseInto(line, false, e) != nil {
 		return nil, false
@@ -564,29 +563,68 @@ func (rd *Reader) migrate(e *Entry) error {
 // deleteKey marks a key to remove in patchObject.
 type deleteKey struct{}
 
-// patchObject sets (or deletes) top-level keys of a JSON object, keeping all
-// other values byte-for-byte. Key order is not preserved (readers must not
-// depend on it); HTML characters are not escaped.
+// patchObject sets (or deletes) top-level keys of a JSON object, keeping
+// the other members byte-for-byte and in their order; a replaced key keeps
+// its place, new keys go last (sorted). HTML characters are not escaped.
 func patchObject(raw json.RawMessage, patch map[string]any) (json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, err
-	}
-	if obj == nil {
-		obj = map[string]json.RawMessage{}
-	}
+	vals := make(map[string][]byte, len(patch))
 	for k, v := range patch {
 		if _, del := v.(deleteKey); del {
-			delete(obj, k)
+			vals[k] = nil
 			continue
 		}
 		b, err := marshal(v)
 		if err != nil {
 			return nil, err
 		}
-		obj[k] = b
+		vals[k] = b
 	}
-	return marshal(obj)
+	out := []byte{'{'}
+	done := map[string]bool{}
+	add := func(k string, v []byte) error {
+		kb, err := marshal(k)
+		if err != nil {
+			return err
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, kb...), ':'), v...)
+		return nil
+	}
+	s := &scanner{b: raw}
+	s.ws()
+	if err := s.object(0, func(key []byte) (bool, error) {
+		start := s.i
+		if err := s.skip(1); err != nil {
+			return true, err
+		}
+		k := string(key)
+		if v, patched := vals[k]; patched {
+			if done[k] || v == nil {
+				done[k] = true
+				return true, nil
+			}
+			done[k] = true
+			return true, add(k, v)
+		}
+		return true, add(k, s.b[start:s.i])
+	}); err != nil {
+		return nil, fmt.Errorf("patch object: %w", err)
+	}
+	var fresh []string
+	for k, v := range vals {
+		if !done[k] && v != nil {
+			fresh = append(fresh, k)
+		}
+	}
+	sort.Strings(fresh)
+	for _, k := range fresh {
+		if err := add(k, vals[k]); err != nil {
+			return nil, err
+		}
+	}
+	return append(out, '}'), nil
 }
 
 // marshal encodes v compactly without HTML escaping (like JSON.stringify).
@@ -648,7 +686,7 @@ func readAll(rd *Reader) (*File, error) {
 func Open(path string) (*File, error) { return open(path, parallelMin) }
 
 func open(path string, parallelFrom int64) (*File, error) {
-	fh, err := os.Open(path) // #nosec G304 -- reading a transcript the caller names is the purpose
+	fh, err := os.Open(path) // #nosec G304 G703 -- reading a transcript the caller names is the purpose
 	if err != nil {
 		return nil, fmt.Errorf("open transcript: %w", err)
 	}

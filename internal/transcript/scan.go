@@ -286,10 +286,10 @@ func (s *scanner) skipTrusted() error {
 		case '{', '[':
 			depth++
 		case '}', ']':
-			depth--
-			if depth < 0 {
-				return errScan
+			if depth == 0 { // the end of the enclosing value closes a scalar
+				return nil
 			}
+			depth--
 			if depth == 0 {
 				s.i++
 				return nil

@@ -260,7 +260,11 @@ func TestCompactionSummaryMessage(t *testing.T) {
 		t.Errorf("summary message\n got %s\nwant %s", ctx.Messages[0], want)
 	}
 	// message entries are passed through byte-for-byte
-	if !bytes.Equal(ctx.Messages[1], f.Entry("a1").Message) {
+	a1, err := f.Full(f.Entry("a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ctx.Messages[1], a1.Message) || !bytes.Contains(a1.Raw, a1.Message) {
 		t.Errorf("a1 not passed through verbatim: %s", ctx.Messages[1])
 	}
 	text, ok := LLMText(ctx.Messages[0])
@@ -643,4 +647,18 @@ func mustContext(t *testing.T, f *File, leaf string) *Context {
 		t.Fatal(err)
 	}
 	return ctx
+}
+
+func TestChildIndexMatchesChildren(t *testing.T) {
+	f := piFile(t, "getspecstory-branching.jsonl")
+	roots, children := f.ChildIndex()
+	if !reflect.DeepEqual(roots, f.Roots()) {
+		t.Errorf("roots differ")
+	}
+	for _, e := range f.Entries {
+		want := f.Children(e.ID)
+		if got := children[e]; len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want)) {
+			t.Errorf("children of %s: %d, want %d", e.ID, len(got), len(want))
+		}
+	}
 }

@@ -124,3 +124,17 @@ func (f *File) SessionName() string {
 	}
 	return ""
 }
+
+// ChildIndex returns the roots and every entry's children, both in file
+// order, in one pass (Children and Roots scan the whole file per call).
+func (f *File) ChildIndex() (roots []*Entry, children map[*Entry][]*Entry) {
+	children = map[*Entry][]*Entry{}
+	for _, e := range f.Entries {
+		if p := f.parent(e); p != nil {
+			children[p] = append(children[p], e)
+		} else {
+			roots = append(roots, e)
+		}
+	}
+	return roots, children
+}
