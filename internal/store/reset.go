@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // ResetPolicy decides when Resolve starts a new session for a key (FORMATS.md §3).
@@ -198,8 +198,7 @@ var ArchiveKinds = []string{"bak", "reset", "deleted"}
 // ArchiveName is path + "." + kind + "." + the UTC time in ISO-8601 with ':' replaced by '-'
 // (upstream's archiveFileOnDisk naming, e.g. x.jsonl.reset.2026-01-21T12-00-00.000Z).
 func ArchiveName(path, kind string, now time.Time) string {
-	ts := strings.ReplaceAll(now.UTC().Format("2006-01-02T15:04:05.000Z"), ":", "-")
-	return path + "." + kind + "." + ts
+	return transcript.ArchiveName(path, kind, now)
 }
 
 // Archive renames path to ArchiveName(path, kind, now) (kind: bak, reset or deleted) and

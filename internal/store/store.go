@@ -291,6 +291,41 @@ func (s *Store) Patch(ctx context.Context, key string, patch any) (SessionEntry,
 	return out, nil
 }
 
+// PatchFunc is Patch with a patch computed from the entry as it is under the store's lock, so
+// read-modify-write updates (counters such as compactionCount) lose nothing to a concurrent
+// writer, in this process or another. fn may run more than once and must not block.
+func (s *Store) PatchFunc(ctx context.Context, key string, fn func(cur SessionEntry) (any, error)) (SessionEntry, error) {
+	var out SessionEntry
+	err := s.t.update(ctx, func(x *tx) error {
+		c, err := canon(key, x.recs)
+		if err != nil {
+			return err
+		}
+		cur, ok := x.get(c)
+		if !ok {
+			return fmt.Errorf("%w: %s", ErrNotFound, c)
+		}
+		patch, err := fn(decodeEntry(cur))
+		if err != nil {
+			return err
+		}
+		pobj, err := patchObject(patch)
+		if err != nil {
+			return err
+		}
+		r, err := s.applyPatch(x, c, cur, pobj, s.nowMs())
+		if err != nil {
+			return err
+		}
+		out = decodeEntry(r)
+		return nil
+	})
+	if err != nil {
+		return SessionEntry{}, fmt.Errorf("patch session %s: %w", key, err)
+	}
+	return out, nil
+}
+
 // Create adds the entry of key (which must parse as a session key and not exist yet) with a
 // fresh sessionId, its transcript path, sessionStartedAt and the key's chatType, then applies
 // fields (a merge patch; nil for none), which may also set any of those.

@@ -535,3 +535,53 @@ func TestConcurrentPatchesInProcess(t *testing.T) {
 }
 
 func fieldName(w, i int) string { return fmt.Sprintf("w%d_%03d", w, i) }
+
+// TestPatchFuncIncrements checks that a read-modify-write through PatchFunc
+// loses no increment when two store handles (two lock holders, as two
+// processes are) count at the same time.
+func TestPatchFuncIncrements(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir, nil)
+	other, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "agent:main:main", nil); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 4, 20
+	errs := make(chan error, writers)
+	for w := range writers {
+		st := s
+		if w%2 == 1 {
+			st = other
+		}
+		go func() {
+			for range each {
+				if _, err := st.PatchFunc(ctx, "agent:main:main", func(cur SessionEntry) (any, error) {
+					return map[string]any{"compactionCount": cur.CompactionCount + 1}, nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := s.Get("agent:main:main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.CompactionCount != writers*each {
+		t.Fatalf("compactionCount = %d, want %d", e.CompactionCount, writers*each)
+	}
+	if _, err := s.PatchFunc(ctx, "agent:main:main", func(SessionEntry) (any, error) { return nil, ErrInvalid }); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("fn error not returned: %v", err)
+	}
+}
