@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/transcript"
+)
+
+func (a *app) chatHistoryCmd() *cobra.Command {
+	var file, branch string
+	var limit int
+	var count bool
+	cmd := &cobra.Command{
+		Use:   "history KEY|SESSIONID|--file PATH",
+		Short: "Print the context the model sees at the active leaf (or --branch LEAF)",
+		Long: "Prints {\"leafId\",\"model\",\"thinkingLevel\",\"messages\"}: the agent messages exactly as pi's\n" +
+			"context builder yields them (the path to the leaf, the last compaction's summary first),\n" +
+			"each message verbatim as it is stored in the transcript.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 0 {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "--limit must not be negative")
+			}
+			t, err := a.chatTarget(cmd.Context(), args, file)
+			if err != nil {
+				return err
+			}
+			f, err := openTranscript(t.Path)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = f.Close() }()
+			if branch != "" && f.Entry(branch) == nil {
+				return abi.Errorf(abi.CodeInvalidArgument, t.SessionID, "no entry %q in %s (see nexus chat tree)", branch, t.Path)
+			}
+			c, err := f.BuildContext(branch)
+			if err != nil {
+				return fmt.Errorf("build context of %s: %w", t.Path, err)
+			}
+			msgs := c.Messages
+			if limit > 0 && len(msgs) > limit {
+				msgs = msgs[len(msgs)-limit:]
+			}
+			if count {
+				_, err := fmt.Fprintln(a.env.Stdout, len(msgs))
+				return err
+			}
+			return writeHistory(a.env.Stdout, c, msgs)
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")
+	cmd.Flags().StringVar(&branch, "branch", "", "build the context for this leaf entry id (default: the last entry)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "keep only the last N messages (0: all)")
+	cmd.Flags().BoolVar(&count, "count", false, "print only the number of messages")
+	return cmd
+}
+
+// writeHistory prints the context with its messages spliced in verbatim, one per line, through a
+// buffer: a long history is mostly bytes already encoded, so nothing is re-encoded.
+func writeHistory(out io.Writer, c *transcript.Context, msgs []json.RawMessage) error {
+	w := bufio.NewWriterSize(out, 256<<10)
+	model := []byte("null")
+	if c.Model != nil {
+		var err error
+		if model, err = json.Marshal(c.Model); err != nil {
+			return fmt.Errorf("encode model: %w", err)
+		}
+	}
+	leaf := []byte("null")
+	if c.LeafID != "" {
+		leaf, _ = json.Marshal(c.LeafID)
+	}
+	level, _ := json.Marshal(c.ThinkingLevel)
+	fmt.Fprintf(w, `{"leafId":%s,"model":%s,"thinkingLevel":%s,"messages":[`, leaf, model, level)
+	for i, m := range msgs {
+		if i > 0 {
+			_ = w.WriteByte(',')
+		}
+		_ = w.WriteByte('\n')
+		_, _ = w.Write(m)
+	}
+	if len(msgs) > 0 {
+		_ = w.WriteByte('\n')
+	}
+	_, _ = w.WriteString("]}\n")
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("write history: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/nexus-run/nexus/internal/transcript"
+)
+
+// chatHeader is a transcript header as `chat show` prints it.
+type chatHeader struct {
+	ID            string `json:"id"`
+	Version       int    `json:"version"`
+	Timestamp     string `json:"timestamp,omitempty"`
+	Cwd           string `json:"cwd,omitempty"`
+	ParentSession string `json:"parentSession,omitempty"`
+}
+
+// tokenTotals sums the usage of assistant messages.
+type tokenTotals struct {
+	Input      int64   `json:"input"`
+	Output     int64   `json:"output"`
+	CacheRead  int64   `json:"cacheRead"`
+	CacheWrite int64   `json:"cacheWrite"`
+	Total      int64   `json:"total"`
+	Cost       float64 `json:"cost"`
+}
+
+// chatStats describes a transcript as a whole and its active branch.
+type chatStats struct {
+	Entries int            `json:"entries"`
+	ByType  map[string]int `json:"byType"`
+	// Messages counts message entries by role (all branches).
+	Messages    map[string]int `json:"messages"`
+	ToolCalls   int            `json:"toolCalls"`
+	ToolResults int            `json:"toolResults"`
+	ToolErrors  int            `json:"toolErrors"`
+	Roots       int            `json:"roots"`
+	// Branches counts entries with more than one child; Leaves entries with none.
+	Branches    int               `json:"branches"`
+	Leaves      int               `json:"leaves"`
+	LeafID      string            `json:"leafId"`
+	PathLength  int               `json:"pathLength"`
+	Compactions int               `json:"compactions"`
+	Labels      map[string]string `json:"labels"`
+	Name        string            `json:"name,omitempty"`
+	Model       *transcript.Model `json:"model"`
+	// ThinkingLevel is the level in effect at the active leaf.
+	ThinkingLevel string      `json:"thinkingLevel"`
+	Tokens        tokenTotals `json:"tokens"`
+	// ContextTokens is the last assistant usage on the active path: the prompt size of the last call.
+	ContextTokens int64    `json:"contextTokens"`
+	FileSize      int64    `json:"fileSize"`
+	Notes         []string `json:"notes"`
+}
+
+// statsOf reads every entry once (message bodies through f.Full, one at a time).
+func statsOf(f *transcript.File, path string) (*chatStats, error) {
+	s := &chatStats{
+		Entries: len(f.Entries), ByType: map[string]int{}, Messages: map[string]int{},
+		Labels: f.Labels(), Name: f.SessionName(), ThinkingLevel: "off", Notes: f.Notes,
+	}
+	if s.Notes == nil {
+		s.Notes = []string{}
+	}
+	if fi, err := os.Stat(path); err == nil {
+		s.FileSize = fi.Size()
+	}
+	idx := indexTree(f)
+	s.Roots = len(idx.roots)
+	for _, e := range f.Entries {
+		s.ByType[e.Type]++
+		switch n := len(idx.children[e]); {
+		case n == 0:
+			s.Leaves++
+		case n > 1:
+			s.Branches++
+		}
+		switch e.Type {
+		case "compaction":
+			s.Compactions++
+		case "message":
+			s.Messages[e.Role]++
+			if e.Role != "assistant" && e.Role != "toolResult" {
+				continue
+			}
+			full, err := f.Full(e)
+			if err != nil {
+				return nil, fmt.Errorf("read entry %s: %w", e.ID, err)
+			}
+			m := decodeMessage(full.Message)
+			if m.Role == "toolResult" {
+				s.ToolResults++
+				if m.IsError {
+					s.ToolErrors++
+				}
+				continue
+			}
+			for _, b := range contentBlocks(m.Content) {
+				if b.Type == "toolCall" {
+					s.ToolCalls++
+				}
+			}
+			if u := m.Usage; u != nil {
+				s.Tokens.Input += u.Input
+				s.Tokens.Output += u.Output
+				s.Tokens.CacheRead += u.CacheRead
+				s.Tokens.CacheWrite += u.CacheWrite
+				s.Tokens.Total += u.total()
+				s.Tokens.Cost += u.Cost.Total
+			}
+		}
+	}
+	p := f.Path("")
+	s.PathLength = len(p)
+	if len(p) > 0 {
+		s.LeafID = p[len(p)-1].ID
+	}
+	// Model and thinking level as the context builder decides them (FORMATS.md §1 step 2), from
+	// the resident fields only.
+	var assistants []*transcript.Entry
+	for _, e := range p {
+		switch {
+		case e.Type == "thinking_level_change":
+			s.ThinkingLevel = e.ThinkingLevel
+		case e.Type == "model_change":
+			s.Model = &transcript.Model{Provider: e.Provider, ModelID: e.ModelID}
+		case e.Type == "message" && e.Role == "assistant":
+			s.Model = &transcript.Model{Provider: e.Provider, ModelID: e.ModelID}
+			assistants = append(assistants, e)
+		}
+	}
+	// Aborted replies carry zero usage: the last call that reported one tells the prompt size.
+	for i := len(assistants) - 1; i >= 0; i-- {
+		full, err := f.Full(assistants[i])
+		if err != nil {
+			return nil, fmt.Errorf("read entry %s: %w", assistants[i].ID, err)
+		}
+		if u := decodeMessage(full.Message).Usage; u != nil && u.total() > 0 {
+			s.ContextTokens = u.total()
+			break
+		}
+	}
+	// Sums of float costs carry binary noise (0.07150000000000001); a micro-dollar is plenty.
+	s.Tokens.Cost = math.Round(s.Tokens.Cost*1e6) / 1e6
+	return s, nil
+}
+
+func headerOf(f *transcript.File) *chatHeader {
+	h := f.Header
+	return &chatHeader{ID: h.ID, Version: h.Version, Timestamp: h.Timestamp, Cwd: h.Cwd, ParentSession: h.ParentSession}
+}

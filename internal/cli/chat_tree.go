@@ -1,0 +1,195 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nexus-run/nexus/internal/transcript"
+)
+
+// treeIndex is the parent → children index of a transcript, built in one pass (File.Children
+// scans the whole file per call, which is quadratic over a tree).
+type treeIndex struct {
+	roots    []*transcript.Entry
+	children map[*transcript.Entry][]*transcript.Entry
+}
+
+// indexTree follows the reader's parent rules: a null, unknown or self parent makes a root.
+func indexTree(f *transcript.File) treeIndex {
+	roots, children := f.ChildIndex()
+	return treeIndex{roots: roots, children: children}
+}
+
+// treeNode is one entry of `chat tree`.
+type treeNode struct {
+	ID        string   `json:"id"`
+	ParentID  *string  `json:"parentId"`
+	Type      string   `json:"type"`
+	Role      string   `json:"role,omitempty"`
+	Timestamp string   `json:"timestamp,omitempty"`
+	Label     string   `json:"label,omitempty"`
+	Preview   string   `json:"preview,omitempty"`
+	Children  []string `json:"children"`
+	// Active marks the entries on the path from a root to the active leaf.
+	Active bool `json:"active"`
+	// depth is the indentation of the table drawing.
+	depth int
+}
+
+// chatTree is the output of `chat tree`.
+type chatTree struct {
+	SessionID string      `json:"sessionId"`
+	LeafID    string      `json:"leafId"`
+	Roots     []string    `json:"roots"`
+	Entries   []*treeNode `json:"entries"`
+}
+
+// buildTree lists the entries depth first from the roots (children in file order). A node is
+// indented one level deeper than its parent only where the parent branches, so a long linear
+// conversation stays flush left.
+func buildTree(f *transcript.File) (*chatTree, error) {
+	idx := indexTree(f)
+	labels := f.Labels()
+	active := map[*transcript.Entry]bool{}
+	for _, e := range f.Path("") {
+		active[e] = true
+	}
+	out := &chatTree{SessionID: f.Header.ID, Roots: []string{}, Entries: make([]*treeNode, 0, len(f.Entries))}
+	if l := f.Leaf(); l != nil {
+		out.LeafID = l.ID
+	}
+	type item struct {
+		e     *transcript.Entry
+		depth int
+	}
+	var stack []item
+	seen := make(map[*transcript.Entry]bool, len(f.Entries))
+	walk := func() error {
+		for len(stack) > 0 {
+			it := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen[it.e] {
+				continue
+			}
+			seen[it.e] = true
+			full, err := f.Full(it.e)
+			if err != nil {
+				return fmt.Errorf("read entry %s: %w", it.e.ID, err)
+			}
+			n := &treeNode{
+				ID: it.e.ID, Type: it.e.Type, Role: it.e.Role, Timestamp: it.e.Timestamp,
+				Label: labels[it.e.ID], Preview: preview(full), Children: []string{}, Active: active[it.e], depth: it.depth,
+			}
+			if it.e.ParentID != "" {
+				p := it.e.ParentID
+				n.ParentID = &p
+			}
+			kids := idx.children[it.e]
+			d := it.depth
+			if len(kids) > 1 {
+				d++
+			}
+			for i := len(kids) - 1; i >= 0; i-- {
+				stack = append(stack, item{kids[i], d})
+			}
+			for _, k := range kids {
+				n.Children = append(n.Children, k.ID)
+			}
+			out.Entries = append(out.Entries, n)
+		}
+		return nil
+	}
+	d0 := 0
+	if len(idx.roots) > 1 {
+		d0 = 1
+	}
+	for i := len(idx.roots) - 1; i >= 0; i-- {
+		stack = append(stack, item{idx.roots[i], d0})
+	}
+	for _, r := range idx.roots {
+		out.Roots = append(out.Roots, r.ID)
+	}
+	if err := walk(); err != nil {
+		return nil, err
+	}
+	// Entries on a parent cycle longer than one (a → b → a) hang under no root: each starts a
+	// tree of its own so none is hidden.
+	for _, e := range f.Entries {
+		if !seen[e] {
+			out.Roots = append(out.Roots, e.ID)
+			stack = append(stack, item{e, 1})
+			if err := walk(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// treeTable draws the tree: `*` marks the active path, `<- leaf` the active leaf.
+func treeTable(w io.Writer, t *chatTree) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ENTRY\tTYPE\tLABEL\tPREVIEW")
+	for _, n := range t.Entries {
+		mark := " "
+		if n.Active {
+			mark = "*"
+		}
+		typ := n.Type
+		if n.Role != "" {
+			typ += "/" + n.Role
+		}
+		label := n.Label
+		if label == "" {
+			label = "-"
+		}
+		pv := n.Preview
+		if n.ID == t.LeafID {
+			pv += "  <- leaf"
+		}
+		fmt.Fprintf(tw, "%s %s%s\t%s\t%s\t%s\n", mark, strings.Repeat("  ", n.depth), n.ID, typ, oneLine(label, 40), pv)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write tree: %w", err)
+	}
+	return nil
+}
+
+func (a *app) chatTreeCmd() *cobra.Command {
+	var file, format string
+	cmd := &cobra.Command{
+		Use:   "tree KEY|SESSIONID|--file PATH",
+		Short: "Print the entry tree of a chat (branches, labels, the active leaf)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(format); err != nil {
+				return err
+			}
+			t, err := a.chatTarget(cmd.Context(), args, file)
+			if err != nil {
+				return err
+			}
+			f, err := openTranscript(t.Path)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = f.Close() }()
+			tree, err := buildTree(f)
+			if err != nil {
+				return err
+			}
+			if format == formatTable {
+				return treeTable(a.env.Stdout, tree)
+			}
+			a.printJSON(tree)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")
+	cmd.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
+	return cmd
+}
