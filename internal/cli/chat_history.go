@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 
 	"github.com/spf13/cobra"
 
@@ -39,19 +40,44 @@ func (a *app) chatHistoryCmd() *cobra.Command {
 			if branch != "" && f.Entry(branch) == nil {
 				return abi.Errorf(abi.CodeInvalidArgument, t.SessionID, "no entry %q in %s (see nexus chat tree)", branch, t.Path)
 			}
-			c, err := f.BuildContext(branch)
-			if err != nil {
-				return fmt.Errorf("build context of %s: %w", t.Path, err)
-			}
-			msgs := c.Messages
-			if limit > 0 && len(msgs) > limit {
-				msgs = msgs[len(msgs)-limit:]
-			}
-			if count {
-				_, err := fmt.Fprintln(a.env.Stdout, len(msgs))
+			// Streamed: a context without compaction can be as large as the file, and
+			// nothing needs more than the last --limit messages at once.
+			c, seq := f.ContextMessages(branch)
+			switch {
+			case count:
+				n := 0
+				for _, err := range seq {
+					if err != nil {
+						return fmt.Errorf("build context of %s: %w", t.Path, err)
+					}
+					n++
+				}
+				if limit > 0 {
+					n = min(n, limit)
+				}
+				_, err := fmt.Fprintln(a.env.Stdout, n)
 				return err
+			case limit > 0:
+				ring := make([]json.RawMessage, 0, min(limit, 1024))
+				for m, err := range seq {
+					if err != nil {
+						return fmt.Errorf("build context of %s: %w", t.Path, err)
+					}
+					if len(ring) == limit {
+						copy(ring, ring[1:])
+						ring = ring[:limit-1]
+					}
+					ring = append(ring, m)
+				}
+				seq = func(yield func(json.RawMessage, error) bool) {
+					for _, m := range ring {
+						if !yield(m, nil) {
+							return
+						}
+					}
+				}
 			}
-			return writeHistory(a.env.Stdout, c, msgs)
+			return writeHistory(a.env.Stdout, c, seq)
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")
@@ -63,7 +89,7 @@ func (a *app) chatHistoryCmd() *cobra.Command {
 
 // writeHistory prints the context with its messages spliced in verbatim, one per line, through a
 // buffer: a long history is mostly bytes already encoded, so nothing is re-encoded.
-func writeHistory(out io.Writer, c *transcript.Context, msgs []json.RawMessage) error {
+func writeHistory(out io.Writer, c *transcript.Context, msgs iter.Seq2[json.RawMessage, error]) error {
 	w := bufio.NewWriterSize(out, 256<<10)
 	model := []byte("null")
 	if c.Model != nil {
@@ -78,14 +104,20 @@ func writeHistory(out io.Writer, c *transcript.Context, msgs []json.RawMessage) 
 	}
 	level, _ := json.Marshal(c.ThinkingLevel)
 	fmt.Fprintf(w, `{"leafId":%s,"model":%s,"thinkingLevel":%s,"messages":[`, leaf, model, level)
-	for i, m := range msgs {
-		if i > 0 {
+	n := 0
+	for m, err := range msgs {
+		if err != nil {
+			// The output is cut short: say so rather than print a valid-looking prefix.
+			return fmt.Errorf("build context: %w", err)
+		}
+		if n > 0 {
 			_ = w.WriteByte(',')
 		}
 		_ = w.WriteByte('\n')
 		_, _ = w.Write(m)
+		n++
 	}
-	if len(msgs) > 0 {
+	if n > 0 {
 		_ = w.WriteByte('\n')
 	}
 	_, _ = w.WriteString("]}\n")

@@ -3,6 +3,7 @@ package transcript
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"time"
 )
 
@@ -82,10 +83,34 @@ func unixMillis(ts string) *int64 {
 //     message (or custom_message) or, with a null replacement, remove it;
 //     the last edit on the path per target wins, other replacements are ignored.
 func (f *File) BuildContext(leafID string) (*Context, error) {
+	ctx, msgs := f.ContextMessages(leafID)
+	for m, err := range msgs {
+		if err != nil {
+			return nil, fmt.Errorf("build context: %w", err)
+		}
+		ctx.Messages = append(ctx.Messages, m)
+	}
+	return ctx, nil
+}
+
+// streamBatch bounds the bytes of light entries ContextMessages reads back
+// at once.
+const streamBatch = 8 << 20
+
+// ContextMessages is BuildContext for contexts too large to hold: it
+// returns the context without its messages (LeafID, Model and ThinkingLevel
+// set, Messages empty) and the messages as a sequence that reads light
+// entries back in bounded batches and keeps none of them. A read error ends
+// the sequence with that error.
+func (f *File) ContextMessages(leafID string) (*Context, iter.Seq2[json.RawMessage, error]) {
+	return f.contextMessages(leafID, streamBatch)
+}
+
+func (f *File) contextMessages(leafID string, batch int) (*Context, iter.Seq2[json.RawMessage, error]) {
 	path := f.Path(leafID)
 	ctx := &Context{ThinkingLevel: "off", Messages: []json.RawMessage{}}
 	if len(path) == 0 {
-		return ctx, nil
+		return ctx, func(func(json.RawMessage, error) bool) {}
 	}
 	ctx.LeafID = path[len(path)-1].ID
 
@@ -111,15 +136,14 @@ func (f *File) BuildContext(leafID string) (*Context, error) {
 	}
 
 	var emit []*Entry
+	var summary json.RawMessage
 	if compactionIdx < 0 {
 		emit = path
 	} else {
 		c := path[compactionIdx]
-		if m, err := marshal(compactionSummaryMessage{
+		summary, _ = marshal(compactionSummaryMessage{
 			Role: "compactionSummary", Summary: c.Summary, TokensBefore: c.TokensBefore, Timestamp: unixMillis(c.Timestamp),
-		}); err == nil {
-			ctx.Messages = append(ctx.Messages, m)
-		}
+		})
 		kept := false
 		for _, e := range path[:compactionIdx] {
 			if e.ID != "" && e.ID == c.FirstKeptEntryID {
@@ -131,16 +155,29 @@ func (f *File) BuildContext(leafID string) (*Context, error) {
 		}
 		emit = append(emit, path[compactionIdx+1:]...)
 	}
-	full, err := f.fullAll(emit)
-	if err != nil {
-		return nil, fmt.Errorf("build context: %w", err)
-	}
-	for _, e := range full {
-		if m := f.message(e, edits); m != nil {
-			ctx.Messages = append(ctx.Messages, m)
+	return ctx, func(yield func(json.RawMessage, error) bool) {
+		if summary != nil && !yield(summary, nil) {
+			return
+		}
+		for start := 0; start < len(emit); {
+			end, n := start, 0
+			for end < len(emit) && (end == start || n < batch) {
+				n += emit[end].size
+				end++
+			}
+			full, err := f.fullAll(emit[start:end])
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, e := range full {
+				if m := f.message(e, edits); m != nil && !yield(m, nil) {
+					return
+				}
+			}
+			start = end
 		}
 	}
-	return ctx, nil
 }
 
 // message returns the agent message an entry contributes to the context, or

@@ -88,6 +88,10 @@ type Entry struct {
 	// is light (read back by File.Full).
 	off  int64
 	size int
+	// msgOff and msgEnd locate the message value in the line of a light
+	// message entry that has no other known field, so Full can hand it
+	// out without parsing the line again (0, 0: parse).
+	msgOff, msgEnd int32
 }
 
 // entryJSON holds the raw values of the known entry fields.
@@ -457,6 +461,11 @@ func (rd *Reader) light(line []byte) (*Entry, bool) {
 	// ParseLine are copies, the raw fields point into the reused buffer.
 	// Light entries come from slabs: a million small objects less for the
 	// allocator and the collector on a 1 GB file.
+	var msgOff, msgEnd int32
+	if e.Type == "message" && plainMessage(e) {
+		msgOff = int32(cap(line) - cap(e.Message)) // #nosec G115 -- lines are at most DefaultMaxLine (512 MiB)
+		msgEnd = msgOff + int32(len(e.Message))   // #nosec G115 -- idem
+	}
 	if len(rd.slab) == 0 {
 		rd.slab = make([]Entry, 256)
 	}
@@ -474,8 +483,21 @@ func (rd *Reader) light(line []byte) (*Entry, bool) {
 		Line:       rd.line,
 		off:        rd.lineOff,
 		size:       len(line),
+		msgOff:     msgOff,
+		msgEnd:     msgEnd,
 	}
 	return le, true
+}
+
+// plainMessage reports whether a parsed message entry has an object message
+// and no known field but type, id, parentId, timestamp and message: then
+// the resident fields and the message's span are the whole parse.
+func plainMessage(e *Entry) bool {
+	nonAssistant := e.Role != "assistant" && (e.Provider != "" || e.ModelID != "")
+	return len(e.Message) > 1 && e.Message[0] == '{' && !nonAssistant &&
+		e.ThinkingLevel == "" && e.Summary == "" && e.FirstKeptEntryID == "" && e.FromID == "" &&
+		e.CustomType == "" && e.TargetID == "" && e.TokensBefore == nil && e.Details == nil &&
+		e.Content == nil && e.Display == nil && e.Replacement == nil && e.Label == nil && e.Name == nil
 }
 
 // interned returns a shared copy of a string that repeats across entries
@@ -841,12 +863,19 @@ func (f *File) Full(e *Entry) (*Entry, error) {
 // reparse decodes the bytes read back for a light entry and checks they are
 // the line that was indexed (the file may have been rewritten meanwhile).
 func (f *File) reparse(e *Entry, line []byte) (*Entry, error) {
+	if e.msgEnd > 0 && len(line) == e.size && int(e.msgEnd) <= len(line) &&
+		line[e.msgOff] == '{' && line[e.msgEnd-1] == '}' && line[len(line)-1] == '}' &&
+		bytes.Contains(line[:e.msgOff], []byte(`"id":"`+e.ID+`"`)) {
+		full := *e
+		full.Raw, full.Message = line, line[e.msgOff:e.msgEnd]
+		return &full, nil
+	}
 	full := new(Entry)
 	err := parseInto(line, true, full)
 	if err != nil || full.ID != e.ID || full.Type != e.Type {
 		return nil, fmt.Errorf("transcript %s: line %d changed on disk since it was indexed", f.path, e.Line)
 	}
-	full.Line, full.off, full.size = e.Line, e.off, e.size
+	full.Line, full.off, full.size, full.msgOff, full.msgEnd = e.Line, e.off, e.size, e.msgOff, e.msgEnd
 	return full, nil
 }
 

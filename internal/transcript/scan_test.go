@@ -50,6 +50,7 @@ func TestOpenMatchesRead(t *testing.T) {
 				want := *mem.Entries[i]
 				got := *full
 				got.off, got.size, want.off, want.size = 0, 0, 0, 0
+				got.msgOff, got.msgEnd, want.msgOff, want.msgEnd = 0, 0, 0, 0
 				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("line %d differs:\n got %+v\nwant %+v", e.Line, got, want)
 				}
@@ -330,5 +331,68 @@ func TestParallelIndex(t *testing.T) {
 	got, err := par.BuildContext("")
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("context differs (%v)", err)
+	}
+}
+
+// TestContextMessagesStreams checks the streamed context against
+// BuildContext in batches down to one entry, an early stop, and a read
+// error in the middle of the stream.
+func TestContextMessagesStreams(t *testing.T) {
+	for _, name := range []string{"pi-mono-large-session-v1.jsonl", "getspecstory-compaction.jsonl", "getspecstory-branching.jsonl"} {
+		f := piFile(t, name)
+		want := mustContext(t, f, "")
+		for _, batch := range []int{1, 4 << 10, streamBatch} {
+			ctx, msgs := f.contextMessages("", batch)
+			var got []json.RawMessage
+			for m, err := range msgs {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, m)
+			}
+			if len(ctx.Messages) != 0 || ctx.LeafID != want.LeafID || !reflect.DeepEqual(ctx.Model, want.Model) || ctx.ThinkingLevel != want.ThinkingLevel {
+				t.Fatalf("%s: context header %+v, want %+v", name, ctx, want)
+			}
+			if !reflect.DeepEqual(got, want.Messages) && (len(got) != 0 || len(want.Messages) != 0) {
+				t.Fatalf("%s batch %d: %d messages, want %d", name, batch, len(got), len(want.Messages))
+			}
+		}
+		_, msgs := f.contextMessages("", 1)
+		n := 0
+		for range msgs {
+			n++
+			if n == 2 {
+				break
+			}
+		}
+		if n != 2 {
+			t.Fatalf("early stop: %d", n)
+		}
+	}
+
+	p := writeBig(t, 1<<20)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	_, msgs := f.contextMessages("", 64<<10)
+	var gotErr error
+	n := 0
+	for _, err := range msgs {
+		if err != nil {
+			gotErr = err
+			break
+		}
+		if n++; n == 10 {
+			// rewrite the file under the open index: later batches must fail loudly
+			data, _ := os.ReadFile(p)
+			if err := os.WriteFile(p, bytes.ReplaceAll(data, []byte(`"id":"0000`), []byte(`"id":"ffff`)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if gotErr == nil || !strings.Contains(gotErr.Error(), "changed on disk") {
+		t.Fatalf("stream over a rewritten file: err %v after %d messages", gotErr, n)
 	}
 }
