@@ -464,7 +464,7 @@ func (rd *Reader) light(line []byte) (*Entry, bool) {
 	var msgOff, msgEnd int32
 	if e.Type == "message" && plainMessage(e) {
 		msgOff = int32(cap(line) - cap(e.Message)) // #nosec G115 -- lines are at most DefaultMaxLine (512 MiB)
-		msgEnd = msgOff + int32(len(e.Message))   // #nosec G115 -- idem
+		msgEnd = msgOff + int32(len(e.Message))    // #nosec G115 -- idem
 	}
 	if len(rd.slab) == 0 {
 		rd.slab = make([]Entry, 256)
