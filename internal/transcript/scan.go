@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -62,7 +63,11 @@ func (s *scanner) str(wantValue bool) (string, error) {
 	for {
 		// Eight bytes at a time while none of them is special: strings
 		// (message text, tool output, base64 images) are most of a line.
-		for i+8 <= len(s.b) && !special8(binary.LittleEndian.Uint64(s.b[i:])) {
+		for i+8 <= len(s.b) {
+			if m := special8(binary.LittleEndian.Uint64(s.b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				break
+			}
 			i += 8
 		}
 		for i < len(s.b) && !strByte[s.b[i]] {
@@ -113,17 +118,17 @@ const (
 	highs = 0x8080808080808080
 )
 
-// special8 reports whether any byte of x (eight string bytes) is a quote, a
-// backslash or below 0x20, with the classic "has zero byte" trick: the
-// first such byte is always detected (borrows only cause false positives
-// above a true one, which the byte loop then sorts out).
-func special8(x uint64) bool {
+// special8 flags (high bit of each byte) the bytes of x (eight string bytes,
+// little endian) that are a quote, a backslash or below 0x20, with the
+// classic "has zero byte" trick. The lowest flag is always exact (borrows
+// only cause false flags above a true one), which is all the caller uses.
+func special8(x uint64) uint64 {
 	q := x ^ (ones * '"')
 	b := x ^ (ones * '\\')
 	t := (q - ones) &^ q
 	t |= (b - ones) &^ b
 	t |= (x - ones*0x20) &^ x
-	return t&highs != 0
+	return t & highs
 }
 
 func isHex4(b []byte) bool {
