@@ -396,3 +396,30 @@ func TestContextMessagesStreams(t *testing.T) {
 		t.Fatalf("stream over a rewritten file: err %v after %d messages", gotErr, n)
 	}
 }
+
+// TestStringSpecialAtEveryOffset puts each kind of special byte at every
+// position of strings around the scanner's eight-byte words.
+func TestStringSpecialAtEveryOffset(t *testing.T) {
+	specials := []string{`\"`, `\\`, `\n`, `\u00e9`, "\x01", "\x1f", `é`, `\x`}
+	for n := 0; n <= 20; n++ {
+		for pos := 0; pos <= n; pos++ {
+			for _, sp := range specials {
+				body := strings.Repeat("a", pos) + sp + strings.Repeat("b", n-pos)
+				line := []byte(`{"type":"message","id":"` + body + `","x":"` + body + `"}`)
+				e, err := ParseLine(line)
+				if (err == nil) != json.Valid(line) {
+					t.Fatalf("%q: ParseLine err %v, json.Valid %v", line, err, json.Valid(line))
+				}
+				if err != nil {
+					continue
+				}
+				var want struct {
+					ID string `json:"id"`
+				}
+				if err := json.Unmarshal(line, &want); err != nil || e.ID != want.ID {
+					t.Fatalf("%q: id %q, want %q", line, e.ID, want.ID)
+				}
+			}
+		}
+	}
+}
