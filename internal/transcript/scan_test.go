@@ -359,7 +359,10 @@ func TestContextMessagesStreams(t *testing.T) {
 		}
 		_, msgs := f.contextMessages("", 1)
 		n := 0
-		for range msgs {
+		for _, err := range msgs {
+			if err != nil {
+				t.Fatal(err)
+			}
 			n++
 			if n == 2 {
 				break

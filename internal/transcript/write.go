@@ -774,7 +774,7 @@ func (w *Writer) create(line []byte) error {
 		if !linked {
 			_ = fh.Close()
 		}
-		_ = os.Remove(tmp)
+		_ = os.Remove(tmp) // #nosec G703 -- our own temp file beside the transcript
 	}()
 	if err := lockFile(fh, w.path); err != nil {
 		return err
