@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // SessionEntry is one value of sessions.json (FORMATS.md §2 and the seed 004 extensions). It is
@@ -293,7 +295,7 @@ func truncate(v json.RawMessage) string {
 // MarshalJSON writes the known fields (omitting empty ones), Extra and the blob references.
 func (e SessionEntry) MarshalJSON() ([]byte, error) {
 	type plain SessionEntry
-	b, err := marshal(plain(e))
+	b, err := transcript.Marshal(plain(e))
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +310,7 @@ func (e SessionEntry) MarshalJSON() ([]byte, error) {
 		obj[k] = v
 	}
 	for k, ref := range e.Blobs {
-		rb, err := marshal(ref)
+		rb, err := transcript.Marshal(ref)
 		if err != nil {
 			return nil, err
 		}

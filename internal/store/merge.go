@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // ErrInvalid is returned for a patch or value that does not fit the format.
@@ -23,7 +25,7 @@ func patchObject(patch any) (map[string]json.RawMessage, error) {
 	case []byte:
 		raw = p
 	default:
-		b, err := marshal(p)
+		b, err := transcript.Marshal(p)
 		if err != nil {
 			return nil, fmt.Errorf("%w patch: %w", ErrInvalid, err)
 		}
@@ -109,15 +111,4 @@ func encodeObject(obj map[string]json.RawMessage) json.RawMessage {
 func isObject(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) > 0 && raw[0] == '{'
-}
-
-// marshal encodes v compactly without HTML escaping (like JSON.stringify).
-func marshal(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

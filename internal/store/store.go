@@ -29,6 +29,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // FileName is the index file in the sessions directory.
@@ -268,33 +269,23 @@ func (s *Store) Patch(ctx context.Context, key string, patch any) (SessionEntry,
 	if err != nil {
 		return SessionEntry{}, err
 	}
-	var out SessionEntry
-	err = s.t.update(ctx, func(x *tx) error {
-		c, err := canon(key, x.recs)
-		if err != nil {
-			return err
-		}
-		cur, ok := x.get(c)
-		if !ok {
-			return fmt.Errorf("%w: %s", ErrNotFound, c)
-		}
-		r, err := s.applyPatch(x, c, cur, pobj, s.nowMs())
-		if err != nil {
-			return err
-		}
-		out = decodeEntry(r)
-		return nil
-	})
-	if err != nil {
-		return SessionEntry{}, fmt.Errorf("patch session %s: %w", key, err)
-	}
-	return out, nil
+	return s.patch(ctx, key, func(record) (map[string]json.RawMessage, error) { return pobj, nil })
 }
 
 // PatchFunc is Patch with a patch computed from the entry as it is under the store's lock, so
 // read-modify-write updates (counters such as compactionCount) lose nothing to a concurrent
 // writer, in this process or another. fn may run more than once and must not block.
 func (s *Store) PatchFunc(ctx context.Context, key string, fn func(cur SessionEntry) (any, error)) (SessionEntry, error) {
+	return s.patch(ctx, key, func(cur record) (map[string]json.RawMessage, error) {
+		patch, err := fn(decodeEntry(cur))
+		if err != nil {
+			return nil, err
+		}
+		return patchObject(patch)
+	})
+}
+
+func (s *Store) patch(ctx context.Context, key string, mk func(cur record) (map[string]json.RawMessage, error)) (SessionEntry, error) {
 	var out SessionEntry
 	err := s.t.update(ctx, func(x *tx) error {
 		c, err := canon(key, x.recs)
@@ -305,11 +296,7 @@ func (s *Store) PatchFunc(ctx context.Context, key string, fn func(cur SessionEn
 		if !ok {
 			return fmt.Errorf("%w: %s", ErrNotFound, c)
 		}
-		patch, err := fn(decodeEntry(cur))
-		if err != nil {
-			return err
-		}
-		pobj, err := patchObject(patch)
+		pobj, err := mk(cur)
 		if err != nil {
 			return err
 		}
@@ -385,7 +372,7 @@ func (s *Store) fresh(k Key, now int64) record {
 }
 
 func mustMarshal(v any) json.RawMessage {
-	b, err := marshal(v)
+	b, err := transcript.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("store: marshal %T: %v", v, err)) // strings and integers always encode
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // SubagentsFileName is the registry file in the subagents directory (state/subagents).
@@ -46,7 +47,7 @@ var subagentKnown = []string{"runId", "childSessionKey", "requesterSessionKey", 
 // MarshalJSON writes the known fields and Extra.
 func (r SubagentRunRecord) MarshalJSON() ([]byte, error) {
 	type plain SubagentRunRecord
-	b, err := marshal(plain(r))
+	b, err := transcript.Marshal(plain(r))
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +95,7 @@ func decodeSubagent(rec record) (SubagentRunRecord, error) {
 		}
 		r.Extra[k] = v
 	}
-	b, err := marshal(known)
+	b, err := transcript.Marshal(known)
 	if err != nil {
 		return r, err
 	}
@@ -169,7 +170,7 @@ func (g *Subagents) Put(ctx context.Context, rec SubagentRunRecord) error {
 	if err := rec.validate(); err != nil {
 		return err
 	}
-	b, err := marshal(rec)
+	b, err := transcript.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode subagent run %s: %w", rec.RunID, err)
 	}

@@ -649,7 +649,10 @@ func patchObject(raw json.RawMessage, patch map[string]any) (json.RawMessage, er
 	return append(out, '}'), nil
 }
 
-// marshal encodes v compactly without HTML escaping (like JSON.stringify).
+// Marshal encodes v compactly without HTML escaping, as JavaScript's
+// JSON.stringify does: what nexus writes into pi and OpenClaw files.
+func Marshal(v any) (json.RawMessage, error) { return marshal(v) }
+
 func marshal(v any) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
