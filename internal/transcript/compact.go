@@ -740,19 +740,7 @@ func rewrite(path string, now time.Time, keep func(*File) ([]*Entry, bool)) (str
 		if err := bw.WriteByte('\n'); err != nil {
 			return err
 		}
-		for _, e := range entries {
-			raw, err := f.Raw(e)
-			if err != nil {
-				return err
-			}
-			if _, err := bw.Write(raw); err != nil {
-				return err
-			}
-			if err := bw.WriteByte('\n'); err != nil {
-				return err
-			}
-		}
-		return nil
+		return f.writeLines(bw, entries)
 	})
 	if err != nil {
 		return "", fmt.Errorf("rewrite transcript %s: %w", path, err)

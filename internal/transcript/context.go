@@ -2,7 +2,9 @@ package transcript
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"time"
 )
@@ -159,25 +161,56 @@ func (f *File) contextMessages(leafID string, batch int) (*Context, iter.Seq2[js
 		if summary != nil && !yield(summary, nil) {
 			return
 		}
-		for start := 0; start < len(emit); {
-			end, n := start, 0
-			for end < len(emit) && (end == start || n < batch) {
-				n += emit[end].size
-				end++
-			}
-			full, err := f.fullAll(emit[start:end])
-			if err != nil {
-				yield(nil, err)
-				return
-			}
+		stop := errors.New("stop")
+		err := f.inBatches(emit, batch, func(full []*Entry) error {
 			for _, e := range full {
 				if m := f.message(e, edits); m != nil && !yield(m, nil) {
-					return
+					return stop
 				}
 			}
-			start = end
+			return nil
+		})
+		if err != nil && !errors.Is(err, stop) {
+			yield(nil, err)
 		}
 	}
+}
+
+// inBatches calls fn with Full of consecutive runs of entries, each run
+// reading at most about batch bytes of light entries back.
+func (f *File) inBatches(entries []*Entry, batch int, fn func(full []*Entry) error) error {
+	for start := 0; start < len(entries); {
+		end, n := start, 0
+		for end < len(entries) && (end == start || n < batch) {
+			n += entries[end].size
+			end++
+		}
+		full, err := f.fullAll(entries[start:end])
+		if err != nil {
+			return err
+		}
+		if err := fn(full); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+// writeLines writes the lines of entries, each followed by a newline, byte
+// for byte as read, reading light entries back in bounded batches.
+func (f *File) writeLines(w io.Writer, entries []*Entry) error {
+	return f.inBatches(entries, streamBatch, func(full []*Entry) error {
+		for _, e := range full {
+			if _, err := w.Write(e.Raw); err != nil {
+				return err
+			}
+			if _, err := w.Write([]byte{'\n'}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // message returns the agent message an entry contributes to the context, or

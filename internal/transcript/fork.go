@@ -120,17 +120,8 @@ func Fork(srcPath, leafID, dstPath string, opts WriterOptions) (*Writer, error) 
 		if _, err := bw.Write(append(header, '\n')); err != nil {
 			return err
 		}
-		for _, e := range kept {
-			raw, err := src.Raw(e)
-			if err != nil {
-				return err
-			}
-			if _, err := bw.Write(raw); err != nil {
-				return err
-			}
-			if err := bw.WriteByte('\n'); err != nil {
-				return err
-			}
+		if err := src.writeLines(bw, kept); err != nil {
+			return err
 		}
 		for _, l := range labelLines {
 			if _, err := bw.Write(append(l, '\n')); err != nil {
