@@ -25,11 +25,12 @@ test: pi-deps
 test-short:
 	$(GO) test -short ./...
 
-# Benchmarks; figures go to docs/BENCHMARKS.md.
-bench: build
+# Benchmarks; figures go to docs/BENCHMARKS.md. bench/transcript compares with pi on Node.
+bench: build pi-deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./internal/... 
 	$(GO) run ./bench/gateway
 	$(GO) run ./bench/shell
+	$(GO) run ./bench/transcript
 
 pi-deps:
 	@if command -v npm >/dev/null 2>&1; then \
