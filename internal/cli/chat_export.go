@@ -58,6 +58,23 @@ type exportPart struct {
 
 // abbreviate cuts s to n runes and says how much was left out.
 func abbreviate(s string, n int) string {
+	// The head is sliced, not converted, unless it holds invalid UTF-8 (which the conversion
+	// turns into U+FFFD): tool results may be megabytes long.
+	i := 0
+	for k := 0; k < n && i < len(s); k++ {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return abbreviateRunes(s, n)
+		}
+		i += size
+	}
+	if i == len(s) {
+		return s
+	}
+	return s[:i] + fmt.Sprintf("\n… [%d more characters]", utf8.RuneCountInString(s[i:]))
+}
+
+func abbreviateRunes(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
@@ -65,7 +82,16 @@ func abbreviate(s string, n int) string {
 	return string(r[:n]) + fmt.Sprintf("\n… [%d more characters]", len(r)-n)
 }
 
-func blocksParts(bs []block, full bool) []exportPart {
+// blocksOf returns a message content as blocks; malformed content has none.
+func blocksOf(content []byte) []transcript.Block {
+	bs, err := transcript.Blocks(content)
+	if err != nil {
+		return nil
+	}
+	return bs
+}
+
+func blocksParts(bs []transcript.Block, full bool) []exportPart {
 	var out []exportPart
 	for _, b := range bs {
 		switch b.Type {
@@ -88,7 +114,7 @@ func blocksParts(bs []block, full bool) []exportPart {
 			}
 			out = append(out, exportPart{Kind: "code", Title: "tool call " + b.Name + " (" + b.ID + ")", Text: abbreviate(args, exportToolChars)})
 		case "image":
-			out = append(out, exportPart{Kind: "note", Text: fmt.Sprintf("[image %s, %d bytes of base64]", b.MimeType, len(b.Data))})
+			out = append(out, exportPart{Kind: "note", Text: fmt.Sprintf("[image %s, %d bytes of base64]", b.MimeType, len(transcript.StringValue(b.Data)))})
 		default:
 			out = append(out, exportPart{Kind: "note", Text: "[" + b.Type + " block]"})
 		}
@@ -108,25 +134,25 @@ func exportDocOf(f *transcript.File) (*exportDoc, error) {
 	if len(path) > 0 {
 		d.LeafID = path[len(path)-1].ID
 	}
-	for _, e := range path {
-		full, err := f.Full(e)
+	for e, err := range f.FullEntries(path) {
 		if err != nil {
-			return nil, fmt.Errorf("read entry %s: %w", e.ID, err)
+			return nil, fmt.Errorf("read entries: %w", err)
 		}
 		it := exportItem{ID: e.ID, Timestamp: e.Timestamp, Label: labels[e.ID], Kind: "system"}
 		switch e.Type {
 		case "message":
-			m := decodeMessage(full.Message)
+			// A malformed message is shown empty, as the reader tolerates it.
+			m, _ := e.MessageInfo()
 			switch m.Role {
 			case "user":
 				it.Kind, it.Heading = "user", "User"
-				it.Parts = blocksParts(contentBlocks(m.Content), true)
+				it.Parts = blocksParts(blocksOf(m.Content), true)
 			case "assistant":
 				it.Kind, it.Heading = "assistant", "Assistant"
 				if m.Provider != "" || m.Model != "" {
 					it.Heading += " · " + m.Provider + "/" + m.Model
 				}
-				it.Parts = blocksParts(contentBlocks(m.Content), true)
+				it.Parts = blocksParts(blocksOf(m.Content), true)
 				if m.ErrorMessage != "" || (m.StopReason != "" && m.StopReason != "stop" && m.StopReason != "toolUse") {
 					it.Parts = append(it.Parts, exportPart{Kind: "note", Text: strings.TrimSpace("[" + m.StopReason + "] " + m.ErrorMessage)})
 				}
@@ -137,7 +163,7 @@ func exportDocOf(f *transcript.File) (*exportDoc, error) {
 				}
 				var texts []string
 				var rest []exportPart
-				for _, p := range blocksParts(contentBlocks(m.Content), false) {
+				for _, p := range blocksParts(blocksOf(m.Content), false) {
 					if p.Kind == "text" {
 						texts = append(texts, p.Text)
 					} else {
@@ -147,17 +173,17 @@ func exportDocOf(f *transcript.File) (*exportDoc, error) {
 				it.Parts = append([]exportPart{{Kind: "code", Title: m.ToolCallID, Text: abbreviate(strings.Join(texts, "\n"), exportToolChars)}}, rest...)
 			case "bashExecution":
 				it.Kind, it.Heading = "tool", "Shell"
-				out := m.Output
+				out := transcript.StringValue(m.Output)
 				if m.ExitCode != nil {
 					out += fmt.Sprintf("\n[exit %d]", *m.ExitCode)
 				}
 				it.Parts = []exportPart{{Kind: "code", Title: "$ " + m.Command, Text: abbreviate(out, exportToolChars)}}
 			case "custom":
 				it.Heading = "Extension message · " + m.CustomType
-				it.Parts = blocksParts(contentBlocks(m.Content), true)
+				it.Parts = blocksParts(blocksOf(m.Content), true)
 			case "compactionSummary", "branchSummary":
 				it.Heading = m.Role
-				it.Parts = []exportPart{{Kind: "text", Text: m.Summary}}
+				it.Parts = []exportPart{{Kind: "text", Text: transcript.StringValue(m.Summary)}}
 			default:
 				it.Heading = "Message · " + m.Role
 			}
@@ -169,7 +195,7 @@ func exportDocOf(f *transcript.File) (*exportDoc, error) {
 			it.Parts = []exportPart{{Kind: "text", Text: e.Summary}}
 		case "custom_message":
 			it.Heading = "Extension message · " + e.CustomType
-			it.Parts = blocksParts(contentBlocks(full.Content), true)
+			it.Parts = blocksParts(blocksOf(e.Content), true)
 		case "model_change":
 			it.Heading = "Model · " + e.Provider + "/" + e.ModelID
 		case "thinking_level_change":

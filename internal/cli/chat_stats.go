@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -55,7 +56,43 @@ type chatStats struct {
 	Notes         []string `json:"notes"`
 }
 
-// statsOf reads every entry once (message bodies through f.Full, one at a time).
+// usage is an assistant message's token usage, summed as int64 like encoding/json decodes it
+// (a count that is not an integer literal counts 0). Old files lack totalTokens: the parts are
+// summed.
+type usage struct {
+	Input, Output, CacheRead, CacheWrite, TotalTokens int64
+	Cost                                              float64
+}
+
+func (u usage) total() int64 {
+	if u.TotalTokens > 0 {
+		return u.TotalTokens
+	}
+	return u.Input + u.Output + u.CacheRead + u.CacheWrite
+}
+
+// usageOf reads a message's raw usage; a malformed one counts zero.
+func usageOf(raw []byte) usage {
+	u, _ := transcript.ParseUsage(raw)
+	count := func(n json.Number) int64 {
+		v, err := n.Int64()
+		if err != nil {
+			return 0
+		}
+		return v
+	}
+	cost, err := u.CostTotal.Float64()
+	if err != nil {
+		cost = 0
+	}
+	return usage{
+		Input: count(u.Input), Output: count(u.Output), CacheRead: count(u.CacheRead),
+		CacheWrite: count(u.CacheWrite), TotalTokens: count(u.TotalTokens), Cost: cost,
+	}
+}
+
+// statsOf reads every entry once (the assistant and tool result messages back from the file in
+// batches, only their bookkeeping fields decoded).
 func statsOf(f *transcript.File, path string) (*chatStats, error) {
 	s := &chatStats{
 		Entries: len(f.Entries), ByType: map[string]int{}, Messages: map[string]int{},
@@ -69,6 +106,7 @@ func statsOf(f *transcript.File, path string) (*chatStats, error) {
 	}
 	idx := indexTree(f)
 	s.Roots = len(idx.roots)
+	var counted []*transcript.Entry
 	for _, e := range f.Entries {
 		s.ByType[e.Type]++
 		switch n := len(idx.children[e]); {
@@ -82,34 +120,36 @@ func statsOf(f *transcript.File, path string) (*chatStats, error) {
 			s.Compactions++
 		case "message":
 			s.Messages[e.Role]++
-			if e.Role != "assistant" && e.Role != "toolResult" {
-				continue
+			if e.Role == "assistant" || e.Role == "toolResult" {
+				counted = append(counted, e)
 			}
-			full, err := f.Full(e)
-			if err != nil {
-				return nil, fmt.Errorf("read entry %s: %w", e.ID, err)
+		}
+	}
+	for full, err := range f.FullEntries(counted) {
+		if err != nil {
+			return nil, fmt.Errorf("read messages: %w", err)
+		}
+		m, err := full.MessageInfo()
+		if err != nil {
+			// A malformed message counts nothing, as the reader tolerates it.
+			continue
+		}
+		if m.Role == "toolResult" {
+			s.ToolResults++
+			if m.IsError {
+				s.ToolErrors++
 			}
-			m := decodeMessage(full.Message)
-			if m.Role == "toolResult" {
-				s.ToolResults++
-				if m.IsError {
-					s.ToolErrors++
-				}
-				continue
-			}
-			for _, b := range contentBlocks(m.Content) {
-				if b.Type == "toolCall" {
-					s.ToolCalls++
-				}
-			}
-			if u := m.Usage; u != nil {
-				s.Tokens.Input += u.Input
-				s.Tokens.Output += u.Output
-				s.Tokens.CacheRead += u.CacheRead
-				s.Tokens.CacheWrite += u.CacheWrite
-				s.Tokens.Total += u.total()
-				s.Tokens.Cost += u.Cost.Total
-			}
+			continue
+		}
+		s.ToolCalls += len(m.ToolCalls)
+		if m.Usage != nil {
+			u := usageOf(m.Usage)
+			s.Tokens.Input += u.Input
+			s.Tokens.Output += u.Output
+			s.Tokens.CacheRead += u.CacheRead
+			s.Tokens.CacheWrite += u.CacheWrite
+			s.Tokens.Total += u.total()
+			s.Tokens.Cost += u.Cost
 		}
 	}
 	p := f.Path("")
@@ -137,7 +177,11 @@ func statsOf(f *transcript.File, path string) (*chatStats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read entry %s: %w", assistants[i].ID, err)
 		}
-		if u := decodeMessage(full.Message).Usage; u != nil && u.total() > 0 {
+		m, err := full.MessageInfo()
+		if err != nil {
+			continue
+		}
+		if u := usageOf(m.Usage); u.total() > 0 {
 			s.ContextTokens = u.total()
 			break
 		}

@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -68,7 +72,10 @@ func buildTree(f *transcript.File) (*chatTree, error) {
 	}
 	var stack []item
 	seen := make(map[*transcript.Entry]bool, len(f.Entries))
-	walk := func() error {
+	// order lists the entries of out.Entries: their previews are filled in afterwards, reading
+	// the messages back in file batches.
+	order := make([]*transcript.Entry, 0, len(f.Entries))
+	walk := func() {
 		for len(stack) > 0 {
 			it := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
@@ -76,13 +83,9 @@ func buildTree(f *transcript.File) (*chatTree, error) {
 				continue
 			}
 			seen[it.e] = true
-			full, err := f.Full(it.e)
-			if err != nil {
-				return fmt.Errorf("read entry %s: %w", it.e.ID, err)
-			}
 			n := &treeNode{
 				ID: it.e.ID, Type: it.e.Type, Role: it.e.Role, Timestamp: it.e.Timestamp,
-				Label: labels[it.e.ID], Preview: preview(full), Children: []string{}, Active: active[it.e], depth: it.depth,
+				Label: labels[it.e.ID], Children: []string{}, Active: active[it.e], depth: it.depth,
 			}
 			if it.e.ParentID != "" {
 				p := it.e.ParentID
@@ -100,8 +103,8 @@ func buildTree(f *transcript.File) (*chatTree, error) {
 				n.Children = append(n.Children, k.ID)
 			}
 			out.Entries = append(out.Entries, n)
+			order = append(order, it.e)
 		}
-		return nil
 	}
 	d0 := 0
 	if len(idx.roots) > 1 {
@@ -113,19 +116,23 @@ func buildTree(f *transcript.File) (*chatTree, error) {
 	for _, r := range idx.roots {
 		out.Roots = append(out.Roots, r.ID)
 	}
-	if err := walk(); err != nil {
-		return nil, err
-	}
+	walk()
 	// Entries on a parent cycle longer than one (a → b → a) hang under no root: each starts a
 	// tree of its own so none is hidden.
 	for _, e := range f.Entries {
 		if !seen[e] {
 			out.Roots = append(out.Roots, e.ID)
 			stack = append(stack, item{e, 1})
-			if err := walk(); err != nil {
-				return nil, err
-			}
+			walk()
 		}
+	}
+	i := 0
+	for full, err := range f.FullEntries(order) {
+		if err != nil {
+			return nil, fmt.Errorf("read entries: %w", err)
+		}
+		out.Entries[i].Preview = preview(full)
+		i++
 	}
 	return out, nil
 }
@@ -159,6 +166,58 @@ func treeTable(w io.Writer, t *chatTree) error {
 	return nil
 }
 
+// writeTreeJSON prints t exactly as printJSON would, but encodes one entry at a time: the tree
+// of a large transcript would otherwise be held twice more (compact and indented) as JSON.
+func writeTreeJSON(out io.Writer, t *chatTree) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if len(t.Entries) == 0 {
+		if err := enc.Encode(t); err != nil {
+			return fmt.Errorf("encode tree: %w", err)
+		}
+		_, err := out.Write(buf.Bytes())
+		return writeErr(err)
+	}
+	head := *t
+	head.Entries = []*treeNode{}
+	if err := enc.Encode(head); err != nil {
+		return fmt.Errorf("encode tree: %w", err)
+	}
+	// "entries" is the last field: its empty array is where the entries go.
+	const tail = "[]\n}\n"
+	if !bytes.HasSuffix(buf.Bytes(), []byte(tail)) {
+		return errors.New("encode tree: unexpected layout")
+	}
+	// A bufio.Writer keeps its first error and Flush returns it.
+	w := bufio.NewWriterSize(out, 64<<10)
+	_, _ = w.Write(buf.Bytes()[:buf.Len()-len(tail)])
+	_ = w.WriteByte('[')
+	// A member of "entries" sits two levels deep.
+	enc.SetIndent("    ", "  ")
+	for i, n := range t.Entries {
+		buf.Reset()
+		if err := enc.Encode(n); err != nil {
+			return fmt.Errorf("encode tree: %w", err)
+		}
+		if i > 0 {
+			_ = w.WriteByte(',')
+		}
+		_, _ = w.WriteString("\n    ")
+		_, _ = w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	}
+	_, _ = w.WriteString("\n  ]\n}\n")
+	return writeErr(w.Flush())
+}
+
+func writeErr(err error) error {
+	if err != nil {
+		return fmt.Errorf("write tree: %w", err)
+	}
+	return nil
+}
+
 func (a *app) chatTreeCmd() *cobra.Command {
 	var file, format string
 	cmd := &cobra.Command{
@@ -185,8 +244,7 @@ func (a *app) chatTreeCmd() *cobra.Command {
 			if format == formatTable {
 				return treeTable(a.env.Stdout, tree)
 			}
-			a.printJSON(tree)
-			return nil
+			return writeTreeJSON(a.env.Stdout, tree)
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")

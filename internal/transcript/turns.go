@@ -45,11 +45,6 @@ type Turn struct {
 	Complete bool `json:"complete"`
 }
 
-type turnMessage struct {
-	StopReason string `json:"stopReason"`
-	Content    json.RawMessage
-}
-
 // Turns splits the branch ending at leafID ("" for the default leaf) into
 // turns:
 //   - consecutive queries before any answer are one turn;
@@ -104,7 +99,30 @@ func Turns(f *File, leafID string) ([]Turn, error) {
 		cur = nil
 		running = false
 	}
-	for _, e := range f.Path(leafID) {
+	path := f.Path(leafID)
+	// The assistant messages are read back first, in file batches; only
+	// their stop reasons and tool calls are kept.
+	var assistants []*Entry
+	for _, e := range path {
+		if e.Type == "message" && e.Role == "assistant" {
+			assistants = append(assistants, e)
+		}
+	}
+	type reply struct {
+		stopReason string
+		calls      []ToolCallRef
+	}
+	infos := make([]reply, 0, len(assistants))
+	for full, err := range f.FullEntries(assistants) {
+		if err != nil {
+			return nil, fmt.Errorf("turns: %w", err)
+		}
+		// A malformed message reads as one without tool calls, as the
+		// reader tolerates it.
+		m, _ := full.MessageInfo()
+		infos = append(infos, reply{m.StopReason, m.ToolCalls})
+	}
+	for _, e := range path {
 		switch {
 		case e.Type == "custom_message" || (e.Type == "message" && (e.Role == "user" || e.Role == "bashExecution" || e.Role == "custom")):
 			// Input while tools run steers the running turn (pi delivers it
@@ -115,31 +133,21 @@ func Turns(f *File, leafID string) ([]Turn, error) {
 			open(e, false)
 			cur.QueryIDs = append(cur.QueryIDs, e.ID)
 		case e.Type == "message" && e.Role == "assistant":
-			full, err := f.Full(e)
-			if err != nil {
-				return nil, fmt.Errorf("turns: %w", err)
-			}
-			var m turnMessage
-			_ = json.Unmarshal(full.Message, &m)
+			m := infos[0]
+			infos = infos[1:]
 			open(e, true)
 			cur.AssistantIDs = append(cur.AssistantIDs, e.ID)
-			cur.Provider, cur.Model, cur.StopReason = e.Provider, e.ModelID, m.StopReason
-			calls := 0
-			var blocks []estBlock
-			if len(m.Content) > 0 && m.Content[0] == '[' && json.Unmarshal(m.Content, &blocks) == nil {
-				for _, b := range blocks {
-					if b.Type == "toolCall" {
-						calls++
-						cur.ToolCallIDs = append(cur.ToolCallIDs, b.ID)
-						cur.ToolNames = append(cur.ToolNames, b.Name)
-					}
-				}
+			cur.Provider, cur.Model, cur.StopReason = e.Provider, e.ModelID, m.stopReason
+			calls := len(m.calls)
+			for _, c := range m.calls {
+				cur.ToolCallIDs = append(cur.ToolCallIDs, c.ID)
+				cur.ToolNames = append(cur.ToolNames, c.Name)
 			}
 			cur.ToolCalls += calls
-			running = calls > 0 && m.StopReason != "aborted" && m.StopReason != "error"
+			running = calls > 0 && m.stopReason != "aborted" && m.stopReason != "error"
 			// A failed call is retried without new input: the turn goes on.
-			if calls == 0 && m.StopReason != "error" {
-				closeTurn(m.StopReason != "aborted")
+			if calls == 0 && m.stopReason != "error" {
+				closeTurn(m.stopReason != "aborted")
 			}
 		case e.Type == "message" && e.Role == "toolResult":
 			open(e, true)
