@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -67,7 +68,7 @@ func (a *app) chatHistoryCmd() *cobra.Command {
 						copy(ring, ring[1:])
 						ring = ring[:limit-1]
 					}
-					ring = append(ring, m)
+					ring = append(ring, bytes.Clone(m)) // m is valid only until the next batch
 				}
 				seq = func(yield func(json.RawMessage, error) bool) {
 					for _, m := range ring {

@@ -2,7 +2,6 @@ package transcript
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -85,7 +84,7 @@ func unixMillis(ts string) *int64 {
 //     message (or custom_message) or, with a null replacement, remove it;
 //     the last edit on the path per target wins, other replacements are ignored.
 func (f *File) BuildContext(leafID string) (*Context, error) {
-	ctx, msgs := f.ContextMessages(leafID)
+	ctx, msgs := f.contextMessages(leafID, streamBatch, false)
 	for m, err := range msgs {
 		if err != nil {
 			return nil, fmt.Errorf("build context: %w", err)
@@ -102,13 +101,14 @@ const streamBatch = 8 << 20
 // ContextMessages is BuildContext for contexts too large to hold: it
 // returns the context without its messages (LeafID, Model and ThinkingLevel
 // set, Messages empty) and the messages as a sequence that reads light
-// entries back in bounded batches and keeps none of them. A read error ends
-// the sequence with that error.
+// entries back in bounded batches into one reused buffer. A message is
+// valid until the sequence moves past its batch: copy what you keep. A read
+// error ends the sequence with that error.
 func (f *File) ContextMessages(leafID string) (*Context, iter.Seq2[json.RawMessage, error]) {
-	return f.contextMessages(leafID, streamBatch)
+	return f.contextMessages(leafID, streamBatch, true)
 }
 
-func (f *File) contextMessages(leafID string, batch int) (*Context, iter.Seq2[json.RawMessage, error]) {
+func (f *File) contextMessages(leafID string, batch int, reuse bool) (*Context, iter.Seq2[json.RawMessage, error]) {
 	path := f.Path(leafID)
 	ctx := &Context{ThinkingLevel: "off", Messages: []json.RawMessage{}}
 	if len(path) == 0 {
@@ -161,30 +161,63 @@ func (f *File) contextMessages(leafID string, batch int) (*Context, iter.Seq2[js
 		if summary != nil && !yield(summary, nil) {
 			return
 		}
-		stop := errors.New("stop")
-		err := f.inBatches(emit, batch, func(full []*Entry) error {
-			for _, e := range full {
-				if m := f.message(e, edits); m != nil && !yield(m, nil) {
-					return stop
+		// Batches of entries in path order; a plain message read back is
+		// sliced out of its line without building a full Entry.
+		var arena *[]byte
+		if reuse {
+			arena = new([]byte)
+		}
+		for start := 0; start < len(emit); {
+			end := batchEnd(emit, start, batch)
+			msgs := make([]json.RawMessage, end-start)
+			err := f.readBack(emit[start:end], arena, func(i int, line []byte) error {
+				e := emit[start+i]
+				if line != nil {
+					if _, edited := edits[e.ID]; !edited {
+						if m, ok := plainSpan(e, line); ok {
+							msgs[i] = m
+							return nil
+						}
+					}
+					full, err := f.reparse(e, line)
+					if err != nil {
+						return err
+					}
+					e = full
+				}
+				msgs[i] = f.message(e, edits)
+				return nil
+			})
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, m := range msgs {
+				if m != nil && !yield(m, nil) {
+					return
 				}
 			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, stop) {
-			yield(nil, err)
+			start = end
 		}
 	}
+}
+
+// batchEnd returns the end of the batch of entries from start: about batch
+// bytes of lines, at least one entry.
+func batchEnd(entries []*Entry, start, batch int) int {
+	end, n := start, 0
+	for end < len(entries) && (end == start || n < batch) {
+		n += entries[end].size
+		end++
+	}
+	return end
 }
 
 // inBatches calls fn with Full of consecutive runs of entries, each run
 // reading at most about batch bytes of light entries back.
 func (f *File) inBatches(entries []*Entry, batch int, fn func(full []*Entry) error) error {
 	for start := 0; start < len(entries); {
-		end, n := start, 0
-		for end < len(entries) && (end == start || n < batch) {
-			n += entries[end].size
-			end++
-		}
+		end := batchEnd(entries, start, batch)
 		full, err := f.fullAll(entries[start:end])
 		if err != nil {
 			return err

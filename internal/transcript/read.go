@@ -489,6 +489,18 @@ func (rd *Reader) light(line []byte) (*Entry, bool) {
 	return le, true
 }
 
+// plainSpan returns the message of a plain light message entry from its
+// line as read back, after cheap checks that the line is still the one
+// indexed; false means: parse the line.
+func plainSpan(e *Entry, line []byte) (json.RawMessage, bool) {
+	if e.msgEnd > 0 && len(line) == e.size && int(e.msgEnd) <= len(line) &&
+		line[e.msgOff] == '{' && line[e.msgEnd-1] == '}' && line[len(line)-1] == '}' &&
+		bytes.Contains(line[:e.msgOff], []byte(`"id":"`+e.ID+`"`)) {
+		return line[e.msgOff:e.msgEnd], true
+	}
+	return nil, false
+}
+
 // plainMessage reports whether a parsed message entry has an object message
 // and no known field but type, id, parentId, timestamp and message: then
 // the resident fields and the message's span are the whole parse.
@@ -866,11 +878,9 @@ func (f *File) Full(e *Entry) (*Entry, error) {
 // reparse decodes the bytes read back for a light entry and checks they are
 // the line that was indexed (the file may have been rewritten meanwhile).
 func (f *File) reparse(e *Entry, line []byte) (*Entry, error) {
-	if e.msgEnd > 0 && len(line) == e.size && int(e.msgEnd) <= len(line) &&
-		line[e.msgOff] == '{' && line[e.msgEnd-1] == '}' && line[len(line)-1] == '}' &&
-		bytes.Contains(line[:e.msgOff], []byte(`"id":"`+e.ID+`"`)) {
+	if msg, ok := plainSpan(e, line); ok {
 		full := *e
-		full.Raw, full.Message = line, line[e.msgOff:e.msgEnd]
+		full.Raw, full.Message = line, msg
 		return &full, nil
 	}
 	full := new(Entry)
@@ -886,22 +896,46 @@ func (f *File) reparse(e *Entry, line []byte) (*Entry, error) {
 // together in the file with one read.
 func (f *File) fullAll(entries []*Entry) ([]*Entry, error) {
 	out := make([]*Entry, len(entries))
+	err := f.readBack(entries, nil, func(i int, line []byte) error {
+		if line == nil {
+			out[i] = entries[i]
+			return nil
+		}
+		full, err := f.reparse(entries[i], line)
+		out[i] = full
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readBack calls fn(i, line) for every light entries[i] with its line read
+// back (lines lying close together in the file come from one read), in file
+// order, and fn(i, nil) for the resident ones. Lines are read into fresh
+// buffers, or, with arena, into *arena (grown as needed): then they are
+// valid only until the next readBack with the same arena.
+func (f *File) readBack(entries []*Entry, arena *[]byte, fn func(i int, line []byte) error) error {
 	var light []int
 	for i, e := range entries {
 		if e.Raw != nil || e.size == 0 {
-			out[i] = e
+			if err := fn(i, nil); err != nil {
+				return err
+			}
 		} else {
 			light = append(light, i)
 		}
 	}
 	if len(light) == 0 {
-		return out, nil
+		return nil
 	}
 	if f.src == nil {
-		return nil, fmt.Errorf("transcript %s: closed", f.path)
+		return fmt.Errorf("transcript %s: closed", f.path)
 	}
 	sort.Slice(light, func(a, b int) bool { return entries[light[a]].off < entries[light[b]].off })
 	const maxGap, maxSpan = 64 << 10, 8 << 20
+	used := 0
 	for lo := 0; lo < len(light); {
 		start := entries[light[lo]].off
 		end := start + int64(entries[light[lo]].size)
@@ -913,23 +947,30 @@ func (f *File) fullAll(entries []*Entry) ([]*Entry, error) {
 			}
 			end = max(end, e.off+int64(e.size))
 		}
-		// A fresh buffer per range: the entries returned point into it.
-		buf := make([]byte, end-start)
+		var buf []byte
+		if n := int(end - start); arena == nil {
+			buf = make([]byte, n)
+		} else {
+			if used+n > cap(*arena) {
+				// Earlier ranges keep the old array; only later reads move on.
+				*arena = make([]byte, max(2*cap(*arena), used+n))
+				used = 0
+			}
+			buf = (*arena)[used : used+n]
+			used += n
+		}
 		if _, err := f.src.ReadAt(buf, start); err != nil {
-			return nil, fmt.Errorf("transcript %s: read at %d: %w", f.path, start, err)
+			return fmt.Errorf("transcript %s: read at %d: %w", f.path, start, err)
 		}
 		for _, i := range light[lo:hi] {
 			e := entries[i]
-			line := buf[e.off-start : e.off-start+int64(e.size)]
-			full, err := f.reparse(e, line)
-			if err != nil {
-				return nil, err
+			if err := fn(i, buf[e.off-start:e.off-start+int64(e.size)]); err != nil {
+				return err
 			}
-			out[i] = full
 		}
 		lo = hi
 	}
-	return out, nil
+	return nil
 }
 
 // Raw returns the (migrated) JSON line of e.

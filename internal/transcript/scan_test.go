@@ -342,13 +342,13 @@ func TestContextMessagesStreams(t *testing.T) {
 		f := piFile(t, name)
 		want := mustContext(t, f, "")
 		for _, batch := range []int{1, 4 << 10, streamBatch} {
-			ctx, msgs := f.contextMessages("", batch)
+			ctx, msgs := f.contextMessages("", batch, true)
 			var got []json.RawMessage
 			for m, err := range msgs {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got = append(got, m)
+				got = append(got, bytes.Clone(m)) // valid only until the next batch
 			}
 			if len(ctx.Messages) != 0 || ctx.LeafID != want.LeafID || !reflect.DeepEqual(ctx.Model, want.Model) || ctx.ThinkingLevel != want.ThinkingLevel {
 				t.Fatalf("%s: context header %+v, want %+v", name, ctx, want)
@@ -357,7 +357,7 @@ func TestContextMessagesStreams(t *testing.T) {
 				t.Fatalf("%s batch %d: %d messages, want %d", name, batch, len(got), len(want.Messages))
 			}
 		}
-		_, msgs := f.contextMessages("", 1)
+		_, msgs := f.contextMessages("", 1, true)
 		n := 0
 		for _, err := range msgs {
 			if err != nil {
@@ -379,7 +379,7 @@ func TestContextMessagesStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	_, msgs := f.contextMessages("", 64<<10)
+	_, msgs := f.contextMessages("", 64<<10, true)
 	var gotErr error
 	n := 0
 	for _, err := range msgs {
