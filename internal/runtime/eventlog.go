@@ -137,6 +137,29 @@ func (l *eventLog) append(e *Event) *Event {
 	if l.closed {
 		return nil
 	}
+	l.appendLocked(e)
+	close(l.wake)
+	l.wake = make(chan struct{})
+	return e
+}
+
+// appendAll appends events as one step: a reader woken by the first sees
+// them all (a poller must get a session's final status and close event in
+// one answer, or it may ask again after the gateway is gone).
+func (l *eventLog) appendAll(events ...*Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	for _, e := range events {
+		l.appendLocked(e)
+	}
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+func (l *eventLog) appendLocked(e *Event) {
 	l.last++
 	e.Seq = l.last
 	if out, ok := e.Payload.(Output); ok {
@@ -163,9 +186,6 @@ func (l *eventLog) append(e *Event) *Event {
 		l.ring = l.ring[:n]
 		l.head = 0
 	}
-	close(l.wake)
-	l.wake = make(chan struct{})
-	return e
 }
 
 // finish marks the log complete: readers drain what is left and then stop.

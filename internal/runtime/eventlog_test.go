@@ -628,3 +628,30 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("explicit values overridden: %+v", c)
 	}
 }
+
+// TestAppendAllWakesOnce checks that a reader woken by appendAll sees every
+// event of the batch in one read: a poller that gets a session's closed
+// status must get its close event in the same answer.
+func TestAppendAllWakesOnce(t *testing.T) {
+	l := newEventLog(LogLimits{Events: 64, Bytes: 1 << 20, Pinned: 8})
+	l.append(&Event{Type: abi.EventData})
+	first := l.read(1, 0)
+	if len(first.Events) != 0 {
+		t.Fatalf("read after 1: %d events", len(first.Events))
+	}
+	done := make(chan readResult)
+	go func() {
+		<-first.Wake
+		done <- l.read(1, 0)
+	}()
+	l.appendAll(&Event{Type: abi.EventStatus}, &Event{Type: abi.EventClose})
+	got := <-done
+	if len(got.Events) != 2 || got.Events[0].Type != abi.EventStatus || got.Events[1].Type != abi.EventClose || got.Next != 3 {
+		t.Fatalf("woken reader got %+v", got)
+	}
+	l.finish()
+	l.appendAll(&Event{Type: abi.EventData})
+	if r := l.read(3, 0); len(r.Events) != 0 {
+		t.Fatalf("appendAll after finish added %d events", len(r.Events))
+	}
+}

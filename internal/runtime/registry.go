@@ -546,12 +546,15 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	if exitCode != nil {
 		s.obj.Metadata["exitCode"] = *exitCode
 	}
+	s.lastActive = now
 	s.mu.Unlock()
 	r.mu.Lock()
 	r.live--
 	r.mu.Unlock()
-	s.publish(now, abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + reason, SessionStatus: to})
-	s.publish(now, abi.EventClose, abi.ClosePayload{Type: abi.PayloadClose, Reason: reason, Status: to, ExitCode: exitCode})
+	s.log.appendAll(
+		&Event{Type: abi.EventStatus, Time: now, SessionID: s.id, Payload: abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + reason, SessionStatus: to}},
+		&Event{Type: abi.EventClose, Time: now, SessionID: s.id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: reason, Status: to, ExitCode: exitCode}},
+	)
 	s.log.finish()
 	r.cfg.Logger.Info("session closed", "id", s.id, "reason", reason)
 	return true
