@@ -189,20 +189,20 @@ func exportDocOf(f *transcript.File) (*exportDoc, error) {
 			}
 		case "compaction":
 			it.Heading = "Compaction summary"
-			it.Parts = []exportPart{{Kind: "note", Text: "Earlier messages reach the model only through this summary (first kept entry " + e.FirstKeptEntryID + ")."}, {Kind: "text", Text: e.Summary}}
+			it.Parts = []exportPart{{Kind: "note", Text: "Earlier messages reach the model only through this summary (first kept entry " + e.FirstKeptEntryID() + ")."}, {Kind: "text", Text: e.Summary()}}
 		case "branch_summary":
 			it.Heading = "Branch summary"
-			it.Parts = []exportPart{{Kind: "text", Text: e.Summary}}
+			it.Parts = []exportPart{{Kind: "text", Text: e.Summary()}}
 		case "custom_message":
 			it.Heading = "Extension message · " + e.CustomType
-			it.Parts = blocksParts(blocksOf(e.Content), true)
+			it.Parts = blocksParts(blocksOf(e.Content()), true)
 		case "model_change":
 			it.Heading = "Model · " + e.Provider + "/" + e.ModelID
 		case "thinking_level_change":
-			it.Heading = "Thinking level · " + e.ThinkingLevel
+			it.Heading = "Thinking level · " + e.ThinkingLevel()
 		case "session_info":
-			if e.Name != nil {
-				it.Heading = "Name · " + *e.Name
+			if e.Name() != nil {
+				it.Heading = "Name · " + *e.Name()
 			} else {
 				it.Heading = "Name cleared"
 			}

@@ -122,7 +122,7 @@ func importFields(f *transcript.File, id, dst string) map[string]any {
 	for _, e := range f.Path("") {
 		switch {
 		case e.Type == "thinking_level_change":
-			level = e.ThinkingLevel
+			level = e.ThinkingLevel()
 		case e.Type == "model_change", e.Type == "message" && e.Role == "assistant":
 			model = &transcript.Model{Provider: e.Provider, ModelID: e.ModelID}
 		}

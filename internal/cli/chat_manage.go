@@ -350,9 +350,9 @@ func (a *app) compactSummary(ctx context.Context, st *store.Store, t chatRef, su
 	}
 	out := map[string]any{"key": t.Key, "sessionId": t.SessionID, "compactionId": id, "entry": e}
 	if c != nil {
-		out["firstKeptEntryId"] = c.FirstKeptEntryID
+		out["firstKeptEntryId"] = c.FirstKeptEntryID()
 		if full, ferr := w.File().Full(c); ferr == nil {
-			out["tokensBefore"] = full.TokensBefore
+			out["tokensBefore"] = full.TokensBefore()
 		}
 	}
 	a.printJSON(out)

@@ -77,25 +77,25 @@ func preview(e *transcript.Entry) string {
 	case "model_change":
 		return e.Provider + "/" + e.ModelID
 	case "thinking_level_change":
-		return e.ThinkingLevel
+		return e.ThinkingLevel()
 	case "compaction", "branch_summary":
-		return oneLine(e.Summary, previewLen)
+		return oneLine(e.Summary(), previewLen)
 	case "custom":
 		return e.CustomType
 	case "custom_message":
-		return oneLine(e.CustomType+": "+transcript.FirstText(e.Content, previewBytes), previewLen)
+		return oneLine(e.CustomType+": "+transcript.FirstText(e.Content(), previewBytes), previewLen)
 	case "label":
-		if e.Label == nil || *e.Label == "" {
-			return e.TargetID + " (cleared)"
+		if e.Label() == nil || *e.Label() == "" {
+			return e.TargetID() + " (cleared)"
 		}
-		return oneLine(e.TargetID+" = "+*e.Label, previewLen)
+		return oneLine(e.TargetID()+" = "+*e.Label(), previewLen)
 	case "session_info":
-		if e.Name == nil {
+		if e.Name() == nil {
 			return "(name cleared)"
 		}
-		return oneLine(*e.Name, previewLen)
+		return oneLine(*e.Name(), previewLen)
 	case "context_edit":
-		return "edits " + e.TargetID
+		return "edits " + e.TargetID()
 	}
 	return ""
 }

@@ -239,8 +239,8 @@ func TestPreviewMatchesDecode(t *testing.T) {
 					_ = json.Unmarshal(full.Message, &m)
 					content = m.Content
 				case "custom_message":
-					want = refOneLine(e.CustomType+": "+refFirstText(refContentBlocks(full.Content)), previewLen)
-					content = full.Content
+					want = refOneLine(e.CustomType+": "+refFirstText(refContentBlocks(full.Content())), previewLen)
+					content = full.Content()
 				default:
 					continue
 				}

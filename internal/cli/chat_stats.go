@@ -163,7 +163,7 @@ func statsOf(f *transcript.File, path string) (*chatStats, error) {
 	for _, e := range p {
 		switch {
 		case e.Type == "thinking_level_change":
-			s.ThinkingLevel = e.ThinkingLevel
+			s.ThinkingLevel = e.ThinkingLevel()
 		case e.Type == "model_change":
 			s.Model = &transcript.Model{Provider: e.Provider, ModelID: e.ModelID}
 		case e.Type == "message" && e.Role == "assistant":

@@ -400,10 +400,10 @@ func ChooseCut(f *File, leafID string, keepRecentTokens int) (Cut, error) {
 		}
 	}
 	if prev >= 0 {
-		cut.PreviousSummary = path[prev].Summary
+		cut.PreviousSummary = path[prev].Summary()
 		start = prev + 1
 		for i, e := range path {
-			if e.ID != "" && e.ID == path[prev].FirstKeptEntryID {
+			if e.ID != "" && e.ID == path[prev].FirstKeptEntryID() {
 				start = i
 				break
 			}
@@ -451,7 +451,7 @@ func ChooseCut(f *File, leafID string, keepRecentTokens int) (Cut, error) {
 			var fromHook bool
 			_ = json.Unmarshal(fieldOf(c.Raw, "fromHook"), &fromHook)
 			var d CompactionDetails
-			if !fromHook && json.Unmarshal(c.Details, &d) == nil {
+			if !fromHook && json.Unmarshal(c.Details(), &d) == nil {
 				for _, p := range d.ReadFiles {
 					reads[p] = true
 				}

@@ -338,7 +338,7 @@ func TestCompact(t *testing.T) {
 		add("u2", userMsg(text(100))).add("a3", assistantMsg(text(100)))
 	id := try(Compact(s.w, "what happened", 200, nil)).ok(t)
 	e := s.w.File().Entry(id)
-	if e.Type != "compaction" || e.FirstKeptEntryID != s.ids["u2"] || e.Summary != "what happened" {
+	if e.Type != "compaction" || e.FirstKeptEntryID() != s.ids["u2"] || e.Summary() != "what happened" {
 		t.Fatalf("compaction entry %+v", e)
 	}
 	raw := string(e.Raw)
@@ -387,7 +387,7 @@ func TestCompactLargeSample(t *testing.T) {
 	defer func() { _ = w.Close() }()
 	id := try(Compact(w, "summary of a long session", DefaultKeepRecentTokens, nil)).ok(t)
 	f := w.File()
-	if first := f.Entry(f.Entry(id).FirstKeptEntryID); first.Line != 837+2 {
+	if first := f.Entry(f.Entry(id).FirstKeptEntryID()); first.Line != 837+2 {
 		t.Errorf("first kept entry on line %d, pi's is on line %d", first.Line, 837+2)
 	}
 	ctx := try(w.Context()).ok(t)

@@ -84,15 +84,26 @@ func unixMillis(ts string) *int64 {
 //     message (or custom_message) or, with a null replacement, remove it;
 //     the last edit on the path per target wins, other replacements are ignored.
 func (f *File) BuildContext(leafID string) (*Context, error) {
-	ctx, msgs := f.contextMessages(leafID, streamBatch, false)
+	ctx, msgs := f.contextMessages(leafID, streamBatch, true)
+	// Lines are read into one reused buffer; the messages are copied into
+	// chunks that hold only message bytes (not the lines around them).
+	var chunk []byte
 	for m, err := range msgs {
 		if err != nil {
 			return nil, fmt.Errorf("build context: %w", err)
 		}
-		ctx.Messages = append(ctx.Messages, m)
+		if len(chunk)+len(m) > cap(chunk) {
+			chunk = make([]byte, 0, max(contextChunk, len(m)))
+		}
+		start := len(chunk)
+		chunk = append(chunk, m...)
+		ctx.Messages = append(ctx.Messages, chunk[start:len(chunk):len(chunk)])
 	}
 	return ctx, nil
 }
+
+// contextChunk is the size of the blocks BuildContext copies messages into.
+const contextChunk = 1 << 20
 
 // streamBatch bounds the bytes of light entries ContextMessages reads back
 // at once.
@@ -121,7 +132,7 @@ func (f *File) contextMessages(leafID string, batch int, reuse bool) (*Context, 
 	for i, e := range path {
 		switch e.Type {
 		case "thinking_level_change":
-			ctx.ThinkingLevel = e.ThinkingLevel
+			ctx.ThinkingLevel = e.ThinkingLevel()
 		case "model_change":
 			ctx.Model = &Model{Provider: e.Provider, ModelID: e.ModelID}
 		case "message":
@@ -131,8 +142,8 @@ func (f *File) contextMessages(leafID string, batch int, reuse bool) (*Context, 
 		case "compaction":
 			compactionIdx = i
 		case "context_edit":
-			if e.TargetID != "" {
-				edits[e.TargetID] = e.Replacement
+			if e.TargetID() != "" {
+				edits[e.TargetID()] = e.Replacement()
 			}
 		}
 	}
@@ -144,11 +155,11 @@ func (f *File) contextMessages(leafID string, batch int, reuse bool) (*Context, 
 	} else {
 		c := path[compactionIdx]
 		summary, _ = marshal(compactionSummaryMessage{
-			Role: "compactionSummary", Summary: c.Summary, TokensBefore: c.TokensBefore, Timestamp: unixMillis(c.Timestamp),
+			Role: "compactionSummary", Summary: c.Summary(), TokensBefore: c.TokensBefore(), Timestamp: unixMillis(c.Timestamp),
 		})
 		kept := false
 		for _, e := range path[:compactionIdx] {
-			if e.ID != "" && e.ID == c.FirstKeptEntryID {
+			if e.ID != "" && e.ID == c.FirstKeptEntryID() {
 				kept = true
 			}
 			if kept {
@@ -276,24 +287,24 @@ func (f *File) message(e *Entry, edits map[string]json.RawMessage) json.RawMessa
 		}
 		return e.Message
 	case "custom_message":
-		content := e.Content
+		content := e.Content()
 		if edited {
 			content = newContent
 		}
 		m, err := marshal(customMessage{
-			Role: "custom", CustomType: e.CustomType, Content: content, Display: e.Display,
-			Details: e.Details, Timestamp: unixMillis(e.Timestamp),
+			Role: "custom", CustomType: e.CustomType, Content: content, Display: e.Display(),
+			Details: e.Details(), Timestamp: unixMillis(e.Timestamp),
 		})
 		if err != nil {
 			return nil
 		}
 		return m
 	case "branch_summary":
-		if e.Summary == "" {
+		if e.Summary() == "" {
 			return nil
 		}
 		m, err := marshal(branchSummaryMessage{
-			Role: "branchSummary", Summary: e.Summary, FromID: e.FromID, Timestamp: unixMillis(e.Timestamp),
+			Role: "branchSummary", Summary: e.Summary(), FromID: e.FromID(), Timestamp: unixMillis(e.Timestamp),
 		})
 		if err != nil {
 			return nil

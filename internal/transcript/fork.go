@@ -72,11 +72,11 @@ func Fork(srcPath, leafID, dstPath string, opts WriterOptions) (*Writer, error) 
 	inFork := map[string]string{} // labels the kept label entries set
 	for _, e := range kept {
 		taken[e.ID] = true
-		if e.Type == "label" && e.TargetID != "" {
-			if e.Label != nil && *e.Label != "" {
-				inFork[e.TargetID] = *e.Label
+		if e.Type == "label" && e.TargetID() != "" {
+			if e.Label() != nil && *e.Label() != "" {
+				inFork[e.TargetID()] = *e.Label()
 			} else {
-				delete(inFork, e.TargetID)
+				delete(inFork, e.TargetID())
 			}
 		}
 	}
@@ -91,9 +91,9 @@ func Fork(srcPath, leafID, dstPath string, opts WriterOptions) (*Writer, error) 
 		}
 	}
 	for _, e := range kept {
-		if e.Type == "label" && inFork[e.TargetID] != "" && !want[e.TargetID] {
-			labels = append(labels, labelState{target: e.TargetID, timestamp: lastLabelTimestamp(src, e.TargetID)})
-			want[e.TargetID] = true
+		if e.Type == "label" && inFork[e.TargetID()] != "" && !want[e.TargetID()] {
+			labels = append(labels, labelState{target: e.TargetID(), timestamp: lastLabelTimestamp(src, e.TargetID())})
+			want[e.TargetID()] = true
 		}
 	}
 	var labelLines [][]byte
@@ -139,7 +139,7 @@ func Fork(srcPath, leafID, dstPath string, opts WriterOptions) (*Writer, error) 
 func lastLabelTimestamp(f *File, target string) string {
 	ts := ""
 	for _, e := range f.Entries {
-		if e.Type == "label" && e.TargetID == target {
+		if e.Type == "label" && e.TargetID() == target {
 			ts = e.Timestamp
 		}
 	}
@@ -157,14 +157,14 @@ func orderedLabels(f *File) []labelState {
 	var order []string
 	cur := map[string]labelState{}
 	for _, e := range f.Entries {
-		if e.Type != "label" || e.TargetID == "" {
+		if e.Type != "label" || e.TargetID() == "" {
 			continue
 		}
-		if e.Label == nil || *e.Label == "" {
-			if _, ok := cur[e.TargetID]; ok {
-				delete(cur, e.TargetID)
+		if e.Label() == nil || *e.Label() == "" {
+			if _, ok := cur[e.TargetID()]; ok {
+				delete(cur, e.TargetID())
 				for i, t := range order {
-					if t == e.TargetID {
+					if t == e.TargetID() {
 						order = append(order[:i], order[i+1:]...)
 						break
 					}
@@ -172,10 +172,10 @@ func orderedLabels(f *File) []labelState {
 			}
 			continue
 		}
-		if _, ok := cur[e.TargetID]; !ok {
-			order = append(order, e.TargetID)
+		if _, ok := cur[e.TargetID()]; !ok {
+			order = append(order, e.TargetID())
 		}
-		cur[e.TargetID] = labelState{target: e.TargetID, label: *e.Label, timestamp: e.Timestamp}
+		cur[e.TargetID()] = labelState{target: e.TargetID(), label: *e.Label(), timestamp: e.Timestamp}
 	}
 	out := make([]labelState, 0, len(order))
 	for _, t := range order {

@@ -89,7 +89,7 @@ func TestFork(t *testing.T) {
 			for j, kl := range tc.wantLabels {
 				key, label, _ := strings.Cut(kl, "=")
 				e := f.Entries[len(tc.wantPath)+j]
-				if e.Type != "label" || e.TargetID != ids[key] || e.Label == nil || *e.Label != label || e.ParentID != parent {
+				if e.Type != "label" || e.TargetID() != ids[key] || e.Label() == nil || *e.Label() != label || e.ParentID != parent {
 					t.Errorf("label %d: %+v, want %s on %s, parent %s", j, e, label, ids[key], parent)
 				}
 				if srcLabel := lastLabelEntry(sf, ids[key]); e.Timestamp != srcLabel.Timestamp {
@@ -112,7 +112,7 @@ func TestFork(t *testing.T) {
 func lastLabelEntry(f *File, target string) *Entry {
 	var last *Entry
 	for _, e := range f.Entries {
-		if e.Type == "label" && e.TargetID == target {
+		if e.Type == "label" && e.TargetID() == target {
 			last = e
 		}
 	}

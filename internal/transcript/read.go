@@ -65,24 +65,12 @@ type Entry struct {
 	// ModelID from message.provider/message.model).
 	Provider string
 	ModelID  string
-	// thinking_level_change
-	ThinkingLevel string
-	// compaction, branch_summary
-	Summary          string
-	FirstKeptEntryID string
-	TokensBefore     json.RawMessage
-	FromID           string
-	Details          json.RawMessage
 	// custom, custom_message
 	CustomType string
-	Content    json.RawMessage
-	Display    json.RawMessage
-	// label, context_edit
-	TargetID    string
-	Label       *string
-	Replacement json.RawMessage // context_edit: {"content":...} or null
-	// session_info
-	Name *string
+	// The fields of the other entry types (compaction, branch_summary,
+	// custom_message, label, context_edit, session_info, ...), behind one
+	// pointer: a million message entries do not pay for them.
+	x *extraFields
 
 	// off and size locate the line in its file; an entry whose Raw is nil
 	// is light (read back by File.Full).
@@ -193,26 +181,32 @@ func parseInto(line []byte, trusted bool, e *Entry) error {
 		return err
 	}
 	*e = Entry{
-		Type:             str(j.Type),
-		ID:               str(j.ID),
-		ParentID:         str(j.ParentID),
-		Timestamp:        str(j.Timestamp),
-		Raw:              json.RawMessage(line),
-		Provider:         str(j.Provider),
-		ModelID:          str(j.ModelID),
-		ThinkingLevel:    str(j.ThinkingLevel),
-		Summary:          str(j.Summary),
-		FirstKeptEntryID: str(j.FirstKeptEntryID),
-		TokensBefore:     j.TokensBefore,
-		FromID:           str(j.FromID),
-		Details:          j.Details,
-		CustomType:       str(j.CustomType),
-		Content:          j.Content,
-		Display:          j.Display,
-		TargetID:         str(j.TargetID),
-		Label:            strPtr(j.Label),
-		Replacement:      j.Replacement,
-		Name:             strPtr(j.Name),
+		Type:       str(j.Type),
+		ID:         str(j.ID),
+		ParentID:   str(j.ParentID),
+		Timestamp:  str(j.Timestamp),
+		Raw:        json.RawMessage(line),
+		Provider:   str(j.Provider),
+		ModelID:    str(j.ModelID),
+		CustomType: str(j.CustomType),
+	}
+	if j.ThinkingLevel != nil || j.Summary != nil || j.FirstKeptEntryID != nil || j.TokensBefore != nil ||
+		j.FromID != nil || j.Details != nil || j.Content != nil || j.Display != nil || j.TargetID != nil ||
+		j.Label != nil || j.Replacement != nil || j.Name != nil {
+		e.x = &extraFields{
+			thinkingLevel:    str(j.ThinkingLevel),
+			summary:          str(j.Summary),
+			firstKeptEntryID: str(j.FirstKeptEntryID),
+			tokensBefore:     j.TokensBefore,
+			fromID:           str(j.FromID),
+			details:          j.Details,
+			content:          j.Content,
+			display:          j.Display,
+			targetID:         str(j.TargetID),
+			label:            strPtr(j.Label),
+			replacement:      j.Replacement,
+			name:             strPtr(j.Name),
+		}
 	}
 	if e.Type == "message" {
 		e.Message = j.Message
@@ -506,10 +500,7 @@ func plainSpan(e *Entry, line []byte) (json.RawMessage, bool) {
 // the resident fields and the message's span are the whole parse.
 func plainMessage(e *Entry) bool {
 	nonAssistant := e.Role != "assistant" && (e.Provider != "" || e.ModelID != "")
-	return len(e.Message) > 1 && e.Message[0] == '{' && !nonAssistant &&
-		e.ThinkingLevel == "" && e.Summary == "" && e.FirstKeptEntryID == "" && e.FromID == "" &&
-		e.CustomType == "" && e.TargetID == "" && e.TokensBefore == nil && e.Details == nil &&
-		e.Content == nil && e.Display == nil && e.Replacement == nil && e.Label == nil && e.Name == nil
+	return len(e.Message) > 1 && e.Message[0] == '{' && !nonAssistant && e.CustomType == "" && e.x == nil
 }
 
 // interned returns a shared copy of a string that repeats across entries
@@ -563,8 +554,8 @@ func (rd *Reader) migrate(e *Entry) error {
 				// pi resolves the index against entries already migrated;
 				// the header (index 0) and later entries give no id.
 				if i > 0 && i < len(rd.v1ids) && float64(i) == *c.Index {
-					e.FirstKeptEntryID = rd.v1ids[i]
-					patch["firstKeptEntryId"] = e.FirstKeptEntryID
+					e.extra().firstKeptEntryID = rd.v1ids[i]
+					patch["firstKeptEntryId"] = rd.v1ids[i]
 				}
 				patch["firstKeptEntryIndex"] = deleteKey{}
 			}
@@ -980,4 +971,128 @@ func (f *File) Raw(e *Entry) (json.RawMessage, error) {
 		return nil, err
 	}
 	return full.Raw, nil
+}
+
+// extraFields holds the decoded fields of the entry types other than
+// message (see Entry's accessors).
+type extraFields struct {
+	thinkingLevel    string
+	summary          string
+	firstKeptEntryID string
+	tokensBefore     json.RawMessage
+	fromID           string
+	details          json.RawMessage
+	content          json.RawMessage
+	display          json.RawMessage
+	targetID         string
+	label            *string
+	replacement      json.RawMessage
+	name             *string
+}
+
+func (e *Entry) extra() *extraFields {
+	if e.x == nil {
+		e.x = &extraFields{}
+	}
+	return e.x
+}
+
+// ThinkingLevel is a thinking_level_change entry's level.
+func (e *Entry) ThinkingLevel() string {
+	if e.x == nil {
+		return ""
+	}
+	return e.x.thinkingLevel
+}
+
+// Summary is a compaction or branch_summary entry's summary.
+func (e *Entry) Summary() string {
+	if e.x == nil {
+		return ""
+	}
+	return e.x.summary
+}
+
+// FirstKeptEntryID is a compaction entry's first kept entry (migrated from
+// firstKeptEntryIndex in v1 files).
+func (e *Entry) FirstKeptEntryID() string {
+	if e.x == nil {
+		return ""
+	}
+	return e.x.firstKeptEntryID
+}
+
+// TokensBefore is a compaction entry's raw tokensBefore.
+func (e *Entry) TokensBefore() json.RawMessage {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.tokensBefore
+}
+
+// FromID is a branch_summary entry's fromId.
+func (e *Entry) FromID() string {
+	if e.x == nil {
+		return ""
+	}
+	return e.x.fromID
+}
+
+// Details is the raw details of a compaction, branch_summary or
+// custom_message entry (resident entries and Full only).
+func (e *Entry) Details() json.RawMessage {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.details
+}
+
+// Content is a custom_message entry's raw content (Full only for light
+// entries).
+func (e *Entry) Content() json.RawMessage {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.content
+}
+
+// Display is a custom_message entry's raw display flag.
+func (e *Entry) Display() json.RawMessage {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.display
+}
+
+// TargetID is a label or context_edit entry's target.
+func (e *Entry) TargetID() string {
+	if e.x == nil {
+		return ""
+	}
+	return e.x.targetID
+}
+
+// Label is a label entry's label (nil when absent: the label is cleared).
+func (e *Entry) Label() *string {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.label
+}
+
+// Replacement is a context_edit entry's raw replacement ({"content":...} or
+// null).
+func (e *Entry) Replacement() json.RawMessage {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.replacement
+}
+
+// Name is a session_info entry's name (nil when absent).
+func (e *Entry) Name() *string {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.name
 }

@@ -406,8 +406,8 @@ func TestV1CompactionAndV2Migration(t *testing.T) {
 				for _, e := range f.Entries {
 					if e.Type == "compaction" {
 						found = true
-						if e.FirstKeptEntryID != tc.firstKept {
-							t.Errorf("firstKeptEntryId %q, want %q", e.FirstKeptEntryID, tc.firstKept)
+						if e.FirstKeptEntryID() != tc.firstKept {
+							t.Errorf("firstKeptEntryId %q, want %q", e.FirstKeptEntryID(), tc.firstKept)
 						}
 					}
 				}

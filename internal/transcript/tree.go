@@ -98,13 +98,13 @@ func (f *File) Path(leafID string) []*Entry {
 func (f *File) Labels() map[string]string {
 	out := map[string]string{}
 	for _, e := range f.Entries {
-		if e.Type != "label" || e.TargetID == "" {
+		if e.Type != "label" || e.TargetID() == "" {
 			continue
 		}
-		if e.Label != nil && *e.Label != "" {
-			out[e.TargetID] = *e.Label
+		if e.Label() != nil && *e.Label() != "" {
+			out[e.TargetID()] = *e.Label()
 		} else {
-			delete(out, e.TargetID)
+			delete(out, e.TargetID())
 		}
 	}
 	return out
@@ -116,10 +116,10 @@ func (f *File) SessionName() string {
 	for i := len(f.Entries) - 1; i >= 0; i-- {
 		e := f.Entries[i]
 		if e.Type == "session_info" {
-			if e.Name == nil {
+			if e.Name() == nil {
 				return ""
 			}
-			return strings.TrimSpace(*e.Name)
+			return strings.TrimSpace(*e.Name())
 		}
 	}
 	return ""

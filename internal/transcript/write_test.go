@@ -221,8 +221,8 @@ func TestWriterRoundTrip(t *testing.T) {
 	}
 	for i := 1; i < len(f.Entries); i++ {
 		if f.Entries[i].ID == bs {
-			if f.Entries[i].ParentID != mc || f.Entries[i].FromID != mc {
-				t.Errorf("branch summary parent %q fromId %q, want %q", f.Entries[i].ParentID, f.Entries[i].FromID, mc)
+			if f.Entries[i].ParentID != mc || f.Entries[i].FromID() != mc {
+				t.Errorf("branch summary parent %q fromId %q, want %q", f.Entries[i].ParentID, f.Entries[i].FromID(), mc)
 			}
 			continue
 		}
