@@ -24,6 +24,7 @@ func (a *app) chatCmd() *cobra.Command {
 		a.chatListCmd(), a.chatShowCmd(), a.chatHistoryCmd(), a.chatTreeCmd(),
 		a.chatForkCmd(), a.chatLabelCmd(), a.chatNameCmd(), a.chatCompactCmd(),
 		a.chatResetCmd(), a.chatArchiveCmd(), a.chatImportCmd(), a.chatExportCmd(),
+		a.chatResolveCmd(),
 	)
 	return cmd
 }
