@@ -382,13 +382,7 @@ func printTables(w io.Writer, cfg config, res *Results) {
 		fmt.Fprintf(w, "Registry.Shutdown (the SIGTERM path) closed the other %d in %.1fs; leftover processes: %d\n",
 			mr.Sessions-mr.ClosedViaAPI, mr.ShutdownSeconds, mr.LeftoverProcesses)
 	}
-	if len(res.Errors) > 0 {
-		fmt.Fprintln(w, "\nERRORS:")
-		for _, e := range res.Errors {
-			fmt.Fprintln(w, "  "+e)
-		}
-	}
-	fmt.Fprintf(w, "\ntotal %.1fs\n", res.Seconds)
+	benchenv.PrintFooter(w, res.Errors, res.Seconds)
 }
 
 // Machine is the shared machine description.

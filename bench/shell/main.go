@@ -548,13 +548,7 @@ func printTables(w io.Writer, cfg config, res *Results) {
 	}
 	fmt.Fprintf(w, "  (b) nexus mcp under 1 ms p50 for `true`: %s — %s\n", mcp, metString(t.MCPMet, t.MCPP50ms > 0))
 	fmt.Fprintf(w, "leftover processes after cleanup: %d\n", res.Leftover)
-	if len(res.Errors) > 0 {
-		fmt.Fprintln(w, "\nERRORS:")
-		for _, e := range res.Errors {
-			fmt.Fprintln(w, "  "+e)
-		}
-	}
-	fmt.Fprintf(w, "\ntotal %.1fs\n", res.Seconds)
+	benchenv.PrintFooter(w, res.Errors, res.Seconds)
 }
 
 func ratio(v float64) string {

@@ -523,13 +523,7 @@ func printTable(w io.Writer, res *Results) {
 			fmt.Fprintf(w, "  %s: %.1fx faster (%s), %.3f of pi's peak RSS = 1/%.0f (%s)\n", ra.Size, ra.Speedup, met(ra.SpeedMet), ra.MemoryFraction, 1/ra.MemoryFraction, met(ra.MemoryMet))
 		}
 	}
-	if len(res.Errors) > 0 {
-		fmt.Fprintln(w, "\nERRORS:")
-		for _, e := range res.Errors {
-			fmt.Fprintln(w, "  "+e)
-		}
-	}
-	fmt.Fprintf(w, "\ntotal %.1fs\n", res.Seconds)
+	benchenv.PrintFooter(w, res.Errors, res.Seconds)
 }
 
 func met(ok bool) string {

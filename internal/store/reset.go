@@ -143,13 +143,9 @@ var cleared = []string{
 func (s *Store) Reset(ctx context.Context, key, reason string) (ResetResult, error) {
 	var res ResetResult
 	err := s.t.update(ctx, func(x *tx) error {
-		c, err := canon(key, x.recs)
+		c, cur, err := x.existing(key)
 		if err != nil {
 			return err
-		}
-		cur, ok := x.get(c)
-		if !ok {
-			return fmt.Errorf("%w: %s", ErrNotFound, c)
 		}
 		var prev string
 		_ = decString(cur["sessionId"], &prev)

@@ -288,13 +288,9 @@ func (s *Store) PatchFunc(ctx context.Context, key string, fn func(cur SessionEn
 func (s *Store) patch(ctx context.Context, key string, mk func(cur record) (map[string]json.RawMessage, error)) (SessionEntry, error) {
 	var out SessionEntry
 	err := s.t.update(ctx, func(x *tx) error {
-		c, err := canon(key, x.recs)
+		c, cur, err := x.existing(key)
 		if err != nil {
 			return err
-		}
-		cur, ok := x.get(c)
-		if !ok {
-			return fmt.Errorf("%w: %s", ErrNotFound, c)
 		}
 		pobj, err := mk(cur)
 		if err != nil {
@@ -485,13 +481,9 @@ func checkLabel(recs map[string]record, key string, r record) error {
 func (s *Store) Delete(ctx context.Context, key string) (string, error) {
 	var archived string
 	err := s.t.update(ctx, func(x *tx) error {
-		c, err := canon(key, x.recs)
+		c, cur, err := x.existing(key)
 		if err != nil {
 			return err
-		}
-		cur, ok := x.get(c)
-		if !ok {
-			return fmt.Errorf("%w: %s", ErrNotFound, c)
 		}
 		a, err := s.archiveTranscript(x, cur, "deleted")
 		if err != nil {

@@ -219,6 +219,19 @@ type tx struct {
 	changed    bool
 }
 
+// existing returns the canonical form of key and its entry, ErrNotFound when there is none.
+func (x *tx) existing(key string) (string, record, error) {
+	c, err := canon(key, x.recs)
+	if err != nil {
+		return "", nil, err
+	}
+	cur, ok := x.get(c)
+	if !ok {
+		return "", nil, fmt.Errorf("%w: %s", ErrNotFound, c)
+	}
+	return c, cur, nil
+}
+
 func (x *tx) get(key string) (record, bool) {
 	r, ok := x.recs[key]
 	return r, ok

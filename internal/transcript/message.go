@@ -228,52 +228,6 @@ func indexQuote(b []byte) int {
 	return -1
 }
 
-// array steps over an array at s.i. For each element, elem is called with
-// the scanner positioned at it; it returns true when it consumed the
-// element itself. elem returning errStop ends the walk early (and array
-// returns errStop, leaving s.i where elem left it).
-func (s *scanner) array(depth int, elem func() (bool, error)) error {
-	if depth > maxScanDepth {
-		return errScan
-	}
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
-		return errScan
-	}
-	s.i++
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		return nil
-	}
-	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return errScan
-		}
-		done, err := elem()
-		if err != nil {
-			return err
-		}
-		if !done {
-			if err := s.skip(depth + 1); err != nil {
-				return err
-			}
-		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return errScan
-		}
-		if s.b[s.i] == ']' {
-			s.i++
-			return nil
-		}
-		if s.b[s.i] != ',' {
-			return errScan
-		}
-		s.i++
-	}
-}
-
 // errStop ends an array walk early.
 var errStop = errors.New("stop")
 

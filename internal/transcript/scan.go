@@ -297,28 +297,51 @@ func skipElem() (bool, error) { return false, nil }
 // the scanner positioned at the value; it returns true when it consumed the
 // value itself.
 func (s *scanner) object(depth int, field func(key []byte) (bool, error)) error {
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
+	return s.list(depth, '{', '}', func() (bool, error) {
+		key, err := s.key()
+		if err != nil {
+			return false, err
+		}
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			return false, errScan
+		}
+		s.i++
+		s.ws()
+		return field(key)
+	})
+}
+
+// array steps over an array at s.i. For each element, elem is called with
+// the scanner positioned at it; it returns true when it consumed the
+// element itself. elem returning errStop ends the walk early (and array
+// returns errStop, leaving s.i where elem left it).
+func (s *scanner) array(depth int, elem func() (bool, error)) error {
+	if depth > maxScanDepth {
+		return errScan
+	}
+	return s.list(depth, '[', ']', elem)
+}
+
+// list steps over the members of an object or array (open .. close) at
+// s.i, calling item at the start of each; a member item did not consume is
+// skipped.
+func (s *scanner) list(depth int, open, closing byte, item func() (bool, error)) error {
+	if s.i >= len(s.b) || s.b[s.i] != open {
 		return errScan
 	}
 	s.i++
 	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
+	if s.i < len(s.b) && s.b[s.i] == closing {
 		s.i++
 		return nil
 	}
 	for {
 		s.ws()
-		key, err := s.key()
-		if err != nil {
-			return err
-		}
-		s.ws()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
+		if s.i >= len(s.b) {
 			return errScan
 		}
-		s.i++
-		s.ws()
-		done, err := field(key)
+		done, err := item()
 		if err != nil {
 			return err
 		}
@@ -331,7 +354,7 @@ func (s *scanner) object(depth int, field func(key []byte) (bool, error)) error 
 		if s.i >= len(s.b) {
 			return errScan
 		}
-		if s.b[s.i] == '}' {
+		if s.b[s.i] == closing {
 			s.i++
 			return nil
 		}

@@ -5,6 +5,8 @@ package benchenv
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,4 +100,15 @@ func WriteResults(dir, prefix string, res any) (string, error) {
 	}
 	_ = os.WriteFile(filepath.Join(dir, prefix+"-latest.json"), b, 0o600)
 	return path, nil
+}
+
+// PrintFooter ends a benchmark's report: the errors met, if any, and the total run time.
+func PrintFooter(w io.Writer, errs []string, seconds float64) {
+	if len(errs) > 0 {
+		fmt.Fprintln(w, "\nERRORS:")
+		for _, e := range errs {
+			fmt.Fprintln(w, "  "+e)
+		}
+	}
+	fmt.Fprintf(w, "\ntotal %.1fs\n", seconds)
 }
