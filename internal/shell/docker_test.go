@@ -90,6 +90,28 @@ func taggedPIDs(tag string) []int {
 	return out
 }
 
+// waitTaggedSleeps waits until n tagged processes run sleep. Counting all tagged processes
+// would race: a subshell on its way to fork a job is tagged too, and exits.
+func waitTaggedSleeps(t *testing.T, tag string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sleeps := 0
+		for _, pid := range taggedPIDs(tag) {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); err == nil && string(bytes.TrimSpace(b)) == "sleep" {
+				sleeps++
+			}
+		}
+		if sleeps >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tagged sleep processes, want %d", sleeps, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitTagGone waits until no live process has the tag.
 func waitTagGone(t *testing.T, tag string) {
 	t.Helper()
@@ -280,13 +302,7 @@ func TestDockerCloseKillsTagged(t *testing.T) {
 	tag := sh.Proc().(*dockerProc).tag
 	// A job, a job of a job, and one that left the process tree (only the tag finds it).
 	remoteRun(t, sh, "sleep 300 & (sleep 301 &) ; setsid sleep 302 </dev/null >/dev/null 2>&1 &", 10*time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(taggedPIDs(tag)) < 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := len(taggedPIDs(tag)); n < 4 {
-		t.Fatalf("%d tagged processes before close, want the shell and 3 sleeps", n)
-	}
+	waitTaggedSleeps(t, tag, 3)
 	shellPID := sh.PID()
 	if err := sh.Close(); err != nil {
 		t.Fatal(err)

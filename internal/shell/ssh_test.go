@@ -608,13 +608,7 @@ func TestSSHRealServer(t *testing.T) {
 		tag := sh.Proc().(*sshProc).tag
 		pid := sh.PID()
 		remoteRun(t, sh, "sleep 300 & (sleep 301 &); setsid sleep 302 </dev/null >/dev/null 2>&1 &", 10*time.Second)
-		deadline := time.Now().Add(5 * time.Second)
-		for len(taggedPIDs(tag)) < 4 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := len(taggedPIDs(tag)); n < 4 {
-			t.Fatalf("%d tagged processes, want the shell and 3 sleeps", n)
-		}
+		waitTaggedSleeps(t, tag, 3)
 		if !slices.Contains(taggedPIDs(tag), pid) {
 			t.Fatalf("the shell's pid %d (as it reported it) is not a process of the session", pid)
 		}
