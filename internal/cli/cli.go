@@ -18,6 +18,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 )
 
@@ -113,6 +114,13 @@ func (a *app) resolveState() error {
 		return fmt.Errorf("resolve state directory %s: %w", a.stateDir, err)
 	}
 	a.stateDir = abs
+	// Every command trusts what it reads here (the socket it talks to, the token it sends): an
+	// existing state directory that another user owns or can write is refused up front.
+	if _, err := os.Lstat(abs); err == nil {
+		if err := fsutil.CheckDir(abs); err != nil {
+			return err
+		}
+	}
 	if a.gateway == "" {
 		a.gateway = a.env.Getenv("NEXUS_GATEWAY")
 	}
@@ -129,7 +137,7 @@ func (a *app) client() *client.Client {
 		if strings.HasPrefix(g, "http://") || strings.HasPrefix(g, "https://") {
 			t = client.Target{URL: g, Token: a.env.Getenv("NEXUS_TOKEN")}
 			if t.Token == "" {
-				if b, err := os.ReadFile(filepath.Join(a.stateDir, gateway.TokenFile)); err == nil {
+				if b, err := fsutil.ReadSecretNoFollow(filepath.Join(a.stateDir, gateway.TokenFile)); err == nil {
 					t.Token = strings.TrimSpace(string(b))
 				}
 			}

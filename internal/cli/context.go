@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/fsutil"
 )
@@ -53,8 +51,8 @@ func (a *app) setActive(ctx context.Context, s abi.Session) error {
 		return err
 	}
 	path := filepath.Join(a.stateDir, contextFile)
-	lk := flock.New(path + ".lock")
-	if _, err := lk.TryLockContext(ctx, 10*time.Millisecond); err != nil {
+	lk, err := fsutil.LockContext(ctx, path+".lock", 10*time.Millisecond)
+	if err != nil {
 		return fmt.Errorf("lock CLI context: %w", err)
 	}
 	defer func() { _ = lk.Unlock() }()

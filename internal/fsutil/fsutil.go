@@ -3,12 +3,15 @@
 package fsutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,19 +22,136 @@ const (
 	DirMode  fs.FileMode = 0o700
 )
 
-// MkdirPrivate creates dir (and parents) with mode 0700 and refuses a symlink at dir itself.
+// ErrUntrusted is returned for a state directory or secret file that another local user owns or
+// could have written: nexus would otherwise act on (or leak) whatever that user put there.
+var ErrUntrusted = errors.New("untrusted state")
+
+// MkdirPrivate creates dir (and parents) with mode 0700, refuses a symlink at dir itself, and
+// checks that dir is trustworthy (see CheckDir). A directory that is ours and only readable by
+// others is narrowed to 0700.
 func MkdirPrivate(dir string) error {
 	if err := os.MkdirAll(dir, DirMode); err != nil {
 		return fmt.Errorf("create directory %s: %w", dir, err)
 	}
+	return CheckDir(dir)
+}
+
+// CheckDir refuses a state directory that is a symlink, is owned by another user, or that group
+// or others may write; when it is ours and merely readable by others, it narrows it to 0700.
+func CheckDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return fmt.Errorf("stat directory %s: %w", dir, err)
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir() {
-		return fmt.Errorf("state directory %s is not a plain directory", dir)
+		return fmt.Errorf("%w: state directory %s is not a plain directory (a symlink or a file is there; remove it)", ErrUntrusted, dir)
+	}
+	if err := checkOwner(dir, fi); err != nil {
+		return err
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o022 != 0 {
+		return fmt.Errorf("%w: state directory %s has mode %04o, so other users could have put files in it; check its contents, then run: chmod 700 %s", ErrUntrusted, dir, perm, dir)
+	}
+	if perm&0o077 != 0 {
+		if err := os.Chmod(dir, DirMode); err != nil { //nolint:gosec // G302: narrowing to 0700
+			return fmt.Errorf("narrow %s to 0700: %w", dir, err)
+		}
 	}
 	return nil
+}
+
+// CheckSecret refuses a secret file (a bearer token, a key) that another user owns or that group
+// or others may read or write: it would be a secret that is not one, or one chosen by someone else.
+func CheckSecret(path string, fi fs.FileInfo) error {
+	if err := checkOwner(path, fi); err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%w: secret file %s has mode %04o, so other users can read or change it; delete it (a new one is made) or run: chmod 600 %s", ErrUntrusted, path, perm, path)
+	}
+	return nil
+}
+
+func checkOwner(path string, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if uid := os.Geteuid(); int(st.Uid) != uid {
+		return fmt.Errorf("%w: %s is owned by uid %d, not by this user (uid %d); use a state directory of your own (--state-dir or NEXUS_HOME), or, if it is yours, run: chown -R %d %s", ErrUntrusted, path, st.Uid, uid, uid, path)
+	}
+	return nil
+}
+
+// Lock is an exclusive advisory lock on a lock file that is created private and never through a
+// symlink.
+type Lock struct{ f *os.File }
+
+// TryLock takes the lock at path without waiting; ok is false when another holder has it.
+func TryLock(path string) (l *Lock, ok bool, err error) {
+	f, err := openLock(path)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return &Lock{f: f}, true, nil
+}
+
+// LockContext takes the lock at path, retrying every interval until ctx ends.
+func LockContext(ctx context.Context, path string, interval time.Duration) (*Lock, error) {
+	for {
+		l, ok, err := TryLock(path)
+		if err != nil || ok {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock %s: %w", path, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// Unlock releases the lock (closing the file releases it too, should the process die).
+func (l *Lock) Unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	if err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	return nil
+}
+
+func openLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, FileMode) //nolint:gosec // G304: see SyncDir
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("%w: lock file %s is a symlink; remove it", ErrUntrusted, path)
+		}
+		return nil, fmt.Errorf("open lock %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%w: lock file %s is not a regular file; remove it", ErrUntrusted, path)
+	}
+	if err == nil {
+		err = checkOwner(path, fi)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // WriteFileAtomic replaces path with data: a temp file in the same directory, fsync, rename,
@@ -93,6 +213,15 @@ func CreateExclusive(path string) (*os.File, error) {
 
 // ReadFileNoFollow reads a regular file, refusing symlinks.
 func ReadFileNoFollow(path string) ([]byte, error) {
+	return readNoFollow(path, false)
+}
+
+// ReadSecretNoFollow reads a secret file, refusing symlinks and files that fail CheckSecret.
+func ReadSecretNoFollow(path string) ([]byte, error) {
+	return readNoFollow(path, true)
+}
+
+func readNoFollow(path string, secret bool) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0) //nolint:gosec // G304: see SyncDir
 	if err != nil {
 		return nil, err //nolint:wrapcheck // callers test os.IsNotExist and add context
@@ -104,6 +233,11 @@ func ReadFileNoFollow(path string) ([]byte, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if secret {
+		if err := CheckSecret(path, fi); err != nil {
+			return nil, err
+		}
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {

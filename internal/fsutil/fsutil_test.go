@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
 )
@@ -279,4 +280,126 @@ func TestReadFileNoFollow(t *testing.T) {
 	if _, err := fsutil.ReadFileNoFollow(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("directory: %v, want a not-a-regular-file error", err)
 	}
+}
+
+func TestCheckDirTrust(t *testing.T) {
+	t.Run("group or world writable is refused", func(t *testing.T) {
+		for _, mode := range []fs.FileMode{0o777, 0o770, 0o702, 0o720} {
+			dir := filepath.Join(t.TempDir(), "state")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, mode); err != nil {
+				t.Fatal(err)
+			}
+			err := fsutil.MkdirPrivate(dir)
+			if !errors.Is(err, fsutil.ErrUntrusted) || !strings.Contains(err.Error(), "chmod 700") {
+				t.Errorf("mode %04o: err %v, want ErrUntrusted saying how to fix it", mode, err)
+			}
+			if p := perm(t, dir); p != mode {
+				t.Errorf("mode %04o changed to %04o: an untrusted directory must be left for the user to inspect", mode, p)
+			}
+		}
+	})
+	t.Run("readable by others is narrowed to 0700", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsutil.CheckDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		if p := perm(t, dir); p != 0o700 {
+			t.Errorf("mode %04o, want 0700", p)
+		}
+	})
+	t.Run("owned by another user is refused", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		chownOther(t, dir)
+		err := fsutil.MkdirPrivate(dir)
+		if !errors.Is(err, fsutil.ErrUntrusted) || !strings.Contains(err.Error(), "owned by uid") {
+			t.Fatalf("err %v, want ErrUntrusted naming the owner", err)
+		}
+	})
+}
+
+// chownOther gives path to another user; only root can, so the test skips visibly otherwise.
+func chownOther(t *testing.T, path string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file to another user needs root")
+	}
+	if err := os.Lchown(path, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadSecretNoFollow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	writeFile(t, path, "secret", 0o600)
+	if b, err := fsutil.ReadSecretNoFollow(path); err != nil || string(b) != "secret" {
+		t.Fatalf("private token: %q, %v", b, err)
+	}
+	for _, mode := range []fs.FileMode{0o644, 0o640, 0o604, 0o660, 0o606} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsutil.ReadSecretNoFollow(path); !errors.Is(err, fsutil.ErrUntrusted) {
+			t.Errorf("mode %04o: err %v, want ErrUntrusted", mode, err)
+		}
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chownOther(t, path)
+	if _, err := fsutil.ReadSecretNoFollow(path); !errors.Is(err, fsutil.ErrUntrusted) {
+		t.Errorf("token of another user: err %v, want ErrUntrusted", err)
+	}
+}
+
+func TestLockNeverFollowsSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "planted")
+	lock := filepath.Join(dir, "gateway.lock")
+	if err := os.Symlink(outside, lock); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fsutil.TryLock(lock); !errors.Is(err, fsutil.ErrUntrusted) {
+		t.Fatalf("TryLock through a symlink: err %v, want ErrUntrusted", err)
+	}
+	if _, err := fsutil.LockContext(t.Context(), lock, time.Millisecond); !errors.Is(err, fsutil.ErrUntrusted) {
+		t.Fatalf("LockContext through a symlink: err %v, want ErrUntrusted", err)
+	}
+	if _, err := os.Lstat(outside); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the symlink's target was created: %v", err)
+	}
+}
+
+func TestLockExcludes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	l, ok, err := fsutil.TryLock(path)
+	if err != nil || !ok {
+		t.Fatalf("first lock: %v %v", ok, err)
+	}
+	if p := perm(t, path); p != 0o600 {
+		t.Errorf("lock file mode %04o, want 0600", p)
+	}
+	if _, ok, err := fsutil.TryLock(path); err != nil || ok {
+		t.Fatalf("second lock taken while the first is held: %v %v", ok, err)
+	}
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	l2, ok, err := fsutil.TryLock(path)
+	if err != nil || !ok {
+		t.Fatalf("lock after unlock: %v %v", ok, err)
+	}
+	_ = l2.Unlock()
 }

@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/runtime"
 )
@@ -69,8 +67,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 	if err := fsutil.MkdirPrivate(o.StateDir); err != nil {
 		return err
 	}
-	lk := flock.New(filepath.Join(o.StateDir, LockFile))
-	locked, err := lk.TryLock()
+	lk, locked, err := fsutil.TryLock(filepath.Join(o.StateDir, LockFile))
 	if err != nil {
 		return fmt.Errorf("lock state directory %s: %w", o.StateDir, err)
 	}
@@ -179,10 +176,11 @@ func describeRunning(stateDir string) string {
 	return s + ", started " + in.Started
 }
 
-// LoadOrCreateToken returns the bearer token of stateDir, creating it (0600) on first use.
+// LoadOrCreateToken returns the bearer token of stateDir, creating it (0600) on first use. A
+// token file that another user owns or can read is refused: it would not be a secret.
 func LoadOrCreateToken(stateDir string) (string, error) {
 	path := filepath.Join(stateDir, TokenFile)
-	data, err := fsutil.ReadFileNoFollow(path)
+	data, err := fsutil.ReadSecretNoFollow(path)
 	if err == nil {
 		tok := strings.TrimSpace(string(data))
 		if len(tok) < 32 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/runtime"
 )
@@ -359,5 +360,70 @@ func serveGoroutines() int {
 			return strings.Count(string(buf[:n]), "created by github.com/nexus-run/nexus/internal/gateway.Serve")
 		}
 		buf = make([]byte, 2*len(buf))
+	}
+}
+
+func TestServeRefusesUntrustedState(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "planted")
+	cases := []struct {
+		name   string
+		listen string
+		setup  func(t *testing.T, dir string)
+	}{
+		{"world-writable state directory", "", func(t *testing.T, dir string) {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"token readable by others", "127.0.0.1:0", func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, gateway.TokenFile), []byte(strings.Repeat("a", 64)), 0o644); err != nil { //nolint:gosec // the point of the test
+				t.Fatal(err)
+			}
+		}},
+		{"token of another user", "127.0.0.1:0", func(t *testing.T, dir string) {
+			if os.Geteuid() != 0 {
+				t.Skip("giving a file to another user needs root")
+			}
+			p := filepath.Join(dir, gateway.TokenFile)
+			if err := os.WriteFile(p, []byte(strings.Repeat("a", 64)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(p, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"state directory of another user", "", func(t *testing.T, dir string) {
+			if os.Geteuid() != 0 {
+				t.Skip("giving a file to another user needs root")
+			}
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"lock file planted as a symlink", "", func(t *testing.T, dir string) {
+			if err := os.Symlink(outside, filepath.Join(dir, gateway.LockFile)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := shortDir(t)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			c.setup(t, dir)
+			reg := runtime.New(runtime.Config{IdleTimeout: -1}, newFakeKind(abi.TypeTerminal))
+			err := gateway.Serve(t.Context(), gateway.DaemonOptions{StateDir: dir, Listen: c.listen, Registry: reg})
+			if !errors.Is(err, fsutil.ErrUntrusted) {
+				t.Fatalf("Serve: %v, want ErrUntrusted", err)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, gateway.SocketFile)); err == nil {
+				t.Error("the gateway listened on an untrusted state directory")
+			}
+		})
+	}
+	if _, err := os.Lstat(outside); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a planted symlink made the gateway create %s: %v", outside, err)
 	}
 }

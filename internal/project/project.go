@@ -13,8 +13,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/fsutil"
 )
@@ -78,8 +76,8 @@ func (s *Store) update(ctx context.Context, fn func(*file) error) error {
 	if err := fsutil.MkdirPrivate(filepath.Dir(s.path)); err != nil {
 		return err
 	}
-	lk := flock.New(s.path + ".lock")
-	if _, err := lk.TryLockContext(ctx, 20*time.Millisecond); err != nil {
+	lk, err := fsutil.LockContext(ctx, s.path+".lock", 20*time.Millisecond)
+	if err != nil {
 		return fmt.Errorf("lock projects %s: %w", s.path, err)
 	}
 	defer func() { _ = lk.Unlock() }()
