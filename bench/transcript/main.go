@@ -4,7 +4,7 @@
 // SessionManager on Node (tools/pi/context.mjs --count: SessionManager.open,
 // then buildSessionContext). Each side is a separate process measured for wall
 // time and peak RSS (getrusage of the reaped child). The transcripts are
-// generated from the real samples in shared/testdata/transcripts/pi (replayed
+// generated from the real samples in testdata/transcripts/pi (replayed
 // as one v3 chain with side branches, branch summaries, labels and two
 // compactions near the end), deterministically. It prints a table and writes
 // JSON to bench/results/.
@@ -123,7 +123,7 @@ func run() error {
 	flag.IntVar(&cfg.runs, "runs", 5, "timed runs per tool and size, interleaved, after one untimed warm-up run")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the generated transcripts (default: a temporary directory)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the generated transcripts")
-	flag.StringVar(&cfg.samples, "samples", filepath.Join("..", "shared", "testdata", "transcripts", "pi"), "directory of the real pi samples the transcripts are generated from")
+	flag.StringVar(&cfg.samples, "samples", filepath.Join("testdata", "transcripts", "pi"), "directory of the real pi samples the transcripts are generated from")
 	flag.StringVar(&cfg.node, "node", "node", "node binary for the pi side")
 	flag.StringVar(&nodeFlags, "node-flags", "", "extra node flags for the pi side, space-separated (e.g. --max-old-space-size=16384)")
 	flag.StringVar(&cfg.piDir, "pi", filepath.Join("tools", "pi"), "directory of context.mjs with the pi coding agent installed (npm ci --prefix tools/pi)")

@@ -15,8 +15,9 @@ import (
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
-// sharedPi holds the real pi transcripts (shared/testdata/README.md).
-const sharedPi = "../../../shared/testdata/transcripts/pi"
+// piSamples holds the real pi transcripts that ship with the repository
+// (testdata/transcripts/README.md gives their sources and licences).
+const piSamples = "../../testdata/transcripts/pi"
 
 // The reference implementations below are the CLI's former encoding/json-based code: the
 // scanner-based one must print the same bytes for well-formed transcripts.
@@ -201,10 +202,14 @@ func edgeTranscript(t *testing.T) string {
 	return p
 }
 
-// transcripts returns the shared pi samples (when present) and the edge transcript.
+// transcripts returns the pi samples and the edge transcript. The samples are part of the
+// repository, so their absence is a broken checkout and fails the test.
 func transcripts(t *testing.T) []string {
 	t.Helper()
-	paths, _ := filepath.Glob(filepath.Join(sharedPi, "*.jsonl"))
+	paths, err := filepath.Glob(filepath.Join(piSamples, "*.jsonl"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no pi samples under %s (%v)", piSamples, err)
+	}
 	return append(paths, edgeTranscript(t))
 }
 

@@ -92,7 +92,7 @@ func TestShouldCompact(t *testing.T) {
 	}
 }
 
-// piCut is what pi 0.73.1's prepareCompaction returns for a shared sample
+// piCut is what pi 0.73.1's prepareCompaction returns for a pi sample
 // (computed once with its SessionManager and compaction module): the index
 // of the first kept entry in the file, and the sizes of what it summarizes.
 type piCut struct {
@@ -102,7 +102,7 @@ type piCut struct {
 	readFiles, modifiedFiles      int
 }
 
-// TestChooseCutMatchesPi: on the shared samples, ChooseCut picks the entry
+// TestChooseCutMatchesPi: on the pi samples, ChooseCut picks the entry
 // pi picks, with the same token count, split and summarized messages.
 func TestChooseCutMatchesPi(t *testing.T) {
 	t.Parallel()
@@ -146,11 +146,7 @@ func TestChooseCutMatchesPi(t *testing.T) {
 	for _, s := range samples {
 		t.Run(s.file, func(t *testing.T) {
 			t.Parallel()
-			p := filepath.Join(sharedPi, s.file)
-			if _, err := os.Stat(p); err != nil {
-				t.Skipf("shared pi test data not available: %v", err)
-			}
-			f := openFile(t, p)
+			f := openFile(t, piSample(t, s.file))
 			index := map[string]int{}
 			for i, e := range f.Entries {
 				index[e.ID] = i
@@ -374,10 +370,7 @@ func TestCompact(t *testing.T) {
 // their calls.
 func TestCompactLargeSample(t *testing.T) {
 	t.Parallel()
-	orig, err := os.ReadFile(filepath.Join(sharedPi, "pi-mono-large-session-v1.jsonl"))
-	if err != nil {
-		t.Skipf("shared pi test data not available: %v", err)
-	}
+	orig := try(os.ReadFile(piSample(t, largeV1))).ok(t)
 	path := filepath.Join(t.TempDir(), "s.jsonl")
 	if err := os.WriteFile(path, orig, 0o600); err != nil {
 		t.Fatal(err)

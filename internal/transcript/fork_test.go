@@ -172,16 +172,12 @@ func TestForkErrors(t *testing.T) {
 	}
 }
 
-// TestForkSamples: forking every shared pi sample (v1 included, any path
+// TestForkSamples: forking every pi sample (v1 included, any path
 // outside a store) at its default leaf gives the source's context, and the
 // fork continues.
 func TestForkSamples(t *testing.T) {
 	t.Parallel()
-	files, _ := filepath.Glob(filepath.Join(sharedPi, "*.jsonl"))
-	if len(files) == 0 {
-		t.Skip("shared pi test data not available")
-	}
-	for i, src := range files {
+	for i, src := range piSamples(t) {
 		t.Run(filepath.Base(src), func(t *testing.T) {
 			t.Parallel()
 			sf := openFile(t, src)

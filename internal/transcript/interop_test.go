@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // These tests run the real pi coding agent (tools/pi, @mariozechner/pi-coding-agent
@@ -21,7 +23,7 @@ import (
 const piToolDir = "../../tools/pi"
 
 // piTool returns node's path and tools/pi's absolute path, skipping the test
-// when either is missing, except under CI=true, where CI installs both and a
+// when either is missing, except under CI, where CI installs both and a
 // missing one means the interoperability checks silently stopped running.
 func piTool(t *testing.T) (node, dir string) {
 	t.Helper()
@@ -37,10 +39,7 @@ func piTool(t *testing.T) (node, dir string) {
 		missing = "the pi coding agent is not installed (npm ci --prefix tools/pi)"
 	}
 	if missing != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("pi interoperability: %s", missing)
-		}
-		t.Skipf("pi interoperability: %s", missing)
+		testkit.SkipUnlessCI(t, "pi interoperability: "+missing)
 	}
 	return node, dir
 }
@@ -219,14 +218,11 @@ func compareFile(t *testing.T, path string, pi piResult) int {
 	return n
 }
 
-// TestInteropPiSamples: every shared pi sample, at its default leaf and at
+// TestInteropPiSamples: every pi sample, at its default leaf and at
 // every tip of its tree, gives the same context in pi and in nexus.
 func TestInteropPiSamples(t *testing.T) {
 	t.Parallel()
-	files, _ := filepath.Glob(filepath.Join(piDir, "*.jsonl"))
-	if len(files) == 0 {
-		t.Skipf("no pi test data under %s (shared test data absent)", piDir)
-	}
+	files := piSamples(t)
 	reqs := make([]piRequest, len(files))
 	for i, p := range files {
 		abs, err := filepath.Abs(p)
@@ -468,18 +464,14 @@ func TestInteropNexusWritten(t *testing.T) {
 	}
 	reqs := []piRequest{{Path: mainPath, Leaves: "all"}, {Path: forkPath, Leaves: "all"}}
 	names := []string{"session", "fork"}
-	if sample, err := filepath.Abs(filepath.Join(piDir, "pi-mono-large-session-v1.jsonl")); err == nil {
-		if _, err := os.Stat(sample); err == nil {
-			v1Fork := filepath.Join(dir, "v1-fork.jsonl")
-			vw := written(Fork(sample, "", v1Fork, interopOpts(3))).ok(t)
-			written(vw.AppendMessage(msg(`{"role":"user","content":"Continuing a pi session in nexus.","timestamp":1777626014000}`))).ok(t)
-			if err := vw.Close(); err != nil {
-				t.Fatal(err)
-			}
-			reqs = append(reqs, piRequest{Path: v1Fork, Leaves: "tips"})
-			names = append(names, "fork of pi's v1 sample")
-		}
+	v1Fork := filepath.Join(dir, "v1-fork.jsonl")
+	vw := written(Fork(piSample(t, largeV1), "", v1Fork, interopOpts(3))).ok(t)
+	written(vw.AppendMessage(msg(`{"role":"user","content":"Continuing a pi session in nexus.","timestamp":1777626014000}`))).ok(t)
+	if err := vw.Close(); err != nil {
+		t.Fatal(err)
 	}
+	reqs = append(reqs, piRequest{Path: v1Fork, Leaves: "tips"})
+	names = append(names, "fork of pi's v1 sample")
 
 	res := piContexts(t, reqs)
 	for i, name := range names {

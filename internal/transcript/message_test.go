@@ -217,10 +217,7 @@ func TestEntryMessageInfo(t *testing.T) {
 // any size, the same entries as Full; a read error ends the sequence.
 func TestFullEntries(t *testing.T) {
 	t.Parallel()
-	p := filepath.Join(sharedPi, "getspecstory-branching.jsonl")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared pi test data not available: %v", err)
-	}
+	p := piSample(t, "getspecstory-branching.jsonl")
 	f := openFile(t, p)
 	order := make([]*Entry, 0, 2*len(f.Entries))
 	for i := len(f.Entries) - 1; i >= 0; i -= 2 {
@@ -458,10 +455,7 @@ func FuzzParseMessageInfo(f *testing.F) {
 // sampleMessages returns the messages of the large real session.
 func sampleMessages(tb testing.TB) []json.RawMessage {
 	tb.Helper()
-	src, err := os.Open(filepath.Join(sharedPi, "pi-mono-large-session-v1.jsonl"))
-	if err != nil {
-		tb.Skipf("shared pi test data not available: %v", err)
-	}
+	src := try(os.Open(piSample(tb, largeV1))).ok(tb)
 	defer func() { _ = src.Close() }()
 	f := try(Read(src)).ok(tb)
 	var out []json.RawMessage

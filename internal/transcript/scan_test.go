@@ -16,11 +16,7 @@ import (
 // read (Read) of every sample agree entry by entry and build the same
 // context at every entry taken as a leaf.
 func TestOpenMatchesRead(t *testing.T) {
-	paths, _ := filepath.Glob(filepath.Join(piDir, "*.jsonl"))
-	if len(paths) == 0 {
-		t.Skip("shared pi test data not available")
-	}
-	for _, p := range paths {
+	for _, p := range piSamples(t) {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			lazy, err := Open(p)
 			if err != nil {
@@ -201,10 +197,7 @@ func FuzzParseLineExact(f *testing.F) {
 // large session's messages, chained with fresh ids.
 func writeBig(tb testing.TB, size int) string {
 	tb.Helper()
-	src, err := os.Open(filepath.Join(piDir, "pi-mono-large-session-v1.jsonl"))
-	if err != nil {
-		tb.Skip("shared pi test data not available")
-	}
+	src := try(os.Open(piSample(tb, largeV1))).ok(tb)
 	f, err := Read(src)
 	_ = src.Close()
 	if err != nil {

@@ -11,15 +11,37 @@ import (
 	"testing"
 )
 
-const piDir = "../../../shared/testdata/transcripts/pi"
+// piDir holds the real pi transcripts the tests compare nexus with pi on; they are part of the
+// repository (testdata/transcripts/README.md gives each file's source and licence).
+const piDir = "../../testdata/transcripts/pi"
+
+// largeV1 is the large real pi v1 session among them.
+const largeV1 = "pi-mono-large-session-v1.jsonl"
+
+// piSample returns the path of one of the pi samples. The samples ship with the repository, so a
+// missing one is a broken checkout, reported as a failure rather than a skip.
+func piSample(tb testing.TB, name string) string {
+	tb.Helper()
+	p := filepath.Join(piDir, name)
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatalf("pi sample missing from the repository's testdata: %v", err)
+	}
+	return p
+}
+
+// piSamples returns the paths of every pi sample (see piSample).
+func piSamples(tb testing.TB) []string {
+	tb.Helper()
+	files, err := filepath.Glob(filepath.Join(piDir, "*.jsonl"))
+	if err != nil || len(files) < 8 {
+		tb.Fatalf("pi samples missing from the repository's testdata: %d files under %s (%v)", len(files), piDir, err)
+	}
+	return files
+}
 
 func piFile(t *testing.T, name string) *File {
 	t.Helper()
-	p := filepath.Join(piDir, name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared pi test data not available (%s): %v", p, err)
-	}
-	f, err := Open(p)
+	f, err := Open(piSample(t, name))
 	if err != nil {
 		t.Fatalf("Open(%s): %v", name, err)
 	}
@@ -92,11 +114,7 @@ func ids(es []*Entry) []string {
 }
 
 func TestAllPiFilesLoad(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(piDir, "*.jsonl"))
-	if len(files) == 0 {
-		t.Skipf("no pi test data under %s (shared test data absent)", piDir)
-	}
-	for _, p := range files {
+	for _, p := range piSamples(t) {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			f, err := Open(p)
 			if err != nil {
@@ -290,7 +308,7 @@ func TestBranchingTree(t *testing.T) {
 }
 
 func TestLargeV1Migrates(t *testing.T) {
-	f := piFile(t, "pi-mono-large-session-v1.jsonl")
+	f := piFile(t, largeV1)
 	if f.Header.Version != 1 {
 		t.Errorf("version %d, want 1", f.Header.Version)
 	}
@@ -327,7 +345,7 @@ func TestLargeV1Migrates(t *testing.T) {
 		t.Errorf("path %d, want 1018", len(f.Path("")))
 	}
 	// deterministic: a second read gives the same ids
-	g := piFile(t, "pi-mono-large-session-v1.jsonl")
+	g := piFile(t, largeV1)
 	if g.Leaf().ID != f.Leaf().ID {
 		t.Error("ids differ between reads")
 	}
@@ -623,7 +641,7 @@ func TestCheckToolPairing(t *testing.T) {
 		}
 	}
 	// the real session has tool calls left unanswered only by failed turns
-	f := piFile(t, "pi-mono-large-session-v1.jsonl")
+	f := piFile(t, largeV1)
 	msgs := mustContext(t, f, "").Messages
 	problems := CheckToolPairing(msgs)
 	if len(problems) == 0 {

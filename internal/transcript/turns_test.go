@@ -2,8 +2,6 @@ package transcript
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -13,11 +11,7 @@ import (
 // assistant message.
 func TestTurnsLargeSample(t *testing.T) {
 	t.Parallel()
-	p := filepath.Join(sharedPi, "pi-mono-large-session-v1.jsonl")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared pi test data not available: %v", err)
-	}
-	f := openFile(t, p)
+	f := openFile(t, piSample(t, largeV1))
 	turns := try(Turns(f, "")).ok(t)
 	seen := map[string]bool{}
 	calls, results, queries, complete := 0, 0, 0, 0

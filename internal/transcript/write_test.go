@@ -18,9 +18,6 @@ import (
 	"time"
 )
 
-// sharedPi is the shared pi test data (see /work/shared/testdata/README.md).
-const sharedPi = "../../../shared/testdata/transcripts/pi"
-
 // testClock is a deterministic clock: each call is one millisecond later.
 type testClock struct {
 	mu sync.Mutex
@@ -559,11 +556,8 @@ func TestOpenWriterRefuses(t *testing.T) {
 // with the same context, and can then be appended to.
 func TestMigrateThenAppend(t *testing.T) {
 	t.Parallel()
-	src := filepath.Join(sharedPi, "pi-mono-large-session-v1.jsonl")
-	orig, err := os.ReadFile(src)
-	if err != nil {
-		t.Skipf("shared pi test data not available: %v", err)
-	}
+	src := piSample(t, largeV1)
+	orig := try(os.ReadFile(src)).ok(t)
 	path := filepath.Join(t.TempDir(), "s.jsonl")
 	if err := os.WriteFile(path, orig, 0o600); err != nil {
 		t.Fatal(err)
