@@ -708,7 +708,7 @@ func rewrite(path string, now time.Time, keep func(*File) ([]*Entry, bool)) (str
 	if err != nil {
 		return "", fmt.Errorf("rewrite transcript %s: %w", path, noFollowErr(err))
 	}
-	defer func() { _ = lock.Close() }()
+	defer func() { _ = unlockClose(lock) }()
 	if err := lockFile(lock, path); err != nil {
 		return "", err
 	}

@@ -262,7 +262,7 @@ func OpenWriter(path string, opts WriterOptions) (*Writer, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			_ = fh.Close()
+			_ = unlockClose(fh)
 		}
 	}()
 	if err := lockFile(fh, path); err != nil {
@@ -335,6 +335,19 @@ func lockFile(fh *os.File, path string) error {
 		return fmt.Errorf("lock transcript %s: %w", path, lerr)
 	}
 	return nil
+}
+
+// unlockClose releases the writer lock, then closes fh. Closing alone can leave the file locked:
+// the flock belongs to the open file description, which a child process forked at that moment
+// (any exec.Cmd of the program: a shell, a PTY, a tool) shares until it execs, so the next writer
+// would be refused with ErrLocked. LOCK_UN on the description releases it for every copy.
+func unlockClose(fh *os.File) error {
+	if rc, err := fh.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			_ = unix.Flock(int(fd), unix.LOCK_UN) // #nosec G115 -- a file descriptor fits an int
+		})
+	}
+	return fh.Close()
 }
 
 // sameFile checks that path still names the regular file fh has open: a
@@ -772,7 +785,7 @@ func (w *Writer) create(line []byte) error {
 	linked := false
 	defer func() {
 		if !linked {
-			_ = fh.Close()
+			_ = unlockClose(fh)
 		}
 		_ = os.Remove(tmp) // #nosec G703 -- our own temp file beside the transcript
 	}()
@@ -910,7 +923,7 @@ func (w *Writer) Close() error {
 		if w.opts.Sync != SyncNone && w.err == nil {
 			errs = append(errs, w.syncLocked())
 		}
-		if err := w.fh.Close(); err != nil {
+		if err := unlockClose(w.fh); err != nil {
 			errs = append(errs, fmt.Errorf("close transcript %s: %w", w.path, err))
 		}
 	}

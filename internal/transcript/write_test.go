@@ -9,13 +9,17 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // testClock is a deterministic clock: each call is one millisecond later.
@@ -490,6 +494,40 @@ func TestTornLastLine(t *testing.T) {
 				t.Errorf("%d lines, want 7", len(lines))
 			}
 		})
+	}
+}
+
+// TestCloseReleasesLockWhileForking: a closed Writer leaves the file unlocked even while other
+// goroutines start processes. The flock belongs to the open file description, which a child
+// shares between fork and exec; a Close that only closed the descriptor left the lock with the
+// child, and the next OpenWriter failed with ErrLocked (most of the reopens below, before the fix).
+func TestCloseReleasesLockWhileForking(t *testing.T) {
+	t.Parallel()
+	trueBin, err := exec.LookPath("true")
+	if err != nil {
+		testkit.SkipUnlessCI(t, "no true(1) to start: "+err.Error())
+	}
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	writeSession(t, path, 3, 60)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for !stop.Load() {
+				_ = exec.CommandContext(t.Context(), trueBin).Run()
+			}
+		})
+	}
+	defer wg.Wait()
+	defer stop.Store(true)
+	for i := range 300 {
+		w, err := OpenWriter(path, testOpts(61))
+		if err != nil {
+			t.Fatalf("reopen %d after Close: %v", i, err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
