@@ -50,6 +50,13 @@ type DaemonOptions struct {
 	Ready func(Info)
 	// ShutdownTimeout bounds the graceful shutdown; default 15s.
 	ShutdownTimeout time.Duration
+	// AllowedHosts are extra host names the TCP listener answers to (see Options.AllowedHosts).
+	AllowedHosts []string
+	// BodyTimeout and WriteTimeout: see Options.
+	BodyTimeout, WriteTimeout time.Duration
+	// MaxUnauthenticated bounds the connections one peer may hold on the TCP listener before
+	// authenticating; default DefaultMaxUnauthenticated.
+	MaxUnauthenticated int
 }
 
 // ErrAlreadyRunning is returned when another gateway holds the state directory.
@@ -95,11 +102,18 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	// Headers must arrive within ReadHeaderTimeout and an idle keep-alive connection goes after
+	// IdleTimeout; bodies and responses get their own deadlines per request (see bodyDeadline
+	// and writeDeadline), because server-wide Read/WriteTimeouts would cut long-polls and runs.
 	mk := func(h http.Handler) *http.Server {
-		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return baseCtx }}
+		return &http.Server{
+			Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			BaseContext: func(net.Listener) context.Context { return baseCtx },
+			ConnContext: connContext,
+		}
 	}
 	var streams atomic.Int64
-	local := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Streams: &streams}))
+	local := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 	servers := []*http.Server{local}
 	errc := make(chan error, 2)
 	go func() { errc <- local.Serve(ul) }()
@@ -117,9 +131,10 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 		info.Listen = tl.Addr().String()
-		remote := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams}))
+		remote := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 		servers = append(servers, remote)
-		go func() { errc <- remote.Serve(tl) }()
+		gl := guard(tl, o.MaxUnauthenticated)
+		go func() { errc <- remote.Serve(gl) }()
 	}
 	if b, err := json.MarshalIndent(info, "", "  "); err == nil {
 		if err := fsutil.WriteFileAtomic(filepath.Join(o.StateDir, InfoFile), append(b, '\n')); err != nil {

@@ -34,19 +34,21 @@ type daemon struct {
 }
 
 // startDaemon runs Serve on dir until the test ends (or stop is called).
-func startDaemon(t *testing.T, dir, listen string) *daemon {
+func startDaemon(t *testing.T, dir, listen string, tune ...func(*gateway.DaemonOptions)) *daemon {
 	t.Helper()
 	d := &daemon{dir: dir, done: make(chan error, 1), kind: newFakeKind(abi.TypeTerminal)}
 	d.reg = runtime.New(runtime.Config{IdleTimeout: -1}, d.kind)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	ready := make(chan gateway.Info, 1)
-	go func() {
-		d.done <- gateway.Serve(ctx, gateway.DaemonOptions{
-			StateDir: dir, Listen: listen, Registry: d.reg, Version: "v-test", ShutdownTimeout: 5 * time.Second,
-			Ready: func(in gateway.Info) { ready <- in },
-		})
-	}()
+	o := gateway.DaemonOptions{
+		StateDir: dir, Listen: listen, Registry: d.reg, Version: "v-test", ShutdownTimeout: 5 * time.Second,
+		Ready: func(in gateway.Info) { ready <- in },
+	}
+	for _, f := range tune {
+		f(&o)
+	}
+	go func() { d.done <- gateway.Serve(ctx, o) }()
 	select {
 	case d.info = <-ready:
 	case err := <-d.done:

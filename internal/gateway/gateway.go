@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,6 +39,15 @@ type Options struct {
 	// Streams, if set, counts the WebSocket streams being served, so a daemon shutting down can
 	// wait until each has delivered its session's final events.
 	Streams *atomic.Int64
+	// AllowedHosts are the host names (besides IP literals and localhost) a request may name
+	// in its Host header when a Token is set, so a web page that rebinds its own DNS name to
+	// the gateway's address cannot talk to it from a browser.
+	AllowedHosts []string
+	// BodyTimeout bounds the reading of a request body; default 30s.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds the writing of a response once it is ready (a long-poll's wait and a
+	// command's run come before it and are not counted); default 30s.
+	WriteTimeout time.Duration
 }
 
 type server struct {
@@ -53,6 +64,12 @@ func Handler(opt Options) http.Handler {
 	}
 	if opt.MaxWait <= 0 {
 		opt.MaxWait = 60 * time.Second
+	}
+	if opt.BodyTimeout <= 0 {
+		opt.BodyTimeout = 30 * time.Second
+	}
+	if opt.WriteTimeout <= 0 {
+		opt.WriteTimeout = 30 * time.Second
 	}
 	s := &server{opt: opt}
 	mux := http.NewServeMux()
@@ -73,20 +90,94 @@ func Handler(opt Options) http.Handler {
 	if opt.Token != "" {
 		h = s.auth(h)
 	}
-	return h
+	return s.bodyDeadline(h)
 }
 
-func (s *server) auth(next http.Handler) http.Handler {
-	want := []byte(s.opt.Token)
+// bodyDeadline bounds the reading of a request's body, whoever reads it: decode, or net/http
+// discarding what a handler left unread before it answers (which would otherwise wait forever
+// for a body that never finishes). A request without a body gets no read deadline, so a
+// long-poll notices its client going away.
+func (s *server) bodyDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus"`)
-			s.fail(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "missing or wrong bearer token (see state/gateway.token)"), 0)
-			return
+		rc := http.NewResponseController(w)
+		if r.ContentLength != 0 {
+			_ = rc.SetReadDeadline(time.Now().Add(s.opt.BodyTimeout))
+		} else {
+			_ = rc.SetReadDeadline(time.Time{})
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// auth checks the bearer token and the Host header from the request's headers alone, before any
+// body is read; a refused connection is closed after the answer instead of being kept to read
+// the rest of a body it may never send.
+func (s *server) auth(next http.Handler) http.Handler {
+	want := []byte(s.opt.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !hostAllowed(r.Host, s.opt.AllowedHosts) {
+			s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "Host %q is not one this gateway answers to (IP addresses and localhost are; start it with --allow-host %s to add a name)", r.Host, hostOnly(r.Host)), 0)
+			return
+		}
+		got, ok := bearer(r.Header.Get("Authorization"))
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus"`)
+			s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "missing or wrong bearer token (see state/gateway.token)"), 0)
+			return
+		}
+		if c, ok := r.Context().Value(connKey{}).(*guardedConn); ok {
+			c.authenticated()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuse answers a request whose body is not (or no longer) read, then ends the connection.
+// Before it lets go of a connection, net/http reads what is left of the body (even with
+// Connection: close), which a client that never finishes its body would turn into a wait
+// without end; a read deadline in the past makes that read fail at once.
+func (s *server) refuse(w http.ResponseWriter, err error, status int) {
+	w.Header().Set("Connection", "close")
+	s.fail(w, err, status)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	_ = rc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// bearer returns the credentials of an Authorization header using the Bearer scheme, whose name
+// is case-insensitive.
+func bearer(h string) (string, bool) {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(cred), true
+}
+
+// hostOnly strips the port from a Host header.
+func hostOnly(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return h
+	}
+	return strings.Trim(host, "[]")
+}
+
+// hostAllowed accepts IP literals, localhost and the configured names. A DNS-rebinding page
+// reaches the gateway under its own domain name, which is none of these.
+func hostAllowed(host string, allowed []string) bool {
+	h := strings.TrimSuffix(strings.ToLower(hostOnly(host)), ".")
+	if h == "" {
+		return false
+	}
+	if net.ParseIP(h) != nil || h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	for _, a := range allowed {
+		if strings.EqualFold(strings.TrimSuffix(a, "."), h) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
@@ -103,8 +194,15 @@ func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
 		b = buf.Bytes()
 	}
 	w.Header().Set("Content-Type", "application/json")
+	s.writeDeadline(w)
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// writeDeadline bounds the writing of a response that is ready, so a client that stops reading
+// cannot hold the connection and its handler forever.
+func (s *server) writeDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opt.WriteTimeout))
 }
 
 // fail answers with the seed's error response; status 0 means the code's own HTTP status.
@@ -123,13 +221,19 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, abi.MaxRequestBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.fail(w, abi.Errorf(abi.CodeInvalidArgument, r.PathValue("id"), "request body exceeds %d bytes", abi.MaxRequestBody), http.StatusRequestEntityTooLarge)
-			return false
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			s.refuse(w, abi.Errorf(abi.CodeConnectionLost, "", "request body not received within %s", s.opt.BodyTimeout), http.StatusRequestTimeout)
+		case errors.As(err, &mbe):
+			s.refuse(w, abi.Errorf(abi.CodeInvalidArgument, r.PathValue("id"), "request body exceeds %d bytes", abi.MaxRequestBody), http.StatusRequestEntityTooLarge)
+		default:
+			s.refuse(w, abi.Errorf(abi.CodeConnectionLost, "", "read request body: %v", err), http.StatusBadRequest)
 		}
-		s.fail(w, abi.Errorf(abi.CodeConnectionLost, "", "read request body: %v", err), http.StatusBadRequest)
 		return false
 	}
+	// The body is in: what follows (a command's run) may take long, and the client going away
+	// must still be noticed, so the read deadline set by bodyDeadline ends here.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if err := abi.DecodeStrict(data, v); err != nil {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, r.PathValue("id"), "invalid request body: %v", err), 0)
 		return false
@@ -318,6 +422,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	buf = strconv.AppendBool(buf, b.Done)
 	buf = append(buf, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
+	s.writeDeadline(w)
 	_, _ = w.Write(buf)
 }
 

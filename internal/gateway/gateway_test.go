@@ -165,7 +165,12 @@ func (e *env) do(t testing.TB, method, path, body string, hdr ...string) *httpte
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, path, rd)
+	req.Host = "127.0.0.1:7777" // what a client of the TCP listener sends (httptest's is example.com)
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	rec := httptest.NewRecorder()
@@ -788,9 +793,32 @@ func TestAuth(t *testing.T) {
 	if n := len(e.reg.List(true)); n != 0 {
 		t.Fatalf("an unauthenticated create made %d sessions", n)
 	}
-	rec := e.do(t, "GET", "/v1/version", "", "Authorization", "Bearer "+token)
+	for _, auth := range []string{"Bearer " + token, "bearer " + token, "BEARER " + token, "  Bearer   " + token + " "} {
+		rec := e.do(t, "GET", "/v1/version", "", "Authorization", auth)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("right token as %q: %d %s", auth, rec.Code, rec.Body)
+		}
+	}
+	// A page that rebinds its own DNS name to the gateway's address sends that name as Host.
+	for host, ok := range map[string]bool{
+		"127.0.0.1:7777": true, "[::1]:7777": true, "localhost:7777": true, "LOCALHOST": true, "10.1.2.3": true,
+		"evil.example:7777": false, "attacker.com": false, "127.0.0.1.nip.io:7777": false, "": false,
+	} {
+		rec := e.do(t, "GET", "/v1/version", "", "Authorization", "Bearer "+token, "Host", host)
+		if got := rec.Code == http.StatusOK; got != ok {
+			t.Errorf("Host %q: HTTP %d, want allowed=%v", host, rec.Code, ok)
+		}
+		if !ok {
+			checkError(t, rec.Code, rec.Header(), rec.Body.Bytes(), http.StatusUnauthorized, abi.CodeAuthenticationInvalid, "")
+		}
+	}
+	allow := gateway.Handler(gateway.Options{Registry: e.reg, Token: token, AllowedHosts: []string{"nexus.internal"}})
+	req := httptest.NewRequest("GET", "/v1/version", nil)
+	req.Host, req.Header["Authorization"] = "nexus.internal:7777", []string{"Bearer " + token}
+	rec := httptest.NewRecorder()
+	allow.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
-		t.Fatalf("right token: %d %s", rec.Code, rec.Body)
+		t.Fatalf("an allowed host name: %d %s", rec.Code, rec.Body)
 	}
 
 	// Over a real server, through the client: HTTP and the WebSocket upgrade carry the header.
