@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // ---- deterministic clock and ids ----
@@ -190,17 +191,17 @@ func (p pausingInstance) SetPaused(paused bool) {
 
 // ---- wrappers that change how any kind starts ----
 
-// slowStart sleeps in Start to widen the window between reservation and registration, and
-// counts the starts it saw.
-type slowStart struct {
+// heldStart counts the starts it saw and holds each one in Start until the test opens the gate,
+// so the window between reservation and registration stays open as long as the test needs.
+type heldStart struct {
 	kindUnderTest
-	delay  time.Duration
 	starts atomic.Int32
+	gate   chan struct{}
 }
 
-func (k *slowStart) Start(ctx context.Context, sink *Sink, req abi.CreateRequest) (Instance, error) {
+func (k *heldStart) Start(ctx context.Context, sink *Sink, req abi.CreateRequest) (Instance, error) {
 	k.starts.Add(1)
-	time.Sleep(k.delay)
+	<-k.gate
 	return k.kindUnderTest.Start(ctx, sink, req)
 }
 
@@ -245,7 +246,7 @@ func newReg(t *testing.T, cfg Config, kinds ...Kind) (*Registry, *fakeClock) {
 	}
 	r := New(cfg, kinds...)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 		defer cancel()
 		if err := r.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
@@ -287,7 +288,7 @@ func mustOK(t *testing.T, err error) {
 
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // flowSession is a fake terminal whose ring holds 8 events, so half a ring is 4 events.
@@ -38,16 +39,34 @@ func TestFlowOutputWaitsForFollower(t *testing.T) {
 	defer f.Close()
 
 	done := emitAsync(p, 20)
-	// The producer may run 4 events ahead of the follower, then must wait.
+	// The producer may run 4 events ahead of the follower, then must wait. Once it says it is
+	// waiting, nothing but an ack can let it go (MaxStall is an hour), so the sixth chunk must
+	// not be out, however slow the machine.
 	for i := range 5 {
 		if got := <-done; got != i {
 			t.Fatalf("chunk %d done out of order (%d)", i, got)
 		}
 	}
-	select {
-	case i := <-done:
-		t.Fatalf("chunk %d was published while the follower was 5 events behind", i)
-	case <-time.After(50 * time.Millisecond):
+	early := -1
+	testkit.Eventually(t, "the producer to wait for the follower", func() bool {
+		select {
+		case early = <-done:
+			return true // it did not wait: reported below, without waiting out the patience
+		default:
+			return f.log.flow.waiting.Load()
+		}
+	})
+	if early < 0 {
+		select {
+		case early = <-done:
+		default:
+		}
+	}
+	if early >= 0 {
+		t.Fatalf("chunk %d was published while the follower was 5 events behind", early)
+	}
+	if seq, err := r.LastSeq(id); err != nil || seq != last+5 {
+		t.Fatalf("last sequence %d (%v) while the producer waits, want %d", seq, err, last+5)
 	}
 	// Acknowledge everything as it comes: the producer must get through all 20 with no loss.
 	ctx := testCtx(t)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // TestRegistrySuite runs the shared registry contract against each variant of the fake kind.
@@ -928,7 +929,7 @@ func testListOrder(t *testing.T, newKind newKindFunc) {
 
 func testCap(t *testing.T, newKind newKindFunc) {
 	const n = 4
-	k := &slowStart{kindUnderTest: newKind(t, abi.TypeTerminal), delay: 2 * time.Millisecond}
+	k := &heldStart{kindUnderTest: newKind(t, abi.TypeTerminal), gate: make(chan struct{})}
 	r, _ := newReg(t, Config{MaxSessions: n}, k)
 	ctx := testCtx(t)
 
@@ -945,6 +946,12 @@ func testCap(t *testing.T, newKind newKindFunc) {
 		}()
 	}
 	close(start)
+	// Every create either answers (a refusal) or is held inside Start, reserved but not yet
+	// registered: the window in which an overshoot would happen, kept open for all of them.
+	testkit.Eventually(t, "every create to be refused or inside Start", func() bool {
+		return int(k.starts.Load())+len(errs) == 4*n
+	})
+	close(k.gate)
 	wg.Wait()
 	close(errs)
 	ok, limited := 0, 0
