@@ -21,12 +21,12 @@ import (
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/procfs"
 	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // These tests run a real bash on a real PTY, driven through a runtime.Registry. Every wait is a
-// bounded poll; nothing asserts on timing.
-
-const waitLimit = 15 * time.Second
+// poll for a condition, bounded only by testkit.Patience() against hangs; nothing asserts on
+// timing.
 
 type env struct {
 	reg *runtime.Registry
@@ -37,7 +37,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("bash is not installed")
+		testkit.SkipUnlessCI(t, "bash is not installed")
 	}
 	dir := t.TempDir()
 	home := t.TempDir()
@@ -54,7 +54,7 @@ func newEnv(t *testing.T) *env {
 	}
 	reg := runtime.New(runtime.Config{IdleTimeout: -1}, kind)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 		defer cancel()
 		if err := reg.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
@@ -129,7 +129,7 @@ func (s *sess) snapshot() []*runtime.Event {
 // waitOutput waits until the output holds want.
 func (s *sess) waitOutput(want string) {
 	s.t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.Patience())
 	for !strings.Contains(s.output(), want) {
 		if time.Now().After(deadline) {
 			s.t.Fatalf("output never showed %q; got:\n%q", want, tail(s.output()))
@@ -145,7 +145,7 @@ func (s *sess) waitOutput(want string) {
 // waitEnd reads to the end of the log and returns the close event.
 func (s *sess) waitEnd() *runtime.Event {
 	s.t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.Patience())
 	for !s.pull(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			s.t.Fatal("the session never ended")
@@ -219,17 +219,6 @@ func exists(pid int) bool {
 	return err == nil
 }
 
-func waitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // ---------------------------------------------------------------------------------------------
 
 func TestOutputAndMetadata(t *testing.T) {
@@ -288,7 +277,7 @@ func TestInterruptKillsForegroundJob(t *testing.T) {
 	shell := s.pid()
 	s.send("sleep 100\n")
 	var sleeper procfs.Proc
-	waitCond(t, "sleep 100 in the foreground", func() bool {
+	testkit.Eventually(t, "sleep 100 in the foreground", func() bool {
 		for _, p := range procfs.Members(shell) {
 			if p.Comm == "sleep" && p.PGID == p.TPGID && p.PGID != shell {
 				sleeper = p
@@ -301,7 +290,7 @@ func TestInterruptKillsForegroundJob(t *testing.T) {
 	if res["signal"] != "SIGINT" || res["processGroup"] != float64(sleeper.PGID) {
 		t.Fatalf("interrupt result %v, want SIGINT to group %d", res, sleeper.PGID)
 	}
-	waitCond(t, "sleep to die", func() bool { return !exists(sleeper.PID) })
+	testkit.Eventually(t, "sleep to die", func() bool { return !exists(sleeper.PID) })
 	if !exists(shell) {
 		t.Fatal("the interrupt killed the shell")
 	}
@@ -332,7 +321,7 @@ func TestRestartNewShell(t *testing.T) {
 	if s.pid() != pid || s.get().SessionID != s.id || s.get().Status != abi.StatusActive {
 		t.Fatalf("session after restart: %+v", s.get())
 	}
-	waitCond(t, "the old shell to be reaped", func() bool { return !exists(old) && len(procfs.Members(old)) == 0 })
+	testkit.Eventually(t, "the old shell to be reaped", func() bool { return !exists(old) && len(procfs.Members(old)) == 0 })
 	s.send("echo $$; echo NEW$((3+4))X\n")
 	s.waitOutput("NEW7X")
 	if !strings.Contains(s.output(), strconv.Itoa(pid)) {
@@ -357,7 +346,7 @@ func TestCloseReapsEverything(t *testing.T) {
 	shell := s.pid()
 	// A background job, one that ignores the hangup, and a foreground job.
 	s.send("sleep 301 & nohup sleep 302 >/dev/null 2>&1 & sleep 303\n")
-	waitCond(t, "the three sleeps", func() bool {
+	testkit.Eventually(t, "the three sleeps", func() bool {
 		n := 0
 		for _, p := range procfs.Members(shell) {
 			if p.Comm == "sleep" {
@@ -382,7 +371,7 @@ func TestCloseReapsEverything(t *testing.T) {
 			t.Fatalf("process %d (%s, state %c) of the session survived close", p.PID, p.Comm, p.State)
 		}
 	}
-	waitCond(t, "no process of the session left in /proc", func() bool { return len(procfs.Members(shell)) == 0 })
+	testkit.Eventually(t, "no process of the session left in /proc", func() bool { return len(procfs.Members(shell)) == 0 })
 	ev := s.waitEnd()
 	if p := ev.Payload.(abi.ClosePayload); p.Reason != abi.CloseRequested || p.Status != abi.StatusClosed {
 		t.Fatalf("close event %+v", p)
@@ -439,7 +428,7 @@ func TestPauseAndResume(t *testing.T) {
 	done := filepath.Join(e.dir, "printed")
 	// The marker is printed well after the typed line's echo, which may still slip through.
 	s.send("sleep 0.5; echo PAUSED$((6*7))X; touch printed\n")
-	waitCond(t, "the paused command to finish", func() bool { _, err := os.Stat(done); return err == nil })
+	testkit.Eventually(t, "the paused command to finish", func() bool { _, err := os.Stat(done); return err == nil })
 	s.pull(0)
 	if strings.Contains(s.output(), "PAUSED42X") {
 		t.Fatalf("output arrived while paused: %q", tail(s.output()))
@@ -606,7 +595,7 @@ func TestShutdownReapsShells(t *testing.T) {
 		ss = append(ss, s)
 	}
 	for _, sh := range shells {
-		waitCond(t, "the background sleep", func() bool {
+		testkit.Eventually(t, "the background sleep", func() bool {
 			for _, p := range procfs.Members(sh) {
 				if p.Comm == "sleep" {
 					return true
@@ -615,7 +604,7 @@ func TestShutdownReapsShells(t *testing.T) {
 			return false
 		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	defer cancel()
 	if err := e.reg.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -624,6 +613,6 @@ func TestShutdownReapsShells(t *testing.T) {
 		if p := s.waitEnd().Payload.(abi.ClosePayload); p.Reason != abi.CloseShutdown {
 			t.Fatalf("close reason %s", p.Reason)
 		}
-		waitCond(t, "no process of the session left", func() bool { return !exists(shells[i]) && len(procfs.Members(shells[i])) == 0 })
+		testkit.Eventually(t, "no process of the session left", func() bool { return !exists(shells[i]) && len(procfs.Members(shells[i])) == 0 })
 	}
 }
