@@ -16,6 +16,7 @@ import (
 // read (Read) of every sample agree entry by entry and build the same
 // context at every entry taken as a leaf.
 func TestOpenMatchesRead(t *testing.T) {
+	t.Parallel()
 	for _, p := range piSamples(t) {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			lazy, err := Open(p)
