@@ -68,6 +68,62 @@
 // only looks up), builtin, exec (-a NAME -c -l), hash -p PATH NAME (makes
 // NAME run PATH).
 //
+// # Evaluated data (refused whenever a list is set)
+//
+// Bash evaluates some words a second time: as an arithmetic expression, or
+// as the name of a variable. In that second pass the value of a variable
+// operand is evaluated in turn, and a subscript found in it is expanded,
+// command substitutions included: after x='a[$(rm v)]' (an assignment that
+// runs nothing), `echo $((x))` runs rm. With a list set, each place where
+// bash does this must show in the text everything it will evaluate, or the
+// command is refused with the rule "arithmetic on data":
+//
+//   - Arithmetic: $((...)), $[...], ((...)), for ((...)), let, the operands
+//     of [[ ... -eq/-ne/-lt/-le/-gt/-ge ... ]], subscripts (a[i]=, a=([i]=v),
+//     ${a[i]}, ${#a[i]}, unset a[i], read a[i] ...) and ${x:offset:length}
+//     may use integer literals (decimal, 0x, octal, base#digits), operators,
+//     and the parameters the shell itself sets to a number ($#, $?, $$, $!,
+//     ${#name}). A variable operand (x, $x, a[1]) is refused however it was
+//     set: its value may hold a subscript. ${a[@]} and ${a[*]} are not
+//     arithmetic.
+//   - Attributes that make later uses evaluate: declare/typeset/local -i
+//     (every later assignment to the name is arithmetic) and -n (a name
+//     reference evaluates its target, subscript included, on every use, and
+//     a for loop or an assignment can retarget it) are refused; so is an
+//     assignment of anything but an integer literal to the variables bash
+//     gives the integer attribute (RANDOM, SECONDS, OPTIND ...), including
+//     through read, printf -v, getopts and for.
+//   - Names given as data: read, printf -v, mapfile/readarray, getopts,
+//     wait -p, compgen -V, unset, declare/typeset/local/export/readonly,
+//     test -v / [ -v and [[ -v ]] take names that must be literals, with a
+//     literal subscript if any; ${!name} (indirect expansion) is refused,
+//     ${!a[@]} and ${!prefix*} are not. For test and [, an operator can come
+//     from data too: an unquoted expansion (which could split into -v and a
+//     name) is refused, and so is a quoted expansion that could be -v
+//     followed by a name that is not a literal.
+//   - Values declare evaluates: declare, typeset and local (export and
+//     readonly with -a/-A) evaluate a value of the form (...) as an array
+//     assignment when the name is an array, so a value that is not a literal
+//     is refused (`local x; x=$1` assigns it as a string) and a literal one
+//     is inspected as the array assignment it becomes.
+//   - Code in variables: PS0-PS4, PROMPT_COMMAND, BASH_ENV and ENV (a
+//     starting bash or sh expands the last two, substitutions included) set
+//     to a literal are inspected, including through env and sudo NAME=VALUE
+//     and ${NAME:=value}; set to data (a variable, read, printf -v) they are
+//     dynamic. compgen/complete -C strings and -W word lists are inspected.
+//
+// # The session's own state (refused whenever a list is set)
+//
+// The session's command loop (internal/shell) keeps its variables and
+// functions in the names starting with ReservedPrefix (__nx_) and calls a
+// few builtins (read, printf, eval, set, command, builtin ...). With a list
+// set, the rule "reserved name" refuses a command that names one of those
+// variables or functions anywhere (assigning, reading, declaring, unsetting,
+// calling, defining), defines a function named like one of those builtins
+// or disables it with enable -n, or redirects to a path naming a process's
+// file descriptors (/dev/fd/N but 0-2, /proc/PID/fd/N), through which the
+// command stream could be reached.
+//
 // # Dynamic commands (refused whenever a list is set)
 //
 // Anything whose program cannot be known from the text is refused with the
@@ -104,9 +160,9 @@
 //     --to-command, rsync -e, make, strace/ltrace/gdb/valgrind/perf, fd -x,
 //     parallel, entr. Deny these programs, or use an allow list, to cover
 //     them.
-//   - Values evaluated at run time: arithmetic on a variable holding
-//     `a[$(cmd)]` (bash evaluates subscripts), `[[ -v ... ]]`, `printf -v
-//     PS4` or `read PS4` followed by `set -x`, BASH_ENV/ENV naming a file.
+//   - Files named by variables: BASH_ENV/ENV naming a script file, a path
+//     built at run time that reaches /proc/PID/fd, a link made earlier to
+//     it, or such a path given to a program as an argument (tee, cp ...).
 //   - Effects that are not programs: `find -delete`, `> file`, `:> file`.
 //   - Deny patterns see only the raw text.
 //

@@ -38,6 +38,12 @@ const (
 	findUnparsable
 	// findLimit: a command too large or too deeply nested to inspect.
 	findLimit
+	// findArithmetic: a word bash evaluates arithmetically, or as a
+	// variable reference, whose value is not visible in the text.
+	findArithmetic
+	// findReserved: a command that reaches the session's own state (its
+	// variables, functions, descriptors or the builtins it relies on).
+	findReserved
 )
 
 // finding is one thing the walker reports.
@@ -64,10 +70,11 @@ type callCtx struct {
 
 // walker inspects one command. emit returns false to stop the walk.
 type walker struct {
-	emit   func(finding) bool
-	stop   bool
-	budget int // bytes left for parsing nested shell strings
-	tree   int // current recursion depth over syntax trees
+	emit     func(finding) bool
+	stop     bool
+	budget   int       // bytes left for parsing nested shell strings
+	tree     int       // current recursion depth over syntax trees
+	deferred []finding // findings about evaluated data, reported after the walk
 }
 
 var parserPool = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
@@ -76,6 +83,9 @@ var parserPool = sync.Pool{New: func() any { return syntax.NewParser(syntax.Vari
 func inspect(command string, emit func(finding) bool) {
 	w := &walker{emit: emit, budget: MaxInspectBytes}
 	w.source(command, 0, "")
+	for _, f := range w.deferred {
+		w.report(f)
+	}
 }
 
 func (w *walker) report(f finding) {
@@ -208,6 +218,11 @@ func (fr *frame) stmt(s *syntax.Stmt) {
 	for _, r := range s.Redirs {
 		fr.word(r.Word)
 		fr.word(r.Hdoc)
+		if r.N != nil && strings.HasPrefix(r.N.Value, "{") {
+			// {NAME}>file stores the descriptor in NAME.
+			fr.targetString(strings.Trim(r.N.Value, "{}"), r.N.Value, "a {name} redirection", false, false)
+		}
+		fr.fdPathRedirect(r)
 	}
 	fr.command(s.Cmd, s.Redirs)
 }
@@ -217,7 +232,7 @@ func (fr *frame) command(c syntax.Command, redirs []*syntax.Redirect) {
 	case nil:
 	case *syntax.CallExpr:
 		for _, a := range c.Assigns {
-			fr.assign(a)
+			fr.assign(a, false)
 		}
 		for _, a := range c.Args {
 			fr.word(a)
@@ -234,13 +249,18 @@ func (fr *frame) command(c syntax.Command, redirs []*syntax.Redirect) {
 	case *syntax.ForClause:
 		switch l := c.Loop.(type) {
 		case *syntax.WordIter:
+			fr.refName(l.Name.Value, fr.text(l.Name))
 			for _, it := range l.Items {
 				fr.word(it)
+				if integerVars[l.Name.Value] {
+					// The loop assigns each item to the variable.
+					fr.assignedValue(l.Name.Value, it, it)
+				}
 			}
 		case *syntax.CStyleLoop:
-			fr.arithm(l.Init)
-			fr.arithm(l.Cond)
-			fr.arithm(l.Post)
+			fr.arith(l.Init, "for ((...))")
+			fr.arith(l.Cond, "for ((...))")
+			fr.arith(l.Post, "for ((...))")
 		}
 		fr.stmts(c.Do)
 	case *syntax.CaseClause:
@@ -261,67 +281,75 @@ func (fr *frame) command(c syntax.Command, redirs []*syntax.Redirect) {
 	case *syntax.FuncDecl:
 		// The body is checked when the function is defined: it may run
 		// later under any name, in this call or a later one.
+		if c.Name != nil {
+			fr.funcName(c.Name.Value, c.Name)
+		}
 		fr.stmt(c.Body)
 	case *syntax.ArithmCmd:
-		fr.arithm(c.X)
+		fr.arith(c.X, "((...))")
 	case *syntax.TestClause:
 		fr.test(c.X)
 	case *syntax.DeclClause:
 		// declare, local, export, readonly, typeset, nameref: builtins,
 		// matched like any other command name.
-		fr.w.program(c.Variant.Value)
-		for _, a := range c.Args {
-			fr.assign(a)
-		}
+		fr.decl(c)
 	case *syntax.LetClause:
 		fr.w.program("let")
 		for _, x := range c.Exprs {
-			fr.arithm(x)
+			fr.arith(x, "let")
 		}
 	case *syntax.TimeClause:
 		fr.stmt(c.Stmt)
 	case *syntax.CoprocClause:
 		fr.word(c.Name)
+		if c.Name != nil {
+			if name, ok := literal(c.Name); ok {
+				fr.refName(name, fr.text(c.Name))
+			}
+		}
 		fr.stmt(c.Stmt)
 	default:
 		fr.w.dynamic(fr.text(c), "unsupported shell construct")
 	}
 }
 
-// promptVars are expanded with command substitution when a prompt or a
-// trace line is printed (PS4 under set -x); PROMPT_COMMAND is run as a
-// command.
-var promptVars = map[string]bool{"PS0": true, "PS1": true, "PS2": true, "PS3": true, "PS4": true}
-
-func (fr *frame) assign(a *syntax.Assign) {
+// assign checks an assignment (NAME=value, NAME[i]=value, NAME=(...)) and
+// the arguments of a declaration. The elements' subscripts of an array
+// assignment are keys, not arithmetic, when assoc says the declaration
+// makes NAME associative (declare -A).
+func (fr *frame) assign(a *syntax.Assign, assoc bool) {
 	if a == nil || fr.w.stop {
 		return
 	}
-	fr.arithm(a.Index)
+	if a.Index != nil {
+		fr.arith(a.Index, "a subscript")
+	}
 	fr.word(a.Value)
 	if a.Array != nil {
 		for _, e := range a.Array.Elems {
-			fr.arithm(e.Index)
+			if assoc {
+				fr.arithm(e.Index)
+			} else if e.Index != nil {
+				fr.arith(e.Index, "a subscript")
+			}
 			fr.word(e.Value)
 		}
 	}
-	if a.Name == nil || a.Value == nil {
+	if a.Name == nil {
 		return
 	}
 	name := a.Name.Value
-	if !promptVars[name] && name != "PROMPT_COMMAND" {
+	if !fr.refName(name, fr.text(a.Name)) {
 		return
 	}
-	v, ok := literal(a.Value)
-	if !ok {
-		fr.w.dynamic(fr.text(a), name+" is set to a value that is not a literal")
-		return
+	if a.Value != nil && a.Index == nil {
+		fr.assignedValue(name, a.Value, a)
 	}
-	if name == "PROMPT_COMMAND" {
-		fr.w.source(v, fr.depth+1, name)
-		return
+	if a.Array != nil && (integerVars[name] || codeVars[name]) {
+		// NAME=(...) on one of these is refused like a value that is
+		// not a literal: the element that counts is not obvious.
+		fr.w.dynamic(fr.text(a), name+" is assigned an array")
 	}
-	fr.prompt(v, name)
 }
 
 // prompt inspects the command substitutions of a prompt string.
@@ -368,7 +396,11 @@ func (fr *frame) wordPart(p syntax.WordPart) {
 	case *syntax.ProcSubst:
 		fr.stmts(p.Stmts)
 	case *syntax.ArithmExp:
-		fr.arithm(p.X)
+		if p.Bracket {
+			fr.arith(p.X, "$[...]")
+		} else {
+			fr.arith(p.X, "$((...))")
+		}
 	case *syntax.ParamExp:
 		fr.paramExp(p)
 	case *syntax.BraceExp:
@@ -384,10 +416,28 @@ func (fr *frame) paramExp(p *syntax.ParamExp) {
 	if p.NestedParam != nil {
 		fr.wordPart(p.NestedParam)
 	}
-	fr.arithm(p.Index)
+	if p.Param != nil {
+		fr.refName(p.Param.Value, fr.text(p))
+	}
+	if p.Index != nil {
+		if allElements(p.Index) {
+			fr.arithm(p.Index)
+		} else {
+			fr.arith(p.Index, "a subscript")
+		}
+	}
 	if p.Slice != nil {
-		fr.arithm(p.Slice.Offset)
-		fr.arithm(p.Slice.Length)
+		fr.arith(p.Slice.Offset, "${name:offset:length}")
+		fr.arith(p.Slice.Length, "${name:offset:length}")
+	}
+	if p.Excl && p.Names == 0 && (p.Index == nil || !allElements(p.Index)) {
+		// ${!name} expands the variable whose name is name's value,
+		// evaluating a subscript in it.
+		fr.w.arithmetic(fr.text(p), "${!name} uses the value of name as a variable reference, and evaluates a subscript in it")
+	}
+	if p.Exp != nil && p.Param != nil && (p.Exp.Op == syntax.AssignUnset || p.Exp.Op == syntax.AssignUnsetOrNull) {
+		// ${name=word} and ${name:=word} assign word to name.
+		fr.assignedValue(p.Param.Value, p.Exp.Word, p)
 	}
 	if p.Repl != nil {
 		fr.word(p.Repl.Orig)
@@ -436,8 +486,25 @@ func (fr *frame) test(x syntax.TestExpr) {
 	case *syntax.BinaryTest:
 		fr.test(x.X)
 		fr.test(x.Y)
+		switch x.Op {
+		case syntax.TsEql, syntax.TsNeq, syntax.TsLss, syntax.TsLeq, syntax.TsGtr, syntax.TsGeq:
+			// In [[ ]], both sides of -eq ... are arithmetic expressions.
+			for _, side := range []syntax.TestExpr{x.X, x.Y} {
+				if w, ok := side.(*syntax.Word); !ok || !safeArithWord(w) {
+					fr.w.arithmetic(fr.text(side), "[[ "+x.Op.String()+" ]] evaluates "+operandKind(side)+" as an arithmetic expression")
+					return
+				}
+			}
+		}
 	case *syntax.UnaryTest:
 		fr.test(x.X)
+		if x.Op == syntax.TsVarSet {
+			if w, ok := x.X.(*syntax.Word); ok {
+				fr.target(w, "[[ -v ]]", false)
+			} else {
+				fr.w.arithmetic(fr.text(x.X), "[[ -v ]] takes a variable name")
+			}
+		}
 	case *syntax.ParenTest:
 		fr.test(x.X)
 	case *syntax.Word:

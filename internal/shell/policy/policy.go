@@ -207,13 +207,14 @@ type Violation struct {
 	// Rule is the rule that refused the command: "deny: rm",
 	// "operator deny: rm", "allow list: curl not in [ls cat]",
 	// "operator allow list: ...", "deny_patterns[0]: curl .*\| *sh",
-	// "dynamic command", "unparsable command" or "uninspectable command".
+	// "dynamic command", "arithmetic on data", "reserved name",
+	// "unparsable command" or "uninspectable command".
 	Rule string
 	// Program is the program refused (its base name), or for the last
-	// three rules the text that could not be resolved. Empty for a
+	// five rules the text that could not be resolved. Empty for a
 	// deny pattern, which matches the whole command.
 	Program string
-	// Detail explains a dynamic, unparsable or uninspectable command.
+	// Detail explains a refusal that is not about a named program.
 	Detail string
 	// Command is the command that was refused.
 	Command string
@@ -221,7 +222,13 @@ type Violation struct {
 
 // The rule names of the refusals that are not about a named program.
 const (
-	RuleDynamic       = "dynamic command"
+	RuleDynamic = "dynamic command"
+	// RuleArithmetic refuses a word bash would evaluate arithmetically
+	// (or as a variable reference with a subscript) whose value the
+	// command text does not show: bash runs the command substitutions
+	// of a subscript found in such a value.
+	RuleArithmetic    = "arithmetic on data"
+	RuleReserved      = "reserved name"
 	RuleUnparsable    = "unparsable command"
 	RuleUninspectable = "uninspectable command"
 )
@@ -232,6 +239,10 @@ func (v *Violation) Error() string {
 	switch v.Rule {
 	case RuleDynamic:
 		fmt.Fprintf(&b, ": %s: %s; with an allow or deny list, every program a command runs must be visible in the command itself (write program names and shell strings literally)", v.Program, v.Detail)
+	case RuleArithmetic:
+		fmt.Fprintf(&b, ": %s: %s; with an allow or deny list, arithmetic, subscripts and the names given to read, printf -v, declare, unset, test -v ... may only be literals (integers, $#, $?, ${#name}), because bash evaluates a variable's value there and runs the command substitutions of a subscript in it", v.Program, v.Detail)
+	case RuleReserved:
+		fmt.Fprintf(&b, ": %s: %s; names starting with %s, the session's descriptors and the builtins its command loop uses belong to the session", v.Program, v.Detail, ReservedPrefix)
 	case RuleUnparsable:
 		fmt.Fprintf(&b, ": %s; the command must parse to be checked against the allow/deny lists", v.Detail)
 	case RuleUninspectable:
@@ -289,6 +300,10 @@ func (p *Policy) judge(f finding) *Violation {
 		return &Violation{Rule: RuleUnparsable, Program: f.name, Detail: f.detail}
 	case findLimit:
 		return &Violation{Rule: RuleUninspectable, Program: f.name, Detail: f.detail}
+	case findArithmetic:
+		return &Violation{Rule: RuleArithmetic, Program: f.name, Detail: f.detail}
+	case findReserved:
+		return &Violation{Rule: RuleReserved, Program: f.name, Detail: f.detail}
 	}
 	k := strings.ToLower(f.name)
 	if entry, ok := p.opDeny[k]; ok {

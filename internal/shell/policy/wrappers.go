@@ -46,6 +46,10 @@ func (fr *frame) call(args []*syntax.Word, redirs []*syntax.Redirect, ctx callCt
 	if w.stop {
 		return
 	}
+	if strings.HasPrefix(base, ReservedPrefix) {
+		w.reserved(fr.text(first), "the functions starting with "+ReservedPrefix+" belong to the session's command loop")
+		return
+	}
 	rest := args[1:]
 	switch prog := strings.ToLower(base); {
 	case posixShells[prog]:
@@ -108,6 +112,22 @@ func init() {
 		".":         (*frame).sourceBuiltin,
 		"mapfile":   (*frame).mapfile,
 		"readarray": (*frame).mapfile,
+		// Builtins that assign variables by name or evaluate words.
+		"declare":  (*frame).declCall,
+		"typeset":  (*frame).declCall,
+		"local":    (*frame).declCall,
+		"export":   (*frame).declCall,
+		"readonly": (*frame).declCall,
+		"let":      (*frame).letCall,
+		"read":     (*frame).readCall,
+		"printf":   (*frame).printfCall,
+		"getopts":  (*frame).getoptsCall,
+		"wait":     (*frame).waitCall,
+		"unset":    (*frame).unsetCall,
+		"test":     (*frame).testCall,
+		"[":        (*frame).testCall,
+		"compgen":  (*frame).completion,
+		"complete": (*frame).completion,
 	}
 }
 
@@ -528,6 +548,7 @@ func (fr *frame) env(prog string, args []*syntax.Word, redirs []*syntax.Redirect
 				cur.w.dynamic(clip(s), "an exported bash function runs in the child shell")
 				return
 			}
+			cur.envAssignment(s, rest[0])
 			rest = rest[1:]
 		}
 		if len(rest) == 0 {
@@ -538,6 +559,16 @@ func (fr *frame) env(prog string, args []*syntax.Word, redirs []*syntax.Redirect
 		return
 	}
 	fr.w.report(finding{kind: findLimit, name: prog, detail: "env -S nested too deep"})
+}
+
+// envAssignment checks NAME=VALUE given to env or sudo: the child shell
+// evaluates the variables that hold code (PS4, BASH_ENV ...).
+func (fr *frame) envAssignment(s string, wd *syntax.Word) {
+	name, v, _ := strings.Cut(s, "=")
+	if codeVars[name] {
+		fr.codeValue(name, v)
+	}
+	fr.refName(name, fr.text(wd))
 }
 
 // splitWords splits an env -S string into shell-like words.
@@ -574,9 +605,11 @@ func (fr *frame) sudo(prog string, args []*syntax.Word, redirs []*syntax.Redirec
 		return
 	}
 	for len(rest) > 0 {
-		if s, ok := literal(rest[0]); !ok || !isAssignment(s) {
+		s, ok := literal(rest[0])
+		if !ok || !isAssignment(s) {
 			break
 		}
+		fr.envAssignment(s, rest[0])
 		rest = rest[1:]
 	}
 	if len(rest) == 0 {
@@ -943,17 +976,6 @@ func (fr *frame) hash(prog string, args []*syntax.Word, _ []*syntax.Redirect, _ 
 	}
 }
 
-// enable -f file name loads a builtin from a shared object.
-func (fr *frame) enable(prog string, args []*syntax.Word, _ []*syntax.Redirect, _ callCtx) {
-	for _, a := range args {
-		s, ok := literal(a)
-		if !ok || (strings.HasPrefix(s, "-") && strings.ContainsAny(s, "f")) {
-			fr.w.dynamic(fr.text(a), prog+" -f loads a builtin from a shared object")
-			return
-		}
-	}
-}
-
 // source file / . file: a file is not inspected; standard input, a file
 // descriptor or a substitution is handled like a shell's script.
 func (fr *frame) sourceBuiltin(prog string, args []*syntax.Word, redirs []*syntax.Redirect, ctx callCtx) {
@@ -966,15 +988,4 @@ func (fr *frame) sourceBuiltin(prog string, args []*syntax.Word, redirs []*synta
 		return
 	}
 	fr.scriptOperand(prog, args[0], redirs, ctx)
-}
-
-// mapfile/readarray -C callback runs the callback as a command.
-func (fr *frame) mapfile(prog string, args []*syntax.Word, _ []*syntax.Redirect, ctx callCtx) {
-	_, found, ok := fr.flags(prog, args, flagSpec{flags: "t", arg: "dnOsuCc"})
-	if !ok {
-		return
-	}
-	if f, ok := hasFlag(found, "C"); ok {
-		fr.shellString(prog+" -C", f.word, f.value, f.litVal, ctx)
-	}
 }

@@ -1,0 +1,140 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/shell/session"
+)
+
+// These tests run each bypass end to end: a real bash session under a
+// policy, a file named victim in its directory, the commands of the
+// bypass; the last one must be refused and victim must still be there.
+// Where the bypass's program is installed, the same commands also run in
+// a session without a policy, to show that they do delete victim there:
+// the refusal, not a broken exploit, is what keeps the file.
+
+type bypassCase struct {
+	name  string
+	allow []string // the session's allow list; deny: [rm] when empty
+	steps []string // run in order; the last is the bypass
+	needs string   // a program the bypass needs (the control runs only if it is installed)
+}
+
+func runBypasses(t *testing.T, cases []bypassCase) {
+	t.Helper()
+	m := session.New(session.Config{AuditDir: filepath.Join(t.TempDir(), "audit"), IdleTimeout: -1})
+	t.Cleanup(m.Close)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			deny := []string{"rm"}
+			if tc.allow != nil {
+				deny = nil
+			}
+			dir, victim := victimDir(t)
+			id := create(t, m, session.CreateOptions{Cwd: dir, Allow: tc.allow, Deny: deny})
+			for _, step := range tc.steps[:len(tc.steps)-1] {
+				if _, err := m.Exec(ctx(t), id, step, session.ExecOptions{}); err != nil {
+					t.Fatalf("setup %q: %v", step, err)
+				}
+			}
+			last := tc.steps[len(tc.steps)-1]
+			res, err := m.Exec(ctx(t), id, last, session.ExecOptions{})
+			if !errors.Is(err, session.ErrBlocked) {
+				t.Errorf("%q: err %v (result %+v), want blocked", last, err, res)
+			}
+			if _, err := os.Stat(victim); err != nil {
+				t.Errorf("%q deleted victim under the policy", last)
+			}
+			if r, err := m.Exec(ctx(t), id, "echo alive", session.ExecOptions{}); err != nil || r.Stdout != "alive\n" {
+				t.Errorf("session after %q: %+v %v", last, r, err)
+			}
+			_ = m.Destroy(ctx(t), id)
+
+			// The control: without a policy, the same steps delete victim.
+			if tc.needs != "" {
+				if _, err := exec.LookPath(tc.needs); err != nil {
+					t.Logf("control not run: %s is not installed (the refusal above does not depend on it)", tc.needs)
+					return
+				}
+			}
+			dir, victim = victimDir(t)
+			id = create(t, m, session.CreateOptions{Cwd: dir})
+			defer func() { _ = m.Destroy(ctx(t), id) }()
+			for _, step := range tc.steps {
+				if _, err := m.Exec(ctx(t), id, step, session.ExecOptions{Timeout: 30 * time.Second}); err != nil {
+					t.Fatalf("control %q: %v", step, err)
+				}
+			}
+			if _, err := os.Stat(victim); err == nil {
+				t.Errorf("control: without a policy %q did not delete victim; the case does not exercise a bypass", last)
+			}
+		})
+	}
+}
+
+func victimDir(t *testing.T) (dir, victim string) {
+	t.Helper()
+	dir = t.TempDir()
+	victim = filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, victim
+}
+
+func create(t *testing.T, m *session.Manager, o session.CreateOptions) string {
+	t.Helper()
+	info, err := m.Create(ctx(t), o)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return info.SessionID
+}
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// printers is the hardening issue's allow list.
+var printers = []string{"echo", "printf", "test"}
+
+func TestArithmeticBypassesEndToEnd(t *testing.T) {
+	const payload = "x='a[$(rm victim)]'"
+	runBypasses(t, []bypassCase{
+		{name: "arithmetic expansion, allow list", allow: printers, steps: []string{payload, "echo $((x))"}},
+		{name: "printf -v, allow list", allow: printers, steps: []string{"printf -v 'a[$(rm victim)]' x"}},
+		{name: "test -v, allow list", allow: printers, steps: []string{"test -v 'a[$(rm victim)]'"}},
+		{name: "test -v of data, allow list", allow: printers, steps: []string{payload, `test -v "$x"`}},
+		{name: ": $((x))", steps: []string{payload, ": $((x))"}},
+		{name: "[[ -eq ]]", steps: []string{payload, "[[ $x -eq 0 ]]"}},
+		{name: "declare -i", steps: []string{"y='a[$(rm victim)]'", "declare -i n; n=y"}},
+		{name: "let", steps: []string{payload, "let y=x"}},
+		{name: "((...))", steps: []string{payload, "(( x ))"}},
+		{name: "for ((...))", steps: []string{payload, "for ((i=x; 0; )); do :; done"}},
+		{name: "$[...]", steps: []string{payload, "echo $[x]"}},
+		{name: "subscript read", steps: []string{payload, "a=(1); echo ${a[x]}"}},
+		{name: "subscript assigned", steps: []string{payload, "a=(1); a[x]=2"}},
+		{name: "substring offset", steps: []string{payload, "v=hello; echo ${v:x}"}},
+		{name: "indirect expansion", steps: []string{payload, "echo ${!x}"}},
+		{name: "read into a name from data", steps: []string{payload, `read "$x" <<< 1`}},
+		{name: "printf -v a name from data", steps: []string{payload, `printf -v "$x" y`}},
+		{name: "unset a subscript", steps: []string{payload, "a=(1); unset 'a[x]'"}},
+		{name: "nameref", steps: []string{"declare -n r='a[$(rm victim)]'; echo $r"}},
+		{name: "declare of an array value", steps: []string{"x='([0]=$(rm victim))'", "a=(1); declare a=$x"}},
+		{name: "integer variable OPTIND", steps: []string{payload, "OPTIND=x"}},
+		{name: "{fd} redirection", steps: []string{payload, "a=(1); exec {a[x]}>/dev/null"}},
+		{name: "wait -p", steps: []string{"sleep 0 & wait -n -p 'a[$(rm victim)]'"}},
+		{name: "BASH_ENV", steps: []string{"BASH_ENV='$(rm victim)' bash -c true"}},
+		{name: "compgen -W", steps: []string{"compgen -W '$(rm victim)' x"}},
+		{name: "PS4 from printf -v", steps: []string{"printf -v PS4 '%s' '$(rm victim)'; set -x; :; set +x"}},
+	})
+}
