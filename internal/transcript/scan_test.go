@@ -60,7 +60,10 @@ func TestOpenMatchesRead(t *testing.T) {
 			if mem.Header.Version >= CurrentVersion && lightCount == 0 {
 				t.Error("no entry was kept on disk")
 			}
-			for _, e := range mem.Entries {
+			for i, e := range mem.Entries {
+				if !contextLeaf(i, len(mem.Entries)) {
+					continue
+				}
 				want, err := mem.BuildContext(e.ID)
 				if err != nil {
 					t.Fatal(err)
@@ -75,6 +78,14 @@ func TestOpenMatchesRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// contextLeaf reports whether TestOpenMatchesRead compares the contexts at entry i of n. Every
+// entry of the small samples; of the large one (a single chain of 1019 entries, where each
+// context re-reads up to a megabyte, which the race detector makes costly) the first and last 64
+// and every 7th between them, so leaves of every entry type are still compared.
+func contextLeaf(i, n int) bool {
+	return n <= 256 || i < 64 || i >= n-64 || i%7 == 0
 }
 
 func TestFullAfterRewrite(t *testing.T) {
