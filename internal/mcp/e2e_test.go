@@ -14,12 +14,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // The end-to-end test builds the real nexus binary once (with -race when the tests run with
@@ -45,7 +45,7 @@ func nexusBinary(t testing.TB) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("go not found in PATH: the end-to-end test builds the nexus binary")
+		testkit.SkipUnlessCI(t, "go not found in PATH: the end-to-end test builds the nexus binary")
 	}
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "nexus-mcp-e2e-")
@@ -70,24 +70,6 @@ func nexusBinary(t testing.TB) string {
 	return binPath
 }
 
-// syncBuffer collects the server's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type e2e struct {
 	t        *testing.T
 	ctx      context.Context
@@ -105,7 +87,7 @@ func (e *e2e) call(name string, args any, out any) *sdk.CallToolResult {
 
 func (e *e2e) callParams(p *sdk.CallToolParams, out any) *sdk.CallToolResult {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(e.ctx, testkit.Patience())
 	defer cancel()
 	res, err := e.cs.CallTool(ctx, p)
 	if err != nil {
@@ -170,13 +152,13 @@ func (e *e2e) exec(id, command string, extra map[string]any) shell.ExecResult {
 
 func TestMCPEndToEnd(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash not found")
+		testkit.SkipUnlessCI(t, "bash not found: local sessions run it")
 	}
 	bin := nexusBinary(t)
 	home := t.TempDir()
 	auditDir := filepath.Join(home, "audit")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	e := &e2e{t: t, ctx: ctx}
 	client := sdk.NewClient(&sdk.Implementation{Name: "nexus-e2e", Version: "v0"}, &sdk.ClientOptions{
@@ -191,7 +173,7 @@ func TestMCPEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Env = append(os.Environ(), "NEXUS_HOME="+home, "NEXUS_MCP_MAX_SESSIONS=8", "NEXUS_MCP_POLICY="+policyFile)
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 	if err != nil {
@@ -369,10 +351,14 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 
 	// Checkpoints of a workspace.
-	if _, err := exec.LookPath("git"); err == nil {
-		checkpointRoundTrip(t, e, home)
-	} else {
-		t.Log("git not found: checkpoint round trip skipped")
+	t.Run("checkpoints", func(t *testing.T) {
+		if _, err := exec.LookPath("git"); err != nil {
+			testkit.SkipUnlessCI(t, "git not found: checkpoints are commits in a shadow git repository")
+		}
+		checkpointRoundTrip(t, &e2e{t: t, ctx: e.ctx, cs: e.cs}, home)
+	})
+	if t.Failed() {
+		t.FailNow()
 	}
 
 	// exit ends the shell and closes the session.

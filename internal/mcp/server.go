@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/shell"
@@ -77,10 +78,41 @@ func New(cfg Config) *Server {
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "nexus", Title: "nexus agent shells", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: Instructions,
 		Logger:       slog.New(quieter{log.Handler()}),
-		Capabilities: &sdk.ServerCapabilities{},
+		// Declare what is served: tools (added by the SDK with the first tool) and logging
+		// (logging/setLevel, then notifications/message at that level). A client such as the MCP
+		// inspector will not set a log level it does not see declared.
+		Capabilities: &sdk.ServerCapabilities{Logging: &sdk.LoggingCapabilities{}}, //nolint:staticcheck // SA1019: deprecated only as of protocol 2026-07-28; clients of earlier versions use it
 	})
+	// The SDK answers resources/*, prompts/* and completion/* with empty results whether or not
+	// they are declared; nexus serves none of them, so it says so (method not found) rather
+	// than answer for capabilities it never declared.
+	s.srv.AddReceivingMiddleware(undeclaredMethods)
 	s.addTools()
 	return s
+}
+
+// undeclaredMethods refuses the methods of capabilities the server does not declare.
+func undeclaredMethods(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		for _, p := range []string{"resources/", "prompts/", "completion/"} {
+			if strings.HasPrefix(method, p) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+					Message: fmt.Sprintf("method %q not found: nexus serves tools and logging only (see the initialize result's capabilities)", method)}
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// note logs to the operator's log and, when the client set a log level (logging/setLevel) it
+// reaches, to the client as notifications/message. args must already be redacted.
+func (s *Server) note(ctx context.Context, req *sdk.CallToolRequest, level slog.Level, msg string, args ...any) {
+	s.log.Log(ctx, level, msg, args...)
+	if req == nil || req.Session == nil {
+		return
+	}
+	h := sdk.NewLoggingHandler(req.Session, &sdk.LoggingHandlerOptions{LoggerName: "nexus"}) //nolint:staticcheck // SA1019: see the Logging capability in New
+	slog.New(h).Log(ctx, level, msg, args...)
 }
 
 // Run serves one client over t (stdio for `nexus mcp`) until it disconnects or ctx ends, then
@@ -191,17 +223,18 @@ func (s *Server) addTools() {
 	}, s.restore)
 }
 
-func (s *Server) create(ctx context.Context, _ *sdk.CallToolRequest, in CreateInput) (*sdk.CallToolResult, session.Info, error) {
+func (s *Server) create(ctx context.Context, req *sdk.CallToolRequest, in CreateInput) (*sdk.CallToolResult, session.Info, error) {
 	o, err := in.options()
 	if err != nil {
 		return nil, session.Info{}, err
 	}
 	info, err := s.mgr.Create(ctx, o)
 	if err != nil {
-		s.log.Info("session_create failed", "transport", o.Transport, "err", err)
-		return nil, session.Info{}, toolError("session_create", "", err)
+		err = toolError("session_create", "", err)
+		s.note(ctx, req, slog.LevelWarn, "session_create failed", "transport", o.Transport, "err", err.Error())
+		return nil, session.Info{}, err
 	}
-	s.log.Info("session created", "session_id", info.SessionID, "transport", info.Transport)
+	s.note(ctx, req, slog.LevelInfo, "session created", "session_id", info.SessionID, "transport", info.Transport)
 	return nil, info, nil
 }
 
@@ -235,7 +268,12 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecInpu
 		stop()
 	}
 	if err != nil {
-		return nil, shell.ExecResult{}, toolError("session_exec", in.SessionID, err)
+		blocked := errors.Is(err, session.ErrBlocked)
+		err = toolError("session_exec", in.SessionID, err)
+		if blocked {
+			s.note(ctx, req, slog.LevelWarn, "command refused by policy", "session_id", in.SessionID, "err", err.Error())
+		}
+		return nil, shell.ExecResult{}, err
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: FormatExecResult(res)}}}, res, nil
 }
@@ -258,11 +296,11 @@ type DestroyOutput struct {
 	Destroyed bool `json:"destroyed" jsonschema:"true once the session and its processes are gone"`
 }
 
-func (s *Server) destroy(ctx context.Context, _ *sdk.CallToolRequest, in SessionIDInput) (*sdk.CallToolResult, DestroyOutput, error) {
+func (s *Server) destroy(ctx context.Context, req *sdk.CallToolRequest, in SessionIDInput) (*sdk.CallToolResult, DestroyOutput, error) {
 	if err := s.mgr.Destroy(ctx, in.SessionID); err != nil {
 		return nil, DestroyOutput{}, toolError("session_destroy", in.SessionID, err)
 	}
-	s.log.Info("session destroyed", "session_id", in.SessionID)
+	s.note(ctx, req, slog.LevelInfo, "session destroyed", "session_id", in.SessionID)
 	return nil, DestroyOutput{Destroyed: true}, nil
 }
 

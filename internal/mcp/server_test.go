@@ -10,7 +10,9 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -19,6 +21,7 @@ import (
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/policy"
 	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // connect runs a server over in-memory transports and returns a connected client session.
@@ -43,7 +46,7 @@ func connect(t *testing.T, cfg Config) (*sdk.ClientSession, *Server) {
 			if err != nil {
 				t.Errorf("Run: %v", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(testkit.Patience()):
 			t.Error("Run did not return")
 		}
 	})
@@ -157,70 +160,62 @@ func TestToolError(t *testing.T) {
 	}
 }
 
+// TestProgress runs the progress sender on a fake clock: a notification every interval,
+// increasing, with the output counts, and none once stop returns.
 func TestProgress(t *testing.T) {
-	p := &progress{start: time.Now()}
-	var mu sync.Mutex
-	var got []*sdk.ProgressNotificationParams
-	stop := p.run(context.Background(), 5*time.Millisecond, func(_ context.Context, n *sdk.ProgressNotificationParams) error {
+	synctest.Test(t, func(t *testing.T) {
+		p := &progress{start: time.Now()}
+		var mu sync.Mutex
+		var got []*sdk.ProgressNotificationParams
+		stop := p.run(t.Context(), 5*time.Millisecond, func(_ context.Context, n *sdk.ProgressNotificationParams) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, n)
+			return nil
+		})
+		p.onOutput("stdout", []byte("hello"))
+		p.onOutput("stderr", []byte("oops\n"))
+		p.onOutput("stdout", []byte(" world"))
+		time.Sleep(16 * time.Millisecond) // fake time: ticks at 5, 10 and 15 ms
+		synctest.Wait()
+		stop()
 		mu.Lock()
 		defer mu.Unlock()
-		got = append(got, n)
-		return nil
+		if len(got) != 3 {
+			t.Fatalf("%d notifications in 16 ms at one per 5 ms, want 3", len(got))
+		}
+		for i, n := range got {
+			if want := float64(5*(i+1)) / 1000; n.Progress != want {
+				t.Errorf("notification %d: progress %v, want %v (elapsed seconds)", i, n.Progress, want)
+			}
+		}
+		if last := got[2]; !strings.Contains(last.Message, "stdout 11 bytes, stderr 5 bytes") {
+			t.Errorf("message %q", last.Message)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if len(got) != 3 {
+			t.Errorf("notifications after stop: %d", len(got))
+		}
 	})
-	p.onOutput("stdout", []byte("hello"))
-	p.onOutput("stderr", []byte("oops\n"))
-	p.onOutput("stdout", []byte(" world"))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d notifications", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	stop()
-	mu.Lock()
-	n := len(got)
-	last := got[n-1]
-	for i := 1; i < n; i++ {
-		if got[i].Progress <= got[i-1].Progress {
-			t.Errorf("progress does not increase: %v then %v", got[i-1].Progress, got[i].Progress)
-		}
-	}
-	mu.Unlock()
-	if !strings.Contains(last.Message, "stdout 11 bytes, stderr 5 bytes") {
-		t.Errorf("message %q", last.Message)
-	}
-	time.Sleep(20 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != n {
-		t.Errorf("notifications after stop: %d then %d", n, len(got))
-	}
 }
 
+// TestProgressStopsOnSendError: after a failed send (the client is gone), no more are tried.
 func TestProgressStopsOnSendError(t *testing.T) {
-	p := &progress{start: time.Now()}
-	calls := 0
-	var mu sync.Mutex
-	stop := p.run(context.Background(), time.Millisecond, func(context.Context, *sdk.ProgressNotificationParams) error {
-		mu.Lock()
-		defer mu.Unlock()
-		calls++
-		return errors.New("client gone")
+	synctest.Test(t, func(t *testing.T) {
+		p := &progress{start: time.Now()}
+		var calls atomic.Int32
+		stop := p.run(t.Context(), time.Millisecond, func(context.Context, *sdk.ProgressNotificationParams) error {
+			calls.Add(1)
+			return errors.New("client gone")
+		})
+		time.Sleep(30 * time.Millisecond) // fake time: 30 intervals
+		synctest.Wait()
+		stop()
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%d sends after an error, want 1", n)
+		}
 	})
-	time.Sleep(30 * time.Millisecond)
-	stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if calls != 1 {
-		t.Errorf("%d sends after an error, want 1", calls)
-	}
 }
 
 func TestToolsInMemory(t *testing.T) {

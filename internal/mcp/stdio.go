@@ -1,62 +1,110 @@
 package mcp
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// Limits on one line of client input. The SDK's stdio reader ends the connection, and with it
+// `nexus mcp` and every shell it holds, on the first line it cannot decode, so every line is
+// checked here first: a line that would end the connection is answered with a JSON-RPC error
+// instead and never reaches the SDK.
+const (
+	// MaxMessageBytes bounds one message (one line of input).
+	MaxMessageBytes = sdk.DefaultMaxLineLength
+	// MaxMessageDepth bounds how deeply a message's JSON may nest: well under the SDK's own
+	// limit (1000 levels), past which its decoder fails and ends the connection.
+	MaxMessageDepth = 512
+)
+
+// maxHead bounds what is kept of a line over MaxMessageBytes, to find its id.
+const maxHead = 64 << 10
+
 // ServeStdio serves one client over newline-delimited JSON-RPC on in and out (stdin and
 // stdout for `nexus mcp`) until in ends or ctx does, then closes every session.
+//
+// Each line is one message (the MCP stdio transport forbids newlines inside a message). A line
+// that is not JSON, nests deeper than MaxMessageDepth, is longer than MaxMessageBytes or is
+// not a JSON-RPC message is answered with a parse error (-32700) or an invalid-request error
+// (-32600) and dropped; the server goes on with the next line.
 //
 // When in ends, the requests already read are answered before the server stops: the SDK
 // would cancel them at once, so `printf '...' | nexus mcp` would lose its last answers. A
 // client that closes stdin to stop the server and cannot wait sends SIGTERM, which ends ctx.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	d := newDrain(ctx)
-	return s.Run(ctx, &sdk.IOTransport{
-		Reader: &drainReader{r: in, d: d},
-		Writer: &drainWriter{w: out, d: d},
-	})
+	st := newStdioState(ctx)
+	w := &stdioWriter{w: out, st: st}
+	g := &guard{
+		src: in, br: bufio.NewReaderSize(in, 64<<10), st: st, w: w, log: s.log,
+		maxLine: MaxMessageBytes, maxDepth: MaxMessageDepth,
+	}
+	// The guard bounds every line, so the SDK's own cap (which would end the connection) is off.
+	return s.Run(ctx, &sdk.IOTransport{Reader: g, Writer: w, MaxLineLength: -1})
 }
 
-// drain tracks the client's requests that have not been answered yet.
-type drain struct {
+// stdioState is what the reader and the writer share: the client's requests not answered yet
+// (end of input waits for them) and the protocol version the session agreed on.
+type stdioState struct {
 	ctx     context.Context
 	mu      sync.Mutex
-	pending map[string]int
+	pending map[jsonrpc.ID]int
 	idle    chan struct{} // closed whenever pending becomes empty; replaced when it fills
+
+	// initID is the id of the initialize request while it is unanswered; version is the
+	// protocol version its answer agreed on.
+	initID  jsonrpc.ID
+	version string
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the transport closes the reader
 }
 
-func newDrain(ctx context.Context) *drain {
+func newStdioState(ctx context.Context) *stdioState {
 	idle := make(chan struct{})
 	close(idle)
-	return &drain{ctx: ctx, pending: map[string]int{}, idle: idle, closed: make(chan struct{})}
+	return &stdioState{ctx: ctx, pending: map[jsonrpc.ID]int{}, idle: idle, closed: make(chan struct{})}
 }
 
-func (d *drain) add(id string) {
+func (d *stdioState) add(id jsonrpc.ID, method string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.pending) == 0 {
 		d.idle = make(chan struct{})
 	}
 	d.pending[id]++
+	if method == "initialize" && !d.initID.IsValid() && d.version == "" {
+		d.initID = id
+	}
 }
 
-func (d *drain) done(id string) {
+// done notes the answer to id; version is the protocol version an initialize answer carries.
+func (d *stdioState) done(id jsonrpc.ID, result []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n, ok := d.pending[id]
 	if !ok {
 		return
+	}
+	if d.initID.IsValid() && id == d.initID {
+		d.initID = jsonrpc.ID{}
+		var r struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		if json.Unmarshal(result, &r) == nil && r.ProtocolVersion != "" {
+			d.version = r.ProtocolVersion
+		} else {
+			d.version = "unknown" // a failed initialize: batches stay refused
+		}
 	}
 	if n > 1 {
 		d.pending[id] = n - 1
@@ -68,8 +116,36 @@ func (d *drain) done(id string) {
 	}
 }
 
+// batchRefusal says why a batch cannot be passed on now, or "". Batches are part of the MCP
+// protocol versions before 2025-06-18 only: the SDK ends the connection over a batch under a
+// later version, and leaves one unanswered in a session that never called initialize, so a
+// batch is passed on only once initialize agreed on an earlier version. A request id already
+// in flight would also end the connection.
+func (d *stdioState) batchRefusal(ids []jsonrpc.ID) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.initID.IsValid():
+		return "a batch cannot be sent while initialize is unanswered"
+	case d.version == "" || d.version >= "2025-06-18":
+		v := d.version
+		if v == "" {
+			v = "none agreed by initialize"
+		}
+		return fmt.Sprintf("JSON-RPC batches are part of MCP protocol versions before 2025-06-18 only (this session's: %s); send one message per line", v)
+	}
+	seen := map[jsonrpc.ID]bool{}
+	for _, id := range ids {
+		if seen[id] || d.pending[id] > 0 {
+			return fmt.Sprintf("request id %v is already in use", id.Raw())
+		}
+		seen[id] = true
+	}
+	return ""
+}
+
 // wait returns once every request read has been answered, ctx ends or the reader is closed.
-func (d *drain) wait() {
+func (d *stdioState) wait() {
 	d.mu.Lock()
 	idle := d.idle
 	d.mu.Unlock()
@@ -80,98 +156,307 @@ func (d *drain) wait() {
 	}
 }
 
-// maxHead bounds what is kept of an input line to find its id and method.
-const maxHead = 1 << 20
+// guard is the SDK's input: it reads the client's lines, passes on the valid messages (one per
+// line, noting the requests) and answers the others itself. It holds back the end of input
+// until every request passed on is answered.
+type guard struct {
+	src      io.Reader
+	br       *bufio.Reader
+	st       *stdioState
+	w        *stdioWriter
+	log      *slog.Logger
+	maxLine  int
+	maxDepth int
 
-// drainReader notes the id of every request it passes on and holds back the end of input
-// until they are all answered.
-type drainReader struct {
-	r       io.Reader
-	d       *drain
-	line    []byte // the current line, up to maxHead bytes
-	long    bool   // the current line is longer than maxHead
-	eofHeld error
+	line  []byte // the current line, up to maxLine bytes
+	over  int    // bytes of the current line past maxLine (0: not too long)
+	ready []byte // a checked message and its newline, not yet read by the SDK
+	err   error  // the input's error, returned once ready is empty
 }
 
-func (r *drainReader) Read(p []byte) (int, error) {
-	if r.eofHeld != nil {
-		r.d.wait()
-		return 0, r.eofHeld
-	}
-	n, err := r.r.Read(p)
-	r.scan(p[:n])
-	if err != nil {
-		if n > 0 {
-			r.eofHeld = err
-			return n, nil
+func (g *guard) Read(p []byte) (int, error) {
+	for len(g.ready) == 0 {
+		if g.err != nil {
+			if errors.Is(g.err, io.EOF) {
+				g.st.wait()
+			}
+			return 0, g.err
 		}
-		if errors.Is(err, io.EOF) {
-			r.d.wait()
-		}
+		g.next()
 	}
-	return n, err
+	n := copy(p, g.ready)
+	g.ready = g.ready[n:]
+	return n, nil
 }
 
 // Close unblocks a Read waiting for answers and closes the input when it can be closed.
-func (r *drainReader) Close() error {
-	r.d.closeOnce.Do(func() { close(r.d.closed) })
-	if c, ok := r.r.(io.Closer); ok {
+func (g *guard) Close() error {
+	g.st.closeOnce.Do(func() { close(g.st.closed) })
+	if c, ok := g.src.(io.Closer); ok {
 		return c.Close()
 	}
 	return nil
 }
 
-func (r *drainReader) scan(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		chunk := p
-		if i >= 0 {
-			chunk = p[:i]
-		}
-		if !r.long {
-			if len(r.line)+len(chunk) > maxHead {
-				r.long, r.line = true, r.line[:0]
-			} else {
-				r.line = append(r.line, chunk...)
+// next reads one line and either makes it ready or answers it; on an input error it sets err
+// (after handling an unterminated last line).
+func (g *guard) next() {
+	for {
+		frag, err := g.br.ReadSlice('\n')
+		if g.over == 0 && len(g.line)+len(frag) <= g.maxLine {
+			g.line = append(g.line, frag...)
+		} else {
+			if g.over == 0 {
+				g.over = len(g.line)
+				g.line = g.line[:min(len(g.line), maxHead)]
+			}
+			g.over += len(frag)
+			if room := maxHead - len(g.line); room > 0 {
+				g.line = append(g.line, frag[:min(room, len(frag))]...)
 			}
 		}
-		if i < 0 {
-			return
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
 		}
-		if !r.long {
-			for _, m := range messages(r.line) {
-				if m.id != "" && m.method {
-					r.d.add(m.id)
-				}
-			}
+		if len(g.line) > 0 || g.over > 0 {
+			g.check()
 		}
-		r.line, r.long = r.line[:0], false
-		p = p[i+1:]
+		if err != nil {
+			g.err = err
+		}
+		return
 	}
 }
 
-// drainWriter notes the id of every response written.
-type drainWriter struct {
-	w io.Writer
-	d *drain
+// check handles one complete line.
+func (g *guard) check() {
+	line, over := g.line, g.over
+	defer func() {
+		if cap(g.line) > 1<<20 {
+			g.line = nil // a big message passed: do not keep its buffer
+		} else {
+			g.line = g.line[:0]
+		}
+		g.over = 0
+	}()
+	if over > 0 {
+		g.refuse(jsonrpc.CodeParseError, idFromHead(line), fmt.Sprintf(
+			"Parse error: a message of %d bytes is over the limit of %d bytes; it was dropped", over, g.maxLine))
+		return
+	}
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return
+	}
+	if err := checkDepth(line, g.maxDepth); err != nil {
+		g.refuse(jsonrpc.CodeParseError, nil, "Parse error: "+err.Error())
+		return
+	}
+	if !json.Valid(line) {
+		var v any
+		err := json.Unmarshal(line, &v)
+		g.refuse(jsonrpc.CodeParseError, nil, fmt.Sprintf(
+			"Parse error: the line is not JSON (%v); send each JSON-RPC message as one line of JSON", err))
+		return
+	}
+	if line[0] == '[' {
+		g.batch(line)
+		return
+	}
+	msg, err := jsonrpc.DecodeMessage(line)
+	if err != nil {
+		g.refuse(jsonrpc.CodeInvalidRequest, idOf(line), fmt.Sprintf("Invalid Request: %v", err))
+		return
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
+		g.st.add(req.ID, req.Method)
+	}
+	g.pass(line)
 }
 
-func (w *drainWriter) Write(p []byte) (int, error) {
+// batch handles a JSON-RPC batch: passed on whole when the SDK will take it, refused whole
+// (one error per request in it) otherwise.
+func (g *guard) batch(line []byte) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(line, &elems); err != nil || len(elems) == 0 {
+		g.refuse(jsonrpc.CodeInvalidRequest, nil, "Invalid Request: an empty batch")
+		return
+	}
+	var reqs []*jsonrpc.Request
+	var ids []jsonrpc.ID
+	why := ""
+	for i, e := range elems {
+		msg, err := jsonrpc.DecodeMessage(e)
+		if err != nil {
+			if why == "" {
+				why = fmt.Sprintf("element %d of the batch is not a JSON-RPC message: %v", i, err)
+			}
+			continue
+		}
+		if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
+			reqs = append(reqs, req)
+			ids = append(ids, req.ID)
+		}
+	}
+	if why == "" {
+		why = g.st.batchRefusal(ids)
+	}
+	if why == "" {
+		for _, r := range reqs {
+			g.st.add(r.ID, r.Method)
+		}
+		g.pass(line)
+		return
+	}
+	g.log.Warn("refused a JSON-RPC batch from the client", "reason", redactFixed(why))
+	if len(ids) == 0 {
+		g.w.reply(errorLine(jsonrpc.CodeInvalidRequest, nil, "Invalid Request: "+why))
+		return
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(bytes.TrimSuffix(errorLine(jsonrpc.CodeInvalidRequest, id.Raw(), "Invalid Request: "+why), []byte("\n")))
+	}
+	b.WriteString("]\n")
+	g.w.reply(b.Bytes())
+}
+
+func (g *guard) pass(line []byte) {
+	g.ready = append(append(g.ready[:0], line...), '\n')
+}
+
+func (g *guard) refuse(code int, id any, msg string) {
+	g.log.Warn("refused a message from the client", "code", code, "error", redactFixed(msg))
+	g.w.reply(errorLine(code, id, msg))
+}
+
+// errorLine is a JSON-RPC error response (id null when id is nil) with its newline.
+func errorLine(code int, id any, msg string) []byte {
+	type wireErr struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	b, err := json.Marshal(struct {
+		JSONRPC string  `json:"jsonrpc"`
+		ID      any     `json:"id"`
+		Error   wireErr `json:"error"`
+	}{"2.0", id, wireErr{code, msg}})
+	if err != nil { // an id that will not encode: answer with id null
+		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": wireErr{code, msg}})
+	}
+	return append(b, '\n')
+}
+
+// checkDepth fails when JSON nests deeper than maxDepth. It counts brackets outside strings in
+// one loop (no recursion), so no input can exhaust the stack.
+func checkDepth(b []byte, maxDepth int) error {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > maxDepth {
+				return fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// idOf returns the id of a JSON object that is not a valid JSON-RPC message, when it has a
+// usable one (a string or a number), so the error can be matched to the request.
+func idOf(line []byte) any {
+	var m struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(line, &m) != nil {
+		return nil
+	}
+	if _, err := jsonrpc.MakeID(m.ID); err != nil {
+		return nil
+	}
+	return m.ID
+}
+
+// idFromHead finds the id of a message cut short (the head of an over-long line): the
+// top-level "id" member, if it comes before the cut.
+func idFromHead(head []byte) any {
+	dec := json.NewDecoder(bytes.NewReader(head))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if t == "id" {
+			if _, err := jsonrpc.MakeID(v); err != nil {
+				return nil
+			}
+			return v
+		}
+	}
+	return nil
+}
+
+// stdioWriter is the SDK's output. It notes the answers to the client's requests, and
+// serializes the SDK's messages with the guard's error answers so lines never interleave.
+type stdioWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	st *stdioState
+}
+
+func (w *stdioWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
 	n, err := w.w.Write(p)
+	w.mu.Unlock()
 	// Count the response as answered even if the write failed: nobody will read it anyway.
 	for _, m := range messages(p) {
-		if m.id != "" && !m.method {
-			w.d.done(m.id)
+		if m.id.IsValid() && !m.method {
+			w.st.done(m.id, m.result)
 		}
 	}
 	return n, err
 }
 
-func (w *drainWriter) Close() error { return nil }
+// reply writes one of the guard's own answers.
+func (w *stdioWriter) reply(p []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = w.w.Write(p)
+}
+
+func (w *stdioWriter) Close() error { return nil }
 
 type msgHead struct {
-	id     string // canonical JSON of the id; empty for a notification
-	method bool   // a request or notification (not a response)
+	id     jsonrpc.ID // invalid for a notification
+	method bool       // a request or notification (not a response)
+	result []byte     // a response's result, when it came before any larger member
 }
 
 // messages returns the heads of the JSON-RPC messages of one line: an object or a batch.
@@ -199,8 +484,12 @@ func messages(line []byte) []msgHead {
 	return nil
 }
 
-// head reads a message's id and whether it has a method, stopping at the first "result" or
-// "error" key, so a large result is not parsed.
+// maxResultKept bounds the result head keeps (an initialize answer is far smaller).
+const maxResultKept = 64 << 10
+
+// head reads a message's id and whether it has a method. Once it has the id of a response it
+// stops at the "result" or "error" member, so a large result is not parsed; a small result
+// that comes first is kept (an initialize answer's protocol version).
 func head(b []byte) (msgHead, bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -220,22 +509,26 @@ func head(b []byte) (msgHead, bool) {
 				return msgHead{}, false
 			}
 			var v any
-			if json.Unmarshal(raw, &v) != nil || v == nil {
+			if json.Unmarshal(raw, &v) != nil {
 				continue
 			}
-			canon, _ := json.Marshal(v)
-			h.id = string(canon)
+			if id, err := jsonrpc.MakeID(v); err == nil {
+				h.id = id
+			}
 		case "method":
 			h.method = true
 			if err := dec.Decode(&raw); err != nil {
 				return msgHead{}, false
 			}
 		case "result", "error":
-			if h.id != "" {
+			if h.id.IsValid() && (key == "error" || len(b) > maxResultKept) {
 				return h, true
 			}
 			if err := dec.Decode(&raw); err != nil {
-				return msgHead{}, false
+				return h, h.id.IsValid()
+			}
+			if key == "result" {
+				h.result = raw
 			}
 		default:
 			if err := dec.Decode(&raw); err != nil {

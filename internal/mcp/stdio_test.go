@@ -7,21 +7,39 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
+
+func (h msgHead) String() string {
+	kind := "response"
+	if h.method {
+		kind = "request"
+	}
+	s := fmt.Sprintf("%v %s", h.id.Raw(), kind)
+	if h.result != nil {
+		s += " " + string(h.result)
+	}
+	return s
+}
 
 func TestMessageHeads(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`:                                 `[{1 true}]`,
-		`{"method":"tools/call","params":{"x":[1,2]},"id":"a"}`:                          `[{"a" true}]`,
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`:                         `[{ true}]`,
-		`{"jsonrpc":"2.0","id":1.0,"result":{"big":"` + strings.Repeat("x", 100) + `"}}`: `[{1 false}]`,
-		`{"jsonrpc":"2.0","result":{},"id":7}`:                                           `[{7 false}]`,
-		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}`:                            `[{ false}]`,
-		`[{"id":1,"method":"a"},{"id":2,"result":{}}]`:                                   `[{1 true} {2 false}]`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`:                                 `[1 request]`,
+		`{"method":"tools/call","params":{"x":[1,2]},"id":"a"}`:                          `[a request]`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`:                         `[<nil> request]`,
+		`{"jsonrpc":"2.0","id":1.0,"result":{"big":"` + strings.Repeat("x", 100) + `"}}`: `[1 response {"big":"` + strings.Repeat("x", 100) + `"}]`,
+		`{"jsonrpc":"2.0","result":{},"id":7}`:                                           `[7 response {}]`,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}`:                            `[<nil> response]`,
+		`{"jsonrpc":"2.0","id":true,"method":"x"}`:                                       `[<nil> request]`,
+		`[{"id":1,"method":"a"},{"id":2,"result":{}}]`:                                   `[1 request 2 response {}]`,
 		`not json`: `[]`,
 		`  `:       `[]`,
 	} {
@@ -30,8 +48,13 @@ func TestMessageHeads(t *testing.T) {
 		}
 	}
 	// A response's result is not parsed: a broken result after the id still counts.
-	if got := fmt.Sprint(messages([]byte(`{"jsonrpc":"2.0","id":3,"result":{"x":`))); got != `[{3 false}]` {
+	if got := fmt.Sprint(messages([]byte(`{"jsonrpc":"2.0","id":3,"result":{"x":`))); got != `[3 response]` {
 		t.Errorf("truncated response: %s", got)
+	}
+	// Nor is a large one.
+	big := `{"jsonrpc":"2.0","id":4,"result":{"x":"` + strings.Repeat("y", maxResultKept) + `"}}`
+	if got := fmt.Sprint(messages([]byte(big))); got != `[4 response]` {
+		t.Errorf("large response: %.80s", got)
 	}
 }
 
@@ -47,7 +70,7 @@ func TestServeStdioAnswersBeforeEOF(t *testing.T) {
 		`{"jsonrpc":"2.0","id":"three","method":"tools/list"}`,
 	}, "\n") + "\n"
 	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), testkit.Patience())
 	defer cancel()
 	if err := s.ServeStdio(ctx, strings.NewReader(in), &out); err != nil {
 		t.Fatal(err)
@@ -68,48 +91,120 @@ func TestServeStdioAnswersBeforeEOF(t *testing.T) {
 	}
 }
 
-// blockingReader never returns: the transport must still stop when ctx ends.
-type blockingReader struct{ done chan struct{} }
+// blockingReader blocks until done is closed; entered is closed at its first Read.
+type blockingReader struct {
+	entered chan struct{}
+	once    *sync.Once
+	done    chan struct{}
+}
 
-func (b blockingReader) Read([]byte) (int, error) { <-b.done; return 0, io.EOF }
+func (b blockingReader) Read([]byte) (int, error) {
+	b.once.Do(func() { close(b.entered) })
+	<-b.done
+	return 0, io.EOF
+}
 
+// TestServeStdioStopsOnContext: a client that sends nothing does not keep the server from
+// stopping when its context ends.
 func TestServeStdioStopsOnContext(t *testing.T) {
 	s := New(Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	r := blockingReader{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(t.Context())
+	r := blockingReader{entered: make(chan struct{}), once: new(sync.Once), done: make(chan struct{})}
 	defer close(r.done)
 	done := make(chan error, 1)
 	go func() { done <- s.ServeStdio(ctx, r, io.Discard) }()
-	time.Sleep(20 * time.Millisecond)
+	<-r.entered // the server is waiting for input
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Patience()):
 		t.Fatal("ServeStdio did not stop")
 	}
 }
 
-func TestDrainWait(t *testing.T) {
-	d := newDrain(context.Background())
-	d.wait() // nothing pending
-	d.add("1")
-	d.add("1")
-	d.done("2")
-	d.done("1")
-	waited := make(chan struct{})
-	go func() { d.wait(); close(waited) }()
-	select {
-	case <-waited:
-		t.Fatal("wait returned with a request pending")
-	case <-time.After(20 * time.Millisecond):
+func TestStdioStateWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		d := newStdioState(ctx)
+		d.wait() // nothing pending
+		one, two := mustID(float64(1)), mustID("1")
+		d.add(one, "tools/call")
+		d.add(one, "tools/call")
+		d.done(two, nil) // a string id is another id
+		d.done(one, nil)
+		waited := make(chan struct{})
+		go func() { d.wait(); close(waited) }()
+		synctest.Wait()
+		select {
+		case <-waited:
+			t.Fatal("wait returned with a request pending")
+		default:
+		}
+		d.done(one, nil)
+		synctest.Wait()
+		select {
+		case <-waited:
+		default:
+			t.Fatal("wait did not return once every request was answered")
+		}
+	})
+}
+
+func TestStdioStateBatchRefusal(t *testing.T) {
+	d := newStdioState(t.Context())
+	if why := d.batchRefusal(nil); !strings.Contains(why, "none agreed") {
+		t.Errorf("before initialize: %q", why)
 	}
-	d.done("1")
-	select {
-	case <-waited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("wait did not return")
+	d.add(mustID(float64(0)), "initialize")
+	if why := d.batchRefusal(nil); !strings.Contains(why, "initialize is unanswered") {
+		t.Errorf("during initialize: %q", why)
 	}
+	d.done(mustID(float64(0)), []byte(`{"protocolVersion":"2025-03-26"}`))
+	if why := d.batchRefusal([]jsonrpc.ID{mustID(float64(2))}); why != "" {
+		t.Errorf("under 2025-03-26: %q", why)
+	}
+	if why := d.batchRefusal([]jsonrpc.ID{mustID(float64(1)), mustID(float64(1))}); !strings.Contains(why, "already in use") {
+		t.Errorf("duplicate ids in a batch: %q", why)
+	}
+	d.add(mustID(float64(2)), "tools/list")
+	if why := d.batchRefusal([]jsonrpc.ID{mustID(float64(2))}); !strings.Contains(why, "already in use") {
+		t.Errorf("an id in flight: %q", why)
+	}
+	d2 := newStdioState(t.Context())
+	d2.add(mustID("i"), "initialize")
+	d2.done(mustID("i"), []byte(`{"protocolVersion":"2025-06-18"}`))
+	if why := d2.batchRefusal(nil); !strings.Contains(why, "2025-06-18") {
+		t.Errorf("under 2025-06-18: %q", why)
+	}
+}
+
+func TestCheckDepth(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		fail bool
+	}{
+		{`{"a":[1,{"b":2}]}`, 3, false},
+		{`{"a":[1,{"b":2}]}`, 2, true},
+		{`"[[[[[[[["`, 1, false}, // brackets inside a string do not nest
+		{`["\"", [[1]]]`, 3, false},
+		{`["\"", [[1]]]`, 2, true},
+		{strings.Repeat("[", 100000), MaxMessageDepth, true},
+	} {
+		if err := checkDepth([]byte(tc.in), tc.max); (err != nil) != tc.fail {
+			t.Errorf("checkDepth(%.30q, %d) = %v", tc.in, tc.max, err)
+		}
+	}
+}
+
+func mustID(v any) jsonrpc.ID {
+	id, err := jsonrpc.MakeID(v)
+	if err != nil {
+		panic(err)
+	}
+	return id
 }

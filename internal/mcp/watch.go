@@ -55,6 +55,11 @@ func Watch(ctx context.Context, o WatchOptions) error {
 	if o.Session != "" && (strings.ContainsAny(o.Session, "/\x00") || o.Session == "." || o.Session == "..") {
 		return fmt.Errorf("--session %q is not a session id", o.Session)
 	}
+	if o.Session != "" {
+		if err := knownSession(o.Dir, o.Session); err != nil {
+			return err
+		}
+	}
 	t := &tailer{dir: o.Dir, session: o.Session, files: map[string]*tailFile{}, errW: o.Err}
 	tr := NewTranscript()
 	emit := func(recs []auditLine) error {
@@ -143,6 +148,58 @@ func Watch(ctx context.Context, o WatchOptions) error {
 			return err
 		}
 	}
+}
+
+// ErrUnknownSession is returned by Watch for a session the audit directory has no log of.
+var ErrUnknownSession = errors.New("unknown session")
+
+// maxListed bounds the session ids an unknown-session error lists.
+const maxListed = 10
+
+// knownSession fails, naming the sessions there are, when dir holds no audit log of id. A
+// session's log is created when it opens, so an id without one is a typo or another
+// directory's: following it would print nothing, forever.
+func knownSession(dir, id string) error {
+	fi, err := os.Lstat(filepath.Join(dir, id+".jsonl"))
+	if err == nil && fi.Mode().IsRegular() {
+		return nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("audit log of session %q: %w", id, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	type known struct {
+		id  string
+		mod time.Time
+	}
+	var ks []known
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".jsonl")
+		if !ok || !e.Type().IsRegular() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		var mod time.Time
+		if info, err := e.Info(); err == nil {
+			mod = info.ModTime()
+		}
+		ks = append(ks, known{name, mod})
+	}
+	if len(ks) == 0 {
+		return fmt.Errorf("%w %q: the audit directory %s holds no session's log yet "+
+			"(is it the directory `nexus mcp` writes to? see --audit-dir)", ErrUnknownSession, id, dir)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].mod.After(ks[j].mod) })
+	ids := make([]string, 0, min(len(ks), maxListed))
+	for _, k := range ks[:min(len(ks), maxListed)] {
+		ids = append(ids, k.id)
+	}
+	more := ""
+	if len(ks) > maxListed {
+		more = fmt.Sprintf(" and %d more", len(ks)-maxListed)
+	}
+	return fmt.Errorf("%w %q: no audit log of it in %s; sessions there, newest first: %s%s "+
+		"(`nexus mcp watch` without a session shows them all, each line tagged [session id])",
+		ErrUnknownSession, id, dir, strings.Join(ids, ", "), more)
 }
 
 // newInotify watches dir for appends, new files and files moved in, and for its own removal.

@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 func intp(i int) *int { return &i }
@@ -123,7 +124,7 @@ func TestWatchOrdersAcrossFiles(t *testing.T) {
 	appendFile(t, filepath.Join(dir, "notes.txt"), "ignored\n")
 
 	var out, errs bytes.Buffer
-	if err := Watch(context.Background(), WatchOptions{Dir: dir, Out: &out, Err: &errs}); err != nil {
+	if err := Watch(t.Context(), WatchOptions{Dir: dir, Out: &out, Err: &errs}); err != nil {
 		t.Fatal(err)
 	}
 	want := `[a-1_local] [opened local] /a
@@ -144,73 +145,63 @@ a
 	}
 
 	out.Reset()
-	if err := Watch(context.Background(), WatchOptions{Dir: dir, Session: "b-2_local", Out: &out}); err != nil {
+	if err := Watch(t.Context(), WatchOptions{Dir: dir, Session: "b-2_local", Out: &out}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), "a-1_local") || !strings.Contains(out.String(), "[b-2_local] /b $ echo b") {
 		t.Errorf("--session b-2_local:\n%s", out.String())
 	}
-	if err := Watch(context.Background(), WatchOptions{Dir: dir, Session: "../x", Out: &out}); err == nil {
+	if err := Watch(t.Context(), WatchOptions{Dir: dir, Session: "../x", Out: &out}); err == nil {
 		t.Error("a session id with a slash was accepted")
+	}
+	// An unknown session is an error that names the sessions there are, following or not.
+	for _, follow := range []bool{false, true} {
+		out.Reset()
+		err := Watch(t.Context(), WatchOptions{Dir: dir, Session: "b-3_local", Follow: follow, Out: &out})
+		if !errors.Is(err, ErrUnknownSession) || !strings.Contains(err.Error(), `"b-3_local"`) ||
+			!strings.Contains(err.Error(), "a-1_local") || !strings.Contains(err.Error(), "b-2_local") || out.Len() != 0 {
+			t.Errorf("follow %v: unknown session: %v, output %q", follow, err, out.String())
+		}
+	}
+	empty := t.TempDir()
+	if err := Watch(t.Context(), WatchOptions{Dir: empty, Session: "a-1_local", Out: &out}); !errors.Is(err, ErrUnknownSession) ||
+		!strings.Contains(err.Error(), "holds no session's log") {
+		t.Errorf("empty directory: %v", err)
 	}
 	// A missing directory is an empty transcript.
 	out.Reset()
-	if err := Watch(context.Background(), WatchOptions{Dir: filepath.Join(dir, "none"), Out: &out}); err != nil || out.Len() != 0 {
+	if err := Watch(t.Context(), WatchOptions{Dir: filepath.Join(dir, "none"), Out: &out}); err != nil || out.Len() != 0 {
 		t.Errorf("missing dir: %v %q", err, out.String())
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer and a poller.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// waitFor polls the buffer until it contains want.
-func waitFor(t *testing.T, b *lockedBuffer, want string) {
+// waitReady waits for a following Watch to be ready, failing if it returns first.
+func waitReady(t *testing.T, ready <-chan struct{}, done <-chan error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(b.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output never contained %q; it is:\n%s", want, b.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Watch returned early: %v", err)
+	case <-time.After(testkit.Patience()):
+		t.Fatal("Watch never got ready")
 	}
 }
 
 func TestWatchFollow(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "audit") // created by Watch
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var out, errs lockedBuffer
+	var out, errs testkit.Buffer
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		done <- Watch(ctx, WatchOptions{Dir: dir, Follow: true, Out: &out, Err: &errs, Ready: func() { close(ready) }})
 	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Watch returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Watch never got ready")
-	}
+	waitReady(t, ready, done)
 
 	a := filepath.Join(dir, "a-1_local.jsonl")
 	appendFile(t, a, auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/w"}))
-	waitFor(t, &out, "[a-1_local] [opened local] /w\n")
+	out.WaitFor(t, "[a-1_local] [opened local] /w\n")
 
 	// A line written in two pieces is printed once it is complete, and only then.
 	line := auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:01.000Z", SessionID: "a-1_local", Event: "exec", Command: "make", Cwd: "/w", ExitCode: intp(0), DurationMS: 5, Stdout: "built\n"})
@@ -218,17 +209,17 @@ func TestWatchFollow(t *testing.T) {
 	// A new file's line is a later event: once it shows, the partial line must not have.
 	b := filepath.Join(dir, "b-2_docker_web.jsonl")
 	appendFile(t, b, auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:02.000Z", SessionID: "b-2_docker_web", Event: "open", Transport: "docker", Cwd: "/"}))
-	waitFor(t, &out, "[b-2_docker_web] [opened docker] /\n")
+	out.WaitFor(t, "[b-2_docker_web] [opened docker] /\n")
 	if strings.Contains(out.String(), "make") {
 		t.Fatalf("a partial line was printed:\n%s", out.String())
 	}
 	appendFile(t, a, line[20:])
-	waitFor(t, &out, "[a-1_local] /w $ make\nbuilt\n→ exit 0 (5 ms)\n")
+	out.WaitFor(t, "[a-1_local] /w $ make\nbuilt\n→ exit 0 (5 ms)\n")
 
 	// Several records at once come out whole and in order.
 	appendFile(t, b, auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:03.000Z", SessionID: "b-2_docker_web", Event: "exec", Command: "id", Cwd: "/", ExitCode: intp(0), Stdout: "root\n"})+
 		auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:04.000Z", SessionID: "b-2_docker_web", Event: "close", Reason: "destroyed"}))
-	waitFor(t, &out, "[b-2_docker_web] / $ id\nroot\n→ exit 0 (0 ms)\n[b-2_docker_web] [closed: destroyed]\n")
+	out.WaitFor(t, "[b-2_docker_web] / $ id\nroot\n→ exit 0 (0 ms)\n[b-2_docker_web] [closed: destroyed]\n")
 
 	// Not an audit file: ignored.
 	appendFile(t, filepath.Join(dir, "x.tmp"), "junk\n")
@@ -237,7 +228,7 @@ func TestWatchFollow(t *testing.T) {
 	if err := os.WriteFile(a, []byte(auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:05.000Z", SessionID: "a-1_local", Event: "close", Reason: "idle"})), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, &out, "[a-1_local] [closed: idle]\n")
+	out.WaitFor(t, "[a-1_local] [closed: idle]\n")
 
 	cancel()
 	select {
@@ -245,7 +236,7 @@ func TestWatchFollow(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Watch: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Patience()):
 		t.Fatal("Watch did not stop when its context ended")
 	}
 	if strings.Count(out.String(), "$ make") != 1 || strings.Contains(out.String(), "junk") {
@@ -260,19 +251,19 @@ func TestWatchFollowSessionFilterAndBacklog(t *testing.T) {
 	dir := t.TempDir()
 	appendFile(t, filepath.Join(dir, "a-1_local.jsonl"), auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/a"}))
 	appendFile(t, filepath.Join(dir, "b-2_local.jsonl"), auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:00.000Z", SessionID: "b-2_local", Event: "open", Transport: "local", Cwd: "/b"}))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var out lockedBuffer
+	var out testkit.Buffer
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		done <- Watch(ctx, WatchOptions{Dir: dir, Session: "b-2_local", Follow: true, Out: &out, Ready: func() { close(ready) }})
 	}()
-	<-ready
-	waitFor(t, &out, "[b-2_local] [opened local] /b\n")
+	waitReady(t, ready, done)
+	out.WaitFor(t, "[b-2_local] [opened local] /b\n")
 	appendFile(t, filepath.Join(dir, "a-1_local.jsonl"), auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:01.000Z", SessionID: "a-1_local", Event: "close", Reason: "x"}))
 	appendFile(t, filepath.Join(dir, "b-2_local.jsonl"), auditLineJSON(t, session.AuditRecord{Time: "2026-01-01T00:00:02.000Z", SessionID: "b-2_local", Event: "close", Reason: "y"}))
-	waitFor(t, &out, "[b-2_local] [closed: y]\n")
+	out.WaitFor(t, "[b-2_local] [closed: y]\n")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -284,13 +275,13 @@ func TestWatchFollowSessionFilterAndBacklog(t *testing.T) {
 
 func TestWatchFollowDirectoryRemoved(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "audit")
-	var out lockedBuffer
+	var out testkit.Buffer
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- Watch(context.Background(), WatchOptions{Dir: dir, Follow: true, Out: &out, Ready: func() { close(ready) }})
+		done <- Watch(t.Context(), WatchOptions{Dir: dir, Follow: true, Out: &out, Ready: func() { close(ready) }})
 	}()
-	<-ready
+	waitReady(t, ready, done)
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +290,7 @@ func TestWatchFollowDirectoryRemoved(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "removed") {
 			t.Fatalf("Watch: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Patience()):
 		t.Fatal("Watch kept running after its directory was removed")
 	}
 }
