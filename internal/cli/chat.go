@@ -16,16 +16,27 @@ import (
 // chatCmd is `nexus chat`: durable conversations (pi v3 transcripts indexed by session key in
 // state/sessions/sessions.json). Everything here works on files; no gateway is needed.
 func (a *app) chatCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "chat",
 		Short: "Durable conversations: list, inspect, fork, label, compact, reset, import and export chats",
-	}
+	})
 	cmd.AddCommand(
 		a.chatListCmd(), a.chatShowCmd(), a.chatHistoryCmd(), a.chatTreeCmd(),
 		a.chatForkCmd(), a.chatLabelCmd(), a.chatNameCmd(), a.chatCompactCmd(),
 		a.chatResetCmd(), a.chatArchiveCmd(), a.chatImportCmd(), a.chatExportCmd(),
-		a.chatResolveCmd(),
+		a.chatResolveCmd(), a.chatRecoverCmd(),
 	)
+	// Every command but list, import and recover names a chat first: complete it from
+	// sessions.json (label completes the entry after it).
+	for _, c := range cmd.Commands() {
+		switch c.Name() {
+		case "list", "import", "recover":
+		case "label":
+			c.ValidArgsFunction = a.completeLabelArgs
+		default:
+			c.ValidArgsFunction = a.completeChats
+		}
+	}
 	return cmd
 }
 

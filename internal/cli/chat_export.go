@@ -377,11 +377,6 @@ func (a *app) chatExportCmd() *cobra.Command {
 		Short: "Export a chat: the raw transcript (jsonl) or its active branch as Markdown or HTML",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch format {
-			case exportJSONL, exportMD, exportHTML:
-			default:
-				return abi.Errorf(abi.CodeInvalidArgument, "", "unknown --format %q (want jsonl, md or html)", format)
-			}
 			t, err := a.chatTarget(cmd.Context(), args, file)
 			if err != nil {
 				return err
@@ -417,7 +412,7 @@ func (a *app) chatExportCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "export this transcript file instead of a chat of the store")
-	cmd.Flags().StringVar(&format, "format", exportJSONL, "jsonl (the file's bytes), md or html (the active branch, readable)")
+	enumFlag(cmd, &format, "format", exportJSONL, "jsonl (the file's bytes), md or html (the active branch, readable)", exportJSONL, exportMD, exportHTML)
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write to this file (0600) instead of standard output")
 	return cmd
 }

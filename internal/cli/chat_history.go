@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +16,7 @@ import (
 )
 
 func (a *app) chatHistoryCmd() *cobra.Command {
-	var file, branch string
+	var file, branch, format string
 	var limit int
 	var count bool
 	cmd := &cobra.Command{
@@ -78,11 +79,16 @@ func (a *app) chatHistoryCmd() *cobra.Command {
 					}
 				}
 			}
+			if format == formatTable {
+				return historyTable(a.env.Stdout, seq)
+			}
 			return writeHistory(a.env.Stdout, c, seq)
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")
 	cmd.Flags().StringVar(&branch, "branch", "", "build the context for this leaf entry id (default: the last entry)")
+	_ = cmd.RegisterFlagCompletionFunc("branch", a.completeEntries)
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	cmd.Flags().IntVar(&limit, "limit", 0, "keep only the last N messages (0: all)")
 	cmd.Flags().BoolVar(&count, "count", false, "print only the number of messages")
 	return cmd
@@ -126,4 +132,21 @@ func writeHistory(out io.Writer, c *transcript.Context, msgs iter.Seq2[json.RawM
 		return fmt.Errorf("write history: %w", err)
 	}
 	return nil
+}
+
+// historyTable prints one row per context message: its role and a one-line preview.
+func historyTable(out io.Writer, msgs iter.Seq2[json.RawMessage, error]) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLE\tPREVIEW")
+	for m, err := range msgs {
+		if err != nil {
+			return fmt.Errorf("build context: %w", err)
+		}
+		role, pv := "?", ""
+		if info, err := transcript.ParseMessageInfo(m); err == nil {
+			role, pv = info.Role, messagePreview(info)
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", role, oneLine(pv, previewLen))
+	}
+	return flushTable(tw)
 }

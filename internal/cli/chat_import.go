@@ -30,7 +30,7 @@ const importKeyPrefix = "agent:main:import:"
 
 func (a *app) chatImportCmd() *cobra.Command {
 	var key string
-	cmd := &cobra.Command{
+	cmd := a.printing(&cobra.Command{
 		Use:   "import FILE [--key KEY]",
 		Short: "Adopt a pi or OpenClaw transcript: copy it into the store as <header id>.jsonl and index it",
 		Long: "The source file is only read. v1 and v2 files are migrated on the way (the copy is written\n" +
@@ -38,27 +38,30 @@ func (a *app) chatImportCmd() *cobra.Command {
 			"Importing the same transcript again is a no-op; a different file with the same header id\n" +
 			"is refused.",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.importChat(cmd.Context(), args[0], key)
-		},
-	}
+	}, func(cmd *cobra.Command, args []string) (any, error) {
+		out, err := a.importChat(cmd.Context(), args[0], key)
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
 	cmd.Flags().StringVar(&key, "key", "", "session key of the chat (default agent:main:import:<header id>)")
 	return cmd
 }
 
-func (a *app) importChat(ctx context.Context, src, key string) error {
+func (a *app) importChat(ctx context.Context, src, key string) (map[string]any, error) {
 	abs, err := filepath.Abs(src)
 	if err != nil {
-		return fmt.Errorf("resolve %s: %w", src, err)
+		return nil, fmt.Errorf("resolve %s: %w", src, err)
 	}
 	f, err := openTranscript(abs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = f.Close() }()
 	id := f.Header.ID
 	if !importableID.MatchString(id) {
-		return abi.Errorf(abi.CodeInvalidArgument, "", "%s: header id %q cannot name a transcript file (want letters, digits, - and _)", src, id)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "%s: header id %q cannot name a transcript file (want letters, digits, - and _)", src, id)
 	}
 	explicitKey := key != ""
 	if !explicitKey {
@@ -66,33 +69,33 @@ func (a *app) importChat(ctx context.Context, src, key string) error {
 	}
 	k, err := store.ParseKey(key)
 	if err != nil {
-		return storeError(err)
+		return nil, storeError(err)
 	}
 	key = k.String()
 	st, err := a.openStore()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if e, err := st.Get(key); err == nil && e.SessionID != id {
-		return abi.Errorf(abi.CodeInvalidArgument, e.SessionID, "key %s already names another chat (session %s)", key, e.SessionID)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, e.SessionID, "key %s already names another chat (session %s)", key, e.SessionID)
 	}
 	dst := st.TranscriptPath(id)
 	copied, migrated := false, false
 	switch same, err := sameTranscript(f, dst); {
 	case err != nil:
-		return err
+		return nil, err
 	case same == nil:
 		if migrated, err = a.copyTranscript(abs, dst, f.Header.Version < transcript.CurrentVersion); err != nil {
-			return err
+			return nil, err
 		}
 		copied = true
 	case !*same:
-		return abi.Errorf(abi.CodeInvalidArgument, id, "a different transcript with session id %s is already in the store (%s)", id, dst)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "a different transcript with session id %s is already in the store (%s)", id, dst)
 	default:
 		// Already imported: under another key, that chat is the answer unless a key was asked for.
 		if k2, e2, err := st.Lookup(id); err == nil && e2.SessionID == id && k2 != key {
 			if explicitKey {
-				return abi.Errorf(abi.CodeInvalidArgument, id, "session %s is already the chat %s", id, k2)
+				return nil, abi.Errorf(abi.CodeInvalidArgument, id, "session %s is already the chat %s", id, k2)
 			}
 			key = k2
 		}
@@ -102,10 +105,9 @@ func (a *app) importChat(ctx context.Context, src, key string) error {
 		entry, err = st.Create(ctx, key, importFields(f, id, dst))
 	}
 	if err != nil {
-		return storeError(err)
+		return nil, storeError(err)
 	}
-	a.printJSON(map[string]any{"key": key, "sessionId": id, "file": dst, "source": abs, "copied": copied, "migrated": migrated, "entry": entry})
-	return nil
+	return map[string]any{"key": key, "sessionId": id, "file": dst, "source": abs, "copied": copied, "migrated": migrated, "entry": entry}, nil
 }
 
 // importFields are the sessions.json fields an imported transcript tells.

@@ -68,111 +68,107 @@ func closeWriter(w *transcript.Writer, err *error) {
 }
 
 func (a *app) chatLabelCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.printing(&cobra.Command{
 		Use:   "label KEY ENTRY [LABEL]",
 		Short: "Label an entry of a chat (no LABEL clears it); pi shows labels in its tree",
 		Args:  cobra.RangeArgs(2, 3),
-		RunE: func(cmd *cobra.Command, args []string) (err error) {
-			label := ""
-			if len(args) == 3 {
-				label = args[2]
-			}
-			_, t, err := a.storeChat(args[0])
-			if err != nil {
-				return err
-			}
-			w, err := a.openChatWriter(t)
-			if err != nil {
-				return err
-			}
-			defer closeWriter(w, &err)
-			id, err := w.AppendLabel(args[1], label)
-			if err != nil {
-				return writerError(t, err)
-			}
-			out := map[string]any{"key": t.Key, "sessionId": t.SessionID, "entryId": id, "targetId": args[1], "label": nil}
-			if label != "" {
-				out["label"] = label
-			}
-			a.printJSON(out)
-			return nil
-		},
-	}
+	}, func(cmd *cobra.Command, args []string) (_ any, err error) {
+		label := ""
+		if len(args) == 3 {
+			label = args[2]
+		}
+		_, t, err := a.storeChat(args[0])
+		if err != nil {
+			return nil, err
+		}
+		w, err := a.openChatWriter(t)
+		if err != nil {
+			return nil, err
+		}
+		defer closeWriter(w, &err)
+		id, err := w.AppendLabel(args[1], label)
+		if err != nil {
+			return nil, writerError(t, err)
+		}
+		out := map[string]any{"key": t.Key, "sessionId": t.SessionID, "entryId": id, "targetId": args[1], "label": nil}
+		if label != "" {
+			out["label"] = label
+		}
+		return out, nil
+	})
 }
 
 func (a *app) chatNameCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.printing(&cobra.Command{
 		Use:   "name KEY NAME",
 		Short: "Name a chat: a session_info entry in the transcript and displayName in sessions.json (\"\" clears)",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) (err error) {
-			st, t, err := a.storeChat(args[0])
+	}, func(cmd *cobra.Command, args []string) (_ any, err error) {
+		st, t, err := a.storeChat(args[0])
+		if err != nil {
+			return nil, err
+		}
+		name := args[1]
+		if exists(t.Path) {
+			w, err := a.openChatWriter(t)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			name := args[1]
-			if exists(t.Path) {
-				w, err := a.openChatWriter(t)
-				if err != nil {
-					return err
-				}
-				_, aerr := w.AppendSessionInfo(name)
-				if cerr := w.Close(); aerr == nil {
-					aerr = cerr
-				}
-				if aerr != nil {
-					return writerError(t, aerr)
-				}
+			_, aerr := w.AppendSessionInfo(name)
+			if cerr := w.Close(); aerr == nil {
+				aerr = cerr
 			}
-			patch := map[string]any{"displayName": nil}
-			if name != "" {
-				patch["displayName"] = name
+			if aerr != nil {
+				return nil, writerError(t, aerr)
 			}
-			e, err := st.Patch(cmd.Context(), t.Key, patch)
-			if err != nil {
-				return storeError(err)
-			}
-			a.printJSON(map[string]any{"key": t.Key, "entry": e})
-			return nil
-		},
-	}
+		}
+		patch := map[string]any{"displayName": nil}
+		if name != "" {
+			patch["displayName"] = name
+		}
+		e, err := st.Patch(cmd.Context(), t.Key, patch)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		return map[string]any{"key": t.Key, "entry": e}, nil
+	})
 }
 
 func (a *app) chatForkCmd() *cobra.Command {
 	var at, newKey string
-	cmd := &cobra.Command{
+	cmd := a.printing(&cobra.Command{
 		Use:   "fork KEY --at ENTRY [--key NEWKEY]",
 		Short: "Start a new chat holding the path of KEY up to ENTRY (default key <KEY>:fork:<id>)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if at == "" {
-				return abi.Errorf(abi.CodeInvalidArgument, "", "fork needs --at ENTRY (an entry id; see nexus chat tree)")
-			}
-			st, src, err := a.storeChat(args[0])
-			if err != nil {
-				return err
-			}
-			return a.fork(cmd.Context(), st, src, at, newKey)
-		},
-	}
+	}, func(cmd *cobra.Command, args []string) (any, error) {
+		if at == "" {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "fork needs --at ENTRY (an entry id; see nexus chat tree)")
+		}
+		st, src, err := a.storeChat(args[0])
+		if err != nil {
+			return nil, err
+		}
+		return a.fork(cmd.Context(), st, src, at, newKey)
+	})
 	cmd.Flags().StringVar(&at, "at", "", "the entry the new chat ends at (its leaf)")
+	_ = cmd.RegisterFlagCompletionFunc("at", a.completeEntries)
 	cmd.Flags().StringVar(&newKey, "key", "", "session key of the new chat")
 	return cmd
 }
 
-func (a *app) fork(ctx context.Context, st *store.Store, src chatRef, at, newKey string) error {
+func (a *app) fork(ctx context.Context, st *store.Store, src chatRef, at, newKey string) (map[string]any, error) {
 	f, err := openTranscript(src.Path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if f.Entry(at) == nil {
 		_ = f.Close()
-		return abi.Errorf(abi.CodeInvalidArgument, src.SessionID, "no entry %q in chat %s (see nexus chat tree)", at, src.Key)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, src.SessionID, "no entry %q in chat %s (see nexus chat tree)", at, src.Key)
 	}
 	turns, err := transcript.Turns(f, at)
 	_ = f.Close()
 	if err != nil {
-		return fmt.Errorf("turns of %s: %w", src.Path, err)
+		return nil, fmt.Errorf("turns of %s: %w", src.Path, err)
 	}
 	id := store.NewUUIDv7()
 	if newKey == "" {
@@ -181,21 +177,21 @@ func (a *app) fork(ctx context.Context, st *store.Store, src chatRef, at, newKey
 	}
 	k, err := store.ParseKey(newKey)
 	if err != nil {
-		return storeError(err)
+		return nil, storeError(err)
 	}
 	newKey = k.String()
 	if _, err := st.Get(newKey); err == nil {
-		return abi.Errorf(abi.CodeInvalidArgument, "", "chat %s already exists", newKey)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "chat %s already exists", newKey)
 	}
 	dst := st.TranscriptPath(id)
 	opts := a.writerOptions()
 	opts.NewSessionID = func() string { return id }
 	w, err := transcript.Fork(src.Path, at, dst, opts)
 	if err != nil {
-		return writerError(src, err)
+		return nil, writerError(src, err)
 	}
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("close fork %s: %w", dst, err)
+		return nil, fmt.Errorf("close fork %s: %w", dst, err)
 	}
 	fields := map[string]any{
 		"sessionId":           id,
@@ -224,56 +220,54 @@ func (a *app) fork(ctx context.Context, st *store.Store, src chatRef, at, newKey
 		if _, aerr := store.Archive(dst, "deleted", a.env.Now()); aerr != nil {
 			a.warnf("fork %s left unindexed: %v", dst, aerr)
 		}
-		return storeError(err)
+		return nil, storeError(err)
 	}
 	se, err := st.Patch(ctx, src.Key, map[string]any{"hasChildren": true})
 	if err != nil {
-		return storeError(err)
+		return nil, storeError(err)
 	}
-	a.printJSON(map[string]any{
+	return map[string]any{
 		"key": newKey, "entry": ne, "file": dst,
 		"forkedFrom": map[string]any{"key": src.Key, "sessionId": src.SessionID, "entryId": at, "entry": se},
-	})
-	return nil
+	}, nil
 }
 
 func (a *app) chatCompactCmd() *cobra.Command {
 	var maxLines, keepTokens int
 	var summaryFile string
-	cmd := &cobra.Command{
+	cmd := a.printing(&cobra.Command{
 		Use:   "compact KEY (--max-lines N | --summary-file F [--keep-tokens N])",
 		Short: "Compact a chat: keep the last N lines (original archived as .bak) or append a summary compaction",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			lines := cmd.Flags().Changed("max-lines")
-			switch {
-			case lines == (summaryFile != ""):
-				return abi.Errorf(abi.CodeInvalidArgument, "", "give exactly one of --max-lines N and --summary-file F")
-			case lines && maxLines < 1:
-				return abi.Errorf(abi.CodeInvalidArgument, "", "--max-lines must be at least 1")
-			case keepTokens < 0:
-				return abi.Errorf(abi.CodeInvalidArgument, "", "--keep-tokens must not be negative")
-			case lines && cmd.Flags().Changed("keep-tokens"):
-				return abi.Errorf(abi.CodeInvalidArgument, "", "--keep-tokens goes with --summary-file")
-			}
-			var summary string
-			if !lines {
-				b, err := a.readSummary(summaryFile)
-				if err != nil {
-					return err
-				}
-				summary = b
-			}
-			st, t, err := a.storeChat(args[0])
+	}, func(cmd *cobra.Command, args []string) (any, error) {
+		lines := cmd.Flags().Changed("max-lines")
+		switch {
+		case lines == (summaryFile != ""):
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "give exactly one of --max-lines N and --summary-file F")
+		case lines && maxLines < 1:
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--max-lines must be at least 1")
+		case keepTokens < 0:
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--keep-tokens must not be negative")
+		case lines && cmd.Flags().Changed("keep-tokens"):
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--keep-tokens goes with --summary-file")
+		}
+		var summary string
+		if !lines {
+			b, err := a.readSummary(summaryFile)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if lines {
-				return a.compactLines(cmd.Context(), st, t, maxLines)
-			}
-			return a.compactSummary(cmd.Context(), st, t, summary, keepTokens)
-		},
-	}
+			summary = b
+		}
+		st, t, err := a.storeChat(args[0])
+		if err != nil {
+			return nil, err
+		}
+		if lines {
+			return a.compactLines(cmd.Context(), st, t, maxLines)
+		}
+		return a.compactSummary(cmd.Context(), st, t, summary, keepTokens)
+	})
 	cmd.Flags().IntVar(&maxLines, "max-lines", 400, "keep the header and the last N entries")
 	cmd.Flags().StringVar(&summaryFile, "summary-file", "", "append a compaction entry with this summary (- for standard input)")
 	cmd.Flags().IntVar(&keepTokens, "keep-tokens", transcript.DefaultKeepRecentTokens, "with --summary-file: estimated tokens of recent context to keep")
@@ -299,16 +293,15 @@ func (a *app) readSummary(name string) (string, error) {
 	return summary, nil
 }
 
-func (a *app) compactLines(ctx context.Context, st *store.Store, t chatRef, maxLines int) error {
+func (a *app) compactLines(ctx context.Context, st *store.Store, t chatRef, maxLines int) (map[string]any, error) {
 	archived, err := transcript.CompactLines(t.Path, maxLines, a.env.Now())
 	if err != nil {
-		return writerError(t, err)
+		return nil, writerError(t, err)
 	}
 	out := map[string]any{"key": t.Key, "sessionId": t.SessionID, "compacted": archived != ""}
 	if archived == "" {
 		out["entry"] = t.Entry
-		a.printJSON(out)
-		return nil
+		return out, nil
 	}
 	// Token counts described the old file; the next run recounts them.
 	e, err := st.PatchFunc(ctx, t.Key, func(cur store.SessionEntry) (any, error) {
@@ -318,35 +311,34 @@ func (a *app) compactLines(ctx context.Context, st *store.Store, t chatRef, maxL
 		}, nil
 	})
 	if err != nil {
-		return storeError(err)
+		return nil, storeError(err)
 	}
 	out["archived"] = archived
 	out["entry"] = e
-	a.printJSON(out)
-	return nil
+	return out, nil
 }
 
-func (a *app) compactSummary(ctx context.Context, st *store.Store, t chatRef, summary string, keep int) (err error) {
+func (a *app) compactSummary(ctx context.Context, st *store.Store, t chatRef, summary string, keep int) (_ map[string]any, err error) {
 	w, err := a.openChatWriter(t)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeWriter(w, &err)
 	id, err := transcript.Compact(w, summary, keep, nil)
 	switch {
 	case errors.Is(err, transcript.ErrToolCallPending):
-		return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: t.SessionID, Message: "a tool call of the last assistant message is unanswered; compact after its result is in", Err: err}
+		return nil, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: t.SessionID, Message: "a tool call of the last assistant message is unanswered; compact after its result is in", Err: err}
 	case errors.Is(err, transcript.ErrNothingToCompact), errors.Is(err, transcript.ErrAlreadyCompacted):
-		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: t.SessionID, Message: fmt.Sprintf("nothing to compact with --keep-tokens %d", keep), Err: err}
+		return nil, &abi.Error{Code: abi.CodeInvalidArgument, SessionID: t.SessionID, Message: fmt.Sprintf("nothing to compact with --keep-tokens %d", keep), Err: err}
 	case err != nil:
-		return writerError(t, err)
+		return nil, writerError(t, err)
 	}
 	c := w.File().Entry(id)
 	e, err := st.PatchFunc(ctx, t.Key, func(cur store.SessionEntry) (any, error) {
 		return map[string]any{"compactionCount": cur.CompactionCount + 1}, nil
 	})
 	if err != nil {
-		return storeError(err)
+		return nil, storeError(err)
 	}
 	out := map[string]any{"key": t.Key, "sessionId": t.SessionID, "compactionId": id, "entry": e}
 	if c != nil {
@@ -355,46 +347,69 @@ func (a *app) compactSummary(ctx context.Context, st *store.Store, t chatRef, su
 			out["tokensBefore"] = full.TokensBefore()
 		}
 	}
-	a.printJSON(out)
-	return nil
+	return out, nil
 }
 
 func (a *app) chatResetCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.printing(&cobra.Command{
 		Use:   "reset KEY",
 		Short: "Start a new session for KEY (new sessionId); the old transcript is archived as .reset.<ts>",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, t, err := a.storeChat(args[0])
-			if err != nil {
-				return err
-			}
-			r, err := st.Reset(cmd.Context(), t.Key, store.ReasonReset)
-			if err != nil {
-				return storeError(err)
-			}
-			a.printJSON(map[string]any{"key": t.Key, "entry": r.Entry, "previousSessionId": r.PreviousSessionID, "archived": r.Archived, "reason": r.Reason})
-			return nil
-		},
-	}
+	}, func(cmd *cobra.Command, args []string) (any, error) {
+		st, t, err := a.storeChat(args[0])
+		if err != nil {
+			return nil, err
+		}
+		r, err := st.Reset(cmd.Context(), t.Key, store.ReasonReset)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		out := map[string]any{"key": t.Key, "entry": r.Entry, "previousSessionId": r.PreviousSessionID, "reason": r.Reason}
+		// A chat whose first message never arrived had no transcript to archive.
+		if r.Archived != "" {
+			out["archived"] = r.Archived
+		}
+		return out, nil
+	})
 }
 
 func (a *app) chatArchiveCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.printing(&cobra.Command{
 		Use:   "archive KEY",
 		Short: "Remove a chat from sessions.json; its transcript is archived as .deleted.<ts>, never deleted",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, t, err := a.storeChat(args[0])
-			if err != nil {
-				return err
-			}
-			archived, err := st.Delete(cmd.Context(), t.Key)
-			if err != nil {
-				return storeError(err)
-			}
-			a.printJSON(map[string]any{"key": t.Key, "sessionId": t.SessionID, "archived": archived})
-			return nil
-		},
-	}
+	}, func(cmd *cobra.Command, args []string) (any, error) {
+		st, t, err := a.storeChat(args[0])
+		if err != nil {
+			return nil, err
+		}
+		archived, err := st.Delete(cmd.Context(), t.Key)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		out := map[string]any{"key": t.Key, "sessionId": t.SessionID}
+		if archived != "" {
+			out["archived"] = archived
+		}
+		return out, nil
+	})
+}
+
+func (a *app) chatRecoverCmd() *cobra.Command {
+	return a.printing(&cobra.Command{
+		Use:   "recover",
+		Short: "Repair a damaged sessions.json: archive it and restore its previous version (sessions.json.bak)",
+		Long: `When sessions.json does not parse, every chat command refuses to touch it (INVALID_ARGUMENT,
+naming the file). recover moves the damaged file aside as sessions.json.corrupt.<ts> (kept for
+inspection) and restores sessions.json.bak, the version before the last write, when that parses;
+otherwise the index starts empty, and the transcripts (never touched) can be imported again.
+A sessions.json that parses is left alone. Prints {"damaged","archived","from","entries"}.`,
+		Args: cobra.NoArgs,
+	}, func(cmd *cobra.Command, _ []string) (any, error) {
+		st, err := a.openStore()
+		if err != nil {
+			return nil, err
+		}
+		return st.Recover(cmd.Context())
+	})
 }

@@ -33,9 +33,6 @@ func (a *app) chatShowCmd() *cobra.Command {
 		Short: "Print a chat: its sessions.json entry, transcript statistics, turns and runs",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
 			t, err := a.chatTarget(cmd.Context(), args, file)
 			if err != nil {
 				return err
@@ -78,7 +75,7 @@ func (a *app) chatShowCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")
-	cmd.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	return cmd
 }
 

@@ -22,9 +22,13 @@ type chatEntry = store.SessionEntry
 
 // openStore opens state/sessions/sessions.json with the invocation's clock.
 func (a *app) openStore() (*store.Store, error) {
-	st, err := store.Open(a.sessionsDir(), store.Options{Now: a.env.Now})
+	return a.openStoreWith(store.Options{Now: a.env.Now})
+}
+
+func (a *app) openStoreWith(opts store.Options) (*store.Store, error) {
+	st, err := store.Open(a.sessionsDir(), opts)
 	if err != nil {
-		return nil, fmt.Errorf("open session store %s: %w", a.sessionsDir(), err)
+		return nil, storeError(fmt.Errorf("open session store %s: %w", a.sessionsDir(), err))
 	}
 	return st, nil
 }
@@ -43,7 +47,9 @@ func storeError(err error) error {
 		errors.Is(err, store.ErrLabelConflict), errors.Is(err, store.ErrTooLarge):
 		return &abi.Error{Code: abi.CodeInvalidArgument, Message: "session store refused", Err: err}
 	case errors.Is(err, store.ErrCorrupt):
-		return &abi.Error{Code: abi.CodeInternal, Message: "sessions.json is damaged and was left as it is", Err: err}
+		// The file is the user's, not nexus's bug: say what to do about it.
+		return &abi.Error{Code: abi.CodeInvalidArgument, Message: "sessions.json is damaged and nexus left it as it is; " +
+			"\"nexus chat recover\" archives it and restores its previous version (sessions.json.bak), or repair it by hand", Err: err}
 	}
 	return err
 }
@@ -112,9 +118,6 @@ func (a *app) chatListCmd() *cobra.Command {
 		Short: "List chats, most recently updated first",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
 			if limit < 0 {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--limit must not be negative")
 			}
@@ -170,7 +173,7 @@ func (a *app) chatListCmd() *cobra.Command {
 	fl.StringVar(&label, "label", "", "only the chat with this label")
 	fl.StringVar(&search, "search", "", "only chats whose key, label, display name or session id contains this")
 	fl.IntVar(&limit, "limit", 0, "at most this many chats (0: all)")
-	fl.StringVar(&format, "format", formatJSON, "output format: json or table")
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	return cmd
 }
 

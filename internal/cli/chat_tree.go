@@ -225,9 +225,6 @@ func (a *app) chatTreeCmd() *cobra.Command {
 		Short: "Print the entry tree of a chat (branches, labels, the active leaf)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
 			t, err := a.chatTarget(cmd.Context(), args, file)
 			if err != nil {
 				return err
@@ -248,6 +245,6 @@ func (a *app) chatTreeCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")
-	cmd.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	return cmd
 }

@@ -62,7 +62,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
@@ -71,10 +71,8 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return ee.code
 	}
 	var ae *abi.Error
-	if errors.As(err, &ae) {
+	if errors.As(err, &ae) && jsonOutput(cmd) {
 		a.printJSON(abi.ErrorResponse(err, env.Now()))
-		fmt.Fprintf(env.Stderr, "nexus: %s\n", err)
-		return 1
 	}
 	fmt.Fprintf(env.Stderr, "nexus: %s\n", err)
 	return 1
@@ -86,14 +84,21 @@ func (a *app) rootCmd() *cobra.Command {
 		Short:         "Durable, observable sessions for AI agents and people",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		// Required flags, flag groups and enumerated values are checked here rather than by
+		// cobra after this hook, so that they are usage errors like the others.
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			if err := checkFlags(c); err != nil {
+				return err
+			}
 			return a.resolveState()
 		},
 	}
+	textOutput(root)
 	root.PersistentFlags().StringVar(&a.stateDir, "state-dir", "", "state directory (default $NEXUS_HOME/state, NEXUS_HOME defaults to ~/nexus)")
 	root.PersistentFlags().StringVar(&a.gateway, "gateway", "", "gateway address: a unix socket path or http://host:port (default the state directory's socket; env NEXUS_GATEWAY)")
 	root.AddCommand(a.serveCmd(), a.versionCmd(), a.sessionCmd(), a.agentCmd(), a.projectCmd(), a.mcpCmd())
-	root.AddCommand(a.chatCmd())
+	root.AddCommand(a.chatCmd(), a.completionCmd())
+	installConventions(root)
 	return root
 }
 
@@ -166,19 +171,18 @@ func (a *app) warnf(format string, args ...any) {
 }
 
 func (a *app) versionCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.printing(&cobra.Command{
 		Use:   "version",
 		Short: "Print the binary and ABI versions (and the running gateway's, if any)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := map[string]any{"version": a.env.Version, "abiVersion": abi.Version}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
-			defer cancel()
-			if v, err := a.client().Version(ctx); err == nil {
-				out["gateway"] = v
-			}
-			a.printJSON(out)
-			return nil
-		},
-	}
+	}, func(cmd *cobra.Command, _ []string) (any, error) {
+		out := map[string]any{"version": a.env.Version, "abiVersion": abi.Version}
+		// A gateway that does not answer at once is reported as absent: version must not hang.
+		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+		defer cancel()
+		if v, err := a.client().Version(ctx); err == nil {
+			out["gateway"] = v
+		}
+		return out, nil
+	})
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -69,7 +72,7 @@ func (a *app) mcpCmd() *cobra.Command {
 		shadowDir      string
 		logLevel       string
 	)
-	cmd := &cobra.Command{
+	cmd := textOutput(&cobra.Command{
 		Use:   "mcp",
 		Short: "Serve agent shells to an MCP client (Claude Code, Cursor, Codex) over stdio",
 		Long: `nexus mcp is a Model Context Protocol server on stdin/stdout. It gives an agent persistent
@@ -85,7 +88,7 @@ Logs go to stderr; stdout carries only the protocol.
 Every open, command, refusal and close is appended to <audit-dir>/<session_id>.jsonl; watch
 them with "nexus mcp watch --follow". "nexus mcp setup claude|cursor|codex" prints the client
 configuration.`,
-		Args: cobra.NoArgs,
+		Args: noArgsOrSubcommand,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.applyFlagEnv(cmd.Flags()); err != nil {
 				return err
@@ -147,7 +150,7 @@ configuration.`,
 			logger.Info("nexus mcp: stopped")
 			return err
 		},
-	}
+	})
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&auditDir, "audit-dir", "", "directory of the audit log, one <session_id>.jsonl per session (default <state>/audit)")
 	f := cmd.Flags()
@@ -215,56 +218,206 @@ func idleString(d time.Duration) string {
 }
 
 func (a *app) mcpSetupCmd() *cobra.Command {
-	return &cobra.Command{
+	return textOutput(&cobra.Command{
 		Use:   "setup claude|cursor|codex",
 		Short: "Print the configuration that adds nexus to an MCP client",
 		Long: `Print what to paste into an MCP client's configuration so it starts this nexus binary as
 "nexus mcp": a "claude mcp add" command line and the .mcp.json entry for Claude Code, the
 ~/.cursor/mcp.json entry for Cursor, the ~/.codex/config.toml table for Codex. The configuration
-goes to stdout, the explanations to stderr. Operator flags (--audit-dir, --policy, ...) can be
-added to the args, or set with NEXUS_MCP_* variables in the client's environment.`,
-		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
-		ValidArgs: []string{"claude", "cursor", "codex"},
-		RunE: func(_ *cobra.Command, args []string) error {
-			exe, err := os.Executable()
+goes to stdout, the explanations to stderr.
+
+The configuration names the installed binary by its absolute path (the nexus on PATH when that is
+this binary), and refuses a temporary "go run" build, which is deleted when it exits. It carries
+what this invocation would use and an MCP client would not otherwise know: --state-dir and
+--audit-dir when given, NEXUS_HOME when it moves the state directory away from ~/nexus/state, and
+every NEXUS_MCP_* variable set now (paths made absolute), as the client's "env" for the server.
+Codex starts servers with a reduced environment, so for Codex that table is the only way they
+arrive.`,
+		Args:              cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		ValidArgs:         []string{"claude", "cursor", "codex"},
+		ValidArgsFunction: cobra.FixedCompletions([]string{"claude", "cursor", "codex"}, cobra.ShellCompDirectiveNoFileComp),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, notes, err := a.mcpLaunch(cmd)
 			if err != nil {
-				return fmt.Errorf("find the nexus binary: %w", err)
-			}
-			if exe, err = filepath.Abs(exe); err != nil {
-				return fmt.Errorf("find the nexus binary: %w", err)
+				return err
 			}
 			out, note := a.env.Stdout, a.env.Stderr
+			for _, n := range notes {
+				fmt.Fprintln(note, "# "+n)
+			}
 			switch args[0] {
 			case "claude":
 				fmt.Fprintln(note, "# Claude Code: run this (add --scope user to use nexus in every project):")
-				fmt.Fprintf(out, "claude mcp add nexus -- %s mcp\n", shellQuote(exe))
+				line := "claude mcp add nexus"
+				for _, e := range l.env {
+					line += " -e " + shellQuote(e[0]+"="+e[1])
+				}
+				line += " -- " + shellQuote(l.exe)
+				for _, arg := range l.args {
+					line += " " + shellQuote(arg)
+				}
+				fmt.Fprintln(out, line)
 				fmt.Fprintln(note, "# or put this in .mcp.json at the root of your project:")
-				_, err = out.Write(mcpServersJSON(exe))
+				_, err = out.Write(mcpServersJSON(l))
 			case "cursor":
 				fmt.Fprintln(note, `# Cursor: put this in ~/.cursor/mcp.json (or .cursor/mcp.json in a project); merge it into "mcpServers" if the file exists:`)
-				_, err = out.Write(mcpServersJSON(exe))
+				_, err = out.Write(mcpServersJSON(l))
 			case "codex":
 				fmt.Fprintln(note, "# Codex: add this to ~/.codex/config.toml:")
-				_, err = fmt.Fprintf(out, "[mcp_servers.nexus]\ncommand = %s\nargs = [\"mcp\"]\n", tomlString(exe))
+				_, err = io.WriteString(out, codexTOML(l))
 			}
 			return err
 		},
+	})
+}
+
+// mcpLaunchConfig is how an MCP client starts `nexus mcp`: the binary, its arguments and the
+// environment variables it must be given.
+type mcpLaunchConfig struct {
+	exe  string
+	args []string
+	// env is sorted by name.
+	env [][2]string
+}
+
+// mcpPathVars are the NEXUS_MCP_* variables that hold paths: relative ones would be resolved
+// against the client's working directory, so the configuration gets them absolute.
+var mcpPathVars = map[string]bool{
+	"NEXUS_MCP_AUDIT_DIR": true, "NEXUS_MCP_KEY_DIR": true, "NEXUS_MCP_KNOWN_HOSTS": true,
+	"NEXUS_MCP_SSH_CONFIG": true, "NEXUS_MCP_POLICY": true, "NEXUS_MCP_SHADOW_DIR": true,
+}
+
+// mcpLaunch builds the launch configuration for the state this invocation uses, with a note for
+// each setting it carries over.
+func (a *app) mcpLaunch(cmd *cobra.Command) (mcpLaunchConfig, []string, error) {
+	exe, err := installedBinary()
+	if err != nil {
+		return mcpLaunchConfig{}, nil, err
 	}
+	l := mcpLaunchConfig{exe: exe, args: []string{"mcp"}}
+	var notes []string
+	given := func(name string) bool { f := cmd.Flag(name); return f != nil && f.Changed }
+	def := ""
+	if home, err := os.UserHomeDir(); err == nil {
+		def = filepath.Join(home, "nexus", "state")
+	}
+	if a.stateDir != def {
+		if given("state-dir") {
+			l.args = append(l.args, "--state-dir", a.stateDir)
+			notes = append(notes, "state directory "+a.stateDir+" (--state-dir)")
+		} else if h := a.env.Getenv("NEXUS_HOME"); h != "" {
+			l.env = append(l.env, [2]string{"NEXUS_HOME", absPath(h)})
+			notes = append(notes, "state directory "+a.stateDir+" (NEXUS_HOME)")
+		}
+	}
+	if given("audit-dir") {
+		dir := absPath(cmd.Flag("audit-dir").Value.String())
+		l.args = append(l.args, "--audit-dir", dir)
+		notes = append(notes, "audit directory "+dir+" (--audit-dir)")
+	}
+	for _, p := range mcpEnv {
+		v := a.env.Getenv(p.env)
+		if v == "" || (p.flag == "audit-dir" && given("audit-dir")) {
+			continue
+		}
+		if mcpPathVars[p.env] {
+			v = absPath(v)
+		}
+		l.env = append(l.env, [2]string{p.env, v})
+		notes = append(notes, p.env+" from the environment")
+	}
+	sort.Slice(l.env, func(i, j int) bool { return l.env[i][0] < l.env[j][0] })
+	return l, notes, nil
+}
+
+// installedBinary is the absolute path of this nexus binary as an MCP client should start it:
+// the nexus found on PATH when it is this very file (its path is the one that survives an
+// upgrade through a symlink), else the executable itself. A `go run` build is refused: it lives
+// in a temporary directory that is deleted when it exits.
+func installedBinary() (string, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.Abs(exe)
+	}
+	if err != nil {
+		return "", fmt.Errorf("find the nexus binary: %w", err)
+	}
+	if goRunBuild(exe) {
+		return "", fmt.Errorf("this nexus is a temporary build of \"go run\" (%s), deleted when it exits, so an MCP client could not start it; "+
+			"install nexus (make install, or go install ./cmd/nexus) and run \"nexus mcp setup\" with the installed binary", exe)
+	}
+	if p, err := exec.LookPath("nexus"); err == nil {
+		if abs, err := filepath.Abs(p); err == nil && sameFile(abs, exe) {
+			return abs, nil
+		}
+	}
+	return exe, nil
+}
+
+// goRunBuild reports whether exe is where `go run` puts its build: <tmp>/go-build<N>/b<N>/exe/<name>.
+func goRunBuild(exe string) bool {
+	dir := filepath.Dir(exe)
+	if filepath.Base(dir) != "exe" {
+		return false
+	}
+	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
+		if strings.HasPrefix(filepath.Base(d), "go-build") {
+			return true
+		}
+	}
+	return false
+}
+
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // mcpServersJSON is the {"mcpServers": {"nexus": ...}} document of Claude Code and Cursor.
-func mcpServersJSON(exe string) []byte {
+func mcpServersJSON(l mcpLaunchConfig) []byte {
 	type server struct {
-		Command string   `json:"command"`
-		Args    []string `json:"args"`
+		Command string            `json:"command"`
+		Args    []string          `json:"args"`
+		Env     map[string]string `json:"env,omitempty"`
 	}
-	doc := map[string]map[string]server{"mcpServers": {"nexus": {Command: exe, Args: []string{"mcp"}}}}
+	srv := server{Command: l.exe, Args: l.args}
+	if len(l.env) > 0 {
+		srv.Env = map[string]string{}
+		for _, e := range l.env {
+			srv.Env[e[0]] = e[1]
+		}
+	}
+	doc := map[string]map[string]server{"mcpServers": {"nexus": srv}}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(doc)
 	return b.Bytes()
+}
+
+// codexTOML is the [mcp_servers.nexus] table of ~/.codex/config.toml, with its env table.
+func codexTOML(l mcpLaunchConfig) string {
+	var b strings.Builder
+	b.WriteString("[mcp_servers.nexus]\ncommand = " + tomlString(l.exe) + "\nargs = [")
+	for i, arg := range l.args {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(tomlString(arg))
+	}
+	b.WriteString("]\n")
+	if len(l.env) > 0 {
+		b.WriteString("\n[mcp_servers.nexus.env]\n")
+		for _, e := range l.env {
+			b.WriteString(tomlString(e[0]) + " = " + tomlString(e[1]) + "\n")
+		}
+	}
+	return b.String()
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.
@@ -302,8 +455,8 @@ func (a *app) mcpWatchCmd(auditDir *string) *cobra.Command {
 		follow bool
 		sid    string
 	)
-	cmd := &cobra.Command{
-		Use:   "watch [--follow] [--session ID]",
+	cmd := textOutput(&cobra.Command{
+		Use:   "watch [--follow] [--session-id ID]",
 		Short: "Print a readable transcript of every agent shell from the audit log",
 		Long: `Print what agents did in their shells, from the audit log of "nexus mcp" (<state>/audit, or
 --audit-dir / NEXUS_MCP_AUDIT_DIR): for each command a "[session] cwd $ command" line, its output
@@ -321,8 +474,10 @@ interrupted.`,
 				Dir: a.orState(*auditDir, "audit"), Session: sid, Follow: follow, Out: a.env.Stdout, Err: a.env.Stderr,
 			})
 		},
-	}
+	})
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep watching for new commands and new sessions")
-	cmd.Flags().StringVar(&sid, "session", "", "show only this session")
+	cmd.Flags().StringVar(&sid, "session-id", "", "show only this agent shell (session_id; --session is the same flag)")
+	flagAliases(cmd, map[string]string{"session": "session-id"})
+	_ = cmd.RegisterFlagCompletionFunc("session-id", a.completeAuditSessions(auditDir))
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,22 +39,68 @@ func TestTOMLString(t *testing.T) {
 }
 
 func TestMCPServersJSON(t *testing.T) {
-	var doc struct {
+	type doc struct {
 		MCPServers map[string]struct {
-			Command string   `json:"command"`
-			Args    []string `json:"args"`
+			Command string            `json:"command"`
+			Args    []string          `json:"args"`
+			Env     map[string]string `json:"env"`
 		} `json:"mcpServers"`
 	}
-	b := mcpServersJSON("/a&b/<nexus>")
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		l    mcpLaunchConfig
+	}{
+		{"plain", mcpLaunchConfig{exe: "/a&b/<nexus>", args: []string{"mcp"}}},
+		{"env", mcpLaunchConfig{exe: "/x/nexus", args: []string{"mcp", "--audit-dir", "/a d"}, env: [][2]string{{"NEXUS_HOME", "/h"}, {"NEXUS_MCP_POLICY", "/p.json"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := mcpServersJSON(tc.l)
+			var d doc
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Fatal(err)
+			}
+			n := d.MCPServers["nexus"]
+			if n.Command != tc.l.exe || !slices.Equal(n.Args, tc.l.args) || len(n.Env) != len(tc.l.env) {
+				t.Errorf("%s", b)
+			}
+			for _, e := range tc.l.env {
+				if n.Env[e[0]] != e[1] {
+					t.Errorf("env %s = %q, want %q", e[0], n.Env[e[0]], e[1])
+				}
+			}
+			if b[len(b)-1] != '\n' {
+				t.Error("no final newline")
+			}
+		})
 	}
-	n := doc.MCPServers["nexus"]
-	if n.Command != "/a&b/<nexus>" || len(n.Args) != 1 || n.Args[0] != "mcp" {
-		t.Errorf("%s", b)
+}
+
+func TestCodexTOML(t *testing.T) {
+	for _, tc := range []struct {
+		l    mcpLaunchConfig
+		want string
+	}{
+		{mcpLaunchConfig{exe: "/usr/bin/nexus", args: []string{"mcp"}}, "[mcp_servers.nexus]\ncommand = \"/usr/bin/nexus\"\nargs = [\"mcp\"]\n"},
+		{mcpLaunchConfig{exe: `/o"d/nexus`, args: []string{"mcp", "--state-dir", "/s"}, env: [][2]string{{"NEXUS_MCP_KEY_DIR", "/k"}}},
+			"[mcp_servers.nexus]\ncommand = \"/o\\\"d/nexus\"\nargs = [\"mcp\", \"--state-dir\", \"/s\"]\n\n[mcp_servers.nexus.env]\n\"NEXUS_MCP_KEY_DIR\" = \"/k\"\n"},
+	} {
+		if got := codexTOML(tc.l); got != tc.want {
+			t.Errorf("codexTOML(%v) =\n%s\nwant\n%s", tc.l, got, tc.want)
+		}
 	}
-	if b[len(b)-1] != '\n' {
-		t.Error("no final newline")
+}
+
+func TestGoRunBuild(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/tmp/go-build123456/b001/exe/nexus":          true,
+		"/home/u/.cache/tmp/go-build9/b001/exe/nexus": true,
+		"/home/u/go/bin/nexus":                        false,
+		"/tmp/go-build1/b001/cli.test":                false,
+		"/opt/exe/nexus":                              false,
+	} {
+		if got := goRunBuild(path); got != want {
+			t.Errorf("goRunBuild(%s) = %v, want %v", path, got, want)
+		}
 	}
 }
 

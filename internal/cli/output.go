@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+
+	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
 )
@@ -17,14 +22,114 @@ const (
 	formatTable = "table"
 )
 
-func checkFormat(f string) error {
-	if f != formatJSON && f != formatTable {
-		return abi.Errorf(abi.CodeInvalidArgument, "", "unknown --format %q (want json or table)", f)
+// print writes v in the --format the user chose: JSON, or a table drawn by table (nil: the
+// generic key/value table of v's fields).
+func (a *app) print(format string, v any, table func(io.Writer) error) error {
+	if format != formatTable {
+		a.printJSON(v)
+		return nil
+	}
+	if table != nil {
+		return table(a.env.Stdout)
+	}
+	return kvTable(a.env.Stdout, v)
+}
+
+// printing makes cmd a command that prints what run returns, in --format json or table (the
+// generic key/value table).
+func (a *app) printing(cmd *cobra.Command, run func(cmd *cobra.Command, args []string) (any, error)) *cobra.Command {
+	var format string
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		v, err := run(c, args)
+		if err != nil {
+			return err
+		}
+		return a.print(format, v, nil)
+	}
+	formatFlag(cmd, &format, formatJSON, formatTable)
+	return cmd
+}
+
+// kvTable draws any JSON-encodable value as "key  value" rows, one per scalar, nested fields
+// named by dotted paths (entry.sessionId, errors.0.type) in the order JSON prints them.
+func kvTable(w io.Writer, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var rows [][2]string
+	if err := flattenJSON(dec, "", &rows); err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	}
+	return flushTable(tw)
+}
+
+// flattenJSON appends the scalars of the next JSON value of dec as rows named under prefix.
+func flattenJSON(dec *json.Decoder, prefix string, rows *[][2]string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	name := func(k string) string {
+		if prefix == "" {
+			return k
+		}
+		return prefix + "." + k
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		n := 0
+		for dec.More() {
+			key := strconv.Itoa(n)
+			if t == '{' {
+				kt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				key, _ = kt.(string)
+			}
+			if err := flattenJSON(dec, name(key), rows); err != nil {
+				return err
+			}
+			n++
+		}
+		if _, err := dec.Token(); err != nil {
+			return err
+		}
+		if n == 0 {
+			*rows = append(*rows, [2]string{prefix, "-"})
+		}
+	case nil:
+		*rows = append(*rows, [2]string{prefix, "-"})
+	case string:
+		*rows = append(*rows, [2]string{prefix, cellText(t)})
+	case json.Number:
+		*rows = append(*rows, [2]string{prefix, t.String()})
+	case bool:
+		*rows = append(*rows, [2]string{prefix, strconv.FormatBool(t)})
 	}
 	return nil
 }
 
-func sessionTable(w io.Writer, ss []abi.Session) {
+// cellText keeps a table cell on one line: a string with line breaks, tabs or other control
+// characters is shown Go-quoted, so nothing is lost or misread.
+func cellText(s string) string {
+	if s == "" {
+		return `""`
+	}
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func sessionTable(w io.Writer, ss []abi.Session) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION ID\tTYPE\tSTATUS\tCONTEXT\tCREATED\tEXPIRES")
 	for _, s := range ss {
@@ -34,7 +139,12 @@ func sessionTable(w io.Writer, ss []abi.Session) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.SessionID, s.Type, s.Status, contextString(s.Context), s.CreatedAt, exp)
 	}
-	_ = tw.Flush()
+	return flushTable(tw)
+}
+
+// printSession prints a session object as JSON or as sessionDetail's table.
+func (a *app) printSession(format string, s abi.Session) error {
+	return a.print(format, s, func(w io.Writer) error { return sessionDetail(w, s) })
 }
 
 func contextString(c abi.Context) string {
@@ -50,7 +160,7 @@ func contextString(c abi.Context) string {
 	return strings.Join(parts, ",")
 }
 
-func sessionDetail(w io.Writer, s abi.Session) {
+func sessionDetail(w io.Writer, s abi.Session) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 	row("Session ID", s.SessionID)
@@ -81,14 +191,8 @@ func sessionDetail(w io.Writer, s abi.Session) {
 	for _, k := range keys {
 		row("  "+k, s.Metadata[k])
 	}
-	_ = tw.Flush()
+	return flushTable(tw)
 }
-
-// Event stream formats.
-const (
-	eventsRaw     = "json-raw"
-	eventsCompact = "json-compact"
-)
 
 // compactEvent renders an event on one line without the envelope's repetition: seq and event
 // first, then the payload's fields (minus its type tag) flattened.

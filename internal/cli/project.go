@@ -1,33 +1,43 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/project"
 )
 
 func (a *app) projectCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "project", Short: "Manage projects (name -> workspace directory) that terminal sessions run in"}
+	cmd := group(&cobra.Command{Use: "project", Short: "Manage projects (name -> workspace directory) that terminal sessions run in"})
 	store := func() *project.Store { return project.NewStore(a.projectsPath(), a.env.Now) }
 
-	var path string
+	var path, addFormat string
+	var create bool
 	add := &cobra.Command{
-		Use:   "add NAME --path DIR",
-		Short: "Register a project",
+		Use:   "add NAME --path DIR [--create]",
+		Short: "Register a project (--create makes its directory if it does not exist)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := ensureDir(path, create); err != nil {
+				return err
+			}
 			p, err := store().Add(cmd.Context(), args[0], path)
 			if err != nil {
 				return err
 			}
-			a.printJSON(p)
-			return nil
+			return a.print(addFormat, p, nil)
 		},
 	}
 	add.Flags().StringVar(&path, "path", ".", "the project's directory")
+	add.Flags().BoolVar(&create, "create", false, "create the directory (and its parents) if it does not exist")
+	_ = add.MarkFlagDirname("path")
+	formatFlag(add, &addFormat, formatJSON, formatTable)
 
 	var format string
 	list := &cobra.Command{
@@ -35,9 +45,6 @@ func (a *app) projectCmd() *cobra.Command {
 		Short: "List projects",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
 			ps, err := store().List()
 			if err != nil {
 				return err
@@ -54,20 +61,41 @@ func (a *app) projectCmd() *cobra.Command {
 			return nil
 		},
 	}
-	list.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
+	formatFlag(list, &format, formatJSON, formatTable)
 
+	var removeFormat string
 	remove := &cobra.Command{
-		Use:   "remove NAME",
-		Short: "Forget a project (its directory is left alone)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "remove NAME",
+		Short:             "Forget a project (its directory is left alone)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeProjectArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := store().Remove(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			a.printJSON(map[string]any{"status": "ok", "removed": args[0]})
-			return nil
+			return a.print(removeFormat, map[string]any{"status": "ok", "removed": args[0]}, nil)
 		},
 	}
+	formatFlag(remove, &removeFormat, formatJSON, formatTable)
 	cmd.AddCommand(add, list, remove)
 	return cmd
+}
+
+// ensureDir checks that a project directory exists, creating it (0700, parents included) when
+// create is set; a missing one is a usage error that says how to fix it.
+func ensureDir(dir string, create bool) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	if _, err := os.Stat(abs); !errors.Is(err, os.ErrNotExist) {
+		return nil // the project store reports anything else (a file, no permission)
+	}
+	if !create {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "project directory %s does not exist: create it (mkdir -p %s) or pass --create", abs, shellQuote(abs))
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "create project directory %s: %v", abs, err)
+	}
+	return nil
 }

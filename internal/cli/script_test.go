@@ -25,6 +25,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/cli"
 	"github.com/nexus-run/nexus/internal/procfs"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // TestMain lets the test binary act as the nexus command inside scripts: testscript installs a
@@ -44,21 +45,26 @@ func nexusMain() {
 // own state directory ($NEXUS_HOME=$WORK/home) and drives real bash shells in real PTYs through
 // the CLI. Besides testscript's own commands, scripts have (see each cmd function):
 //
-//	waitgw [timeout]                      wait for the gateway socket (fails early if serve died)
-//	stopgw [timeout]                      SIGTERM the background `nexus serve`, wait for its exit
-//	waitbg [timeout]                      wait for the other background commands to exit
-//	waitevent ID REGEX [timeout]          poll `session events --format json-compact`
-//	waitoutput ID REGEX [timeout]         poll the session's terminal output as plain text
-//	waitstdout TIMEOUT REGEX PROG ARGS... rerun a command until its stdout matches
-//	waitfile FILE REGEX [timeout]         poll a file
-//	waitproc SID COMM [timeout]           wait for a process named COMM in session SID
-//	noprocs SID [COMM]                    no process left in session SID (/proc/PID/stat field 6)
-//	jsonget FILE PATH VAR                 JSON value at a dotted path into an env var
-//	jsoneq FILE PATH WANT                 JSON value at a dotted path equals WANT
-//	exitcode N PROG ARGS...               run PROG, require exit status N
-//	envfile VAR FILE                      file content into an env var
+//	waitgw                       wait for the gateway socket (fails early if serve died)
+//	stopgw                       SIGTERM the background `nexus serve`, wait for its exit
+//	waitbg                       wait for the other background commands to exit
+//	waitevent ID REGEX           poll `session events --format json-compact`
+//	waitoutput ID REGEX          poll the session's terminal output as plain text
+//	waitstdout REGEX PROG ARGS... rerun a command until its stdout matches
+//	waitfile FILE REGEX          poll a file
+//	waitproc SID COMM            wait for a process named COMM in session SID
+//	noprocs SID [COMM]           no process left in session SID (/proc/PID/stat field 6)
+//	jsonget FILE PATH VAR        JSON value at a dotted path into an env var
+//	jsoneq FILE PATH WANT        JSON value at a dotted path equals WANT
+//	exitcode N PROG ARGS...      run PROG, require exit status N
+//	envfile VAR FILE             file content into an env var
+//	tour README                  run the README's tour as printed (tour_test.go)
 //
-// Every wait is bounded (20s unless given); no script asserts on timing.
+// $REPO is the repository's root.
+//
+// Every wait polls for its condition; none has a time limit of its own. Only a hang guard
+// (testkit.Patience: minutes, raised with NEXUS_TEST_PATIENCE) ends a wait that never succeeds,
+// so a loaded machine makes a script slower, never failing.
 func TestScript(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -67,12 +73,17 @@ func TestScript(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc; the end-to-end scripts check processes through it")
 	}
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("testdata", "script"),
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("NEXUS_HOME", filepath.Join(env.WorkDir, "home"))
+			env.Setenv("REPO", repo)
 			env.Setenv("SHELL", bash)
 			// Race-enabled binaries sleep 1s at exit by default so late reports can be printed; every
 			// nexus command of the scripts would pay it. A race still fails its command (exit 66).
@@ -95,30 +106,18 @@ func TestScript(t *testing.T) {
 			"jsoneq":     cmdJSONEq,
 			"exitcode":   cmdExitCode,
 			"envfile":    cmdEnvFile,
+			"tour":       cmdTour,
 		},
 	})
 }
 
-// defaultWait bounds every wait of the scripts; they poll, and never assert on timing.
-const defaultWait = 20 * time.Second
-
 const pollEvery = 50 * time.Millisecond
 
-// waitArg parses the optional timeout argument at args[i].
-func waitArg(ts *testscript.TestScript, args []string, i int) time.Duration {
-	if len(args) <= i {
-		return defaultWait
-	}
-	d, err := time.ParseDuration(args[i])
-	if err != nil || d <= 0 {
-		ts.Fatalf("bad timeout %q: want a positive duration such as 10s", args[i])
-	}
-	return d
-}
-
-// poll calls try until it reports done or d passes; it returns whether try succeeded.
-func poll(d time.Duration, try func() bool) bool {
-	deadline := time.Now().Add(d)
+// poll calls try until it reports done, or until the hang guard (testkit.Patience) gives up; it
+// returns whether try succeeded. The guard is no performance bound: it only stops a script that
+// would otherwise wait forever.
+func poll(try func() bool) bool {
+	deadline := time.Now().Add(testkit.Patience())
 	for {
 		if try() {
 			return true
@@ -155,12 +154,12 @@ func serveCmds(ts *testscript.TestScript) []*exec.Cmd {
 	return out
 }
 
-// waitgw [timeout]: wait until the gateway of $NEXUS_HOME accepts connections (its socket and
+// waitgw: wait until the gateway of $NEXUS_HOME accepts connections (its socket and
 // state/gateway.json exist and the socket answers), failing early if `nexus serve` died.
 func cmdWaitGateway(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "waitgw")
-	if len(args) > 1 {
-		ts.Fatalf("usage: waitgw [timeout]")
+	if len(args) != 0 {
+		ts.Fatalf("usage: waitgw")
 	}
 	dir := stateDir(ts)
 	sock := filepath.Join(dir, "gateway.sock")
@@ -168,7 +167,7 @@ func cmdWaitGateway(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("socket path %s is too long for a unix socket", sock)
 	}
 	var died string
-	ok := poll(waitArg(ts, args, 0), func() bool {
+	ok := poll(func() bool {
 		for _, c := range serveCmds(ts) {
 			if !alive(c.Process.Pid) {
 				died = fmt.Sprintf("nexus serve (pid %d) exited before its gateway came up", c.Process.Pid)
@@ -189,16 +188,16 @@ func cmdWaitGateway(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s", died)
 	}
 	if !ok {
-		ts.Fatalf("gateway socket %s not ready after %s", sock, waitArg(ts, args, 0))
+		ts.Fatalf("gateway socket %s not ready after %s", sock, testkit.Patience())
 	}
 }
 
-// stopgw [timeout]: send SIGTERM to the script's background `nexus serve` commands and wait
+// stopgw: send SIGTERM to the script's background `nexus serve` commands and wait
 // until they have exited. Use `wait` afterwards to check their status and output.
 func cmdStopGateway(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "stopgw")
-	if len(args) > 1 {
-		ts.Fatalf("usage: stopgw [timeout]")
+	if len(args) != 0 {
+		ts.Fatalf("usage: stopgw")
 	}
 	cmds := serveCmds(ts)
 	if len(cmds) == 0 {
@@ -209,21 +208,20 @@ func cmdStopGateway(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("signal nexus serve (pid %d): %v", c.Process.Pid, err)
 		}
 	}
-	d := waitArg(ts, args, 0)
 	for _, c := range cmds {
 		pid := c.Process.Pid
-		if !poll(d, func() bool { return !alive(pid) }) {
-			ts.Fatalf("nexus serve (pid %d) still running %s after SIGTERM", pid, d)
+		if !poll(func() bool { return !alive(pid) }) {
+			ts.Fatalf("nexus serve (pid %d) still running %s after SIGTERM", pid, testkit.Patience())
 		}
 	}
 }
 
-// waitbg [timeout]: wait until every background command other than `nexus serve` has exited,
+// waitbg: wait until every background command other than `nexus serve` has exited,
 // so a following `wait` cannot block for long.
 func cmdWaitBackground(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "waitbg")
-	if len(args) > 1 {
-		ts.Fatalf("usage: waitbg [timeout]")
+	if len(args) != 0 {
+		ts.Fatalf("usage: waitbg")
 	}
 	serve := serveCmds(ts)
 	for _, c := range ts.BackgroundCmds() {
@@ -231,8 +229,8 @@ func cmdWaitBackground(ts *testscript.TestScript, neg bool, args []string) {
 			continue
 		}
 		pid := c.Process.Pid
-		if !poll(waitArg(ts, args, 0), func() bool { return !alive(pid) }) {
-			ts.Fatalf("background command %q (pid %d) still running after %s", strings.Join(c.Args, " "), pid, waitArg(ts, args, 0))
+		if !poll(func() bool { return !alive(pid) }) {
+			ts.Fatalf("background command %q (pid %d) still running after %s", strings.Join(c.Args, " "), pid, testkit.Patience())
 		}
 	}
 }
@@ -258,7 +256,7 @@ func run(ts *testscript.TestScript, prog string, args ...string) (stdout, stderr
 	}
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	ctx, cancel := context.WithTimeout(context.Background(), defaultWait)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	defer cancel()
 	if err := cmd.Start(); err != nil {
 		return "", "", err
@@ -283,59 +281,58 @@ func compileRE(ts *testscript.TestScript, expr string) *regexp.Regexp {
 	return re
 }
 
-// waitevent ID REGEX [timeout]: poll `nexus session events --session-id ID --format
+// waitevent ID REGEX: poll `nexus session events --session-id ID --format
 // json-compact` until its output matches REGEX. The last output becomes stdout.
 func cmdWaitEvent(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "waitevent")
-	if len(args) < 2 || len(args) > 3 {
-		ts.Fatalf("usage: waitevent ID REGEX [timeout]")
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitevent ID REGEX")
 	}
 	re := compileRE(ts, args[1])
 	var out, errOut string
 	var err error
-	ok := poll(waitArg(ts, args, 2), func() bool {
+	ok := poll(func() bool {
 		out, errOut, err = runNexus(ts, "session", "events", "--session-id", args[0], "--format", "json-compact")
 		return err == nil && re.MatchString(out)
 	})
 	_, _ = ts.Stdout().Write([]byte(out))
 	if !ok {
-		ts.Fatalf("no event of session %s matched %q after %s (last error: %v; stderr: %s)", args[0], args[1], waitArg(ts, args, 2), err, errOut)
+		ts.Fatalf("no event of session %s matched %q after %s (last error: %v; stderr: %s)", args[0], args[1], testkit.Patience(), err, errOut)
 	}
 }
 
-// waitstdout TIMEOUT REGEX PROG [ARGS...]: run PROG until it succeeds with a standard output
-// that matches REGEX, for at most TIMEOUT. The last output becomes stdout.
+// waitstdout REGEX PROG [ARGS...]: run PROG until it succeeds with a standard output that
+// matches REGEX. The last output becomes stdout.
 func cmdWaitStdout(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "waitstdout")
-	if len(args) < 3 {
-		ts.Fatalf("usage: waitstdout TIMEOUT REGEX PROG [ARGS...]")
+	if len(args) < 2 {
+		ts.Fatalf("usage: waitstdout REGEX PROG [ARGS...]")
 	}
-	d := waitArg(ts, args, 0)
-	re := compileRE(ts, args[1])
+	re := compileRE(ts, args[0])
 	var out, errOut string
 	var err error
-	ok := poll(d, func() bool {
-		out, errOut, err = run(ts, args[2], args[3:]...)
+	ok := poll(func() bool {
+		out, errOut, err = run(ts, args[1], args[2:]...)
 		return err == nil && re.MatchString(out)
 	})
 	_, _ = ts.Stdout().Write([]byte(out))
 	if !ok {
-		ts.Fatalf("%s did not print a match for %q in %s (last error: %v; stderr: %s)", strings.Join(args[2:], " "), args[1], d, err, errOut)
+		ts.Fatalf("%s did not print a match for %q in %s (last error: %v; stderr: %s)", strings.Join(args[1:], " "), args[0], testkit.Patience(), err, errOut)
 	}
 }
 
-// waitoutput ID REGEX [timeout]: poll the session's events until the terminal output so far,
+// waitoutput ID REGEX: poll the session's events until the terminal output so far,
 // decoded from raw bytes, stripped of escape sequences and with every \r\n or lone \r turned
 // into \n, matches REGEX. That text becomes stdout.
 func cmdWaitOutput(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "waitoutput")
-	if len(args) < 2 || len(args) > 3 {
-		ts.Fatalf("usage: waitoutput ID REGEX [timeout]")
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitoutput ID REGEX")
 	}
 	re := compileRE(ts, args[1])
 	var text, errOut string
 	var err error
-	ok := poll(waitArg(ts, args, 2), func() bool {
+	ok := poll(func() bool {
 		var out string
 		out, errOut, err = runNexus(ts, "session", "events", "--session-id", args[0], "--content-type", "raw")
 		if err != nil {
@@ -346,7 +343,7 @@ func cmdWaitOutput(ts *testscript.TestScript, neg bool, args []string) {
 	})
 	_, _ = ts.Stdout().Write([]byte(text))
 	if !ok {
-		ts.Fatalf("terminal output of session %s did not match %q after %s (last error: %v; stderr: %s)", args[0], args[1], waitArg(ts, args, 2), err, errOut)
+		ts.Fatalf("terminal output of session %s did not match %q after %s (last error: %v; stderr: %s)", args[0], args[1], testkit.Patience(), err, errOut)
 	}
 }
 
@@ -382,22 +379,22 @@ func terminalText(events string) (string, error) {
 	return strings.ReplaceAll(s, "\r", "\n"), nil
 }
 
-// waitfile FILE REGEX [timeout]: wait until FILE exists and its content matches REGEX.
+// waitfile FILE REGEX: wait until FILE exists and its content matches REGEX.
 func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "waitfile")
-	if len(args) < 2 || len(args) > 3 {
-		ts.Fatalf("usage: waitfile FILE REGEX [timeout]")
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitfile FILE REGEX")
 	}
 	re := compileRE(ts, args[1])
 	path := ts.MkAbs(args[0])
 	var data []byte
-	ok := poll(waitArg(ts, args, 2), func() bool {
+	ok := poll(func() bool {
 		var err error
 		data, err = os.ReadFile(path)
 		return err == nil && re.Match(data)
 	})
 	if !ok {
-		ts.Fatalf("%s did not match %q after %s; content:\n%s", args[0], args[1], waitArg(ts, args, 2), data)
+		ts.Fatalf("%s did not match %q after %s; content:\n%s", args[0], args[1], testkit.Patience(), data)
 	}
 }
 
@@ -415,15 +412,15 @@ func pidArg(ts *testscript.TestScript, s string) int {
 	return pid
 }
 
-// waitproc SID COMM [timeout]: wait until a live process named COMM runs in session SID (a
+// waitproc SID COMM: wait until a live process named COMM runs in session SID (a
 // terminal session's shell pid, metadata.pid).
 func cmdWaitProc(ts *testscript.TestScript, neg bool, args []string) {
 	noNeg(ts, neg, "waitproc")
-	if len(args) < 2 || len(args) > 3 {
-		ts.Fatalf("usage: waitproc SID COMM [timeout]")
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitproc SID COMM")
 	}
 	sid := pidArg(ts, args[0])
-	ok := poll(waitArg(ts, args, 2), func() bool {
+	ok := poll(func() bool {
 		for _, p := range procfs.Members(sid) {
 			if p.Comm == args[1] && !p.Dead() {
 				return true
@@ -432,7 +429,7 @@ func cmdWaitProc(ts *testscript.TestScript, neg bool, args []string) {
 		return false
 	})
 	if !ok {
-		ts.Fatalf("no %s process in session %d after %s (session has %v)", args[1], sid, waitArg(ts, args, 2), procfs.Members(sid))
+		ts.Fatalf("no %s process in session %d after %s (session has %v)", args[1], sid, testkit.Patience(), procfs.Members(sid))
 	}
 }
 

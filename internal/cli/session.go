@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,7 +15,7 @@ import (
 )
 
 func (a *app) sessionCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "session", Short: "List, inspect, control and watch live sessions"}
+	cmd := group(&cobra.Command{Use: "session", Short: "List, inspect, control and watch live sessions"})
 	cmd.AddCommand(a.sessionListCmd(), a.sessionGetCmd(), a.sessionUseCmd(), a.sessionEventsCmd())
 	for _, c := range []abi.Command{abi.CommandClose, abi.CommandInterrupt, abi.CommandResize, abi.CommandRestart, abi.CommandPause, abi.CommandResume} {
 		cmd.AddCommand(a.controlCmd(c))
@@ -21,14 +23,26 @@ func (a *app) sessionCmd() *cobra.Command {
 	return cmd
 }
 
-// idFlags binds --id and its alias --session-id to one variable, plus --type to pick the active
-// session of a type.
-func idFlags(cmd *cobra.Command, id *string, typ *string) {
-	cmd.Flags().StringVar(id, "id", "", "session id (default: the active session of the CLI context)")
-	cmd.Flags().StringVar(id, "session-id", "", "alias of --id")
+// idFlags defines --session-id (also spelled --id, the ABI's original flag), completed with the
+// gateway's live sessions (of type only, when given), plus --type to pick the active session of
+// a type when typ is not nil.
+func (a *app) idFlags(cmd *cobra.Command, id *string, typ *string, only abi.SessionType) {
+	cmd.Flags().StringVar(id, "session-id", "", "session id, also --id (default: the active session of the CLI context)")
+	flagAliases(cmd, map[string]string{"id": "session-id"})
+	_ = cmd.RegisterFlagCompletionFunc("session-id", a.completeSessions(only))
 	if typ != nil {
-		cmd.Flags().StringVar(typ, "type", "", "use the active session of this type")
+		a.typeFlag(cmd, typ, "use the active session of this type")
 	}
+}
+
+// typeFlag defines --type, a session type (empty: any).
+func (a *app) typeFlag(cmd *cobra.Command, typ *string, usage string) {
+	cmd.Flags().StringVar(typ, "type", "", usage)
+	_ = cmd.RegisterFlagCompletionFunc("type", cobra.FixedCompletions(sessionTypes(), cobra.ShellCompDirectiveNoFileComp))
+}
+
+func sessionTypes() []string {
+	return []string{string(abi.TypeTerminal), string(abi.TypeAIChat), string(abi.TypeMetaChat), string(abi.TypeDebugStream), string(abi.TypeNetworkStream)}
 }
 
 func (a *app) sessionListCmd() *cobra.Command {
@@ -39,24 +53,16 @@ func (a *app) sessionListCmd() *cobra.Command {
 		Short: "List active and paused sessions (--all adds recently closed ones)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
 			ss, err := a.client().List(cmd.Context(), all, abi.SessionType(typ))
 			if err != nil {
 				return err
 			}
-			if format == formatTable {
-				sessionTable(a.env.Stdout, ss)
-				return nil
-			}
-			a.printJSON(abi.ListResponse{Sessions: ss})
-			return nil
+			return a.print(format, abi.ListResponse{Sessions: ss}, func(w io.Writer) error { return sessionTable(w, ss) })
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "include closed sessions still retained")
-	cmd.Flags().StringVar(&typ, "type", "", "only sessions of this type")
-	cmd.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
+	a.typeFlag(cmd, &typ, "only sessions of this type")
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	return cmd
 }
 
@@ -67,9 +73,6 @@ func (a *app) sessionGetCmd() *cobra.Command {
 		Short: "Print a session object",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
 			sid, err := a.resolveAny(id, abi.SessionType(typ))
 			if err != nil {
 				return err
@@ -78,28 +81,23 @@ func (a *app) sessionGetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if format == formatTable {
-				sessionDetail(a.env.Stdout, s)
-				return nil
-			}
-			a.printJSON(s)
-			return nil
+			return a.printSession(format, s)
 		},
 	}
-	idFlags(cmd, &id, &typ)
-	cmd.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
+	a.idFlags(cmd, &id, &typ, "")
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	return cmd
 }
 
 func (a *app) sessionUseCmd() *cobra.Command {
-	var id string
+	var id, format string
 	cmd := &cobra.Command{
 		Use:   "use",
 		Short: "Make a session the active one of its type in the CLI context",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if id == "" {
-				return abi.Errorf(abi.CodeInvalidArgument, "", "session use needs --id")
+				return abi.Errorf(abi.CodeInvalidArgument, "", "session use needs --session-id (see nexus session list)")
 			}
 			s, err := a.client().Get(cmd.Context(), id)
 			if err != nil {
@@ -115,16 +113,16 @@ func (a *app) sessionUseCmd() *cobra.Command {
 			if err := a.setActive(cmd.Context(), s); err != nil {
 				return err
 			}
-			a.printJSON(s)
-			return nil
+			return a.printSession(format, s)
 		},
 	}
-	idFlags(cmd, &id, nil)
+	a.idFlags(cmd, &id, nil, "")
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	return cmd
 }
 
 func (a *app) controlCmd(c abi.Command) *cobra.Command {
-	var id, typ string
+	var id, typ, format string
 	var width, height int
 	short := map[abi.Command]string{
 		abi.CommandClose:     "Close a session; prints the control response with the final session object",
@@ -147,18 +145,88 @@ func (a *app) controlCmd(c abi.Command) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a.printJSON(resp)
-			return nil
+			return a.print(format, resp, nil)
 		},
 	}
-	idFlags(cmd, &id, &typ)
+	a.idFlags(cmd, &id, &typ, "")
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	if c == abi.CommandResize {
-		cmd.Flags().IntVar(&width, "width", 0, "columns")
-		cmd.Flags().IntVar(&height, "height", 0, "rows")
+		sizeFlags(cmd, &width, &height, "width", "height", "")
 		_ = cmd.MarkFlagRequired("width")
 		_ = cmd.MarkFlagRequired("height")
 	}
 	return cmd
+}
+
+// sizeFlags defines a terminal size as two int flags named wName and hName, the other spelling
+// (--cols/--rows or --width/--height) being an alias: open and resize accept both.
+func sizeFlags(cmd *cobra.Command, w, h *int, wName, hName, note string) {
+	other := map[string]string{"cols": "width", "rows": "height", "width": "cols", "height": "rows"}
+	cmd.Flags().IntVar(w, wName, 0, fmt.Sprintf("columns, also --%s%s", other[wName], note))
+	cmd.Flags().IntVar(h, hName, 0, fmt.Sprintf("rows, also --%s%s", other[hName], note))
+	flagAliases(cmd, map[string]string{other[wName]: wName, other[hName]: hName})
+}
+
+// Event stream formats besides json (which is json-raw).
+const (
+	eventsRaw     = "json-raw"
+	eventsCompact = "json-compact"
+	eventsText    = "text"
+)
+
+// eventWriter prints events in one of the event formats, one event per line (text: the terminal
+// output itself). Data events that carry no content (output that was only escape sequences,
+// read as text) print nothing: they say nothing to a reader of the stream.
+type eventWriter struct {
+	out    io.Writer
+	format string
+	ct     abi.ContentType
+	buf    bytes.Buffer
+}
+
+func (w *eventWriter) write(e abi.Event) error {
+	if e.Event == abi.EventData {
+		var p abi.TerminalOutput
+		if json.Unmarshal(e.Payload, &p) == nil && p.Type == abi.PayloadTerminalOutput {
+			if p.Content == "" {
+				return nil
+			}
+			if w.format == eventsText {
+				b, err := p.Bytes()
+				if err != nil {
+					return fmt.Errorf("decode event %d: %w", e.Seq, err)
+				}
+				if w.ct == abi.ContentText {
+					b = bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
+				}
+				_, err = w.out.Write(b)
+				return err
+			}
+		}
+	}
+	if w.format == eventsText {
+		return nil
+	}
+	w.buf.Reset()
+	var line []byte
+	var err error
+	if w.format == eventsCompact {
+		line, err = compactEvent(e)
+	} else {
+		line, err = json.Marshal(e)
+	}
+	if err != nil {
+		return fmt.Errorf("encode event %d: %w", e.Seq, err)
+	}
+	w.buf.Write(line)
+	w.buf.WriteByte('\n')
+	_, err = w.out.Write(w.buf.Bytes())
+	return err
+}
+
+// contentTypeFlag defines --content-type.
+func contentTypeFlag(cmd *cobra.Command, p *string, usage string) {
+	enumFlag(cmd, p, "content-type", string(abi.ContentANSI), usage, string(abi.ContentANSI), string(abi.ContentText), string(abi.ContentRaw))
 }
 
 func (a *app) sessionEventsCmd() *cobra.Command {
@@ -170,63 +238,42 @@ func (a *app) sessionEventsCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Print a session's events as JSON lines (--follow streams until the session closes)",
+		Short: "Print a session's events as JSON lines, or its terminal output as text (--follow streams until the session closes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != eventsRaw && format != eventsCompact {
-				return abi.Errorf(abi.CodeInvalidArgument, "", "unknown --format %q (want json-raw or json-compact)", format)
-			}
-			tr := abi.Transport(transport)
-			if tr != abi.TransportWebSocket && tr != abi.TransportPolling && tr != abi.TransportHybrid {
-				return abi.Errorf(abi.CodeInvalidArgument, "", "unknown --transport %q (want websocket, polling or hybrid)", transport)
-			}
-			ct := abi.ContentType(contentType)
-			if !ct.Valid() {
-				return abi.Errorf(abi.CodeInvalidArgument, "", "unknown --content-type %q (want ansi, text or raw)", contentType)
-			}
 			if limit < 0 {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--limit must not be negative")
+			}
+			ct := abi.ContentType(contentType)
+			if format == eventsText && !cmd.Flags().Changed("content-type") {
+				ct = abi.ContentText
 			}
 			sid, err := a.resolveAny(id, abi.SessionType(typ))
 			if err != nil {
 				return err
 			}
-			var buf bytes.Buffer
+			w := &eventWriter{out: a.env.Stdout, format: format, ct: ct}
 			err = a.client().Stream(cmd.Context(), sid, client.StreamOptions{
-				After: after, Limit: limit, Follow: follow, Transport: tr, ContentType: ct,
+				After: after, Limit: limit, Follow: follow, Transport: abi.Transport(transport), ContentType: ct,
 				OnReconnect: func(attempt int, delay time.Duration, err error) {
 					a.warnf("stream dropped (%v); reconnecting in %s (attempt %d)", err, delay, attempt)
 				},
-			}, func(e abi.Event) error {
-				buf.Reset()
-				var line []byte
-				var err error
-				if format == eventsCompact {
-					line, err = compactEvent(e)
-				} else {
-					line, err = json.Marshal(e)
-				}
-				if err != nil {
-					return err
-				}
-				buf.Write(line)
-				buf.WriteByte('\n')
-				_, err = a.env.Stdout.Write(buf.Bytes())
-				return err
-			})
+			}, w.write)
 			if err != nil && errors.Is(err, cmd.Context().Err()) {
 				return nil // interrupted by the user: a normal end of --follow
 			}
 			return err
 		},
 	}
-	idFlags(cmd, &id, &typ)
+	a.idFlags(cmd, &id, &typ, "")
 	f := cmd.Flags()
 	f.BoolVar(&follow, "follow", false, "keep streaming until the session closes or you stop it")
 	f.IntVar(&limit, "limit", 0, "stop after this many events (0: no limit)")
 	f.Uint64Var(&after, "after", 0, "start after this sequence number")
-	f.StringVar(&format, "format", eventsRaw, "json-raw (the ABI envelope) or json-compact (one flat line per event)")
-	f.StringVar(&transport, "transport", string(abi.TransportWebSocket), "websocket, polling or hybrid")
-	f.StringVar(&contentType, "content-type", string(abi.ContentANSI), "terminal output as ansi, text (escapes stripped) or raw (base64 bytes)")
+	enumFlag(cmd, &format, "format", eventsRaw, "json-raw or json (the ABI envelope), json-compact (one flat line per event) or text (the terminal output only, as text unless --content-type says otherwise)",
+		eventsRaw, formatJSON, eventsCompact, eventsText)
+	enumFlag(cmd, &transport, "transport", string(abi.TransportWebSocket), "websocket, polling or hybrid",
+		string(abi.TransportWebSocket), string(abi.TransportPolling), string(abi.TransportHybrid))
+	contentTypeFlag(cmd, &contentType, "terminal output as ansi, text (escapes stripped) or raw (base64 bytes)")
 	return cmd
 }

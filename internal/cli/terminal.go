@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,11 +21,12 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/shell"
 )
 
 func (a *app) agentCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "agent", Short: "Agent-facing sessions"}
-	tc := &cobra.Command{Use: "terminal", Short: "Terminal sessions: a PTY running your shell in a project"}
+	cmd := group(&cobra.Command{Use: "agent", Short: "Agent-facing sessions"})
+	tc := group(&cobra.Command{Use: "terminal", Short: "Terminal sessions: a PTY running your shell in a project"})
 	tc.AddCommand(a.terminalOpenCmd(), a.terminalSendCmd(), a.terminalAttachCmd(), a.terminalRunCmd())
 	cmd.AddCommand(tc)
 	return cmd
@@ -39,17 +41,18 @@ type openOptions struct {
 	ephemeral  bool
 }
 
-func (o *openOptions) flags(cmd *cobra.Command, full bool) {
+func (a *app) openFlags(cmd *cobra.Command, o *openOptions, full bool) {
 	f := cmd.Flags()
 	f.StringVar(&o.project, "project", "", "project to open the terminal in (see nexus project add)")
+	_ = cmd.RegisterFlagCompletionFunc("project", a.completeProjects)
 	if !full {
 		return
 	}
-	f.DurationVar(&o.ttl, "ttl", 0, "close the session after this long (sets expiresAt; 0: no expiry)")
+	f.DurationVar(&o.ttl, "ttl", 0, "close the session after this long, a Go duration such as 90m (sets expiresAt; 0: no expiry)")
 	f.StringVar(&o.shell, "shell", "", "shell to run (default the gateway's)")
-	f.IntVar(&o.cols, "cols", 0, "initial width (default 80, or this terminal's)")
-	f.IntVar(&o.rows, "rows", 0, "initial height (default 24, or this terminal's)")
-	f.StringVar(&o.transport, "transport", string(abi.TransportWebSocket), "how clients will stream it: websocket, polling or hybrid")
+	sizeFlags(cmd, &o.cols, &o.rows, "cols", "rows", " (default 80x24, or this terminal's with --ephemeral)")
+	enumFlag(cmd, &o.transport, "transport", string(abi.TransportWebSocket), "how clients will stream it: websocket, polling or hybrid",
+		string(abi.TransportWebSocket), string(abi.TransportPolling), string(abi.TransportHybrid))
 	f.BoolVar(&o.ephemeral, "ephemeral", false, "the session lives only as long as this command")
 }
 
@@ -59,6 +62,9 @@ func (a *app) openTerminal(ctx context.Context, o openOptions) (abi.Session, err
 	}
 	if o.ttl < 0 {
 		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "--ttl must not be negative")
+	}
+	if o.cols < 0 || o.rows < 0 {
+		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "--cols and --rows must not be negative")
 	}
 	opts, err := json.Marshal(abi.TerminalOptions{Shell: o.shell, Cols: o.cols, Rows: o.rows})
 	if err != nil {
@@ -90,11 +96,14 @@ func (a *app) terminalOpenCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "open --project NAME",
 		Short: "Open a terminal session and make it the active one (with --ephemeral: stream it until this command ends)",
-		Args:  cobra.NoArgs,
+		Long: `Open a terminal session in a project and print its session object; it becomes the active
+terminal session of the CLI context.
+
+With --ephemeral the session lives only as long as this command, which streams it: with
+--format json the output is JSON lines, the session object on the first line and then one event
+envelope per line; with --format table, the session's table and then its terminal output as text.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
 			if o.ephemeral && o.cols == 0 {
 				o.cols, o.rows = localSize()
 			}
@@ -102,27 +111,40 @@ func (a *app) terminalOpenCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if format == formatTable {
-				sessionDetail(a.env.Stdout, s)
-			} else {
-				a.printJSON(s)
-			}
 			if !o.ephemeral {
-				return nil
+				return a.printSession(format, s)
 			}
-			return a.holdAndStream(cmd.Context(), s.SessionID, abi.ContentType(contentType))
+			w := &eventWriter{out: a.env.Stdout, format: eventsRaw, ct: abi.ContentType(contentType)}
+			if format == formatTable {
+				if err := sessionDetail(a.env.Stdout, s); err != nil {
+					return err
+				}
+				w.format = eventsText
+				if !cmd.Flags().Changed("content-type") {
+					w.ct = abi.ContentText
+				}
+			} else {
+				line, err := json.Marshal(s)
+				if err != nil {
+					return fmt.Errorf("encode session: %w", err)
+				}
+				if _, err := a.env.Stdout.Write(append(line, '\n')); err != nil {
+					return fmt.Errorf("write session: %w", err)
+				}
+			}
+			return a.holdAndStream(cmd.Context(), s.SessionID, w)
 		},
 	}
-	o.flags(cmd, true)
-	cmd.Flags().StringVar(&format, "format", formatJSON, "output format: json or table")
-	cmd.Flags().StringVar(&contentType, "content-type", string(abi.ContentANSI), "with --ephemeral: output as ansi, text or raw")
+	a.openFlags(cmd, &o, true)
+	formatFlag(cmd, &format, formatJSON, formatTable)
+	contentTypeFlag(cmd, &contentType, "with --ephemeral: output as ansi, text or raw")
 	return cmd
 }
 
 // holdAndStream owns an ephemeral session: it prints its events until the session closes or the
 // command is stopped, and the session closes when this connection ends.
-func (a *app) holdAndStream(ctx context.Context, id string, ct abi.ContentType) error {
-	conn, err := a.client().Dial(ctx, id, client.DialOptions{ContentType: ct, Hold: true})
+func (a *app) holdAndStream(ctx context.Context, id string, w *eventWriter) error {
+	conn, err := a.client().Dial(ctx, id, client.DialOptions{ContentType: w.ct, Hold: true})
 	if err != nil {
 		return err
 	}
@@ -135,11 +157,7 @@ func (a *app) holdAndStream(ctx context.Context, id string, ct abi.ContentType) 
 			}
 			return err
 		}
-		line, err := json.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("encode event: %w", err)
-		}
-		if _, err := a.env.Stdout.Write(append(line, '\n')); err != nil {
+		if err := w.write(e); err != nil {
 			return fmt.Errorf("write event: %w", err)
 		}
 	}
@@ -199,7 +217,7 @@ func (a *app) withTerminal(ctx context.Context, explicit string, o openOptions, 
 }
 
 func (a *app) terminalSendCmd() *cobra.Command {
-	var id string
+	var id, format string
 	var o openOptions
 	var noNewline bool
 	cmd := &cobra.Command{
@@ -223,13 +241,13 @@ func (a *app) terminalSendCmd() *cobra.Command {
 				if err := a.client().Send(cmd.Context(), sid, data); err != nil {
 					return err
 				}
-				a.printJSON(map[string]any{"status": abi.ResponseOK, "sessionId": sid, "bytes": len(data)})
-				return nil
+				return a.print(format, map[string]any{"status": abi.ResponseOK, "sessionId": sid, "bytes": len(data)}, nil)
 			})
 		},
 	}
-	idFlags(cmd, &id, nil)
-	o.flags(cmd, false)
+	a.idFlags(cmd, &id, nil, abi.TypeTerminal)
+	a.openFlags(cmd, &o, false)
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	cmd.Flags().BoolVarP(&noNewline, "no-newline", "n", false, "do not press Enter after TEXT")
 	return cmd
 }
@@ -239,6 +257,7 @@ const detachKey = 0x1d // Ctrl-]
 func (a *app) terminalAttachCmd() *cobra.Command {
 	var id string
 	var o openOptions
+	// Errors before the terminal is attached are error responses like any command's.
 	cmd := &cobra.Command{
 		Use:   "attach [--session-id ID]",
 		Short: "Attach this terminal to a terminal session (detach with Ctrl-])",
@@ -273,8 +292,8 @@ func (a *app) terminalAttachCmd() *cobra.Command {
 			})
 		},
 	}
-	idFlags(cmd, &id, nil)
-	o.flags(cmd, true)
+	a.idFlags(cmd, &id, nil, abi.TypeTerminal)
+	a.openFlags(cmd, &o, true)
 	return cmd
 }
 
@@ -446,6 +465,7 @@ func (a *app) attach(ctx context.Context, id string, hold bool, after uint64) er
 func (a *app) terminalRunCmd() *cobra.Command {
 	var (
 		id, command, grep, keep string
+		format                  string
 		o                       openOptions
 		timeout                 time.Duration
 		lines, grepContext      int
@@ -459,6 +479,9 @@ func (a *app) terminalRunCmd() *cobra.Command {
 			ctx := cmd.Context()
 			if command == "" {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "run needs --command")
+			}
+			if timeout < 0 {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "--timeout must not be negative")
 			}
 			req := abi.RunRequest{Command: command, TimeoutSecs: int(math.Ceil(timeout.Seconds()))}
 			if grep != "" || keep != "" || lines != 0 || maxChars != 0 {
@@ -485,6 +508,9 @@ func (a *app) terminalRunCmd() *cobra.Command {
 				res, err := a.client().Run(ctx, sid, req)
 				if err != nil {
 					return err
+				}
+				if format == formatTable {
+					return runTable(a.env.Stdout, res)
 				}
 				var pretty bytes.Buffer
 				if json.Indent(&pretty, res, "", "  ") == nil {
@@ -517,15 +543,65 @@ func (a *app) terminalRunCmd() *cobra.Command {
 			return run(s.SessionID)
 		},
 	}
-	idFlags(cmd, &id, nil)
-	o.flags(cmd, false)
+	a.idFlags(cmd, &id, nil, abi.TypeTerminal)
+	a.openFlags(cmd, &o, false)
+	formatFlag(cmd, &format, formatJSON, formatTable)
 	f := cmd.Flags()
 	f.StringVar(&command, "command", "", "the command to run")
-	f.DurationVar(&timeout, "timeout", 0, "stop the command after this long (default 120s, at most 1h); it then exits 124")
+	f.DurationVar(&timeout, "timeout", 0, "stop the command after this long, a Go duration such as 10m (default 2m, at most 1h); it then exits 124")
 	f.StringVar(&grep, "grep", "", "budget: keep only lines matching this regular expression")
 	f.IntVar(&grepContext, "grep-context", 0, "budget: lines of context around each --grep match")
-	f.StringVar(&keep, "keep", "", "budget: all, head, tail or head_tail")
+	enumFlag(cmd, &keep, "keep", "", "budget: all, head, tail or head_tail", "all", "head", "tail", "head_tail")
 	f.IntVar(&lines, "lines", 0, "budget: lines kept by --keep head, tail or head_tail")
 	f.IntVar(&maxChars, "max-chars", 0, "budget: characters kept per stream (default 100000)")
 	return cmd
+}
+
+// runTable prints an ExecResult for a person: its facts as rows, then each non-empty stream
+// under a rule of its own.
+func runTable(w io.Writer, res []byte) error {
+	var r shell.ExecResult
+	if err := json.Unmarshal(res, &r); err != nil {
+		return fmt.Errorf("decode result: %w", err)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("Command", cellText(r.Command))
+	row("Exit code", r.ExitCode)
+	row("Duration", fmt.Sprintf("%d ms", r.DurationMS))
+	row("Cwd", r.Cwd)
+	if r.TimedOut {
+		row("Timed out", true)
+	}
+	if r.ShellExited {
+		row("Shell exited", true)
+	}
+	if b := r.Budget; b != nil {
+		for _, s := range []struct {
+			name string
+			r    shell.StreamReport
+		}{{"stdout", b.Stdout}, {"stderr", b.Stderr}} {
+			if s.r.LinesTotal > 0 {
+				row("Budget "+s.name, fmt.Sprintf("%s: %d of %d lines kept", s.r.Mode, s.r.LinesKept, s.r.LinesTotal))
+			}
+		}
+	}
+	if r.Truncated {
+		row("Truncated", true)
+	}
+	if err := flushTable(tw); err != nil {
+		return err
+	}
+	for _, s := range []struct{ name, text string }{{"stdout", r.Stdout}, {"stderr", r.Stderr}} {
+		if s.text == "" {
+			continue
+		}
+		if !strings.HasSuffix(s.text, "\n") {
+			s.text += "\n"
+		}
+		if _, err := fmt.Fprintf(w, "--- %s\n%s", s.name, s.text); err != nil {
+			return fmt.Errorf("write result: %w", err)
+		}
+	}
+	return nil
 }
