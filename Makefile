@@ -1,16 +1,29 @@
-# nexus — build, run, test, benchmark, lint.
+# nexus — build, install, run, test, benchmark, lint.
 GO          ?= go
 BIN         ?= bin/nexus
 NEXUS_HOME  ?= $(HOME)/nexus
-GOLANGCI    ?= $(shell command -v golangci-lint 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/golangci-lint)
+GOBIN_DIR   := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
+GOLANGCI    ?= $(shell command -v golangci-lint 2>/dev/null || echo $(GOBIN_DIR)/golangci-lint)
 GOLANGCI_VERSION ?= v2.15.0
+# make install puts nexus in $(PREFIX)/bin: by default Go's own bin directory, where
+# "go install" would put it; PREFIX=/usr/local installs it for everyone (run as root).
+PREFIX      ?= $(patsubst %/bin,%,$(GOBIN_DIR))
 
-.PHONY: build run test test-short bench lint fuzz clean pi-deps
+.PHONY: build install run test test-short bench lint fuzz clean pi-deps
 
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 build:
+	@test -e $(BIN) || echo "First build of $(BIN): Go downloads the modules and compiles nexus; this takes a minute or two."
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/nexus
+
+# Copy bin/nexus to $(PREFIX)/bin/nexus, and say so if that directory is not on PATH.
+install: build
+	@echo "Installing $(BIN) as $(PREFIX)/bin/nexus"
+	@mkdir -p $(PREFIX)/bin
+	@install -m 0755 $(BIN) $(PREFIX)/bin/nexus
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; \
+		*) echo "$(PREFIX)/bin is not on your PATH: add it (export PATH=\"$(PREFIX)/bin:\$$PATH\") to run nexus by name";; esac
 
 # Build and start the gateway on the default state directory ($(NEXUS_HOME)/state).
 run: build
@@ -19,6 +32,7 @@ run: build
 # The whole suite, as CI runs it. The pi interoperability test needs the
 # pinned pi coding agent from npm (tools/pi); it is installed when npm exists.
 test: pi-deps
+	@echo "Vetting, then testing every package with the race detector (the first run compiles everything: several minutes)."
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 8m ./...
 
@@ -34,7 +48,9 @@ bench: build pi-deps
 
 pi-deps:
 	@if command -v npm >/dev/null 2>&1; then \
-		test -d tools/pi/node_modules/@mariozechner/pi-coding-agent || npm ci --prefix tools/pi --no-audit --no-fund --loglevel=error; \
+		test -d tools/pi/node_modules/@mariozechner/pi-coding-agent || { \
+			echo "Installing the pinned pi coding agent into tools/pi (npm ci, once; the interoperability test runs it)"; \
+			npm ci --prefix tools/pi --no-audit --no-fund --loglevel=error; }; \
 	else echo "npm not found: the pi interoperability test will be skipped"; fi
 
 fuzz:
@@ -44,7 +60,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseLineExact -fuzztime 30s ./internal/transcript
 
 lint:
-	@test -x $(GOLANGCI) || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	@test -x $(GOLANGCI) || { \
+		echo "Installing golangci-lint $(GOLANGCI_VERSION) into $(GOBIN_DIR) (once; it compiles for a few minutes)"; \
+		$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); }
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) vet ./...
 	$(GOLANGCI) run ./...
