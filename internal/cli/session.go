@@ -182,6 +182,8 @@ type eventWriter struct {
 	format string
 	ct     abi.ContentType
 	buf    bytes.Buffer
+	// cr: the text so far ended in a \r held back, in case the next chunk starts with \n.
+	cr bool
 }
 
 func (w *eventWriter) write(e abi.Event) error {
@@ -197,7 +199,7 @@ func (w *eventWriter) write(e abi.Event) error {
 					return fmt.Errorf("decode event %d: %w", e.Seq, err)
 				}
 				if w.ct == abi.ContentText {
-					b = bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
+					b = w.lines(b)
 				}
 				_, err = w.out.Write(b)
 				return err
@@ -222,6 +224,34 @@ func (w *eventWriter) write(e abi.Event) error {
 	w.buf.WriteByte('\n')
 	_, err = w.out.Write(w.buf.Bytes())
 	return err
+}
+
+// lines turns the terminal's line ends into \n: \r\n (also when a chunk ends between the two)
+// and a lone \r, which a terminal uses to rewrite its line (progress bars, readline) and which
+// a reader of text wants as a line of its own.
+func (w *eventWriter) lines(b []byte) []byte {
+	if w.cr {
+		w.cr = false
+		if len(b) == 0 || b[0] != '\n' {
+			b = append([]byte{'\n'}, b...)
+		}
+	}
+	if bytes.HasSuffix(b, []byte("\r")) {
+		w.cr = true
+		b = b[:len(b)-1]
+	}
+	b = bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
+	return bytes.ReplaceAll(b, []byte("\r"), []byte("\n"))
+}
+
+// flush writes what lines held back.
+func (w *eventWriter) flush() error {
+	if w.cr {
+		w.cr = false
+		_, err := w.out.Write([]byte{'\n'})
+		return err
+	}
+	return nil
 }
 
 // contentTypeFlag defines --content-type.
@@ -259,6 +289,9 @@ func (a *app) sessionEventsCmd() *cobra.Command {
 					a.warnf("stream dropped (%v); reconnecting in %s (attempt %d)", err, delay, attempt)
 				},
 			}, w.write)
+			if ferr := w.flush(); err == nil {
+				err = ferr
+			}
 			if err != nil && errors.Is(err, cmd.Context().Err()) {
 				return nil // interrupted by the user: a normal end of --follow
 			}

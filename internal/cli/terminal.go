@@ -153,7 +153,7 @@ func (a *app) holdAndStream(ctx context.Context, id string, w *eventWriter) erro
 		e, err := conn.Next(ctx)
 		if err != nil {
 			if errors.Is(err, client.ErrStreamEnded) || ctx.Err() != nil {
-				return nil
+				return w.flush()
 			}
 			return err
 		}
