@@ -157,8 +157,8 @@ func statsOf(f *transcript.File, path string) (*chatStats, error) {
 	if len(p) > 0 {
 		s.LeafID = p[len(p)-1].ID
 	}
-	// Model and thinking level as the context builder decides them (FORMATS.md §1 step 2), from
-	// the resident fields only.
+	// Model and thinking level as the context builder decides them (docs/conversations.md,
+	// "Building the context", step 2), from the resident fields only.
 	var assistants []*transcript.Entry
 	for _, e := range p {
 		switch {

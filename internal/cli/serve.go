@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/project"
@@ -27,14 +28,26 @@ func (a *app) serveCmd() *cobra.Command {
 		grace       time.Duration
 		logLevel    string
 	)
-	cmd := &cobra.Command{
+	// Its stdout stays empty (logs go to stderr): errors are reported on stderr only.
+	cmd := textOutput(&cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway: live sessions over a unix socket (and TCP with --listen)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
+				return abi.Errorf(abi.CodeInvalidArgument, "", "--log-level: %v", err)
+			}
+			for _, d := range []struct {
+				name string
+				v    time.Duration
+			}{{"idle-timeout", idle}, {"retention", retention}, {"grace", grace}} {
+				if d.v < 0 {
+					return abi.Errorf(abi.CodeInvalidArgument, "", "--%s %s must not be negative (0 disables --idle-timeout)", d.name, d.v)
+				}
+			}
+			if maxSessions < 1 {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "--max-sessions %d: it must be at least 1", maxSessions)
 			}
 			logger := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: lvl}))
 			if idle == 0 {
@@ -80,7 +93,7 @@ func (a *app) serveCmd() *cobra.Command {
 				},
 			})
 		},
-	}
+	})
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "", "also listen on TCP host:port (requires the bearer token in state/gateway.token)")
 	f.DurationVar(&idle, "idle-timeout", runtime.DefaultIdleTimeout, "close sessions idle this long (0 disables)")
