@@ -345,11 +345,11 @@ func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (
 	budget := output.MergeBudget(s.budget, o.Budget)
 	outC, err := output.NewCollector(budget, s.red)
 	if err != nil {
-		return shell.ExecResult{}, fmt.Errorf("%w: budget: %w", ErrInvalid, err)
+		return shell.ExecResult{}, fmt.Errorf("%w: %w", ErrInvalid, err) // err already says "budget: ..."
 	}
 	errC, err := output.NewCollector(budget, s.red)
 	if err != nil {
-		return shell.ExecResult{}, fmt.Errorf("%w: budget: %w", ErrInvalid, err)
+		return shell.ExecResult{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := s.pol.Check(command); err != nil {
 		// The refusal quotes the command: redact it with what this session has learned too.
