@@ -59,6 +59,9 @@ func nexusMain() {
 //	exitcode N PROG ARGS...      run PROG, require exit status N
 //	envfile VAR FILE             file content into an env var
 //	tour README                  run the README's tour as printed (tour_test.go)
+//	missing PROG                 fail: PROG is needed under CI (with [ci]; elsewhere, skip)
+//
+// and the condition [ci] (the CI variable is set: a missing prerequisite fails, never skips).
 //
 // $REPO is the repository's root.
 //
@@ -68,10 +71,10 @@ func nexusMain() {
 func TestScript(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("bash not found; the end-to-end scripts drive real bash shells")
+		testkit.SkipUnlessCI(t, "bash not found; the end-to-end scripts drive real bash shells")
 	}
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc; the end-to-end scripts check processes through it")
+		testkit.SkipUnlessCI(t, "no /proc; the end-to-end scripts check processes through it")
 	}
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -107,6 +110,13 @@ func TestScript(t *testing.T) {
 			"exitcode":   cmdExitCode,
 			"envfile":    cmdEnvFile,
 			"tour":       cmdTour,
+			"missing":    cmdMissing,
+		},
+		Condition: func(cond string) (bool, error) {
+			if cond == "ci" {
+				return testkit.InCI(), nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 	})
 }
@@ -571,6 +581,16 @@ func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
 	}
+}
+
+// missing PROG: a prerequisite of the script is not installed. Under CI that is a failure, so
+// scripts write "[!exec:PROG] [ci] missing PROG" before "[!exec:PROG] skip ...".
+func cmdMissing(ts *testscript.TestScript, neg bool, args []string) {
+	noNeg(ts, neg, "missing")
+	if len(args) != 1 {
+		ts.Fatalf("usage: missing PROG")
+	}
+	ts.Fatalf("%s is not installed, and under CI every prerequisite must be (.ci/run installs it)", args[0])
 }
 
 // envfile VAR FILE: set VAR to the content of FILE without surrounding white space.
