@@ -2,12 +2,9 @@ package shell
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,9 +20,7 @@ type Shell struct {
 	pid  int  // the shell's pid as it reported it (remote for ssh and docker)
 	bash bool // the shell is bash: commands end with a NUL instead of a token line
 
-	runMu  sync.Mutex // one command at a time
-	secret string     // the session's half of every token
-	seq    uint64     // commands sent (guarded by runMu); the shell counts them too
+	runMu sync.Mutex // one command at a time
 
 	mu      sync.Mutex
 	cur     *running
@@ -66,10 +61,9 @@ func Start(ctx context.Context, tr Transport, env []string) (*Shell, error) {
 	go s.read(p.Stderr(), false)
 	go func() { s.readers.Wait(); close(s.eof) }()
 
-	s.secret = newToken()
-	token := s.secret + ".0"
+	token := newToken()
 	r := s.begin(token, io.Discard, io.Discard)
-	if _, err := io.WriteString(p.Stdin(), "__nx_k="+s.secret+"; "+bootstrap+readyLine(token)+startLine); err != nil {
+	if _, err := io.WriteString(p.Stdin(), bootstrap+readyLine(token)+startLine); err != nil {
 		_ = p.Close()
 		return nil, fmt.Errorf("start shell: %w", err)
 	}
@@ -91,12 +85,6 @@ func Start(ctx context.Context, tr Transport, env []string) (*Shell, error) {
 	s.bash = r.out.result.flags == "B"
 	s.cwd = r.out.result.cwd
 	return s, nil
-}
-
-func newToken() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // PID is the shell's process id where it runs.
@@ -196,28 +184,12 @@ func (s *Shell) Run(ctx context.Context, command string, timeout time.Duration, 
 	default:
 	}
 	start := time.Now()
-	s.seq++
-	token := s.secret + "." + strconv.FormatUint(s.seq, 10)
+	// A fresh token per command: the shell reads it only after the command ran (see framing.go).
+	token := newToken()
 	r := s.begin(token, stdout, stderr)
 	defer s.end()
 
-	var msg strings.Builder
-	msg.Grow(len(command) + 2*len(token) + 3)
-	if !s.bash {
-		msg.WriteString(token)
-		msg.WriteByte('\n')
-	}
-	msg.WriteString(command)
-	if !strings.HasSuffix(command, "\n") {
-		msg.WriteByte('\n')
-	}
-	if s.bash {
-		msg.WriteByte(0)
-	} else {
-		msg.WriteString(token)
-		msg.WriteByte('\n')
-	}
-	if _, err := io.WriteString(s.proc.Stdin(), msg.String()); err != nil {
+	if _, err := io.WriteString(s.proc.Stdin(), message(s.bash, command, token)); err != nil {
 		return s.exited(r, start), nil
 	}
 

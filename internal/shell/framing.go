@@ -2,65 +2,134 @@ package shell
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"strconv"
+	"strings"
 )
 
-// The framing. Each command is delivered as data, never as shell source: a fixed wrapper line
-// reads the command's lines with the `read` builtin up to a line holding a fresh random token,
-// then evals it in the current shell (so cd, exports and functions persist) with stdin from
-// /dev/null. After it, the wrapper prints a trailer on stdout (token, exit code, $PWD) and a
-// marker on stderr. The parser accepts only trailers carrying the current token, so output
-// that imitates a marker is just output. The wrapper keeps the user's xtrace/verbose flags off
-// around itself and restores them inside the eval, so `set -x` traces only the user's command;
-// the eval sits left of `||`, so `set -e` cannot kill the session. Everything is POSIX sh, so
+// The framing. Each command is delivered as data, never as shell source: a fixed loop reads the
+// command with the `read` builtin, then evals it in the current shell (so cd, exports and
+// functions persist) with stdin from /dev/null. After it, the loop reads the command's token and
+// prints a trailer on stdout (token, exit code, $PWD) and a marker on stderr. The parser accepts
+// only trailers carrying the command's token, so output that imitates a marker is just output.
+// The loop keeps the user's xtrace/verbose flags off around itself and restores them inside the
+// eval, so `set -x` traces only the user's command; the eval sits left of `||`, so `set -e`
+// cannot kill the session. Everything is POSIX sh with bash fast paths (`read -u`, `read -N`), so
 // the same framing drives bash, dash and busybox sh, locally, over SSH and in Docker.
+//
+// The user's command runs in the same shell as the loop, so it can read and write every variable
+// and function of the loop. Three things keep it from reaching the loop's state:
+//   - No secret lives in the shell while a command runs. Each command has a fresh random token,
+//     which the engine sends after the command and the loop reads only once the eval returned;
+//     the loop then clears it. Until then it waits in the command stream, which the eval runs
+//     with closed (62<&- / 9<&-: not inherited by the command's programs, not readable by its
+//     builtins under that number, and restored afterwards even if the command reopened it).
+//   - Nothing the loop evaluates comes from a variable: it reads the command and the token afresh
+//     from the stream every time, its output formats are literals in the function bodies, and it
+//     does no arithmetic.
+//   - A session with a policy refuses commands that name the loop's variables and functions (they
+//     start with policy.ReservedPrefix), replace the builtins it calls, or open a process's file
+//     descriptors by path (see internal/shell/policy).
+// Without a policy a command can still break its own session (redefine `printf`, close fd 62),
+// which ends or hangs the session, not more.
+
+// tokenLen is the length of a command's token: 12 random bytes in hex.
+const tokenLen = 24
+
+// newToken returns a fresh random token (a command's, a delimiter, a transport's tag).
+func newToken() string {
+	b := make([]byte, tokenLen/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 // rs separates trailer fields; it cannot start a forged trailer because the token follows it.
 const rs = "\x1e"
 
-// bootstrap (with the secret assigned to __nx_k before it) is sent once when the shell starts. It defines the halves of the wrapper as
-// functions; startLine then moves the command stream to fd 62 (9 in shells that know only
-// single-digit descriptors), makes /dev/null the shell's stdin
-// (so every command reads EOF rather than hanging, with no redirection per command) and runs the
-// command loop at top level: bash parses the loop once, and each command costs it only reading
-// its own lines. The user's command is evaluated by the loop body, at top level, never inside a
-// function, so `declare`, `return` and the positional parameters mean what they mean at a
-// prompt. A one-trip inner loop absorbs a user's `break`/`continue`. Per command the engine
-// sends "TOKEN\n" and the command's lines; then, to bash, a NUL, so it takes the whole message in
-// one `read -d ”` (a command cannot hold a NUL); to other shells, TOKEN on a line of its own,
-// which their line-by-line loop stops at.
+// bootstrap is sent once when the shell starts. It defines the halves of the loop as functions;
+// startLine then moves the command stream to fd 62 (9 in shells that know only single-digit
+// descriptors), makes /dev/null the shell's stdin (so every command reads EOF rather than
+// hanging, with no redirection per command) and runs the command loop at top level: bash parses
+// the loop once, and each command costs it only reading its own bytes. The user's command is
+// evaluated by the loop body, at top level, never inside a function, so `declare`, `return` and
+// the positional parameters mean what they mean at a prompt. A one-trip inner loop absorbs a
+// user's `break`/`continue`.
 //
-// Everything is POSIX sh with bash fast paths (`read -u`), so the same framing drives bash,
-// dash and busybox sh, locally, over SSH and in Docker.
-const bootstrap = `command set +m 2>/dev/null; [ -n "$BASH_VERSION" ] && set +o history; unset HISTFILE; __nx_nl='
-'; __nx_s='` + rs + `'; __nx_f=$-; __nx_r=0; __nx_t=; __nx_n=0; export GIT_TERMINAL_PROMPT=0 PAGER=cat GIT_PAGER=cat DEBIAN_FRONTEND=noninteractive
-if [ -n "$BASH_VERSION" ]; then __nx_get() { IFS= read -r -d '' -u 62 __nx_c || return 1; __nx_n=$((__nx_n+1)); __nx_t=$__nx_k.$__nx_n; case $__nx_f in *[xv]*) __nx_trace;; esac; }
-else __nx_get() { IFS= read -r __nx_t <&9 || return 1; __nx_c=; while IFS= read -r __nx_l <&9; do [ "$__nx_l" = "$__nx_t" ] && break; __nx_c="$__nx_c$__nx_l$__nx_nl"; done; case $__nx_f in *[xv]*) __nx_trace;; esac; }; fi
-__nx_trace() { case $__nx_f in *x*) __nx_c="set -x$__nx_nl$__nx_c";; esac; case $__nx_f in *v*) __nx_c="set -v$__nx_nl$__nx_c";; esac; }
-__nx_o="${__nx_s}NX%s${__nx_s}%s${__nx_s}%s${__nx_s}%s${__nx_s}NX%s\n"; __nx_e="${__nx_s}NX%s\n"
-__nx_out() { printf "$__nx_o" "$__nx_t" "$__nx_r" "$1" "$PWD" "$__nx_t"; }
-__nx_post() { __nx_f=$-; set +xv; printf "$__nx_e" "$__nx_t" >&3; __nx_out -; }
-__nx_fast() { __nx_f=$-; printf "$__nx_e" "$__nx_t" >&2; printf "$__nx_o" "$__nx_t" "$__nx_r" - "$PWD" "$__nx_t"; }
+// Per command the engine sends (see message): to bash, the command, a NUL (a command cannot hold
+// one, so bash takes it whole with one `read -d ”`) and the token, which `read -N` takes in one
+// read; to other shells, a fresh random delimiter line, the command's lines, the delimiter again
+// and the token on a line of its own.
+//
+// The trailer's format is a literal: \036 is rs.
+const bootstrap = `command set +m 2>/dev/null; [ -n "$BASH_VERSION" ] && set +o history; unset HISTFILE; ` +
+	`__nx_f=$-; __nx_r=0; __nx_t=; __nx_c=; export GIT_TERMINAL_PROMPT=0 PAGER=cat GIT_PAGER=cat DEBIAN_FRONTEND=noninteractive
+__nx_trace() { case $__nx_f in *x*) __nx_c="set -x
+$__nx_c";; esac; case $__nx_f in *v*) __nx_c="set -v
+$__nx_c";; esac; }
+__nx_out() { printf '\036NX%s\036%s\036%s\036%s\036NX%s\n' "$__nx_t" "$__nx_r" "$1" "$PWD" "$__nx_t"; }
+if [ -n "$BASH_VERSION" ]; then __nx_tok() { read -r -N 24 -u 62 __nx_t; }; else __nx_tok() { IFS= read -r __nx_t <&9; }; fi
+__nx_post() { __nx_f=$-; set +xv; __nx_tok; printf '\036NX%s\n' "$__nx_t" >&3; __nx_out -; __nx_t=; }
+__nx_fast() { __nx_f=$-; __nx_tok; printf '\036NX%s\n' "$__nx_t" >&2; __nx_out -; __nx_t=; }
 `
 
-// startLine starts the command loop. After the user's command, when tracing is on (the user ran
-// `set -x`), the closing half runs with stderr to /dev/null so the trace shows only the user's
-// own commands; otherwise it runs without any redirection to pay for. bash evals directly (a
-// syntax error in eval never ends a bash that is not in POSIX mode); other shells use `command
-// eval`, which keeps eval's errors from ending the shell. Should the loop end anyway (`break 2`,
-// a closed command descriptor), the shell reads its next command from /dev/null and exits, and the session
-// says the shell exited.
-const startLine = `if [ -n "$BASH_VERSION" ]; then exec 62<&0 </dev/null; ` + loopHead + `eval` + loopTail + `; else exec 9<&0 </dev/null; ` + loopHead + `command eval` + loopTail + `; fi` + "\n"
+// startLine starts the command loop, after telling the engine that the shell is ready (see
+// readyLine). After the user's command, when tracing is on (the user ran `set -x`), the closing
+// half runs with stderr to /dev/null so the trace shows only the user's own commands; otherwise
+// it runs without any redirection to pay for. bash evals directly (a syntax error in eval never
+// ends a bash that is not in POSIX mode); other shells use `command eval`, which keeps eval's
+// errors from ending the shell. Should the loop end anyway (`break 2`, a closed command
+// descriptor), the shell reads its next command from /dev/null and exits, and the session says
+// the shell exited.
+const startLine = `if [ -n "$BASH_VERSION" ]; then exec 62<&0 </dev/null; ` + ready +
+	`while IFS= read -r -d '' -u 62 __nx_c; do ` + loopBody + `eval "$__nx_c" 62<&-; done ` + loopTail +
+	`; else exec 9<&0 </dev/null; ` + ready +
+	`while IFS= read -r __nx_d <&9; do __nx_c=; while IFS= read -r __nx_l <&9; do [ "$__nx_l" = "$__nx_d" ] && break; __nx_c="$__nx_c$__nx_l
+"; done; ` + loopBody + `command eval "$__nx_c" 9<&-; done ` + loopTail + `; fi` + "\n"
 
 const (
-	loopHead = `while __nx_get; do __nx_r=0; for __nx_i in 1; do `
-	loopTail = ` "$__nx_c"; done || { __nx_r=$?; } 2>/dev/null; case $- in *[xv]*) { __nx_post; } 3>&2 2>/dev/null;; *) __nx_fast;; esac; done`
+	// ready reports the shell's pid and directory in the format of a trailer, with the token
+	// readyLine set. It runs inside startLine's compound command, which the shell has read
+	// whole before it runs any of it: the engine sends the first command only after this
+	// answer, so no shell (busybox ash reads its input in 1 KB chunks) can have read part of
+	// that command as script text.
+	ready    = `__nx_r=$$; __nx_out "${BASH_VERSION:+B}"; printf '\036NX%s\n' "$__nx_t" >&2; __nx_t=; `
+	loopBody = `case $__nx_f in *[xv]*) __nx_trace;; esac; __nx_r=0; for __nx_i in 1; do `
+	loopTail = `|| { __nx_r=$?; } 2>/dev/null; case $- in *[xv]*) { __nx_post; } 3>&2 2>/dev/null;; *) __nx_fast;; esac; done`
 )
 
-// readyLine makes the shell report its pid and directory once the bootstrap ran, in the format
-// of a trailer.
+// readyLine sets the one-time token of the shell's first answer, sent in the text itself (no
+// command runs before it); startLine, which must follow on the same line, answers with it.
 func readyLine(token string) string {
-	return `__nx_t=` + token + `; __nx_r=$$; __nx_out "${BASH_VERSION:+B}"; printf '%sNX%s\n' "$__nx_s" "$__nx_t" >&2` + "\n"
+	return `__nx_t=` + token + `; `
+}
+
+// message encodes one command for the loop: see bootstrap.
+func message(bash bool, command, token string) string {
+	var msg strings.Builder
+	if bash {
+		msg.Grow(len(command) + 2 + tokenLen)
+		msg.WriteString(command)
+		if !strings.HasSuffix(command, "\n") {
+			msg.WriteByte('\n')
+		}
+		msg.WriteByte(0)
+		msg.WriteString(token)
+		return msg.String()
+	}
+	delim := newToken()
+	msg.Grow(len(command) + 2*len(delim) + tokenLen + 4)
+	msg.WriteString(delim)
+	msg.WriteByte('\n')
+	msg.WriteString(command)
+	if !strings.HasSuffix(command, "\n") {
+		msg.WriteByte('\n')
+	}
+	msg.WriteString(delim)
+	msg.WriteByte('\n')
+	msg.WriteString(token)
+	msg.WriteByte('\n')
+	return msg.String()
 }
 
 // trailer is what a command's end looks like on stdout.

@@ -72,31 +72,52 @@ func (l *Local) Start(_ context.Context, env []string) (Proc, error) {
 	return p, nil
 }
 
-// startPiped starts cmd with a pipe on each standard stream. stdout and stderr are our own
-// pipes rather than StdoutPipe's: Wait closes those as soon as the process exits, which would
-// drop what it printed last (`echo bye; exit`) before the readers got to it.
+// startPiped starts cmd with its command stream on stdin (see commandStream) and a pipe on
+// stdout and stderr. stdout and stderr are our own pipes rather than StdoutPipe's: Wait closes
+// those as soon as the process exits, which would drop what it printed last (`echo bye; exit`)
+// before the readers got to it.
 func startPiped(cmd *exec.Cmd) (stdin io.WriteCloser, stdout, stderr *os.File, err error) {
-	stdin, err = cmd.StdinPipe()
+	in, commands, err := commandStream()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("stdin pipe: %w", err)
+		return nil, nil, nil, err
 	}
 	stdout, outW, err := os.Pipe()
 	if err != nil {
+		_, _ = in.Close(), commands.Close()
 		return nil, nil, nil, fmt.Errorf("stdout pipe: %w", err)
 	}
 	stderr, errW, err := os.Pipe()
 	if err != nil {
-		_, _ = stdout.Close(), outW.Close()
+		_, _, _, _ = in.Close(), commands.Close(), stdout.Close(), outW.Close()
 		return nil, nil, nil, fmt.Errorf("stderr pipe: %w", err)
 	}
-	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, outW, errW
 	err = cmd.Start()
-	_, _ = outW.Close(), errW.Close() // the process and its children hold the write ends now
+	_, _, _ = in.Close(), outW.Close(), errW.Close() // the process and its children hold these ends now
 	if err != nil {
-		_, _ = stdout.Close(), stderr.Close()
+		_, _, _ = commands.Close(), stdout.Close(), stderr.Close()
 		return nil, nil, nil, err // callers add context
 	}
-	return stdin, stdout, stderr, nil
+	return commands, stdout, stderr, nil
+}
+
+// commandStream makes the shell's stdin, which carries its commands: a socket pair rather than
+// a pipe, because any process of the shell's user can open a pipe again through /proc/PID/fd/N
+// and write commands into it, where /proc refuses to open a socket (see framing.go). The shell
+// only reads: its end cannot send, ours cannot receive.
+func commandStream() (shellEnd, ours *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("command stream: %w", err)
+	}
+	_ = syscall.Shutdown(fds[0], syscall.SHUT_WR)
+	_ = syscall.Shutdown(fds[1], syscall.SHUT_RD)
+	// Ours is non-blocking so that the runtime's poller serves it and Close ends a pending write.
+	if err := syscall.SetNonblock(fds[1], true); err != nil {
+		_, _ = syscall.Close(fds[0]), syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("command stream: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "shell stdin"), os.NewFile(uintptr(fds[1]), "shell commands"), nil
 }
 
 // closeReaders unblocks a process's output readers even if an escaped child still holds the

@@ -24,15 +24,17 @@ import (
 // refused: what the loop evaluates must come only from the engine.
 const ReservedPrefix = "__nx_"
 
-// framingBuiltins are the builtins the session's command loop calls: a
-// function of that name would run in their place, so defining one (or
-// disabling the builtin with enable -n) is refused when lists are set.
+// framingBuiltins are the builtins the session's command loop calls once commands have run
+// (internal/shell's framing, which a test there holds to this list): a function of that name
+// would run in their place, so defining one, or disabling the builtin with enable -n, is
+// refused when lists are set.
 var framingBuiltins = map[string]bool{
-	"read": true, "printf": true, "eval": true, "set": true, "command": true,
-	"builtin": true, "exec": true, "case": true, "test": true, "[": true,
-	"unset": true, "return": true, "break": true, "continue": true, ":": true,
-	"true": true, "false": true,
+	"read": true, "printf": true, "eval": true, "set": true, "command": true, "[": true, "break": true,
 }
+
+// ReservedBuiltin reports whether name is a builtin the session's command loop calls, which a
+// session with lists may not replace with a function or disable.
+func ReservedBuiltin(name string) bool { return framingBuiltins[name] }
 
 // integerVars have the integer attribute in a new bash (RANDOM, SECONDS,
 // OPTIND ...): a value assigned to them is evaluated arithmetically.

@@ -179,8 +179,8 @@ var evaluated = []struct{ cmd, rule string }{
 	{"printf() { :; }", RuleReserved},
 	{"function eval { :; }", RuleReserved},
 	{"set() { :; }", RuleReserved},
-	{"builtin() { :; }", RuleReserved},
 	{"command() { :; }", RuleReserved},
+	{"[() { :; }", RuleReserved},
 	{"enable -n read", RuleReserved},
 	{"enable -n printf eval", RuleReserved},
 	{"echo rm v > /proc/self/fd/62", RuleReserved},
@@ -323,6 +323,8 @@ var literalArithmetic = []string{
 	"echo $__other $_nx $nx_x",
 	"read_all() { :; }",
 	"enable -n kill",
+	"builtin() { :; }",
+	"test() { :; }",
 }
 
 func TestLiteralArithmeticAllowed(t *testing.T) {
