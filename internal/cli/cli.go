@@ -56,6 +56,9 @@ func Main(ctx context.Context, args []string, env Env) int {
 	if env.Version == "" {
 		env.Version = "dev"
 	}
+	if len(args) == 2 && args[0] == watchdogCommand {
+		return runWatchdog(ctx, env, args[1])
+	}
 	a := &app{env: env}
 	root := a.rootCmd()
 	root.SetArgs(args)

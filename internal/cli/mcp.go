@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/shell/policy"
 	"github.com/nexus-run/nexus/internal/shell/session"
@@ -114,7 +116,15 @@ configuration.`,
 					return err
 				}
 			}
+			if err := fsutil.MkdirPrivate(a.stateDir); err != nil {
+				return err
+			}
+			owner, err := a.openOwner(cmd.Context(), "mcp", logger)
+			if err != nil {
+				return err
+			}
 			cfg := session.Config{
+				Owner:       owner,
 				MaxSessions: maxSessions,
 				IdleTimeout: idle,
 				AuditDir:    a.orState(auditDir, "audit"),
@@ -146,7 +156,10 @@ configuration.`,
 				fmt.Fprintln(a.env.Stderr, "nexus mcp speaks the Model Context Protocol on stdin/stdout and is meant to be started by an MCP client; "+
 					"see \"nexus mcp setup --help\". Press Ctrl-D to stop.")
 			}
-			err := srv.ServeStdio(ctx, a.env.Stdin, a.env.Stdout)
+			err = srv.ServeStdio(ctx, a.env.Stdin, a.env.Stdout)
+			if cerr := closeOwner(context.WithoutCancel(ctx), owner, logger); cerr != nil && err == nil {
+				err = cerr
+			}
 			logger.Info("nexus mcp: stopped")
 			return err
 		},

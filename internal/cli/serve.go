@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os/signal"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/project"
@@ -27,6 +29,7 @@ func (a *app) serveCmd() *cobra.Command {
 		shell       string
 		grace       time.Duration
 		logLevel    string
+		allowHosts  []string
 	)
 	// Its stdout stays empty (logs go to stderr): errors are reported on stderr only.
 	cmd := textOutput(&cobra.Command{
@@ -53,14 +56,21 @@ func (a *app) serveCmd() *cobra.Command {
 			if idle == 0 {
 				idle = -1 // runtime: negative disables
 			}
+			if err := fsutil.MkdirPrivate(a.stateDir); err != nil {
+				return err
+			}
+			owner, err := a.openOwner(cmd.Context(), "gateway", logger)
+			if err != nil {
+				return err
+			}
 			projects := project.NewStore(a.projectsPath(), a.env.Now)
 			shells := session.New(session.Config{
 				MaxSessions: maxSessions,
 				IdleTimeout: -1, // a run shell lives as long as its terminal
 				AuditDir:    filepath.Join(a.stateDir, "audit"),
 				Now:         a.env.Now,
+				Owner:       owner,
 			})
-			defer shells.Close()
 			reg := runtime.New(runtime.Config{
 				MaxSessions: maxSessions,
 				IdleTimeout: idle,
@@ -71,6 +81,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Shell:  shell,
 				Grace:  grace,
 				Shells: shells,
+				Owner:  owner,
 				Projects: func(id string) (string, error) {
 					p, err := projects.Get(id)
 					return p.Path, err
@@ -78,12 +89,13 @@ func (a *app) serveCmd() *cobra.Command {
 			})
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return gateway.Serve(ctx, gateway.DaemonOptions{
-				StateDir: a.stateDir,
-				Listen:   listen,
-				Registry: reg,
-				Version:  a.env.Version,
-				Logger:   logger,
+			serveErr := gateway.Serve(ctx, gateway.DaemonOptions{
+				StateDir:     a.stateDir,
+				Listen:       listen,
+				AllowedHosts: allowHosts,
+				Registry:     reg,
+				Version:      a.env.Version,
+				Logger:       logger,
 				Ready: func(in gateway.Info) {
 					msg := fmt.Sprintf("nexus: gateway pid %d listening on %s", in.PID, in.Socket)
 					if in.Listen != "" {
@@ -92,6 +104,13 @@ func (a *app) serveCmd() *cobra.Command {
 					fmt.Fprintln(a.env.Stderr, msg)
 				},
 			})
+			// Sessions are closed; the companion run shells go next, then whatever is left of
+			// any group is killed. A gateway that could not reap everything says so and fails.
+			shells.Close()
+			if err := closeOwner(context.WithoutCancel(ctx), owner, logger); err != nil && serveErr == nil {
+				serveErr = err
+			}
+			return serveErr
 		},
 	})
 	f := cmd.Flags()
@@ -102,6 +121,7 @@ func (a *app) serveCmd() *cobra.Command {
 	f.StringVar(&shell, "shell", "", "default shell of terminal sessions (default $SHELL, then bash, then sh)")
 	f.DurationVar(&grace, "grace", 2*time.Second, "how long a closing shell gets after SIGHUP before it is killed")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringSliceVar(&allowHosts, "allow-host", nil, "a host name the TCP listener answers to besides IP addresses and localhost (repeatable; guards against DNS rebinding)")
 	return cmd
 }
 

@@ -124,6 +124,9 @@ func (l *Lock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
+	// LOCK_UN first: a child forked at this moment shares the open file, and with it the lock,
+	// until it execs, so closing alone could leave the lock held a little longer.
+	_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
 	err := l.f.Close()
 	l.f = nil
 	if err != nil {
@@ -187,6 +190,30 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	ok = true
 	return SyncDir(dir)
+}
+
+// ReplaceFile replaces path with data through a temp file and a rename, without fsync: for
+// records that must survive the death of the process that writes them (the page cache does)
+// but need not survive the machine's (what they describe does not either).
+func ReplaceFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	name := tmp.Name()
+	_, werr := tmp.Write(data)
+	cerr := tmp.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(name, path)
+	}
+	if werr != nil {
+		_ = os.Remove(name)
+		return fmt.Errorf("write %s: %w", path, werr)
+	}
+	return nil
 }
 
 // SyncDir fsyncs a directory so a rename in it is durable.

@@ -18,6 +18,9 @@ type Proc struct {
 	// State is the one-letter state: R, S, D, T, Z (zombie), X (dead), ...
 	State byte
 	Comm  string
+	// Start is when the process started, in clock ticks since boot: with PID it names one
+	// process for good, since a PID is reused but never with the same start time.
+	Start uint64
 }
 
 // Dead reports whether the process has exited (a zombie waiting for its parent, or gone).
@@ -48,7 +51,20 @@ func parse(pid int, b []byte) (Proc, error) {
 	p.PGID, _ = strconv.Atoi(string(f[2]))
 	p.SID, _ = strconv.Atoi(string(f[3]))
 	p.TPGID, _ = strconv.Atoi(string(f[5]))
+	if len(f) > 19 {
+		p.Start, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	}
 	return p, nil
+}
+
+// BootID identifies the running kernel boot: process ids and start times mean nothing across
+// a reboot.
+func BootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b))
 }
 
 // All lists every process that could be read (processes exit while we look: they are skipped).

@@ -55,3 +55,20 @@ func TestSessionFindsChildInNewSession(t *testing.T) {
 		t.Fatalf("Stat(self) = %+v, %v", self, err)
 	}
 }
+
+func TestStartTimeAndBootID(t *testing.T) {
+	self, err := Stat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self.Start == 0 {
+		t.Fatal("no start time for this process")
+	}
+	again, _ := Stat(os.Getpid())
+	if again.Start != self.Start {
+		t.Fatalf("start time changed: %d then %d", self.Start, again.Start)
+	}
+	if id := BootID(); len(id) < 16 || id != BootID() {
+		t.Fatalf("boot id %q", id)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/procfs"
+	"github.com/nexus-run/nexus/internal/reaper"
 )
 
 // Local runs shells on this machine over pipes: no terminal, no temp files, no polling.
@@ -23,6 +24,9 @@ type Local struct {
 	Dir string
 	// Env is the base environment; nil means this process's.
 	Env []string
+	// Owner answers for the shell and everything it starts (see package reaper); nil means a
+	// private owner that tracks the shell's process session.
+	Owner *reaper.Owner
 }
 
 // Kind implements Transport.
@@ -45,7 +49,7 @@ func FindShell(preferred string) (string, error) {
 }
 
 // Start implements Transport.
-func (l *Local) Start(_ context.Context, env []string) (Proc, error) {
+func (l *Local) Start(ctx context.Context, env []string) (Proc, error) {
 	sh, err := FindShell(l.Shell)
 	if err != nil {
 		return nil, err
@@ -57,13 +61,34 @@ func (l *Local) Start(_ context.Context, env []string) (Proc, error) {
 		base = os.Environ()
 	}
 	cmd.Env = append(append([]string{}, base...), env...)
-	// Its own process group, so closing can take everything it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, stdout, stderr, err := startPiped(cmd)
+	owner, private := l.Owner, false
+	if owner == nil {
+		if owner, err = reaper.Open(ctx, reaper.Options{NoCgroup: true}); err != nil {
+			return nil, fmt.Errorf("start %s: %w", sh, err)
+		}
+		private = true
+	}
+	g, err := owner.NewGroup()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", sh, err)
 	}
-	p := &localProc{cmd: cmd, stdin: stdin, stdout: stdout, stderr: stderr, done: make(chan struct{}), dir: l.Dir, env: cmd.Env}
+	// A process group of its own (cgroup or process session), so closing takes everything
+	// it started, and the shell dies with this process should it be killed.
+	cmd.SysProcAttr = g.Prepare(nil)
+	stdin, stdout, stderr, err := startPiped(cmd)
+	if err != nil {
+		g.Release()
+		return nil, fmt.Errorf("start %s: %w", sh, err)
+	}
+	if err := g.Started(cmd.Process.Pid); err != nil {
+		g.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("start %s: %w", sh, err)
+	}
+	p := &localProc{cmd: cmd, group: g, stdin: stdin, stdout: stdout, stderr: stderr, done: make(chan struct{}), dir: l.Dir, env: cmd.Env}
+	if private {
+		p.owner = owner
+	}
 	go func() {
 		err := cmd.Wait()
 		p.code = exitStatus(cmd.ProcessState, err)
@@ -145,6 +170,8 @@ func exitStatus(ps *os.ProcessState, err error) int {
 
 type localProc struct {
 	cmd    *exec.Cmd
+	group  *reaper.Group
+	owner  *reaper.Owner // a private owner, closed with the shell
 	stdin  io.WriteCloser
 	stdout io.Reader
 	stderr io.Reader
@@ -212,38 +239,37 @@ func (p *localProc) Run(ctx context.Context, script string, stdin []byte) ([]byt
 // Close hangs up the shell's process group and its descendants, kills what remains after a
 // short grace, and reaps the shell.
 func (p *localProc) Close() error {
+	var err error
 	p.once.Do(func() {
 		_ = p.stdin.Close()
 		pid := p.cmd.Process.Pid
-		kill := func(sig syscall.Signal) {
+		// The process tree catches children that left the session while their parents live,
+		// where the group is a process session rather than a cgroup.
+		hangUp := func(sig syscall.Signal) {
 			for _, d := range descendants(pid) {
 				_ = syscall.Kill(d, sig)
 			}
-			_ = syscall.Kill(-pid, sig)
+			p.group.Signal(sig)
 		}
-		kill(syscall.SIGHUP)
+		hangUp(syscall.SIGHUP)
 		select {
 		case <-p.done:
 		case <-time.After(500 * time.Millisecond):
 		}
-		kill(syscall.SIGKILL)
+		hangUp(syscall.SIGKILL)
+		p.group.Kill()
 		<-p.done
 		closeReaders(p.stdout, p.stderr)
-		// Descendants that left the group (setsid) were found through the process tree above;
-		// make sure none outlives the session.
-		for range 50 {
-			left := 0
-			for _, pr := range procfs.All() {
-				if pr.PGID == pid && !pr.Dead() {
-					_ = syscall.Kill(pr.PID, syscall.SIGKILL)
-					left++
-				}
-			}
-			if left == 0 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), reaper.KillWait)
+		defer cancel()
+		if err = p.group.Wait(ctx); err == nil {
+			p.group.Release()
+		} else {
+			err = fmt.Errorf("close shell: %d processes survived SIGKILL: %w", len(p.group.Members()), err)
+		}
+		if p.owner != nil {
+			_, _ = p.owner.Close(ctx)
 		}
 	})
-	return nil
+	return err
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/reaper"
 	"github.com/nexus-run/nexus/internal/runtime"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/session"
@@ -38,6 +39,21 @@ type Kind struct {
 	Env []string
 	// Shells runs `run` commands in an agent shell beside each terminal; nil disables run.
 	Shells *session.Manager
+	// Owner answers for every process a terminal starts (its cgroup or process session,
+	// records for crash recovery). Nil means a private owner that tracks process sessions.
+	Owner *reaper.Owner
+
+	ownerOnce sync.Once
+	ownerErr  error
+}
+
+func (k *Kind) owner() (*reaper.Owner, error) {
+	k.ownerOnce.Do(func() {
+		if k.Owner == nil {
+			k.Owner, k.ownerErr = reaper.Open(context.Background(), reaper.Options{NoCgroup: true})
+		}
+	})
+	return k.Owner, k.ownerErr
 }
 
 // Type implements runtime.Kind.
@@ -96,7 +112,11 @@ func (k *Kind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateReques
 	if grace <= 0 {
 		grace = 2 * time.Second
 	}
-	t := &term{sink: sink, dir: dir, shell: sh, env: env, cols: uint16(opts.Cols), rows: uint16(opts.Rows), grace: grace, shells: k.Shells}
+	owner, err := k.owner()
+	if err != nil {
+		return nil, err
+	}
+	t := &term{sink: sink, dir: dir, shell: sh, env: env, cols: uint16(opts.Cols), rows: uint16(opts.Rows), grace: grace, shells: k.Shells, owner: owner}
 	t.unpaused = make(chan struct{})
 	close(t.unpaused)
 	p, err := t.spawn()
@@ -118,6 +138,7 @@ func (k *Kind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateReques
 
 type term struct {
 	shells *session.Manager
+	owner  *reaper.Owner
 	sink   *runtime.Sink
 	dir    string
 	shell  string
@@ -135,6 +156,7 @@ type term struct {
 // proc is one shell run: restart replaces it under the same session.
 type proc struct {
 	cmd        *exec.Cmd
+	group      *reaper.Group // the shell's session: the shell and everything it starts
 	ptm        *os.File
 	exited     chan struct{} // closed after Wait reaped the shell
 	readerDone chan struct{}
@@ -161,18 +183,32 @@ func (t *term) spawn() (*proc, error) {
 		_ = tty.Close()
 		return nil, err
 	}
+	g, err := t.owner.NewGroup()
+	if err != nil {
+		_ = ptm.Close()
+		_ = tty.Close()
+		return nil, fmt.Errorf("start shell %s: %w", t.shell, err)
+	}
 	cmd := exec.Command(t.shell) //nolint:noctx // the shell outlives any request; stop() ends it
 	cmd.Dir = t.dir
 	cmd.Env = t.env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	cmd.SysProcAttr = g.Prepare(&syscall.SysProcAttr{Setctty: true})
 	if err := cmd.Start(); err != nil {
+		g.Release()
 		_ = ptm.Close()
 		_ = tty.Close()
 		return nil, fmt.Errorf("start shell %s: %w", t.shell, err)
 	}
 	_ = tty.Close() // the shell holds the only slave fds now, so its exit ends our reads
-	p := &proc{cmd: cmd, ptm: ptm, exited: make(chan struct{}), readerDone: make(chan struct{}), closing: make(chan struct{})}
+	if err := g.Started(cmd.Process.Pid); err != nil {
+		// Unrecorded, the shell could outlive a crash of the gateway unnoticed: refuse it.
+		g.Kill()
+		_ = cmd.Wait()
+		_ = ptm.Close()
+		return nil, fmt.Errorf("start shell %s: %w", t.shell, err)
+	}
+	p := &proc{cmd: cmd, group: g, ptm: ptm, exited: make(chan struct{}), readerDone: make(chan struct{}), closing: make(chan struct{})}
 	go t.wait(p) // the reader starts later (startReader), so the log opens with the session's own events
 	return p, nil
 }
@@ -300,45 +336,28 @@ func exitCode(ps *os.ProcessState, err error) int {
 	return ps.ExitCode()
 }
 
-// stop hangs up p's shell, kills whatever of its session is left after the grace period, reaps
-// the shell and closes the PTY. Processes that left the session (setsid daemons) are not ours.
-func (t *term) stop(p *proc) {
+// stop hangs up p's shell and everything it started (its process group: a cgroup where there
+// are cgroups, else its process session), kills what is left after the grace period or once ctx
+// ends, reaps the shell and closes the PTY.
+func (t *term) stop(ctx context.Context, p *proc) error {
 	p.stopMu.Lock()
 	if p.stopping {
 		p.stopMu.Unlock()
 		<-p.readerDone
-		return
+		return nil
 	}
 	p.stopping = true
 	close(p.closing)
 	p.stopMu.Unlock()
-	sid := p.cmd.Process.Pid
-	signalSession(sid, syscall.SIGHUP)
-	signalSession(sid, syscall.SIGCONT) // stopped jobs must wake to see the hangup
-	deadline := time.Now().Add(t.grace)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.exited:
-			if sessionMembers(sid) == 0 {
-				deadline = time.Time{}
-				continue
-			}
-		default:
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// SIGKILL takes effect only once the target is scheduled: keep checking until every member
-	// is dead (zombies do not count), pausing even after the shell itself has been reaped.
-	for range 200 {
-		if signalSession(sid, syscall.SIGKILL) == 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	err := p.group.Stop(ctx, syscall.SIGHUP, t.grace)
 	<-p.exited
+	if err == nil {
+		p.group.Release()
+	}
 	_ = p.ptm.Close()
 	t.startReader(p) // a reader that never started must still finish
 	<-p.readerDone
+	return err
 }
 
 // Send implements runtime.Instance.
@@ -408,7 +427,9 @@ func (t *term) restart() (any, error) {
 	t.mu.Lock()
 	old := t.cur
 	t.mu.Unlock()
-	t.stop(old)
+	if err := t.stop(context.Background(), old); err != nil {
+		return nil, abi.Errorf(abi.CodeResourceUnavailable, t.sink.SessionID(), "restart: %v", err)
+	}
 	p, err := t.spawn()
 	if err != nil {
 		return nil, err
@@ -446,11 +467,11 @@ func (t *term) Close(ctx context.Context) error {
 	t.closed = true
 	runID := t.runID
 	t.mu.Unlock()
-	t.stop(p)
+	err := t.stop(ctx, p)
 	if runID != "" {
 		_ = t.shells.Destroy(ctx, runID)
 	}
-	return nil
+	return err
 }
 
 // Run implements runtime.Runner: the command runs in an agent shell beside the PTY, started in

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nexus-run/nexus/internal/reaper"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/output"
 	"github.com/nexus-run/nexus/internal/shell/policy"
@@ -52,6 +53,9 @@ type Config struct {
 	RunPrefix string
 	// Transport builds a transport; nil means the built-in local, ssh and docker ones.
 	Transport func(o CreateOptions) (shell.Transport, error)
+	// Owner answers for the processes of local shells (see package reaper); nil means each
+	// shell tracks its own process session.
+	Owner *reaper.Owner
 }
 
 // SSHConfig are the operator's SSH settings.
@@ -183,7 +187,7 @@ func Sanitize(s string) string {
 func (c Config) builtinTransport(o CreateOptions) (shell.Transport, error) {
 	switch o.Transport {
 	case "", "local":
-		return &shell.Local{Dir: o.Cwd}, nil
+		return &shell.Local{Dir: o.Cwd, Owner: c.Owner}, nil
 	case "ssh":
 		return newSSH(c, o)
 	case "docker":
