@@ -74,6 +74,7 @@ type walker struct {
 	stop     bool
 	budget   int       // bytes left for parsing nested shell strings
 	tree     int       // current recursion depth over syntax trees
+	steps    int       // nodes entered, in all: the walker's work
 	deferred []finding // findings about evaluated data, reported after the walk
 }
 
@@ -81,11 +82,29 @@ var parserPool = sync.Pool{New: func() any { return syntax.NewParser(syntax.Vari
 
 // inspect walks every command that command would run and reports them.
 func inspect(command string, emit func(finding) bool) {
+	inspectWork(command, emit)
+}
+
+// inspectWork is inspect, returning the work done: the bytes handed to the
+// parser (command and nested shell strings) and the syntax nodes walked.
+func inspectWork(command string, emit func(finding) bool) (parsed, steps int) {
 	w := &walker{emit: emit, budget: MaxInspectBytes}
 	w.source(command, 0, "")
 	for _, f := range w.deferred {
 		w.report(f)
 	}
+	return MaxInspectBytes - w.budget, w.steps
+}
+
+// charge counts src against the bytes the parser may be given in all,
+// reporting the limit when they run out.
+func (w *walker) charge(src string) bool {
+	if len(src) > w.budget {
+		w.report(finding{kind: findLimit, name: clip(src), detail: fmt.Sprintf("more than %d bytes to inspect", MaxInspectBytes)})
+		return false
+	}
+	w.budget -= len(src)
+	return true
 }
 
 func (w *walker) report(f finding) {
@@ -119,11 +138,9 @@ func (w *walker) source(src string, depth int, where string) {
 		w.report(finding{kind: findLimit, name: clip(src), detail: fmt.Sprintf("shell strings nested more than %d deep", MaxDepth)})
 		return
 	}
-	if len(src) > w.budget {
-		w.report(finding{kind: findLimit, name: clip(src), detail: fmt.Sprintf("more than %d bytes to inspect", MaxInspectBytes)})
+	if !w.charge(src) {
 		return
 	}
-	w.budget -= len(src)
 	if n := bracketNesting(src); n > MaxNesting {
 		w.report(finding{kind: findLimit, name: clip(src), detail: fmt.Sprintf("nested more than %d levels deep", MaxNesting)})
 		return
@@ -195,6 +212,7 @@ func (fr *frame) enter() bool {
 		return false
 	}
 	w.tree++
+	w.steps++
 	if w.tree > maxTreeDepth {
 		w.report(finding{kind: findLimit, name: clip(fr.src), detail: fmt.Sprintf("syntax tree deeper than %d levels", maxTreeDepth)})
 		return false

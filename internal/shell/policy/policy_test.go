@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 func mustNew(t testing.TB, allow, deny []string, op Operator) *Policy {
@@ -705,14 +704,23 @@ func TestPrograms(t *testing.T) {
 	}
 }
 
+// maxSteps bounds the syntax nodes the walker may visit for a command of n
+// bytes: the parser makes at most a few nodes per byte, and the walker
+// visits each once (nested shell strings are charged to the same budget).
+func maxSteps(n int) int { return 4*n + 64 }
+
+// TestLimits: hostile input is refused with the limit rule, and the work
+// done on it is bounded by the input's size, counted (bytes parsed, nodes
+// walked) rather than timed: BenchmarkCheckHostile measures the time.
 func TestLimits(t *testing.T) {
 	p := mustNew(t, nil, []string{"rm"}, Operator{})
 	check := func(name, cmd, rule string) {
 		t.Helper()
-		start := time.Now()
 		err := p.Check(cmd)
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("%s: Check took %v", name, d)
+		parsed, steps := inspectWork(cmd, func(finding) bool { return true })
+		if parsed > MaxInspectBytes || steps > maxSteps(len(cmd)) {
+			t.Errorf("%s: %d bytes parsed, %d nodes walked for %d bytes of input (bounds %d, %d)",
+				name, parsed, steps, len(cmd), MaxInspectBytes, maxSteps(len(cmd)))
 		}
 		if rule == "" {
 			if err != nil {
@@ -724,27 +732,57 @@ func TestLimits(t *testing.T) {
 			t.Errorf("%s: rule %q (%v), want %q", name, v.Rule, err, rule)
 		}
 	}
-	// A 100 KB command (SHELL.md's "must work" list) passes.
+	// A 100 KB command (docs/agent-shells.md: commands are sent whole) passes.
 	check("100KB echo", "echo "+strings.Repeat("a", 100<<10), "")
 	check("100KB heredoc", "cat > f <<'EOF'\n"+strings.Repeat("line of text (with parens)\n", 4000)+"EOF", "")
 	check("too large", "echo "+strings.Repeat("a", MaxInspectBytes), RuleUninspectable)
 	check("nested $(", strings.Repeat("$(", MaxNesting+1)+"x"+strings.Repeat(")", MaxNesting+1), RuleUninspectable)
-	check("nested (", strings.Repeat("(", 100000)+"x"+strings.Repeat(")", 100000), RuleUninspectable)
 	check("nested arithmetic", "echo $(("+strings.Repeat("(", 100000)+"1"+strings.Repeat(")", 100000)+"))", RuleUninspectable)
 	check("nested $[", strings.Repeat("$[", 100000)+"1"+strings.Repeat("]", 100000), RuleUninspectable)
 	check("shallow nesting", strings.Repeat("$(", 50)+"rm x"+strings.Repeat(")", 50), denyRm)
 	// Deep nesting the bracket scan cannot see (closers hidden in case
 	// patterns, words and strings) stays bounded by the size limit and
 	// the tree depth limit.
-	n := MaxInspectBytes / 20
-	check("case-pattern closers", strings.Repeat("$(case x in a) ", n)+"x"+strings.Repeat(";; esac)", n), RuleUninspectable)
-	check("brace-word closers", strings.Repeat("{ x}; ", n)+strings.Repeat(" }; ", n), RuleUninspectable)
-	check("quoted closers", strings.Repeat("$(echo ')' ", n)+strings.Repeat(")", n), RuleUninspectable)
-	check("keyword nesting", strings.Repeat("if x; then ", n/2)+"x"+strings.Repeat("; fi", n/2), RuleUninspectable)
+	for name, cmd := range hostile() {
+		rule := RuleUninspectable
+		if name == "largest command" {
+			rule = ""
+		}
+		check(name, cmd, rule)
+	}
 	check("keyword nesting within limits", strings.Repeat("if x; then ", 100)+"rm x"+strings.Repeat("; fi", 100), denyRm)
 	// Shell strings nested deeper than MaxDepth.
 	check("nested eval", strings.Repeat("eval ", MaxDepth+2)+"ls", RuleUninspectable)
 	check("eval within depth", strings.Repeat("eval ", MaxDepth)+"rm x", denyRm)
+	check("nested declarations", strings.Repeat("builtin declare a=1 ", 5000), "")
+}
+
+// hostile are inputs built to make inspection slow or deep.
+func hostile() map[string]string {
+	n := MaxInspectBytes / 20
+	return map[string]string{
+		"case-pattern closers": strings.Repeat("$(case x in a) ", n) + "x" + strings.Repeat(";; esac)", n),
+		"brace-word closers":   strings.Repeat("{ x}; ", n) + strings.Repeat(" }; ", n),
+		"quoted closers":       strings.Repeat("$(echo ')' ", n) + strings.Repeat(")", n),
+		"keyword nesting":      strings.Repeat("if x; then ", n/2) + "x" + strings.Repeat("; fi", n/2),
+		"nested parentheses":   strings.Repeat("(", 100000) + "x" + strings.Repeat(")", 100000),
+		"largest command":      "echo " + strings.Repeat("a", MaxInspectBytes-10),
+	}
+}
+
+// BenchmarkCheckHostile measures the time Check takes on hostile input (the
+// speed claim behind the limits, kept out of the tests: a loaded machine
+// may take any time).
+func BenchmarkCheckHostile(b *testing.B) {
+	p := mustNew(b, nil, []string{"rm"}, Operator{})
+	for name, cmd := range hostile() {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(cmd)))
+			for b.Loop() {
+				_ = p.Check(cmd)
+			}
+		})
+	}
 }
 
 func TestConcurrentCheck(t *testing.T) {
@@ -769,7 +807,7 @@ func TestConcurrentCheck(t *testing.T) {
 	wg.Wait()
 }
 
-// FuzzCheck: no panic, bounded time, and a command a deny: [rm] policy
+// FuzzCheck: no panic, bounded work, and a command a deny: [rm] policy
 // allows never lists rm among its programs.
 func FuzzCheck(f *testing.F) {
 	for _, tc := range bypasses {
@@ -781,12 +819,11 @@ func FuzzCheck(f *testing.F) {
 	deny := mustNew(f, nil, []string{"rm"}, Operator{})
 	allow := mustNew(f, []string{"ls", "echo", "bash"}, nil, Operator{DenyPatterns: []*regexp.Regexp{regexp.MustCompile(`curl .*\| *sh`)}})
 	f.Fuzz(func(t *testing.T, cmd string) {
-		start := time.Now()
 		errDeny := deny.Check(cmd)
 		_ = allow.Check(cmd)
 		names, errProg := Programs(cmd)
-		if d := time.Since(start); d > 10*time.Second {
-			t.Fatalf("Check took %v on %d bytes", d, len(cmd))
+		if parsed, steps := inspectWork(cmd, func(finding) bool { return true }); parsed > MaxInspectBytes || steps > maxSteps(len(cmd)) {
+			t.Fatalf("%d bytes parsed, %d nodes walked for %d bytes", parsed, steps, len(cmd))
 		}
 		if errDeny == nil {
 			if errProg != nil {
