@@ -145,6 +145,9 @@ func (fr *frame) declCall(prog string, args []*syntax.Word, _ []*syntax.Redirect
 		return
 	}
 	src := prog + " " + fr.src[start:end]
+	if !fr.w.charge(src) {
+		return
+	}
 	p := parserPool.Get().(*syntax.Parser)
 	f, err := p.Parse(strings.NewReader(src), "")
 	parserPool.Put(p)
@@ -313,6 +316,9 @@ func (fr *frame) completion(prog string, args []*syntax.Word, _ []*syntax.Redire
 				fr.w.dynamic(prog+" -W", prog+" -W expands a word list that is not a literal")
 				return
 			}
+			if !fr.w.charge(f.value) {
+				return
+			}
 			words, err := splitWords(f.value)
 			if err != nil {
 				fr.w.report(finding{kind: findUnparsable, name: clip(f.value), detail: prog + " -W: " + err.Error()})
@@ -448,4 +454,11 @@ func multiField(pe *syntax.ParamExp) bool {
 		return true
 	}
 	return pe.Index != nil && allElements(pe.Index) && !pe.Length
+}
+
+// builtinChecks are the builtins in the wrapper table whose arguments are
+// checked for evaluated data; they run no program.
+var builtinChecks = map[string]bool{
+	"declare": true, "typeset": true, "local": true, "export": true, "readonly": true, "let": true, "read": true,
+	"printf": true, "getopts": true, "wait": true, "unset": true, "test": true, "[": true, "compgen": true, "complete": true,
 }

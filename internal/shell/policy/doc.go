@@ -56,17 +56,49 @@
 // is a literal here-document or here-string and is dynamic otherwise (so
 // `curl ... | sh` is refused).
 //
-// Wrappers are followed to the program they run, with their options parsed
-// (argument-taking options skipped; long options by unambiguous prefix, as
-// getopt_long does): env (-i, -u NAME, -C DIR, -S STRING, NAME=VALUE), sudo
-// (-u USER, -g, -D, -E, --user=, NAME=VALUE, -s/-i without a command), doas,
-// su/runuser, xargs (-0 -n N -I R -P N ..., `echo` when no program), find
-// -exec/-execdir/-ok/-okdir ... ; or +, nice (-n N, -N), timeout (-s SIG,
-// -k DUR, then DURATION), nohup, /usr/bin/time, stdbuf, setsid, ionice,
-// taskset (then the mask), chroot (options, then NEWROOT), flock (then the
-// lock file), watch, busybox/toybox APPLET, command (but `command -v/-V`
-// only looks up), builtin, exec (-a NAME -c -l), hash -p PATH NAME (makes
-// NAME run PATH).
+// Wrappers, programs that run another program or a command string given on
+// their command line, are followed to what they run, with their options
+// parsed as their getopt would (argument-taking options skipped; long
+// options by unambiguous prefix, as getopt_long does; options anywhere for
+// the programs whose getopt permutes them). The table in wrappertable.go
+// comes from a survey of Debian's coreutils, util-linux, procps, findutils,
+// debianutils, sudo, strace, gdb, fakeroot, bsdutils, libcap2-bin, passwd
+// and login and of common others, and says for each program how it takes
+// its command: after its options and a fixed number of operands (nice,
+// timeout DURATION, chrt PRIORITY, taskset MASK, chroot NEWROOT, setarch
+// ARCH, unshare, nsenter, prlimit, setpriv, strace, fakeroot, systemd-run
+// ...), as a string run by a shell (script -c, sg, su -c, flock -c, split
+// --filter, tar --to-command, ssh -o ProxyCommand=, rsync -e, man -P, zip
+// -TT, strace -o '|cmd'), as a program named by an option (sort
+// --compress-program, install --strip-program, scp -S, tar
+// --rsh-command), through another shell (capsh --, bash -c), or from
+// standard input (a shell run by unshare, setarch, script, fakeroot or sg
+// without a program reads a literal here-document, else it is dynamic).
+// The wrappers handled on their own: env (-i, -u NAME, -C DIR, -S STRING,
+// NAME=VALUE), sudo (-u USER, -g, -D, -E, --user=, NAME=VALUE, -s/-i
+// without a command), doas, su/runuser, xargs (-0 -n N -I R -P N ...,
+// `echo` when no program), find -exec/-execdir/-ok/-okdir ... ; or +,
+// flock, watch, busybox/toybox APPLET, command (but `command -v/-V` only
+// looks up), builtin, exec (-a NAME -c -l), hash -p PATH NAME (makes NAME
+// run PATH).
+//
+// A word from data where a wrapper's option or program could stand makes
+// the command dynamic: `timeout "$t" KILL 5 rm` runs rm when t is -s, and
+// `sort "$f"` runs a program when f is --compress-program=PROG. After a
+// literal "--" no word is an option, so `sort -- "$f"` passes.
+//
+// Some programs run others in ways this package cannot follow: an
+// interpreter of their own (gdb -ex 'shell CMD', lldb, perf), commands read
+// from standard input or files (parallel, at, crontab, run-parts, sftp,
+// ftp, lftp), options that add commands (systemd-run -p ExecStartPre=,
+// valgrind --db-command, fakeroot -l) or an editor named by the
+// environment (sudoedit, vipw). With lists set they are refused as
+// dynamic, unless asked only to report (--version).
+//
+// A deny list can never be complete: any program missing from the table is
+// checked by its own name only, whatever it runs. An allow list is the safe
+// mode: a program the policy does not understand does not run unless the
+// list names it.
 //
 // # Evaluated data (refused whenever a list is set)
 //
@@ -155,11 +187,13 @@
 //     PATH changed to put its own `ls` first. Deny lists name programs, not
 //     binaries.
 //   - Interpreters and programs that run other programs in their own
-//     language or options: python -c, perl -e, node -e, ruby -e, awk's
-//     system(), git -c core.pager=..., ssh HOST CMD (runs remotely), tar
-//     --to-command, rsync -e, make, strace/ltrace/gdb/valgrind/perf, fd -x,
-//     parallel, entr. Deny these programs, or use an allow list, to cover
-//     them.
+//     language, configuration or environment: python -c, perl -e, node -e,
+//     ruby -e, awk's system(), sed's e command, vim -c, less, git -c
+//     core.pager=..., make, fd -x, entr, ~/.ssh/config and ~/.gdbinit,
+//     PAGER, EDITOR, GIT_SSH_COMMAND, the $SHELL that script -c and flock -c
+//     use, programs a tool picks itself (tar -J runs xz), ssh HOST CMD (runs
+//     remotely), and every program not in the wrapper table. Deny these
+//     programs, or use an allow list, to cover them.
 //   - Files named by variables: BASH_ENV/ENV naming a script file, a path
 //     built at run time that reaches /proc/PID/fd, a link made earlier to
 //     it, or such a path given to a program as an argument (tee, cp ...).

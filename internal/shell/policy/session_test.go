@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,4 +138,68 @@ func TestArithmeticBypassesEndToEnd(t *testing.T) {
 		{name: "compgen -W", steps: []string{"compgen -W '$(rm victim)' x"}},
 		{name: "PS4 from printf -v", steps: []string{"printf -v PS4 '%s' '$(rm victim)'; set -x; :; set +x"}},
 	})
+}
+
+// TestEngineStateEndToEnd: commands that reach for the session's command
+// loop. With a policy they are refused; without one they run, and neither
+// run code through the loop nor end the session.
+func TestEngineStateEndToEnd(t *testing.T) {
+	m := session.New(session.Config{AuditDir: filepath.Join(t.TempDir(), "audit"), IdleTimeout: -1})
+	t.Cleanup(m.Close)
+	for _, tc := range []struct {
+		cmd     string
+		blocked bool // refused by a policy; otherwise only harmless
+	}{
+		{"__nx_n='a[$(rm victim)]0'; true", true},
+		{"__nx_c='rm victim'; __nx_t='a[$(rm victim)]'; __nx_r='$(rm victim)'", true},
+		{"echo 'rm victim' > /proc/self/fd/62; true", true},
+		{"echo 'rm victim' > /dev/fd/62; true", true},
+		// A path built at run time is not seen; the command stream is a
+		// socket, which /proc does not open.
+		{`for f in /proc/$$/fd/*; do case ${f##*/} in [0-2]|[2-9]??) ;; *) echo 'rm victim' 2>/dev/null >"$f";; esac; done; true`, false},
+	} {
+		cmd := tc.cmd
+		t.Run(cmd, func(t *testing.T) {
+			for _, deny := range [][]string{{"rm"}, nil} {
+				dir, victim := victimDir(t)
+				id := create(t, m, session.CreateOptions{Cwd: dir, Deny: deny})
+				_, err := m.Exec(ctx(t), id, cmd, session.ExecOptions{})
+				switch {
+				case deny != nil && tc.blocked && !errors.Is(err, session.ErrBlocked):
+					t.Errorf("deny %v: %v, want blocked", deny, err)
+				case (deny == nil || !tc.blocked) && err != nil:
+					t.Errorf("deny %v: %v", deny, err)
+				}
+				r, err := m.Exec(ctx(t), id, "echo alive", session.ExecOptions{})
+				if err != nil || r.Stdout != "alive\n" {
+					t.Errorf("deny %v: session after the command: %+v %v", deny, r, err)
+				}
+				if _, err := os.Stat(victim); err != nil {
+					t.Errorf("deny %v: victim deleted", deny)
+				}
+				_ = m.Destroy(ctx(t), id)
+			}
+		})
+	}
+}
+
+func TestWrapperBypassesEndToEnd(t *testing.T) {
+	var cases []bypassCase
+	for _, c := range []struct{ cmd, needs string }{
+		{"chrt -o 0 rm victim", "chrt"},
+		{"unshare rm victim", "unshare"},
+		{"strace -o /dev/null rm victim", "strace"},
+		{"prlimit --nofile=1024 rm victim", "prlimit"},
+		{"setpriv --reuid=0 rm victim", "setpriv"},
+		{"setarch x86_64 rm victim", "setarch"},
+		{"linux64 rm victim", "linux64"},
+		{"fakeroot rm victim", "fakeroot"},
+		{"script -qc 'rm victim' /dev/null", "script"},
+		{"sg root -c 'rm victim'", "sg"},
+		{"capsh -- -c 'rm victim'", "capsh"},
+		{"gdb -batch -ex 'shell rm victim'", "gdb"},
+	} {
+		cases = append(cases, bypassCase{name: strings.Fields(c.cmd)[0], steps: []string{c.cmd}, needs: c.needs})
+	}
+	runBypasses(t, cases)
 }

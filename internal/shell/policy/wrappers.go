@@ -85,15 +85,6 @@ func init() {
 		"runuser": (*frame).su,
 		"xargs":   (*frame).xargs,
 		"find":    (*frame).find,
-		"nice":    simpleWrapper(flagSpec{arg: "n", long: []string{"adjustment="}, numeric: true}, 0),
-		"timeout": simpleWrapper(flagSpec{arg: "sk", flags: "v", long: []string{"signal=", "kill-after=", "preserve-status", "foreground", "verbose", "help", "version"}}, 1),
-		"nohup":   simpleWrapper(flagSpec{long: []string{"help", "version"}}, 0),
-		"time":    simpleWrapper(flagSpec{arg: "fo", flags: "apqvV", long: []string{"format=", "output=", "append", "portability", "verbose", "quiet", "help", "version"}}, 0),
-		"stdbuf":  simpleWrapper(flagSpec{arg: "ioe", long: []string{"input=", "output=", "error=", "help", "version"}}, 0),
-		"setsid":  simpleWrapper(flagSpec{flags: "cfwhV", long: []string{"ctty", "fork", "wait", "help", "version"}}, 0),
-		"ionice":  (*frame).ionice,
-		"taskset": (*frame).taskset,
-		"chroot":  (*frame).chroot,
 		"flock":   (*frame).flock,
 		"watch":   (*frame).watch,
 		"busybox": (*frame).busybox,
@@ -102,7 +93,6 @@ func init() {
 		"builtin": func(fr *frame, _ string, args []*syntax.Word, redirs []*syntax.Redirect, ctx callCtx) {
 			fr.call(args, redirs, ctx)
 		},
-		"exec":      simpleWrapper(flagSpec{arg: "a", flags: "cl"}, 0),
 		"eval":      (*frame).eval,
 		"trap":      (*frame).trap,
 		"alias":     (*frame).alias,
@@ -112,6 +102,15 @@ func init() {
 		".":         (*frame).sourceBuiltin,
 		"mapfile":   (*frame).mapfile,
 		"readarray": (*frame).mapfile,
+		"ssh":       (*frame).ssh,
+		"slogin":    (*frame).ssh,
+		"scp":       (*frame).ssh,
+		"rsync":     (*frame).rsync,
+		"zip":       (*frame).zip,
+		"capsh":     (*frame).capsh,
+		"sg":        (*frame).sg,
+		"newgrp":    (*frame).sg,
+		"runcon":    (*frame).runcon,
 		// Builtins that assign variables by name or evaluate words.
 		"declare":  (*frame).declCall,
 		"typeset":  (*frame).declCall,
@@ -129,20 +128,22 @@ func init() {
 		"compgen":  (*frame).completion,
 		"complete": (*frame).completion,
 	}
-}
-
-// simpleWrapper handles `prog [options] [skip operands] program args...`.
-func simpleWrapper(spec flagSpec, skip int) wrapperFunc {
-	return func(fr *frame, prog string, args []*syntax.Word, redirs []*syntax.Redirect, ctx callCtx) {
-		rest, _, ok := fr.flags(prog, args, spec)
-		if !ok {
-			return
-		}
-		if len(rest) <= skip {
-			fr.noProgram(prog, ctx)
-			return
-		}
-		fr.call(rest[skip:], redirs, ctx)
+	for name, ws := range specWrappers {
+		wrappers[name] = ws.run
+	}
+	for _, name := range archNames {
+		a := *specWrappers["setarch"]
+		a.how, a.lead = "setarch for its architecture: options, then the program; without one, /bin/sh reading standard input", 0
+		wrappers[name] = a.run
+	}
+	for name, ps := range permutedWrappers {
+		wrappers[name] = ps.run
+	}
+	for name := range dynamicWrappers {
+		wrappers[name] = (*frame).dynamicWrapper
+	}
+	for _, name := range []string{"fakeroot-sysv", "fakeroot-tcp"} {
+		wrappers[name] = specWrappers["fakeroot"].run
 	}
 }
 
@@ -169,6 +170,13 @@ type flagVal struct {
 // with "+"). A non-literal word is an operand. An option the spec does not
 // know makes the command dynamic: the program it runs cannot be told.
 func (fr *frame) flags(prog string, args []*syntax.Word, spec flagSpec) (rest []*syntax.Word, found []flagVal, ok bool) {
+	rest, found, _, ok = fr.flagsEnd(prog, args, spec)
+	return rest, found, ok
+}
+
+// flagsEnd is flags, also saying whether the options ended with "--" (after
+// which no word is an option, whatever it expands to).
+func (fr *frame) flagsEnd(prog string, args []*syntax.Word, spec flagSpec) (rest []*syntax.Word, found []flagVal, dashdash, ok bool) {
 	i := 0
 	for i < len(args) {
 		s, lit := literal(args[i])
@@ -177,76 +185,88 @@ func (fr *frame) flags(prog string, args []*syntax.Word, spec flagSpec) (rest []
 		}
 		if s == "--" {
 			i++
+			dashdash = true
 			break
 		}
-		if strings.HasPrefix(s, "--") {
-			if spec.numeric && isNumber(s[2:]) {
-				i++ // nice --10: a negative adjustment
-				continue
+		next, f, end, ok := fr.optionAt(prog, args, i, spec)
+		if !ok {
+			return nil, nil, false, false
+		}
+		found = append(found, f...)
+		if end {
+			return nil, found, false, true
+		}
+		i = next
+	}
+	return args[i:], found, dashdash, true
+}
+
+// optionAt parses the option word args[i] (a literal starting with "-",
+// not "--") and the next word when an option in it takes that as its
+// value. It returns the index after what it used and the options found. ok
+// is false after an option the spec does not know, which it reports as
+// dynamic; end is set when an option's value is missing (a usage error:
+// nothing runs).
+func (fr *frame) optionAt(prog string, args []*syntax.Word, i int, spec flagSpec) (next int, found []flagVal, end, ok bool) {
+	s, _ := literal(args[i])
+	if strings.HasPrefix(s, "--") {
+		if spec.numeric && isNumber(s[2:]) {
+			return i + 1, nil, false, true // nice --10: a negative adjustment
+		}
+		name, val, hasEq := strings.Cut(s[2:], "=")
+		full, kind, known := matchLong(spec.long, name)
+		if !known {
+			fr.w.dynamic(fr.text(args[i]), "unknown option "+s+" of "+prog+": cannot tell which program it runs")
+			return 0, nil, false, false
+		}
+		f := flagVal{name: full}
+		switch {
+		case hasEq:
+			f.value, f.hasVal, f.litVal = val, true, true
+		case kind == '=':
+			if i+1 >= len(args) {
+				return len(args), nil, true, true
 			}
-			name, val, hasEq := strings.Cut(s[2:], "=")
-			full, kind, known := matchLong(spec.long, name)
-			if !known {
-				fr.w.dynamic(fr.text(args[i]), "unknown option "+s+" of "+prog+": cannot tell which program it runs")
-				return nil, nil, false
+			i++
+			f.value, f.litVal = literal(args[i])
+			f.hasVal, f.word = true, args[i]
+		}
+		return i + 1, []flagVal{f}, false, true
+	}
+	if spec.numeric && isNumber(s[1:]) {
+		return i + 1, nil, false, true
+	}
+	for j := 1; j < len(s); j++ {
+		c := s[j]
+		switch {
+		case strings.IndexByte(spec.flags, c) >= 0:
+			found = append(found, flagVal{name: string(c)})
+			continue
+		case strings.IndexByte(spec.optional, c) >= 0:
+			f := flagVal{name: string(c)}
+			if j+1 < len(s) {
+				f.value, f.hasVal, f.litVal = s[j+1:], true, true
 			}
-			f := flagVal{name: full}
+			return i + 1, append(found, f), false, true
+		case strings.IndexByte(spec.arg, c) >= 0:
+			f := flagVal{name: string(c), hasVal: true}
 			switch {
-			case hasEq:
-				f.value, f.hasVal, f.litVal = val, true, true
-			case kind == '=':
-				if i+1 >= len(args) {
-					return nil, found, true
-				}
+			case j+1 < len(s):
+				f.value, f.litVal = s[j+1:], true
+			case i+1 < len(args):
 				i++
 				f.value, f.litVal = literal(args[i])
-				f.hasVal, f.word = true, args[i]
-			}
-			found = append(found, f)
-			i++
-			continue
-		}
-		if spec.numeric && isNumber(s[1:]) {
-			i++
-			continue
-		}
-		consumedNext := false
-		for j := 1; j < len(s); j++ {
-			c := s[j]
-			switch {
-			case strings.IndexByte(spec.flags, c) >= 0:
-				found = append(found, flagVal{name: string(c)})
-				continue
-			case strings.IndexByte(spec.optional, c) >= 0:
-				f := flagVal{name: string(c)}
-				if j+1 < len(s) {
-					f.value, f.hasVal, f.litVal = s[j+1:], true, true
-				}
-				found = append(found, f)
-			case strings.IndexByte(spec.arg, c) >= 0:
-				f := flagVal{name: string(c), hasVal: true}
-				if j+1 < len(s) {
-					f.value, f.litVal = s[j+1:], true
-				} else if i+1 < len(args) {
-					consumedNext = true
-					f.value, f.litVal = literal(args[i+1])
-					f.word = args[i+1]
-				} else {
-					return nil, found, true
-				}
-				found = append(found, f)
+				f.word = args[i]
 			default:
-				fr.w.dynamic(fr.text(args[i]), "unknown option -"+string(c)+" of "+prog+": cannot tell which program it runs")
-				return nil, nil, false
+				return len(args), found, true, true
 			}
-			break
-		}
-		i++
-		if consumedNext {
-			i++
+			return i + 1, append(found, f), false, true
+		default:
+			fr.w.dynamic(fr.text(args[i]), "unknown option -"+string(c)+" of "+prog+": cannot tell which program it runs")
+			return 0, nil, false, false
 		}
 	}
-	return args[i:], found, true
+	return i + 1, found, false, true
 }
 
 // matchLong finds a long option by its full name or an unambiguous prefix,
@@ -529,6 +549,9 @@ func (fr *frame) env(prog string, args []*syntax.Word, redirs []*syntax.Redirect
 				cur.w.dynamic(prog+" -S", prog+" -S splits a string that is not a literal")
 				return
 			}
+			if !cur.w.charge(f.value) {
+				return
+			}
 			words, err := splitWords(f.value)
 			if err != nil {
 				cur.w.report(finding{kind: findUnparsable, name: clip(f.value), detail: prog + " -S: " + err.Error()})
@@ -761,69 +784,20 @@ func (fr *frame) find(_ string, args []*syntax.Word, _ []*syntax.Redirect, _ cal
 	}
 }
 
-// ionice [-c class] [-n level] [-t] program args... ; -p/-P/-u act on ids.
-func (fr *frame) ionice(prog string, args []*syntax.Word, redirs []*syntax.Redirect, ctx callCtx) {
-	rest, found, ok := fr.flags(prog, args, flagSpec{flags: "tpPuhV", arg: "cn",
-		long: []string{"class=", "classdata=", "ignore", "pid", "pgid", "uid", "help", "version"}})
-	if !ok {
-		return
-	}
-	if _, ok := hasFlag(found, "p", "P", "u", "pid", "pgid", "uid"); ok {
-		return
-	}
-	if len(rest) == 0 {
-		fr.noProgram(prog, ctx)
-		return
-	}
-	fr.call(rest, redirs, ctx)
-}
-
-// taskset [options] mask program args... ; -p acts on a pid.
-func (fr *frame) taskset(prog string, args []*syntax.Word, redirs []*syntax.Redirect, ctx callCtx) {
-	rest, found, ok := fr.flags(prog, args, flagSpec{flags: "acpVh",
-		long: []string{"all-tasks", "cpu-list", "pid", "help", "version"}})
-	if !ok {
-		return
-	}
-	if _, ok := hasFlag(found, "p", "pid"); ok {
-		return
-	}
-	if len(rest) <= 1 {
-		fr.noProgram(prog, ctx)
-		return
-	}
-	fr.call(rest[1:], redirs, ctx)
-}
-
-// chroot [options] newroot [program args...]; without a program it runs
-// an interactive shell, reading standard input.
-func (fr *frame) chroot(prog string, args []*syntax.Word, redirs []*syntax.Redirect, ctx callCtx) {
-	rest, _, ok := fr.flags(prog, args, flagSpec{long: []string{"userspec=", "groups=", "skip-chdir", "help", "version"}})
-	if !ok {
-		return
-	}
-	if len(rest) == 0 {
-		return
-	}
-	if len(rest) == 1 {
-		if ctx.appended {
-			fr.noProgram(prog, ctx)
-			return
-		}
-		fr.stdinScript(prog, redirs, ctx)
-		return
-	}
-	fr.call(rest[1:], redirs, ctx)
-}
-
 // flock [options] file|dir program args... ; flock [options] file -c string;
 // flock [options] fd.
 func (fr *frame) flock(prog string, args []*syntax.Word, redirs []*syntax.Redirect, ctx callCtx) {
-	rest, found, ok := fr.flags(prog, args, flagSpec{flags: "sexnoFuhV", arg: "wEc",
+	rest, found, dashdash, ok := fr.flagsEnd(prog, args, flagSpec{flags: "sexnoFuhV", arg: "wEc",
 		long: []string{"shared", "exclusive", "unlock", "nonblock", "nb", "close", "no-fork", "timeout=", "wait=",
 			"conflict-exit-code=", "verbose", "command=", "help", "version"}})
 	if !ok {
 		return
+	}
+	if len(rest) > 1 && !dashdash {
+		if _, ok := literal(rest[0]); !ok {
+			fr.w.dynamic(fr.text(rest[0]), prog+"'s lock file comes from data and could be an option; write -- before it")
+			return
+		}
 	}
 	if f, ok := hasFlag(found, "c", "command"); ok {
 		fr.shellString(prog+" -c", f.word, f.value, f.litVal, ctx)
