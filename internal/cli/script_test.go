@@ -54,6 +54,8 @@ func nexusMain() {
 //	waitfile FILE REGEX          poll a file
 //	waitproc SID COMM            wait for a process named COMM in session SID
 //	noprocs SID [COMM]           no process left in session SID (/proc/PID/stat field 6)
+//	waitnoprocs SID              wait until no process is left in session SID
+//	killwatchdog                 SIGKILL the watchdogs of this script's state directory
 //	jsonget FILE PATH VAR        JSON value at a dotted path into an env var
 //	jsoneq FILE PATH WANT        JSON value at a dotted path equals WANT
 //	exitcode N PROG ARGS...      run PROG, require exit status N
@@ -96,21 +98,23 @@ func TestScript(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"waitgw":     cmdWaitGateway,
-			"stopgw":     cmdStopGateway,
-			"waitbg":     cmdWaitBackground,
-			"waitevent":  cmdWaitEvent,
-			"waitoutput": cmdWaitOutput,
-			"waitfile":   cmdWaitFile,
-			"waitstdout": cmdWaitStdout,
-			"waitproc":   cmdWaitProc,
-			"noprocs":    cmdNoProcs,
-			"jsonget":    cmdJSONGet,
-			"jsoneq":     cmdJSONEq,
-			"exitcode":   cmdExitCode,
-			"envfile":    cmdEnvFile,
-			"tour":       cmdTour,
-			"missing":    cmdMissing,
+			"waitgw":       cmdWaitGateway,
+			"stopgw":       cmdStopGateway,
+			"waitbg":       cmdWaitBackground,
+			"waitevent":    cmdWaitEvent,
+			"waitoutput":   cmdWaitOutput,
+			"waitfile":     cmdWaitFile,
+			"waitstdout":   cmdWaitStdout,
+			"waitproc":     cmdWaitProc,
+			"noprocs":      cmdNoProcs,
+			"waitnoprocs":  cmdWaitNoProcs,
+			"killwatchdog": cmdKillWatchdog,
+			"jsonget":      cmdJSONGet,
+			"jsoneq":       cmdJSONEq,
+			"exitcode":     cmdExitCode,
+			"envfile":      cmdEnvFile,
+			"tour":         cmdTour,
+			"missing":      cmdMissing,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "ci" {

@@ -1,0 +1,77 @@
+package mcp_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/nexus-run/nexus/internal/procfs"
+	"github.com/nexus-run/nexus/internal/testkit"
+)
+
+// A nexus mcp killed with SIGKILL leaves no process of its shells behind: not a plain
+// background job (a pipe shell gets no SIGHUP when its owner dies), not one that ignores SIGHUP.
+// Its watchdog reaps them; were the watchdog killed too, the next nexus mcp would.
+func TestKilledMCPLeavesNoProcess(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		testkit.SkipUnlessCI(t, "bash not found: local sessions run it")
+	}
+	bin := nexusBinary(t)
+	home := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cmd := exec.Command(bin, "mcp", "--idle-timeout", "0") //nolint:gosec // G204: the binary built by nexusBinary
+	cmd.Env = append(os.Environ(), "NEXUS_HOME="+home)
+	var stderr testkit.Buffer
+	cmd.Stderr = &stderr
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "kill9", Version: "v0"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr.String())
+	}
+	e := &e2e{t: t, ctx: ctx, cs: cs}
+	var created struct {
+		SessionID string `json:"session_id"`
+	}
+	e.ok("session_create", map[string]any{"transport": "local", "cwd": home}, &created)
+	r := e.exec(created.SessionID, `sleep 310 & echo $!; nohup sleep 311 >/dev/null 2>&1 & echo $!; (trap '' HUP; exec sleep 312) & echo $!`, nil)
+	type proc struct {
+		pid   int
+		start uint64
+	}
+	var jobs []proc
+	for _, f := range strings.Fields(r.Stdout) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("stdout %q", r.Stdout)
+		}
+		p, err := procfs.Stat(pid)
+		if err != nil {
+			t.Fatalf("job %d: %v", pid, err)
+		}
+		jobs = append(jobs, proc{pid, p.Start})
+	}
+	if len(jobs) != 3 {
+		t.Fatalf("jobs %v from %q", jobs, r.Stdout)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.Close()
+	for _, j := range jobs {
+		testkit.Eventually(t, fmt.Sprintf("job %d to be reaped after nexus mcp was killed", j.pid), func() bool {
+			p, err := procfs.Stat(j.pid)
+			return err != nil || p.Start != j.start || p.Dead()
+		})
+	}
+	testkit.Eventually(t, "the owner records to be removed", func() bool {
+		entries, _ := os.ReadDir(filepath.Join(home, "state", "owners"))
+		return len(entries) == 0
+	})
+}
