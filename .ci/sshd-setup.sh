@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs Debian's openssh-server when /usr/sbin/sshd is missing. The SSH transport's tests
 # (internal/shell/ssh_test.go) start their own sshd on a loopback port with a throwaway host
-# key, authorized_keys and config; they need only the binary. Without root (or password-less
-# sudo) nothing can be installed: the script says so and the tests skip with the same advice.
+# key, authorized_keys and config, and a temporary HOME with known rc files; run as root they
+# log in as a system user of their own (nexus-sshtest, created on first use). They need only
+# the binary. Without root (or password-less sudo) nothing can be installed: the script says so
+# and the tests skip with the same advice (under CI they fail).
 set -euo pipefail
 if [ -x /usr/sbin/sshd ]; then
 	exit 0

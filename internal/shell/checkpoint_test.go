@@ -584,3 +584,83 @@ func TestReadOnly(t *testing.T) {
 		}
 	}
 }
+
+// Checkpoints of a Docker session: git runs inside the container (the bookworm image has it),
+// on a workspace and a shadow repository only the container sees; an image without git gets a
+// clear error.
+func TestCheckpointDocker(t *testing.T) {
+	t.Parallel()
+	e := requireDocker(t)
+	ctx := cpCtx(t)
+	d, _ := e.transport(t, e.container(t, "bookworm"))
+	sh, err := Start(ctx, d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sh.Close() }()
+	run := func(cmd string) string {
+		t.Helper()
+		res, out, errs := remoteRun(t, sh, cmd, patient)
+		if res.ExitCode != 0 {
+			t.Fatalf("%q: %+v %q", cmd, res, errs)
+		}
+		return out
+	}
+	ws := "/work space/it's"
+	run(`mkdir -p "` + ws + `/dir" && cd "` + ws + `" && printf 'original\n' > keep.txt && printf 'doomed\n' > gone.txt && printf 'nested\n' > dir/n.txt && printf 'S=1\n' > .env`)
+	c, err := NewCheckpointer(sh.Proc(), ws, "~/.cache/nexus/shadow/s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := c.Snapshot(ctx, "first", false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(cp.ID) || cp.Label != "first" || cp.Files != 3 {
+		t.Fatalf("snapshot = %+v", cp)
+	}
+	// The shadow repository is in the container user's home, not on this machine.
+	if out := run(`test -f ~/.cache/nexus/shadow/s1/HEAD && echo in-container`); out != "in-container\n" {
+		t.Fatalf("shadow repository: %q", out)
+	}
+	run(`printf 'modified\n' > keep.txt && rm gone.txt && printf 'new\n' > added.txt && mkdir -p newdir && printf 'x\n' > newdir/x.txt`)
+	res, err := c.Restore(ctx, cp.ID[:7])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CheckpointID != cp.ID || res.FilesRestored != 2 || res.FilesRemoved != 2 {
+		t.Errorf("restore result = %+v", res)
+	}
+	if out := run(`cat keep.txt gone.txt dir/n.txt .env; ls`); out != "original\ndoomed\nnested\nS=1\ndir\ngone.txt\nkeep.txt\n" {
+		t.Fatalf("after restore: %q", out)
+	}
+	list, err := c.List(ctx)
+	if err != nil || len(list) != 2 || list[1].ID != cp.ID || list[0].ID != res.BackupID {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	// The backup taken before restoring undoes it.
+	if _, err := c.Restore(ctx, res.BackupID); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(`cat keep.txt added.txt newdir/x.txt; test -e gone.txt || echo no-gone`); out != "modified\nnew\nx\nno-gone\n" {
+		t.Fatalf("after undoing the restore: %q", out)
+	}
+
+	// No git in the image: a clear error, nothing else.
+	d2, _ := e.transport(t, e.container(t, "busybox"))
+	sh2, err := Start(ctx, d2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sh2.Close() }()
+	remoteRun(t, sh2, "mkdir -p /ws", patient)
+	c2, err := NewCheckpointer(sh2.Proc(), "/ws", "~/.cache/nexus/shadow/s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c2.Snapshot(ctx, "", false, "")
+	t.Logf("snapshot without git: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "git") {
+		t.Fatalf("snapshot without git: %v", err)
+	}
+}

@@ -20,15 +20,22 @@ import (
 // them inside the container (killing the local `docker exec` client alone would leave them
 // running there).
 //
-// Tested only against a fake docker (testdata/fakedocker), which runs the commands on this
-// machine: these machines have no Docker engine. The argv it is given is what a real docker
-// CLI would get.
+// The docker client runs twice to open a session (inspect, then the one long-lived `docker exec
+// -i` the whole session talks to), never per command, and once more for each side command:
+// a checkpoint's git script, a timeout's signal (one per step of the escalation), the cleanup
+// at Close. Tested against a real Docker engine (docs/agent-shells.md).
 type Docker struct {
 	// Container is the container's name or id (agent); validated, never an option.
 	Container string
 	// Binary is the docker client to run; empty means "docker" on PATH (operator).
 	Binary string
+	// StartTimeout bounds the wait for the shell in the container to answer its handshake;
+	// zero means DefaultStartTimeout (operator).
+	StartTimeout time.Duration
 }
+
+// ErrDockerUnreachable is returned (wrapped) when the docker client cannot reach its daemon.
+var ErrDockerUnreachable = errors.New("Docker daemon unreachable") //nolint:staticcheck,revive // the product's name
 
 // containerRE is Docker's own rule for container names (ids match it too).
 var containerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -38,6 +45,11 @@ const maxContainerName = 128
 
 // Kind implements Transport.
 func (d *Docker) Kind() string { return "docker" }
+
+// StartLimit implements StartLimiter.
+func (d *Docker) StartLimit() (time.Duration, string, string) {
+	return d.StartTimeout, "the shell in container " + d.Container, "is the container or the Docker daemon overloaded or stuck?"
+}
 
 // IDPart implements Transport: docker_<container>, sanitized.
 func (d *Docker) IDPart() string { return "docker_" + sanitizeIDPart(d.Container) }
@@ -63,29 +75,61 @@ func (d *Docker) binary() string {
 // inspectTimeout bounds the running check.
 const inspectTimeout = 30 * time.Second
 
-// running checks that the container exists and runs.
+// running checks that the daemon answers and the container exists, runs and is not paused (a
+// `docker exec` into a paused container waits until it is unpaused).
 func (d *Docker) running(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.binary(), "inspect", "--type", "container", "-f", "{{.State.Running}}", d.Container)
+	out, err := d.client(ctx, "inspect", "--type", "container", "-f", "{{.State.Running}} {{.State.Paused}}", d.Container)
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return err
+		}
+		// The client says "No such container" or why it could not ask, in words that change
+		// between versions: whether the daemon answers is asked of the daemon.
+		if _, verr := d.client(ctx, "version", "--format", "{{.Server.Version}}"); verr != nil {
+			return fmt.Errorf("docker: %w: %w", ErrDockerUnreachable, verr)
+		}
+		return fmt.Errorf("docker: no container %q: %w", d.Container, err)
+	}
+	switch strings.TrimSpace(string(out)) {
+	case "true false":
+		return nil
+	case "true true":
+		return fmt.Errorf("docker: container %q is paused (docker unpause it first)", d.Container)
+	}
+	return fmt.Errorf("docker: container %q is not running (start it first)", d.Container)
+}
+
+// client runs the docker client with args and returns its stdout; an error carries what it
+// printed on stderr.
+func (d *Docker) client(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, d.binary(), args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
-			return fmt.Errorf("docker: cannot run %s: %w", d.binary(), err)
+			return nil, fmt.Errorf("docker: cannot run %s: %w", d.binary(), err)
 		}
 		msg := strings.TrimSpace(errb.String())
 		if msg == "" {
 			msg = err.Error()
 		}
-		return fmt.Errorf("docker: no container %q: %s", d.Container, msg)
+		return nil, &clientError{ExitError: ee, msg: msg}
 	}
-	if s := strings.TrimSpace(out.String()); s != "true" {
-		return fmt.Errorf("docker: container %q is not running (start it first)", d.Container)
-	}
-	return nil
+	return out.Bytes(), nil
 }
+
+// clientError is a failed docker client run, said with what the client printed.
+type clientError struct {
+	*exec.ExitError
+	msg string
+}
+
+func (e *clientError) Error() string { return e.msg }
+func (e *clientError) Unwrap() error { return e.ExitError }
 
 // execArgs is the argv of `docker exec` running sh -c script in the container.
 func (d *Docker) execArgs(stdin bool, env []string, script string) []string {

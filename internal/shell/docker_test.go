@@ -1,9 +1,11 @@
 package shell
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,46 +13,188 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
-// The docker transport is tested against testdata/fakedocker/docker, which runs the commands
-// on this machine (no Docker engine here): the argv it received is checked, and the
-// "container" is the host, so cleanup is checked in this machine's /proc.
+// The docker transport is tested against a real Docker engine: Debian's docker.io with a
+// private dockerd and locally built images (bookworm with bash and git; busybox), started by
+// the workspace's ../shared/docker/setup.sh (see its README). The first run installs docker.io
+// and builds the image (one to three minutes); later runs find the daemon still running in
+// dockerTestDir and reuse it in under a second, which is why the tests leave it running
+// (../shared/docker/teardown.sh dockerTestDir stops it). The tests skip, visibly, without root
+// or without the script, and fail instead under CI.
 
-type fakeDocker struct {
-	bin string // a wrapper around the fake with its settings
-	log string // directory of the calls
+// dockerTestDir is the setup script's work directory: fixed, so that runs reuse one daemon.
+const dockerTestDir = "/tmp/nexus-dockertest"
+
+// containerPIDLabel marks the tests' containers with the pid of the test binary that made them,
+// so that a later run removes those a crashed run left.
+const containerPIDLabel = "nexus.test.pid"
+
+// dockerEngine is the private engine, once set up.
+type dockerEngine struct {
+	host   string // DOCKER_HOST of the daemon
+	client string // the docker client (absolute path)
+	images map[string]string
 }
 
-// newFakeDocker writes a docker wrapper into a temp dir; running and stopped are the
-// container names the fake knows.
-func newFakeDocker(t *testing.T, running, stopped string) *fakeDocker {
-	t.Helper()
-	fake, err := filepath.Abs("testdata/fakedocker/docker")
+var (
+	dockerOnce   sync.Once
+	dockerShared *dockerEngine
+	dockerSkip   string
+	dockerErr    error
+)
+
+// repoRoot is the directory of go.mod above the test's directory.
+func repoRoot(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.Getwd()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	dir := t.TempDir()
-	logDir := filepath.Join(dir, "log")
-	if err := os.Mkdir(logDir, 0o755); err != nil {
-		t.Fatal(err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatal("go.mod not found above the test's directory")
+		}
+		dir = parent
 	}
-	bin := filepath.Join(dir, "docker")
-	script := "#!/bin/sh\nFAKEDOCKER_LOG=" + shQuote(logDir) + " FAKEDOCKER_RUNNING=" + shQuote(running) +
-		" FAKEDOCKER_STOPPED=" + shQuote(stopped) + " exec /bin/sh " + shQuote(fake) + " \"$@\"\n"
+}
+
+// setupScript runs the shared setup script for one image variant and returns what it printed.
+func setupScript(tb testing.TB, script, variant string) (map[string]string, error) {
+	tb.Helper()
+	start := time.Now()
+	var errb testkit.Buffer
+	cmd := exec.Command("bash", script, dockerTestDir, variant) //nolint:noctx // bounded by the test binary's -timeout
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s %s: %w\n%s", script, dockerTestDir, variant, err, errb.String())
+	}
+	tb.Logf("docker setup (%s) in %s", variant, time.Since(start).Round(10*time.Millisecond))
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			vars[k] = v
+		}
+	}
+	if vars["DOCKER_HOST"] == "" || vars["NEXUS_TEST_IMAGE"] == "" {
+		return nil, fmt.Errorf("%s printed %q, want DOCKER_HOST=... and NEXUS_TEST_IMAGE=...", script, out)
+	}
+	return vars, nil
+}
+
+// requireDocker returns the private Docker engine, setting it up on first use, or skips the test
+// (a failure under CI) when it cannot run here.
+func requireDocker(tb testing.TB) *dockerEngine {
+	tb.Helper()
+	dockerOnce.Do(func() {
+		script := filepath.Join(repoRoot(tb), "..", "shared", "docker", "setup.sh")
+		if _, err := os.Stat(script); err != nil {
+			dockerSkip = "no Docker engine for the tests: " + script + " (the workspace's shared Docker setup) is missing"
+			return
+		}
+		if os.Geteuid() != 0 {
+			dockerSkip = "no Docker engine for the tests: " + script + " starts a private dockerd, which needs root"
+			return
+		}
+		e := &dockerEngine{images: map[string]string{}}
+		for _, variant := range []string{"bookworm", "busybox"} {
+			vars, err := setupScript(tb, script, variant)
+			if err != nil {
+				dockerErr = err
+				return
+			}
+			e.host, e.images[variant] = vars["DOCKER_HOST"], vars["NEXUS_TEST_IMAGE"]
+		}
+		client, err := exec.LookPath("docker")
+		if err != nil {
+			dockerErr = fmt.Errorf("the setup script left no docker client on PATH: %w", err)
+			return
+		}
+		e.client = client
+		e.removeStale(tb)
+		dockerShared = e
+	})
+	switch {
+	case dockerSkip != "":
+		testkit.SkipUnlessCI(tb, dockerSkip)
+	case dockerErr != nil:
+		tb.Fatal(dockerErr)
+	}
+	return dockerShared
+}
+
+// docker runs the client against the private daemon and returns its stdout.
+func (e *dockerEngine) docker(tb testing.TB, args ...string) string {
+	tb.Helper()
+	cmd := exec.Command(e.client, args...) //nolint:noctx // bounded by the test binary's -timeout
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+e.host)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return string(out)
+}
+
+// removeStale removes the containers of test binaries that are gone.
+func (e *dockerEngine) removeStale(tb testing.TB) {
+	tb.Helper()
+	out := e.docker(tb, "ps", "-a", "--filter", "label="+containerPIDLabel, "--format", `{{.ID}} {{.Label "`+containerPIDLabel+`"}}`)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		id, pid, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(pid); err == nil && (n == os.Getpid() || syscall.Kill(n, 0) == nil) {
+			continue
+		}
+		e.docker(tb, "rm", "-f", id)
+	}
+}
+
+// container starts a container of image variant ("bookworm" or "busybox") that runs until the
+// test ends, and returns its name.
+func (e *dockerEngine) container(t *testing.T, variant string) string {
+	t.Helper()
+	name := "nexus-test-" + newToken()[:12]
+	e.docker(t, "run", "-d", "--network", "none", "--label", containerPIDLabel+"="+strconv.Itoa(os.Getpid()),
+		"--name", name, e.images[variant], "sleep", "infinity")
+	t.Cleanup(func() { e.docker(t, "rm", "-f", name) })
+	return name
+}
+
+// client writes a docker client for the transport: the real one, talking to host, that logs
+// each call's argv (NUL-separated) to a file of logDir (when not empty).
+func writeDockerClient(t *testing.T, client, host, logDir string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "docker")
+	script := "#!/bin/sh\n"
+	if logDir != "" {
+		script += "printf '%s\\0' \"$@\" >" + shQuote(logDir) + "/\"$(date +%s%N)-$$\"\n"
+	}
+	script += "DOCKER_HOST=" + shQuote(host) + " exec " + shQuote(client) + " \"$@\"\n"
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil { //nolint:gosec // an executable
 		t.Fatal(err)
 	}
-	return &fakeDocker{bin: bin, log: logDir}
+	return bin
 }
 
-// calls returns the argv of every call so far, in order.
-func (f *fakeDocker) calls(t *testing.T) [][]string {
+// calls returns the argv of every docker call logged to logDir, in order.
+func calls(t *testing.T, logDir string) [][]string {
 	t.Helper()
-	entries, err := os.ReadDir(f.log)
+	entries, err := os.ReadDir(logDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +205,7 @@ func (f *fakeDocker) calls(t *testing.T) [][]string {
 	sort.Strings(names)
 	var out [][]string
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(f.log, n))
+		b, err := os.ReadFile(filepath.Join(logDir, n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,77 +215,63 @@ func (f *fakeDocker) calls(t *testing.T) [][]string {
 	return out
 }
 
-// taggedPIDs lists the live processes of this machine whose environment holds TagVar=tag.
-func taggedPIDs(tag string) []int {
-	want := []byte(TagVar + "=" + tag + "\x00")
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(b, want) {
-			continue
-		}
-		out = append(out, pid)
-	}
-	return out
+// transport is a Docker transport for container through the private daemon; its calls are
+// logged to the returned directory.
+func (e *dockerEngine) transport(t *testing.T, container string) (*Docker, string) {
+	t.Helper()
+	logDir := t.TempDir()
+	return &Docker{Container: container, Binary: writeDockerClient(t, e.client, e.host, logDir)}, logDir
 }
 
-// waitTaggedSleeps waits until n tagged processes run sleep. Counting all tagged processes
-// would race: a subshell on its way to fork a job is tagged too, and exits.
-func waitTaggedSleeps(t *testing.T, tag string, n int) {
+// inContainer lists the processes of the container as /proc inside it shows them: pid, command
+// line, and whether the environment holds TagVar=tag.
+type containerProc struct {
+	pid    int
+	line   string
+	tagged bool
+}
+
+func (e *dockerEngine) procs(t *testing.T, container, tag string) []containerProc {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sleeps := 0
-		for _, pid := range taggedPIDs(tag) {
-			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); err == nil && string(bytes.TrimSpace(b)) == "sleep" {
-				sleeps++
+	// Run by sh inside the container; its own processes are left out by the marker argument.
+	script := `for d in /proc/[0-9]*; do
+	l=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+	case $l in *nx-procs-probe*) continue;; esac
+	t=0; tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -q -x -F -e "$1" && t=1
+	printf '%s %s %s\n' "${d#/proc/}" "$t" "$l"
+done`
+	out := e.docker(t, "exec", container, "sh", "-c", script, "nx-procs-probe", TagVar+"="+tag)
+	var ps []containerProc
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 3)
+		if len(f) < 3 {
+			continue
+		}
+		pid, _ := strconv.Atoi(f[0])
+		ps = append(ps, containerProc{pid: pid, tagged: f[1] == "1", line: strings.TrimSpace(f[2])})
+	}
+	return ps
+}
+
+// containerProcs is a sessionProcs: the processes of the session's container with that command line.
+func (e *dockerEngine) containerProcs(container string) sessionProcs {
+	return func(t *testing.T, sh *Shell, line string) int {
+		n := 0
+		for _, p := range e.procs(t, container, sh.Proc().(*dockerProc).tag) {
+			if p.line == line {
+				n++
 			}
 		}
-		if sleeps >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tagged sleep processes, want %d", sleeps, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return n
 	}
-}
-
-// waitTagGone waits until no live process has the tag.
-func waitTagGone(t *testing.T, tag string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		left := taggedPIDs(tag)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the session still alive: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func remoteRun(t *testing.T, sh *Shell, cmd string, timeout time.Duration) (RunResult, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	res, err := sh.Run(context.Background(), cmd, timeout, &out, &errb)
-	if err != nil && !errors.Is(err, ErrShellExited) {
-		t.Fatalf("run %q: %v", cmd, err)
-	}
-	return res, out.String(), errb.String()
 }
 
 func TestDockerInvalidNames(t *testing.T) {
-	fd := newFakeDocker(t, "box", "")
+	logDir := t.TempDir()
+	bin := writeDockerClient(t, "/bin/false", "unix:///nonexistent", logDir)
 	for _, name := range []string{"", "-rm", "--privileged", "a b", "../x", "a/b", "a;b", ".x", "_x", "x$(id)", "box\n", strings.Repeat("a", 129)} {
-		d := &Docker{Container: name, Binary: fd.bin}
+		d := &Docker{Container: name, Binary: bin}
 		if err := d.Validate(); err == nil {
 			t.Errorf("Validate accepted %q", name)
 		}
@@ -149,7 +279,7 @@ func TestDockerInvalidNames(t *testing.T) {
 			t.Errorf("Start accepted %q", name)
 		}
 	}
-	if c := fd.calls(t); len(c) != 0 {
+	if c := calls(t, logDir); len(c) != 0 {
 		t.Fatalf("docker was run for invalid names: %q", c)
 	}
 	for _, name := range []string{"box", "a", "my-app_1.web", "0123456789ab"} {
@@ -157,8 +287,11 @@ func TestDockerInvalidNames(t *testing.T) {
 			t.Errorf("Validate(%q): %v", name, err)
 		}
 	}
-	if _, err := (&Docker{Container: "box"}).Start(context.Background(), []string{"BAD NAME=1"}); err == nil {
+	if _, err := (&Docker{Container: "box", Binary: bin}).Start(context.Background(), []string{"BAD NAME=1"}); err == nil {
 		t.Error("Start accepted an invalid environment entry")
+	}
+	if c := calls(t, logDir); len(c) != 0 {
+		t.Fatalf("docker was run for an invalid environment: %q", c)
 	}
 }
 
@@ -178,35 +311,67 @@ func TestDockerIDPart(t *testing.T) {
 	}
 }
 
-func TestDockerNotRunning(t *testing.T) {
-	fd := newFakeDocker(t, "box", "off")
-	_, err := (&Docker{Container: "off", Binary: fd.bin}).Start(context.Background(), nil)
-	if err == nil || !strings.Contains(err.Error(), "not running") {
-		t.Fatalf("stopped container: %v", err)
+// A daemon that does not answer is said to be unreachable, not mistaken for a missing container.
+// Only the docker client is needed: it is pointed at a socket nothing listens on.
+func TestDockerDaemonUnreachable(t *testing.T) {
+	client, err := exec.LookPath("docker")
+	if err != nil {
+		testkit.SkipUnlessCI(t, "no docker client on PATH (Debian's docker.io, installed by ../shared/docker/setup.sh)")
 	}
-	_, err = (&Docker{Container: "ghost", Binary: fd.bin}).Start(context.Background(), nil)
-	if err == nil || !strings.Contains(err.Error(), "no container") || !strings.Contains(err.Error(), "No such container") {
-		t.Fatalf("unknown container: %v", err)
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	d := &Docker{Container: "box", Binary: writeDockerClient(t, client, "unix://"+sock, "")}
+	_, err = Start(context.Background(), d, nil)
+	if !errors.Is(err, ErrDockerUnreachable) || !strings.Contains(err.Error(), "Docker daemon unreachable") ||
+		strings.Contains(err.Error(), "no container") || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("Start with the daemon down: %v", err)
 	}
 	_, err = (&Docker{Container: "box", Binary: filepath.Join(t.TempDir(), "nodocker")}).Start(context.Background(), nil)
 	if err == nil || !strings.Contains(err.Error(), "cannot run") {
 		t.Fatalf("missing docker binary: %v", err)
 	}
-	want := []string{"inspect", "--type", "container", "-f", "{{.State.Running}}", "off"}
-	if c := fd.calls(t); len(c) != 2 || !slices.Equal(c[0], want) {
-		t.Fatalf("calls = %q, want first %q", c, want)
+}
+
+func TestDockerContainerStates(t *testing.T) {
+	t.Parallel()
+	e := requireDocker(t)
+	stopped := e.container(t, "busybox")
+	e.docker(t, "stop", "-t", "0", stopped)
+	paused := e.container(t, "busybox")
+	e.docker(t, "pause", paused)
+	t.Cleanup(func() { e.docker(t, "unpause", paused) })
+	for _, c := range []struct{ name, want string }{
+		{stopped, "is not running"},
+		{paused, "is paused"},
+		{"nexus-test-ghost", `no container "nexus-test-ghost": `},
+	} {
+		d, _ := e.transport(t, c.name)
+		_, err := Start(context.Background(), d, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) || errors.Is(err, ErrDockerUnreachable) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
 	}
 }
 
-func TestDockerCommandConstruction(t *testing.T) {
-	fd := newFakeDocker(t, "box", "")
-	sh, err := Start(context.Background(), &Docker{Container: "box", Binary: fd.bin}, []string{"FOO=bar baz"})
+// The session talks to one long-lived `docker exec -i`: no docker call per command, one per side
+// command, with the argv a real docker client takes.
+func TestDockerCallsPerCommand(t *testing.T) {
+	t.Parallel()
+	e := requireDocker(t)
+	name := e.container(t, "bookworm")
+	d, logDir := e.transport(t, name)
+	sh, err := Start(context.Background(), d, []string{"FOO=bar baz"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = sh.Close() }()
 	tag := sh.Proc().(*dockerProc).tag
-	if _, out, _ := remoteRun(t, sh, `echo "$FOO"`, 10*time.Second); out != "bar baz\n" {
-		t.Fatalf("env: %q", out)
+	for i := range 20 {
+		if res, out, _ := remoteRun(t, sh, `echo "$FOO `+strconv.Itoa(i)+`"`, patient); out != "bar baz "+strconv.Itoa(i)+"\n" || res.ExitCode != 0 {
+			t.Fatalf("command %d: %+v %q", i, res, out)
+		}
+	}
+	if c := calls(t, logDir); len(c) != 2 {
+		t.Fatalf("%d docker calls after 20 commands, want 2 (inspect, exec): %q", len(c), c)
 	}
 	if err := sh.Proc().SignalChildren(context.Background(), sh.PID(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -217,23 +382,21 @@ func TestDockerCommandConstruction(t *testing.T) {
 	if err := sh.Close(); err != nil {
 		t.Fatal(err)
 	}
-	calls := fd.calls(t)
-	if len(calls) != 5 {
-		t.Fatalf("%d calls, want 5 (inspect, exec shell, signal, run, close): %q", len(calls), calls)
-	}
-	want := [][]string{
-		{"inspect", "--type", "container", "-f", "{{.State.Running}}", "box"},
-		{"exec", "-i", "-e", TagVar + "=" + tag, "-e", "FOO=bar baz", "box", "sh", "-c", startShellScript},
-	}
 	sig, _ := signalChildrenScript(sh.PID(), syscall.SIGINT)
-	want = append(want,
-		[]string{"exec", "box", "sh", "-c", sig},
-		[]string{"exec", "-i", "-e", "FOO=bar baz", "box", "sh", "-c", "true"},
-		[]string{"exec", "box", "sh", "-c", killSessionScript(tag)},
-	)
+	want := [][]string{
+		{"inspect", "--type", "container", "-f", "{{.State.Running}} {{.State.Paused}}", name},
+		{"exec", "-i", "-e", TagVar + "=" + tag, "-e", "FOO=bar baz", name, "sh", "-c", startShellScript},
+		{"exec", name, "sh", "-c", sig},
+		{"exec", "-i", "-e", "FOO=bar baz", name, "sh", "-c", "true"},
+		{"exec", name, "sh", "-c", killSessionScript(tag)},
+	}
+	got := calls(t, logDir)
+	if len(got) != len(want) {
+		t.Fatalf("%d calls, want %d (inspect, exec shell, signal, run, close): %q", len(got), len(want), got)
+	}
 	for i := range want {
-		if !slices.Equal(calls[i], want[i]) {
-			t.Errorf("call %d:\n got %q\nwant %q", i, calls[i], want[i])
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("call %d:\n got %q\nwant %q", i, got[i], want[i])
 		}
 	}
 	if len(tag) != 24 || strings.Trim(tag, "0123456789abcdef") != "" {
@@ -241,86 +404,145 @@ func TestDockerCommandConstruction(t *testing.T) {
 	}
 }
 
-func TestDockerDefaultBinaryOnPATH(t *testing.T) {
-	fd := newFakeDocker(t, "box", "")
-	t.Setenv("PATH", filepath.Dir(fd.bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	sh, err := Start(context.Background(), &Docker{Container: "box"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sh.Close() }()
-	if _, out, _ := remoteRun(t, sh, "echo ok", 10*time.Second); out != "ok\n" {
-		t.Fatalf("out %q", out)
-	}
-	if len(fd.calls(t)) != 2 {
-		t.Fatalf("calls: %q", fd.calls(t))
-	}
-}
-
 func TestDockerEngine(t *testing.T) {
-	fd := newFakeDocker(t, "box", "")
-	sh, err := Start(context.Background(), &Docker{Container: "box", Binary: fd.bin}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sh.Close() }()
-	dir := t.TempDir()
-	if res, _, _ := remoteRun(t, sh, "cd "+shQuote(dir)+" && export NX_X=42", 10*time.Second); res.ExitCode != 0 || res.Cwd != dir {
-		t.Fatalf("cd: %+v", res)
-	}
-	res, out, errs := remoteRun(t, sh, `echo "out $NX_X"; echo err >&2; pwd; exit_with() { return $1; }; exit_with 3`, 10*time.Second)
-	if out != "out 42\n"+dir+"\n" || errs != "err\n" || res.ExitCode != 3 {
-		t.Fatalf("got %+v out %q err %q", res, out, errs)
-	}
-	start := time.Now()
-	res, _, _ = remoteRun(t, sh, "sleep 30", time.Second)
-	if !res.TimedOut || res.ExitCode != TimeoutExitCode || res.ShellExited || time.Since(start) > 10*time.Second {
-		t.Fatalf("timeout: %+v after %s", res, time.Since(start))
-	}
-	if res, out, _ := remoteRun(t, sh, "echo $NX_X", 10*time.Second); out != "42\n" || res.ExitCode != 0 {
-		t.Fatalf("after timeout: %+v %q", res, out)
-	}
-	got, err := sh.Proc().Run(context.Background(), "cat; echo done", []byte("in\n"))
-	if err != nil || string(got) != "in\ndone\n" {
-		t.Fatalf("Run: %q %v", got, err)
-	}
-	if _, err := sh.Proc().Run(context.Background(), "echo oops >&2; exit 4", nil); err == nil || !strings.Contains(err.Error(), "oops") {
-		t.Fatalf("Run failure: %v", err)
-	}
-	res, _, _ = remoteRun(t, sh, "exit 7", 10*time.Second)
-	if !res.ShellExited || res.ExitCode != 7 {
-		t.Fatalf("exit: %+v", res)
+	t.Parallel()
+	e := requireDocker(t)
+	for _, variant := range []string{"bookworm", "busybox"} {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			name := e.container(t, variant)
+			d, _ := e.transport(t, name)
+			testRemoteEngine(t, d, e.containerProcs(name))
+		})
 	}
 }
 
-func TestDockerCloseKillsTagged(t *testing.T) {
-	fd := newFakeDocker(t, "box", "")
-	sh, err := Start(context.Background(), &Docker{Container: "box", Binary: fd.bin}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tag := sh.Proc().(*dockerProc).tag
-	// A job, a job of a job, and one that left the process tree (only the tag finds it).
-	remoteRun(t, sh, "sleep 300 & (sleep 301 &) ; setsid sleep 302 </dev/null >/dev/null 2>&1 &", 10*time.Second)
-	waitTaggedSleeps(t, tag, 3)
-	shellPID := sh.PID()
-	if err := sh.Close(); err != nil {
-		t.Fatal(err)
-	}
-	waitTagGone(t, tag)
-	if err := syscall.Kill(shellPID, 0); err == nil {
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(shellPID) + "/stat"); !bytes.Contains(b, []byte(") Z ")) {
-			t.Fatalf("shell %d still alive", shellPID)
+// The shell is bash where the image has it, else the image's sh (busybox's here).
+func TestDockerShellKind(t *testing.T) {
+	t.Parallel()
+	e := requireDocker(t)
+	for variant, want := range map[string]bool{"bookworm": true, "busybox": false} {
+		d, _ := e.transport(t, e.container(t, variant))
+		sh, err := Start(context.Background(), d, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	select {
-	case <-sh.Exited():
-	case <-time.After(5 * time.Second):
-		t.Fatal("Done not closed after Close")
+		if sh.bash != want {
+			t.Errorf("%s: bash %v, want %v", variant, sh.bash, want)
+		}
+		_ = sh.Close()
 	}
 }
 
-// The side scripts run under whatever sh the container has: check them with each shell here.
+// Close kills every process of the session inside the container: the shell, its jobs, a job of
+// a job, one that left the process tree (setsid) and one that ignores SIGHUP.
+func TestDockerCloseKillsEverything(t *testing.T) {
+	t.Parallel()
+	e := requireDocker(t)
+	for _, variant := range []string{"bookworm", "busybox"} {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			name := e.container(t, variant)
+			d, _ := e.transport(t, name)
+			sh, err := Start(context.Background(), d, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tag := sh.Proc().(*dockerProc).tag
+			remoteRun(t, sh, "sleep 300 & (sleep 301 &) ; setsid sleep 302 </dev/null >/dev/null 2>&1 & (trap '' HUP; exec sleep 303) &", patient)
+			jobs := []string{"sleep 300", "sleep 301", "sleep 302", "sleep 303"}
+			count := func() (tagged int, jobsLeft []string) {
+				for _, p := range e.procs(t, name, tag) {
+					if p.tagged {
+						tagged++
+					}
+					if slices.Contains(jobs, p.line) {
+						jobsLeft = append(jobsLeft, p.line)
+					}
+				}
+				return tagged, jobsLeft
+			}
+			testkit.Eventually(t, "the four jobs to run in the container", func() bool {
+				_, left := count()
+				return len(left) == len(jobs)
+			})
+			if !slices.ContainsFunc(e.procs(t, name, tag), func(p containerProc) bool { return p.pid == sh.PID() && p.tagged }) {
+				t.Fatalf("the shell's pid %d (as it reported it) is not a tagged process of the container", sh.PID())
+			}
+			if err := sh.Close(); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, "every process of the session to be gone from the container", func() bool {
+				tagged, left := count()
+				return tagged == 0 && len(left) == 0
+			})
+			waitExited(t, sh)
+			if _, err := sh.Run(context.Background(), "true", time.Second, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, ErrShellExited) {
+				t.Fatalf("run after close: %v", err)
+			}
+			_ = sh.Close() // idempotent
+			// The container itself is untouched.
+			if out := e.docker(t, "inspect", "-f", "{{.State.Running}}", name); strings.TrimSpace(out) != "true" {
+				t.Fatalf("container state after Close: %q", out)
+			}
+		})
+	}
+}
+
+// BenchmarkDockerRoundTrip measures a command's round trip through the docker transport (one
+// long-lived `docker exec -i` per session) against what one would do without it: a `docker exec`
+// per command. The two are interleaved, one sample each per iteration, so a change of load hits
+// both alike; ratio is docker-exec's mean over the transport's.
+//
+//	go test -run '^$' -bench DockerRoundTrip -benchtime 200x ./internal/shell/
+func BenchmarkDockerRoundTrip(b *testing.B) {
+	e := requireDocker(b)
+	name := "nexus-bench-" + newToken()[:12]
+	e.docker(b, "run", "-d", "--network", "none", "--label", containerPIDLabel+"="+strconv.Itoa(os.Getpid()),
+		"--name", name, e.images["bookworm"], "sleep", "infinity")
+	defer e.docker(b, "rm", "-f", name)
+	d := &Docker{Container: name, Binary: e.client}
+	b.Setenv("DOCKER_HOST", e.host)
+	for _, c := range []struct{ name, cmd string }{
+		{"true", "true"},
+		{"1MB", `head -c 1000000 /dev/zero | tr '\0' x`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			sh, err := Start(context.Background(), d, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = sh.Close() }()
+			var out, errb bytes.Buffer
+			var viaShell, viaExec time.Duration
+			for b.Loop() {
+				out.Reset()
+				t0 := time.Now()
+				res, err := sh.Run(context.Background(), c.cmd, time.Minute, &out, &errb)
+				viaShell += time.Since(t0)
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("transport: %+v %v", res, err)
+				}
+				n := out.Len()
+				out.Reset()
+				t0 = time.Now()
+				cmd := exec.Command(e.client, "exec", name, "sh", "-c", c.cmd) //nolint:noctx // a benchmark sample
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				err = cmd.Run()
+				viaExec += time.Since(t0)
+				if err != nil || out.Len() != n {
+					b.Fatalf("docker exec: %v, %d bytes (transport: %d)", err, out.Len(), n)
+				}
+			}
+			b.ReportMetric(float64(viaShell.Microseconds())/1000/float64(b.N), "transport-ms/op")
+			b.ReportMetric(float64(viaExec.Microseconds())/1000/float64(b.N), "docker-exec-ms/op")
+			b.ReportMetric(float64(viaExec)/float64(viaShell), "ratio")
+		})
+	}
+}
+
+// The side scripts run under whatever sh the container or host has: check them with each shell
+// here (the Docker tests above run them in busybox and Debian containers too).
 func TestDockerRemoteScriptsShells(t *testing.T) {
 	for _, shell := range []string{"dash", "bash", "busybox"} {
 		path, err := exec.LookPath(shell)
@@ -333,48 +555,37 @@ func TestDockerRemoteScriptsShells(t *testing.T) {
 				argv = append(argv, "sh")
 			}
 			tag := newToken()
-			parent := exec.Command(argv[0], append(argv[1:], "-c", "sleep 303 & (sleep 304; :) & sleep 305 & wait")...) //nolint:gosec // test
+			parent := exec.Command(argv[0], append(argv[1:], "-c", "sleep 303 & (sleep 304; :) & sleep 305 & wait")...) //nolint:gosec,noctx // test
 			parent.Env = append(os.Environ(), TagVar+"="+tag)
 			if err := parent.Start(); err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = parent.Process.Kill(); _ = parent.Wait() }()
-			deadline := time.Now().Add(5 * time.Second)
-			for len(descendants(parent.Process.Pid)) < 4 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
+			sleeps := func() int {
+				below := descendants(parent.Process.Pid)
+				return len(withCmdline(below, "sleep 303")) + len(withCmdline(below, "sleep 304")) + len(withCmdline(below, "sleep 305"))
 			}
-			kids := descendants(parent.Process.Pid)
-			if len(kids) < 4 {
-				t.Fatalf("tree not up: %v", kids)
-			}
+			testkit.Eventually(t, "the three sleeps to run", func() bool { return sleeps() == 3 })
 			script, err := signalChildrenScript(parent.Process.Pid, syscall.SIGTERM)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if out, err := exec.Command(argv[0], append(argv[1:], "-c", script)...).CombinedOutput(); err != nil { //nolint:gosec // test
+			if out, err := exec.Command(argv[0], append(argv[1:], "-c", script)...).CombinedOutput(); err != nil { //nolint:gosec,noctx // test
 				t.Fatalf("signal script: %v %s", err, out)
 			}
+			testkit.Eventually(t, "the three sleeps to be signalled", func() bool { return sleeps() == 0 })
 			// The parent survives its children's death; its wait then returns.
-			done := make(chan error, 1)
-			go func() { done <- parent.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("parent: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatalf("children not signalled: %v", descendants(parent.Process.Pid))
+			if err := parent.Wait(); err != nil {
+				t.Fatalf("parent: %v", err)
 			}
 			// The kill script, on a fresh tree found only by tag.
-			parent = exec.Command(argv[0], append(argv[1:], "-c", "sleep 306 & setsid sleep 307 & wait")...) //nolint:gosec // test
+			parent = exec.Command(argv[0], append(argv[1:], "-c", "sleep 306 & setsid sleep 307 & wait")...) //nolint:gosec,noctx // test
 			parent.Env = append(os.Environ(), TagVar+"="+tag)
 			if err := parent.Start(); err != nil {
 				t.Fatal(err)
 			}
-			for len(taggedPIDs(tag)) < 3 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if out, err := exec.Command(argv[0], append(argv[1:], "-c", killSessionScript(tag))...).CombinedOutput(); err != nil { //nolint:gosec // test
+			waitTaggedSleeps(t, tag, 2)
+			if out, err := exec.Command(argv[0], append(argv[1:], "-c", killSessionScript(tag))...).CombinedOutput(); err != nil { //nolint:gosec,noctx // test
 				t.Fatalf("kill script: %v %s", err, out)
 			}
 			_ = parent.Wait()

@@ -67,6 +67,10 @@ func Start(ctx context.Context, tr Transport, env []string) (*Shell, error) {
 		_ = p.Close()
 		return nil, fmt.Errorf("start shell: %w", err)
 	}
+	// What runs before the handshake (an SSH login shell's ~/.bashrc) can take forever: bound it.
+	limit, what, cause := startLimit(tr)
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
 	select {
 	case <-r.done:
 	case <-p.Done():
@@ -75,6 +79,9 @@ func Start(ctx context.Context, tr Transport, env []string) (*Shell, error) {
 	case <-ctx.Done():
 		_ = p.Close()
 		return nil, fmt.Errorf("start shell: %w", ctx.Err())
+	case <-timer.C:
+		_ = p.Close()
+		return nil, fmt.Errorf("start shell: %s %w within %s: %s", what, ErrStartTimeout, limit, cause)
 	}
 	s.end()
 	if r.out.bad || !r.out.done {

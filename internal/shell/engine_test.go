@@ -3,12 +3,17 @@ package shell
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nexus-run/nexus/internal/procfs"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // startLocal starts a shell of the given kind ("bash" or "sh") in a temporary directory.
@@ -17,9 +22,7 @@ func startLocal(t *testing.T, sh string) *Shell {
 	if _, err := exec.LookPath(sh); err != nil {
 		t.Skipf("%s not installed", sh)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := Start(ctx, &Local{Shell: sh, Dir: t.TempDir()}, nil)
+	s, err := Start(context.Background(), &Local{Shell: sh, Dir: t.TempDir()}, nil)
 	if err != nil {
 		t.Fatalf("start %s: %v", sh, err)
 	}
@@ -46,7 +49,7 @@ func runCmd(t *testing.T, s *Shell, cmd string, timeout time.Duration) run {
 	t.Helper()
 	var o, e bytes.Buffer
 	if timeout == 0 {
-		timeout = 20 * time.Second
+		timeout = patient
 	}
 	res, err := s.Run(context.Background(), cmd, timeout, &o, &e)
 	if err != nil {
@@ -242,9 +245,61 @@ func TestExit(t *testing.T) {
 
 func TestBackgroundJobDoesNotHoldCall(t *testing.T) {
 	s := startLocal(t, "bash")
-	r := runCmd(t, s, "sleep 30 & echo started", 0)
-	if r.out != "started\n" || r.Duration > 10*time.Second {
+	// Had the call waited for the job, it would have timed out; and the job still runs after it.
+	r := runCmd(t, s, "sleep 86400 & echo $!", 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(r.out))
+	if err != nil || r.TimedOut || r.ExitCode != 0 {
 		t.Fatalf("background job: %+v %q", r.RunResult, r.out)
+	}
+	// The job was forked, and execs sleep in its own time.
+	testkit.Eventually(t, "the job to run sleep after the call returned", func() bool { return cmdline(pid) == "sleep 86400" })
+}
+
+// slowStart is a local transport whose shell takes forever to start: BASH_ENV, which a
+// non-interactive bash sources before reading anything, sleeps. It sets its own start timeout.
+type slowStart struct {
+	Local
+	limit time.Duration
+}
+
+func (s *slowStart) StartLimit() (time.Duration, string, string) {
+	return s.limit, "the local shell", "its BASH_ENV sleeps"
+}
+
+// A shell that does not answer its handshake is given up after the transport's start timeout,
+// with an error that says so, and nothing of it is left.
+func TestStartTimeout(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	dir := t.TempDir()
+	env := filepath.Join(dir, "env.sh")
+	if err := os.WriteFile(env, []byte("sleep 86398\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr := &slowStart{Local: Local{Shell: "bash", Dir: dir, Env: append(os.Environ(), "BASH_ENV="+env)}, limit: 500 * time.Millisecond}
+	sleepers := func() []int {
+		var out []int
+		for _, pr := range procfs.All() {
+			if !pr.Dead() && cmdline(pr.PID) == "sleep 86398" {
+				if b, err := os.Readlink("/proc/" + strconv.Itoa(pr.PID) + "/cwd"); err == nil && b == dir {
+					out = append(out, pr.PID)
+				}
+			}
+		}
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patient) // only against a hang
+	defer cancel()
+	_, err := Start(ctx, tr, nil)
+	if !errors.Is(err, ErrStartTimeout) || err.Error() != "start shell: the local shell did not finish starting within 500ms: its BASH_ENV sleeps" {
+		t.Fatalf("Start: %v", err)
+	}
+	testkit.Eventually(t, "the stuck shell to be gone", func() bool { return len(sleepers()) == 0 })
+	// Without a bound of its own a transport gets the default; the message names no cause it
+	// does not know.
+	if limit, what, cause := startLimit(&Local{}); limit != DefaultStartTimeout || what != "the shell" || cause == "" {
+		t.Fatalf("default start limit: %s %q %q", limit, what, cause)
 	}
 }
 
@@ -284,17 +339,10 @@ func TestCloseKillsEverything(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, "background job "+pid+" to be killed by Close", func() bool {
 		b, err := os.ReadFile("/proc/" + pid + "/stat")
-		if err != nil || strings.Contains(string(b), ") Z ") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("background job %s survived Close: %s", pid, b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
 }
 
 func TestNULInCommandRefused(t *testing.T) {

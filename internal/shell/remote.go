@@ -74,11 +74,21 @@ __nx_desc() {
 `
 
 // tagFuncs defines __nx_tagged TAG: sets __nx_tg to the pids whose environment holds
-// NEXUS_SHELL_TAG=TAG. One grep reads every environ file (NUL-separated, which sh cannot read).
+// NEXUS_SHELL_TAG=TAG. One grep reads every environ file: with -z, each NUL-separated variable is
+// a line. Without -z a grep reads the file as one line, and busybox's stops at its first NUL
+// (so it sees only the first variable), hence -z, and the slow way, one file at a time through
+// tr, for a grep that lacks -z.
 const tagFuncs = `__nx_tagged() {
 	__nx_tg=
 	set +f
-	__nx_fs=$(grep -l -F -e "` + TagVar + `=$1" /proc/[0-9]*/environ 2>/dev/null)
+	if printf 'a\0b\0' | grep -z -x -F -e b >/dev/null 2>&1; then
+		__nx_fs=$(grep -l -z -x -F -e "` + TagVar + `=$1" /proc/[0-9]*/environ 2>/dev/null)
+	else
+		__nx_fs=
+		for __nx_f in /proc/[0-9]*/environ; do
+			tr '\0' '\n' <"$__nx_f" 2>/dev/null | grep -q -x -F -e "` + TagVar + `=$1" && __nx_fs="$__nx_fs $__nx_f"
+		done
+	fi
 	set -f
 	for __nx_f in $__nx_fs; do
 		__nx_p=${__nx_f#/proc/}; __nx_p=${__nx_p%/environ}

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -60,6 +61,10 @@ type SSH struct {
 	HostKeyFingerprint string
 	// ConnectTimeout bounds dialing, the handshake and authentication; default 10 s (operator).
 	ConnectTimeout time.Duration
+	// StartTimeout bounds the wait, once logged in, for the remote shell to answer nexus's
+	// handshake; default DefaultStartTimeout (operator). The user's login shell runs its startup
+	// files (~/.bashrc and the like) first, and one that hangs would hang the session's creation.
+	StartTimeout time.Duration
 	// SSHConfigFile is read for Host aliases (HostName, User, Port, IdentityFile); empty means
 	// ~/.ssh/config when it exists, "none" reads none (operator).
 	SSHConfigFile string
@@ -90,6 +95,12 @@ const keepaliveInterval = 30 * time.Second
 
 // Kind implements Transport.
 func (s *SSH) Kind() string { return "ssh" }
+
+// StartLimit implements StartLimiter.
+func (s *SSH) StartLimit() (time.Duration, string, string) {
+	return s.StartTimeout, "the remote shell", "a slow ~/.bashrc or login script? (the user's login shell on the host " +
+		"runs its startup files before nexus's shell starts; the operator can raise the start timeout)"
+}
 
 // IDPart implements Transport: ssh_<user>@<host>[:port], the port only when it is not 22, the
 // user and the port as the ssh config resolves them, the host as the agent named it.
@@ -654,18 +665,50 @@ func (s *SSH) Start(ctx context.Context, env []string) (Proc, error) {
 		return nil, fmt.Errorf("ssh: open session: %w", err)
 	}
 	p.ch = ch
+	p.stdout = &firstByte{r: ch}
 	go p.watch(reqs)
 	cmd := remoteCommand(append([]string{TagVar + "=" + p.tag}, env...), startShellScript)
-	ok, err := ch.SendRequest("exec", true, ssh.Marshal(&struct{ Command string }{cmd}))
-	if err == nil && !ok {
-		err = errors.New("the server refused to run a command")
-	}
-	if err != nil {
+	if err := sendRequest(ctx, client, ch, "exec", ssh.Marshal(&struct{ Command string }{cmd})); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("ssh: start shell: %w", err)
 	}
 	go p.keepalive(keepaliveInterval)
 	return p, nil
+}
+
+// sendRequest sends a channel request that wants a reply and waits for it, or for ctx to end,
+// which closes the connection: a server that never answers must not hold the caller.
+func sendRequest(ctx context.Context, client *ssh.Client, ch ssh.Channel, name string, payload []byte) error {
+	answered := make(chan error, 1)
+	go func() {
+		ok, err := ch.SendRequest(name, true, payload)
+		if err == nil && !ok {
+			err = fmt.Errorf("the server refused the %s request", name)
+		}
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		return err
+	case <-ctx.Done():
+		_ = client.Close() // unblocks SendRequest
+		return ctx.Err()
+	}
+}
+
+// firstByte is the shell's stdout; it records whether the shell ever printed anything, that is
+// whether it got past the login shell's startup files.
+type firstByte struct {
+	r    io.Reader
+	seen atomic.Bool
+}
+
+func (f *firstByte) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if n > 0 {
+		f.seen.Store(true)
+	}
+	return n, err
 }
 
 // openChannel opens a session channel, giving up when ctx ends.
@@ -697,6 +740,7 @@ func openChannel(ctx context.Context, c *ssh.Client) (ssh.Channel, <-chan *ssh.R
 type sshProc struct {
 	client *ssh.Client
 	ch     ssh.Channel
+	stdout *firstByte
 	tag    string
 	env    []string
 
@@ -715,7 +759,7 @@ func (w chanStdin) Write(p []byte) (int, error) { return w.ch.Write(p) }
 func (w chanStdin) Close() error                { return w.ch.CloseWrite() }
 
 func (p *sshProc) Stdin() io.WriteCloser { return chanStdin{p.ch} }
-func (p *sshProc) Stdout() io.Reader     { return p.ch }
+func (p *sshProc) Stdout() io.Reader     { return p.stdout }
 func (p *sshProc) Stderr() io.Reader     { return p.ch.Stderr() }
 func (p *sshProc) Done() <-chan struct{} { return p.done }
 
@@ -794,6 +838,8 @@ func (p *sshProc) keepalive(interval time.Duration) {
 }
 
 // side runs command in another session of the connection and returns its stdout and stderr.
+// It goes through the user's login shell like the shell itself, so its startup files run first:
+// every step gives up when ctx ends.
 func (p *sshProc) side(ctx context.Context, command string, stdin []byte) ([]byte, []byte, error) {
 	sess, err := newSession(ctx, p.client)
 	if err != nil {
@@ -803,11 +849,15 @@ func (p *sshProc) side(ctx context.Context, command string, stdin []byte) ([]byt
 	var out, errb bytes.Buffer
 	sess.Stdin = bytes.NewReader(stdin)
 	sess.Stdout, sess.Stderr = &out, &errb
-	if err := sess.Start(command); err != nil {
-		return nil, nil, fmt.Errorf("ssh: side command: %w", err)
-	}
+	// Start waits for the server's answer to the exec request: it runs beside ctx too.
 	waited := make(chan error, 1)
-	go func() { waited <- sess.Wait() }()
+	go func() {
+		if err := sess.Start(command); err != nil {
+			waited <- fmt.Errorf("ssh: side command: %w", err)
+			return
+		}
+		waited <- sess.Wait()
+	}()
 	select {
 	case err := <-waited:
 		return out.Bytes(), errb.Bytes(), err
@@ -866,13 +916,21 @@ func (p *sshProc) Run(ctx context.Context, script string, stdin []byte) ([]byte,
 const closeTimeout = 10 * time.Second
 
 // Close kills every process of the session on the host (the tagged ones and the shell's
-// descendants) through a side session, then closes the connection.
+// descendants) through a side session, then the shell's process group through the server (a
+// "signal" request), then closes the connection.
+//
+// A shell that never printed anything is still in the login shell's startup files (a slow
+// ~/.bashrc): nothing of it is tagged yet, and a side session would sit in the same startup
+// files, so only the process group is killed.
 func (p *sshProc) Close() error {
 	p.closeOnce.Do(func() {
 		close(p.stop)
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		_, _, _ = p.side(ctx, remoteCommand(nil, killSessionScript(p.tag)), nil)
-		cancel()
+		if p.stdout.seen.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			_, _, _ = p.side(ctx, remoteCommand(nil, killSessionScript(p.tag)), nil)
+			cancel()
+		}
+		_, _ = p.ch.SendRequest("signal", false, ssh.Marshal(&struct{ Signal string }{"KILL"}))
 		_ = p.ch.Close()
 		_ = p.client.Close()
 		select {

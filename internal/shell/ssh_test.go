@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,11 +25,21 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // The SSH transport is tested against a real OpenSSH sshd (Debian's openssh-server; CI runs
 // .ci/sshd-setup.sh) started on a loopback port, as the current user, with a throwaway host
 // key, authorized_keys and config. Settings checks that need no server run everywhere.
+//
+// The tests do not depend on the machine's real user: sshd (run by the test, so it can log in
+// only the user running the tests, root or not) sets HOME, through SetEnv, to a temporary
+// directory holding known rc files for bash, zsh, csh and fish, and PermitUserRC is off. What
+// stays the real user's: the login shell of the passwd entry, and the starting directory
+// (sshd changes to the passwd home before running anything). Every process sshd starts, itself
+// included, carries a marker variable, and a watchdog kills them all when the test ends or the
+// test binary dies: no sshd outlives a failed or interrupted run.
 
 const sshdPath = "/usr/sbin/sshd"
 
@@ -59,11 +70,42 @@ type testSSHD struct {
 	keyDir  string // id_test (authorized) and id_other (not)
 	known   string // known_hosts with the host key
 	user    string
+	home    string // HOME of every session, with the rc files of rcFiles
+	marker  string // NAME=value in the environment of sshd and of every process of a session
 }
 
 func (d *testSSHD) base() *SSH {
 	return &SSH{Host: "127.0.0.1", Port: d.port, User: d.user, Key: "id_test", KeyDir: d.keyDir,
-		KnownHostsFile: d.known, SSHConfigFile: "none", ConnectTimeout: 5 * time.Second}
+		KnownHostsFile: d.known, SSHConfigFile: "none", ConnectTimeout: patient}
+}
+
+// slowRCSleep is what the rc files run while the file slow-rc exists in the test HOME.
+const slowRCSleep = "sleep 86399"
+
+// rcFiles are the test HOME's startup files of the login shells the tests may meet. Each
+// exports NX_TEST_RC (so a test can see that this HOME's file ran, not the real user's) and
+// hangs while $HOME/slow-rc exists, as a ~/.bashrc waiting on a stale lock would.
+var rcFiles = map[string]string{
+	".bashrc":                  "export NX_TEST_RC=bash\nif [ -e \"$HOME/slow-rc\" ]; then " + slowRCSleep + "; fi\n",
+	".zshenv":                  "export NX_TEST_RC=zsh\nif [ -e \"$HOME/slow-rc\" ]; then " + slowRCSleep + "; fi\n",
+	".cshrc":                   "setenv NX_TEST_RC csh\nif ( -e \"$HOME/slow-rc\" ) " + slowRCSleep + "\n",
+	".config/fish/config.fish": "set -gx NX_TEST_RC fish\nif test -e \"$HOME/slow-rc\"; " + slowRCSleep + "; end\n",
+	".profile":                 "export NX_TEST_PROFILE=1\n",
+}
+
+// loginShell is the passwd shell of user ("" if unknown).
+func loginShell(user string) string {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) == 7 && f[0] == user {
+			return f[6]
+		}
+	}
+	return ""
 }
 
 func writeKnownHosts(t *testing.T, hostport string, key ssh.PublicKey) string {
@@ -76,28 +118,65 @@ func writeKnownHosts(t *testing.T, hostport string, key ssh.PublicKey) string {
 	return path
 }
 
-// startSSHD starts sshd on 127.0.0.1, or skips when Debian's openssh-server is not installed.
+// startSSHD starts sshd on 127.0.0.1, or skips (fails under CI) when Debian's openssh-server is
+// not installed.
 func startSSHD(t *testing.T) *testSSHD {
 	t.Helper()
 	if _, err := os.Stat(sshdPath); err != nil {
-		t.Skipf("%s not found: install Debian's openssh-server (apt-get install openssh-server, or run .ci/sshd-setup.sh) to run the SSH transport tests", sshdPath)
+		testkit.SkipUnlessCI(t, sshdPath+" not found: install Debian's openssh-server (apt-get install openssh-server, "+
+			"or run .ci/sshd-setup.sh) to run the SSH transport tests")
 	}
-	dir := t.TempDir()
-	d := &testSSHD{keyDir: filepath.Join(dir, "keys"), user: localUser()}
-	if err := os.Mkdir(d.keyDir, 0o700); err != nil {
+	// Not t.TempDir(): the test user must reach authorized_keys and its home in here.
+	dir, err := os.MkdirTemp("", "nexus-sshd-")
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	owner := sshTestUser(t)
+	d := &testSSHD{keyDir: filepath.Join(dir, "keys"), user: owner.Username, home: filepath.Join(dir, "home"),
+		marker: "NEXUS_SSHD_TEST=" + newToken()}
+	for _, sub := range []string{d.keyDir, d.home} {
+		if err := os.Mkdir(sub, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, content := range rcFiles {
+		p := filepath.Join(d.home, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chownTree(t, d.home, owner)
 	hostKey := filepath.Join(dir, "host_ed25519")
 	d.hostPub = writeKey(t, hostKey)
 	clientPub := writeKey(t, filepath.Join(d.keyDir, "id_test"))
 	writeKey(t, filepath.Join(d.keyDir, "id_other"))
 	auth := filepath.Join(dir, "authorized_keys")
-	if err := os.WriteFile(auth, ssh.MarshalAuthorizedKey(clientPub), 0o600); err != nil {
+	if err := os.WriteFile(auth, ssh.MarshalAuthorizedKey(clientPub), 0o644); err != nil { //nolint:gosec // a public key the test user's sshd reads
 		t.Fatal(err)
 	}
 	if os.Geteuid() == 0 {
 		_ = os.MkdirAll("/run/sshd", 0o755) // the privilege separation directory
 	}
+	// Cleanups run last first: the watchdog kills sshd and whatever a failed test left, then
+	// this one reaps sshd.
+	var logBuf testkit.Buffer
+	var exited chan struct{}
+	t.Cleanup(func() {
+		if exited != nil {
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("sshd log:\n%s", logBuf.String())
+		}
+	})
+	wd := startWatchdog(t, d.marker)
 	for attempt := 0; ; attempt++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -117,37 +196,36 @@ PermitRootLogin yes
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
+PermitUserRC no
+PermitUserEnvironment no
+SetEnv HOME=%s %s
 PrintMotd no
 PrintLastLog no
 UseDNS no
 LogLevel ERROR
-`, d.port, hostKey, auth)
+`, d.port, hostKey, auth, d.home, d.marker)
 		if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(sshdPath, "-D", "-e", "-f", cfg)
-		var logBuf syncBuffer
+		cmd := exec.Command(sshdPath, "-D", "-e", "-f", cfg) //nolint:noctx // the watchdog ends it
+		cmd.Env = append(os.Environ(), d.marker)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-		// A connection a failed test left open keeps sshd's children, and so its log
-		// pipe, alive: never let that hang the suite after sshd itself is gone.
+		// The watchdog kills every process holding the log pipe; never let one it missed
+		// hang the suite.
 		cmd.WaitDelay = 10 * time.Second
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		if waitSSHD(d.port, exited) {
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				<-exited
-				if t.Failed() {
-					t.Logf("sshd log:\n%s", logBuf.String())
-				}
-			})
+		wd.watch(t, cmd.Process.Pid)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		if waitSSHD(t, d.port, done) {
+			exited = done
 			break
 		}
 		_ = cmd.Process.Kill()
-		<-exited
+		<-done
 		if attempt == 2 {
 			t.Fatalf("sshd did not come up:\n%s", logBuf.String())
 		}
@@ -156,44 +234,105 @@ LogLevel ERROR
 	return d
 }
 
-// waitSSHD waits until sshd answers with its banner.
-func waitSSHD(port int, exited <-chan struct{}) bool {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+// waitSSHD waits until sshd answers with its banner (true) or exits (false: the port was
+// taken, say).
+func waitSSHD(t *testing.T, port int, exited <-chan struct{}) bool {
+	t.Helper()
+	up := false
+	testkit.Eventually(t, "sshd to answer or exit", func() bool {
 		select {
 		case <-exited:
-			return false
+			return true
 		default:
 		}
-		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			_ = c.Close()
-			if strings.HasPrefix(line, "SSH-") {
-				return true
-			}
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), patient)
+		if err != nil {
+			return false
 		}
-		time.Sleep(10 * time.Millisecond)
+		defer func() { _ = c.Close() }()
+		_ = c.SetDeadline(time.Now().Add(patient))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		up = strings.HasPrefix(line, "SSH-")
+		return up
+	})
+	return up
+}
+
+// sshTestUserName is the user the SSH tests log in as when they run as root: a system user with
+// bash as its login shell and /tmp as its passwd home, created on first use and kept (it owns
+// nothing outside the tests' temporary directories). Without root the tests log in as the user
+// running them (an sshd that is not root can log in no one else).
+//
+// Root itself is not used because OpenSSH refuses "signal" requests for root logins (there is no
+// privilege-separated child to send them), and a login shell stuck in its rc file can only be
+// reached that way.
+const sshTestUserName = "nexus-sshtest"
+
+// sshTestUser returns the user the SSH tests log in as.
+func sshTestUser(t *testing.T) *user.User {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		u, err := user.Current()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
 	}
-	return false
+	if u, err := user.Lookup(sshTestUserName); err == nil {
+		return u
+	}
+	// A password field of "*" (not useradd's "!"): no password works, but the account is not
+	// locked, which sshd would refuse even for key logins.
+	out, err := exec.Command("useradd", "--system", "--shell", "/bin/bash", "--home-dir", "/tmp", "--no-create-home",
+		"--password", "*", sshTestUserName).CombinedOutput()
+	u, lerr := user.Lookup(sshTestUserName) // another test binary may have created it meanwhile
+	if lerr != nil {
+		t.Fatalf("create the SSH test user %s: %v %s", sshTestUserName, err, out)
+	}
+	return u
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// chownTree gives dir and everything in it to u (nothing to do when u is the current user).
+func chownTree(t *testing.T, dir string, u *user.User) {
+	t.Helper()
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == os.Geteuid() {
+		return
+	}
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+// slowRC makes the test HOME's rc files hang until the test ends.
+func (d *testSSHD) slowRC(t *testing.T) {
+	t.Helper()
+	flag := filepath.Join(d.home, "slow-rc")
+	if err := os.WriteFile(flag, nil, 0o644); err != nil { //nolint:gosec // read by the test user
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(flag) })
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// rcSleepers lists the processes of this sshd stuck in a slow rc file.
+func (d *testSSHD) rcSleepers() []int { return withCmdline(envPIDs(d.marker), slowRCSleep) }
+
+// requireRCShell skips (fails under CI) unless the user's login shell reads one of rcFiles when
+// sshd runs a command.
+func (d *testSSHD) requireRCShell(t *testing.T) {
+	t.Helper()
+	switch sh := loginShell(d.user); filepath.Base(sh) {
+	case "bash", "zsh", "csh", "tcsh", "fish":
+	default:
+		testkit.SkipUnlessCI(t, fmt.Sprintf("the login shell of %s is %q, which reads no startup file for `ssh host command`", d.user, sh))
+	}
 }
 
 // countingListener accepts connections and says nothing; it counts them.
@@ -310,27 +449,198 @@ func TestSSHHostKeySettingsRefusedBeforeDialing(t *testing.T) {
 }
 
 func TestSSHConnectTimeout(t *testing.T) {
-	port, _ := countingListener(t)
+	port, conns := countingListener(t)
 	keyDir := t.TempDir()
 	writeKey(t, filepath.Join(keyDir, "id"))
 	s := &SSH{Host: "127.0.0.1", Port: port, KeyDir: keyDir, Key: "id", SSHConfigFile: "none",
 		HostKeyFingerprint: "SHA256:" + strings.Repeat("A", 43), ConnectTimeout: 300 * time.Millisecond}
-	start := time.Now()
 	_, err := s.Start(context.Background(), nil)
 	if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
 		t.Fatalf("silent server: %v", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("connect took %s", d)
+	// Cancelling the context aborts the handshake too: with no other bound in sight, Start
+	// returns only because the context ended once the server had accepted the connection.
+	s.ConnectTimeout = 24 * time.Hour
+	before := conns.Load()
+	_, err = startCancelled(t, s, func() bool { return conns.Load() > before })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled connect: %v", err)
 	}
-	// Cancelling the context aborts the handshake too.
-	s.ConnectTimeout = time.Minute
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+}
+
+// startCancelled starts a shell over tr with a context that is cancelled once stalled holds, and
+// returns what Start returned.
+func startCancelled(t *testing.T, tr Transport, stalled func() bool) (*Shell, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start = time.Now()
-	if _, err := s.Start(ctx, nil); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
-		t.Fatalf("cancelled connect: %v after %s", err, time.Since(start))
+	res := startAsync(t, ctx, tr)
+	testkit.Eventually(t, "the start to stall", stalled)
+	cancel()
+	r := <-res
+	return r.sh, r.err
+}
+
+type started struct {
+	sh  *Shell
+	err error
+}
+
+// startAsync starts a shell over tr in the background; a shell it gets is closed when the test ends.
+func startAsync(t *testing.T, ctx context.Context, tr Transport) <-chan started {
+	res := make(chan started, 1)
+	go func() {
+		sh, err := Start(ctx, tr, nil)
+		if sh != nil {
+			t.Cleanup(func() { _ = sh.Close() })
+		}
+		res <- started{sh, err}
+	}()
+	return res
+}
+
+// stallServer is an SSH server (golang.org/x/crypto/ssh's) that stops answering at one stage of
+// a session's start, to show that every step of the transport gives up when its context ends:
+//
+//	auth: never decides on the client's key;
+//	open: never answers the request for a session channel;
+//	exec: never answers the request to run the shell;
+//	side: runs nothing but answers the shell's exec, then never answers a side session's.
+//
+// reached is closed once the client is stuck there.
+func stallServer(t *testing.T, stage string) (s *SSH, reached <-chan struct{}) {
+	t.Helper()
+	_, hostPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
 	}
+	signer, err := ssh.NewSignerFromKey(hostPriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	stuck := make(chan struct{})
+	var stuckOnce sync.Once
+	markStuck := func() { stuckOnce.Do(func() { close(stuck) }) }
+	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) {
+		if stage == "auth" {
+			markStuck()
+			<-release
+		}
+		return &ssh.Permissions{}, nil
+	}}
+	cfg.AddHostKey(signer)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		close(release)
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	serve := func(c net.Conn) {
+		_, chans, reqs, err := ssh.NewServerConn(c, cfg)
+		if err != nil {
+			return
+		}
+		go ssh.DiscardRequests(reqs)
+		execs := 0
+		for nc := range chans {
+			if stage == "open" {
+				markStuck()
+				continue // never accepted nor rejected
+			}
+			ch, creqs, err := nc.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = ch.Close() }()
+				for r := range creqs {
+					if r.Type != "exec" {
+						_ = r.Reply(false, nil)
+						continue
+					}
+					mu.Lock()
+					execs++
+					n := execs
+					mu.Unlock()
+					if stage == "exec" || (stage == "side" && n > 1) {
+						markStuck()
+						<-release
+						return
+					}
+					_ = r.Reply(true, nil)
+				}
+			}()
+		}
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go serve(c)
+		}
+	}()
+	keyDir := t.TempDir()
+	writeKey(t, filepath.Join(keyDir, "id"))
+	return &SSH{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, User: "u", KeyDir: keyDir, Key: "id", SSHConfigFile: "none",
+		HostKeyFingerprint: ssh.FingerprintSHA256(signer.PublicKey()), ConnectTimeout: 24 * time.Hour, StartTimeout: 24 * time.Hour}, stuck
+}
+
+// Every step of the transport gives up when its context ends, even against a server that never
+// answers: no other bound (connect or start timeout) is near, so Start returns only through
+// the context.
+func TestSSHStepsHonourContext(t *testing.T) {
+	for _, stage := range []string{"auth", "open", "exec"} {
+		t.Run(stage, func(t *testing.T) {
+			s, reached := stallServer(t, stage)
+			_, err := startCancelled(t, s, func() bool {
+				select {
+				case <-reached:
+					return true
+				default:
+					return false
+				}
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Start: %v, want context.Canceled", err)
+			}
+		})
+	}
+	t.Run("side", func(t *testing.T) {
+		s, reached := stallServer(t, "side")
+		p, err := s.Start(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-reached; cancel() }()
+		if _, err := p.Run(ctx, "true", nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("side command: %v, want context.Canceled", err)
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		cancel()
+		if err := p.SignalChildren(ctx, 1234, syscall.SIGINT); !errors.Is(err, context.Canceled) {
+			t.Fatalf("signal with an ended context: %v", err)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-p.Done()
+	})
 }
 
 func TestSSHIDPartAndValidation(t *testing.T) {
@@ -500,7 +810,7 @@ func TestSSHRealServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = sh.Close() }()
-		if res, out, _ := remoteRun(t, sh, "echo hi", 10*time.Second); out != "hi\n" || res.ExitCode != 0 {
+		if res, out, _ := remoteRun(t, sh, "echo hi", patient); out != "hi\n" || res.ExitCode != 0 {
 			t.Fatalf("echo: %+v %q", res, out)
 		}
 	}
@@ -581,7 +891,73 @@ func TestSSHRealServer(t *testing.T) {
 			t.Fatal("without the config the alias resolved")
 		}
 	})
-	t.Run("engine", func(t *testing.T) { testRemoteEngine(t, d.base()) })
+	t.Run("test HOME", func(t *testing.T) {
+		d.requireRCShell(t)
+		sh, err := Start(ctx, d.base(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sh.Close() }()
+		// The session's HOME is the test's, and its rc file ran (not the real user's).
+		res, out, _ := remoteRun(t, sh, `echo "$HOME"; [ -n "$NX_TEST_RC" ] && echo rc-ran; echo "$NEXUS_SSHD_TEST"`, patient)
+		want := d.home + "\nrc-ran\n" + strings.TrimPrefix(d.marker, "NEXUS_SSHD_TEST=") + "\n"
+		if res.ExitCode != 0 || out != want {
+			t.Fatalf("got %q, want %q", out, want)
+		}
+	})
+	t.Run("slow login script", func(t *testing.T) {
+		d.requireRCShell(t)
+		d.slowRC(t)
+		s := d.base()
+		s.StartTimeout = 2 * time.Second
+		ctx, cancel := context.WithTimeout(ctx, patient) // only against a hang of the old code
+		defer cancel()
+		res := startAsync(t, ctx, s)
+		testkit.Eventually(t, "the login shell to sit in its slow rc file", func() bool { return len(d.rcSleepers()) > 0 })
+		r := <-res
+		if !errors.Is(r.err, ErrStartTimeout) || !strings.Contains(r.err.Error(), "the remote shell did not finish starting within 2s: a slow ~/.bashrc or login script?") {
+			t.Fatalf("Start: %v", r.err)
+		}
+		// Nothing is left: the login shell was killed with its process group.
+		testkit.Eventually(t, "the login shell stuck in its rc file to be killed", func() bool { return len(d.rcSleepers()) == 0 })
+	})
+	t.Run("slow login script, cancelled", func(t *testing.T) {
+		d.requireRCShell(t)
+		d.slowRC(t)
+		s := d.base()
+		s.StartTimeout = 24 * time.Hour
+		if _, err := startCancelled(t, s, func() bool { return len(d.rcSleepers()) > 0 }); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Start: %v, want context.Canceled", err)
+		}
+		testkit.Eventually(t, "the login shell stuck in its rc file to be killed", func() bool { return len(d.rcSleepers()) == 0 })
+	})
+	t.Run("side command stuck in a slow login script", func(t *testing.T) {
+		d.requireRCShell(t)
+		sh, err := Start(ctx, d.base(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sh.Close() }()
+		d.slowRC(t)
+		ctx, cancel := context.WithCancel(ctx)
+		go func() {
+			testkit.Eventually(t, "the side session to sit in its slow rc file", func() bool { return len(d.rcSleepers()) > 0 })
+			cancel()
+		}()
+		if _, err := sh.Proc().Run(ctx, "echo never", nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v, want context.Canceled", err)
+		}
+		testkit.Eventually(t, "the side session stuck in its rc file to be killed", func() bool { return len(d.rcSleepers()) == 0 })
+		_ = os.Remove(filepath.Join(d.home, "slow-rc"))
+		if res, out, _ := remoteRun(t, sh, "echo still here", patient); out != "still here\n" || res.ExitCode != 0 {
+			t.Fatalf("the shell after a cancelled side command: %+v %q", res, out)
+		}
+	})
+	t.Run("engine", func(t *testing.T) {
+		testRemoteEngine(t, d.base(), func(_ *testing.T, sh *Shell, line string) int {
+			return len(withCmdline(taggedPIDs(sh.Proc().(*sshProc).tag), line))
+		})
+	})
 	t.Run("exit with a job left", func(t *testing.T) {
 		sh, err := Start(ctx, d.base(), nil)
 		if err != nil {
@@ -589,8 +965,8 @@ func TestSSHRealServer(t *testing.T) {
 		}
 		defer func() { _ = sh.Close() }() // a failed check must not leave the session holding sshd
 		tag := sh.Proc().(*sshProc).tag
-		// exit must not wait for the 300 s job: within the 10 s timeout the shell reports its exit.
-		res, _, _ := remoteRun(t, sh, "sleep 300 & exit 3", 10*time.Second)
+		// exit must not wait for the 300 s job (a timeout would say so).
+		res, _, _ := remoteRun(t, sh, "sleep 300 & exit 3", patient)
 		if !res.ShellExited || res.ExitCode != 3 || res.TimedOut {
 			t.Fatalf("exit: %+v", res)
 		}
@@ -607,7 +983,7 @@ func TestSSHRealServer(t *testing.T) {
 		}
 		tag := sh.Proc().(*sshProc).tag
 		pid := sh.PID()
-		remoteRun(t, sh, "sleep 300 & (sleep 301 &); setsid sleep 302 </dev/null >/dev/null 2>&1 &", 10*time.Second)
+		remoteRun(t, sh, "sleep 300 & (sleep 301 &); setsid sleep 302 </dev/null >/dev/null 2>&1 &", patient)
 		waitTaggedSleeps(t, tag, 3)
 		if !slices.Contains(taggedPIDs(tag), pid) {
 			t.Fatalf("the shell's pid %d (as it reported it) is not a process of the session", pid)
@@ -619,62 +995,12 @@ func TestSSHRealServer(t *testing.T) {
 		if len(descendants(pid)) != 0 {
 			t.Fatalf("descendants of the shell left: %v", descendants(pid))
 		}
-		select {
-		case <-sh.Exited():
-		case <-time.After(5 * time.Second):
-			t.Fatal("Done not closed after Close")
-		}
+		waitExited(t, sh)
 		if _, err := sh.Run(ctx, "true", time.Second, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, ErrShellExited) {
 			t.Fatalf("run after close: %v", err)
 		}
 		_ = sh.Close() // idempotent
 	})
-}
-
-// testRemoteEngine drives the engine over a remote transport: state, streams, exit codes, a
-// timeout that keeps the session, side commands, exit.
-func testRemoteEngine(t *testing.T, tr Transport) {
-	sh, err := Start(context.Background(), tr, []string{"NX_GIVEN=it's given"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sh.Close() }()
-	if sh.PID() <= 1 {
-		t.Fatalf("pid %d", sh.PID())
-	}
-	dir := t.TempDir()
-	if res, _, _ := remoteRun(t, sh, "cd "+shQuote(dir)+" && export NX_X=42", 10*time.Second); res.ExitCode != 0 || res.Cwd != dir {
-		t.Fatalf("cd: %+v", res)
-	}
-	res, out, errs := remoteRun(t, sh, `echo "out $NX_X $NX_GIVEN"; echo err >&2; pwd; f() { return $1; }; f 3`, 10*time.Second)
-	if out != "out 42 it's given\n"+dir+"\n" || errs != "err\n" || res.ExitCode != 3 || res.Cwd != dir {
-		t.Fatalf("got %+v out %q err %q", res, out, errs)
-	}
-	if res, _, _ := remoteRun(t, sh, "false", 10*time.Second); res.ExitCode != 1 {
-		t.Fatalf("false: %+v", res)
-	}
-	start := time.Now()
-	res, _, _ = remoteRun(t, sh, "sleep 30", time.Second)
-	if !res.TimedOut || res.ExitCode != TimeoutExitCode || res.ShellExited || time.Since(start) > 10*time.Second {
-		t.Fatalf("timeout: %+v after %s", res, time.Since(start))
-	}
-	if res, out, _ := remoteRun(t, sh, "echo $NX_X; pwd", 10*time.Second); out != "42\n"+dir+"\n" || res.ExitCode != 0 {
-		t.Fatalf("after timeout: %+v %q", res, out)
-	}
-	got, err := sh.Proc().Run(context.Background(), `cat; echo "$NX_GIVEN"`, []byte("in\n"))
-	if err != nil || string(got) != "in\nit's given\n" {
-		t.Fatalf("Run: %q %v", got, err)
-	}
-	if _, err := sh.Proc().Run(context.Background(), "echo oops >&2; exit 4", nil); err == nil || !strings.Contains(err.Error(), "oops") {
-		t.Fatalf("Run failure: %v", err)
-	}
-	if err := sh.Proc().SignalChildren(context.Background(), sh.PID(), syscall.SIGTERM); err != nil {
-		t.Fatalf("SignalChildren with nothing to signal: %v", err)
-	}
-	res, _, _ = remoteRun(t, sh, "exit 7", 10*time.Second)
-	if !res.ShellExited || res.ExitCode != 7 {
-		t.Fatalf("exit: %+v", res)
-	}
 }
 
 // The start script runs bash where there is one, else sh (a failed exec would end sh).

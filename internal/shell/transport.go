@@ -2,8 +2,10 @@ package shell
 
 import (
 	"context"
+	"errors"
 	"io"
 	"syscall"
+	"time"
 )
 
 // Transport starts shells somewhere: this machine, an SSH host, a Docker container.
@@ -16,6 +18,35 @@ type Transport interface {
 	// Start launches a non-interactive shell (bash, else sh) with separate stdin, stdout and
 	// stderr streams and no terminal. env holds extra NAME=value variables.
 	Start(ctx context.Context, env []string) (Proc, error)
+}
+
+// DefaultStartTimeout bounds the wait for a new shell's handshake (its first answer) when the
+// transport sets no other bound. What runs before the handshake is outside nexus's control: an
+// SSH login shell reads the user's ~/.bashrc before it runs anything nexus sends.
+const DefaultStartTimeout = 30 * time.Second
+
+// ErrStartTimeout is returned (wrapped) by Start when the shell did not answer its handshake
+// within the transport's start timeout.
+var ErrStartTimeout = errors.New("did not finish starting")
+
+// StartLimiter is implemented by transports that set their own bound on the handshake and know
+// what usually keeps their shells from starting.
+type StartLimiter interface {
+	// StartLimit returns the bound (zero means DefaultStartTimeout), what the shell is called
+	// in the error ("the remote shell") and the likely cause, which ends the error message.
+	StartLimit() (limit time.Duration, what, cause string)
+}
+
+// startLimit is the handshake bound and the words of its error for tr.
+func startLimit(tr Transport) (limit time.Duration, what, cause string) {
+	what, cause = "the shell", "the machine may be overloaded"
+	if l, ok := tr.(StartLimiter); ok {
+		limit, what, cause = l.StartLimit()
+	}
+	if limit <= 0 {
+		limit = DefaultStartTimeout
+	}
+	return limit, what, cause
 }
 
 // Proc is one running shell.
