@@ -70,7 +70,9 @@ func run() error {
 	}
 	// A tag in the job's argument names this run's jobs in /proc, whatever the gateway did.
 	tag := fmt.Sprintf("301.%d", os.Getpid())
-	env := append(os.Environ(), "NEXUS_HOME="+home)
+	// HOME is empty, so every shell starts as a fresh user's would, not running this machine's
+	// ~/.bashrc a thousand times.
+	env := append(os.Environ(), "NEXUS_HOME="+home, "HOME="+home)
 	add := exec.Command(exe, "project", "add", "p", "--path", proj) //nolint:noctx,gosec // the binary under test
 	add.Env = env
 	out, err := add.CombinedOutput()

@@ -244,8 +244,6 @@ func (o *Owner) Close(ctx context.Context) ([]procfs.Proc, error) {
 	for _, g := range groups {
 		g.Kill()
 	}
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillWait)
-	defer cancel()
 	var left []procfs.Proc
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -253,7 +251,7 @@ func (o *Owner) Close(ctx context.Context) ([]procfs.Proc, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := g.Wait(kctx); err != nil {
+			if err := g.waitKilled(ctx); err != nil {
 				mu.Lock()
 				left = append(left, g.Members()...)
 				mu.Unlock()
