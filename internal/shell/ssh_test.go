@@ -477,8 +477,23 @@ func startCancelled(t *testing.T, tr Transport, stalled func() bool) (*Shell, er
 	res := startAsync(t, ctx, tr)
 	testkit.Eventually(t, "the start to stall", stalled)
 	cancel()
-	r := <-res
+	r := receive(t, "Start to return once its context was cancelled", res)
 	return r.sh, r.err
+}
+
+// receive waits for a value of ch, failing the test (rather than hanging it) if none comes.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	var v T
+	testkit.Eventually(t, what, func() bool {
+		select {
+		case v = <-ch:
+			return true
+		default:
+			return false
+		}
+	})
+	return v
 }
 
 type started struct {
@@ -628,7 +643,9 @@ func TestSSHStepsHonourContext(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { <-reached; cancel() }()
-		if _, err := p.Run(ctx, "true", nil); !errors.Is(err, context.Canceled) {
+		ran := make(chan error, 1)
+		go func() { _, err := p.Run(ctx, "true", nil); ran <- err }()
+		if err := receive(t, "the side command to return once its context was cancelled", ran); !errors.Is(err, context.Canceled) {
 			t.Fatalf("side command: %v, want context.Canceled", err)
 		}
 		ctx, cancel = context.WithCancel(context.Background())
