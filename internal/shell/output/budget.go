@@ -24,7 +24,8 @@ const (
 // ValidateBudget checks a budget's fields: keep is one of all, head, tail, head_tail (or empty
 // for the default); lines between 0 and MaxLines, and >= 1 when keep is head, tail or head_tail; max_chars between
 // 0 (the default, shell.DefaultMaxChars) and MaxMaxChars; grep.context between 0 and MaxContext;
-// grep.pattern a valid RE2 expression (an empty pattern means no grep). Errors say what to fix.
+// grep.pattern a valid RE2 expression (an empty pattern means no grep). Errors say what to fix,
+// naming the field; the caller names the argument (budget, output_budget).
 func ValidateBudget(b shell.Budget) error {
 	_, err := compileBudget(b)
 	return err
@@ -35,31 +36,31 @@ func compileBudget(b shell.Budget) (*regexp.Regexp, error) {
 	switch b.Keep {
 	case "", shell.KeepAll, shell.KeepHead, shell.KeepTail, shell.KeepHeadTail:
 	default:
-		return nil, fmt.Errorf("budget: keep %q is not a keep mode; use one of %q, %q, %q, %q",
+		return nil, fmt.Errorf("keep %q is not a keep mode; use one of %q, %q, %q, %q",
 			b.Keep, shell.KeepAll, shell.KeepHead, shell.KeepTail, shell.KeepHeadTail)
 	}
 	if b.Lines < 0 || b.Lines > MaxLines {
-		return nil, fmt.Errorf("budget: lines is %d; it must be between 0 and %d (for everything, use keep \"all\")", b.Lines, MaxLines)
+		return nil, fmt.Errorf("lines is %d; it must be between 0 and %d (for everything, use keep \"all\")", b.Lines, MaxLines)
 	}
 	if b.Lines == 0 && (b.Keep == shell.KeepHead || b.Keep == shell.KeepTail || b.Keep == shell.KeepHeadTail) {
-		return nil, fmt.Errorf("budget: keep %q needs lines >= 1 (how many lines to keep)", b.Keep)
+		return nil, fmt.Errorf("keep %q needs lines >= 1 (how many lines to keep)", b.Keep)
 	}
 	if b.MaxChars < 0 || b.MaxChars > MaxMaxChars {
-		return nil, fmt.Errorf("budget: max_chars is %d; it must be between 1 and %d (0 or absent means %d)",
+		return nil, fmt.Errorf("max_chars is %d; it must be between 1 and %d (0 or absent means %d)",
 			b.MaxChars, MaxMaxChars, shell.DefaultMaxChars)
 	}
 	if b.Grep == nil || b.Grep.Pattern == "" {
 		return nil, nil
 	}
 	if b.Grep.Context < 0 || b.Grep.Context > MaxContext {
-		return nil, fmt.Errorf("budget: grep.context is %d; it must be between 0 and %d", b.Grep.Context, MaxContext)
+		return nil, fmt.Errorf("grep.context is %d; it must be between 0 and %d", b.Grep.Context, MaxContext)
 	}
 	if len(b.Grep.Pattern) > MaxPatternLen {
-		return nil, fmt.Errorf("budget: grep.pattern is %d bytes long; it must be at most %d", len(b.Grep.Pattern), MaxPatternLen)
+		return nil, fmt.Errorf("grep.pattern is %d bytes long; it must be at most %d", len(b.Grep.Pattern), MaxPatternLen)
 	}
 	re, err := regexp.Compile(b.Grep.Pattern)
 	if err != nil {
-		return nil, fmt.Errorf("budget: grep.pattern is not a valid RE2 regular expression (%w); fix the pattern "+
+		return nil, fmt.Errorf("grep.pattern is not a valid RE2 regular expression (%w); fix the pattern "+
 			"(RE2 syntax: no backreferences or lookaround; escape literal metacharacters such as ( [ . * with \\)", err)
 	}
 	return re, nil

@@ -35,11 +35,12 @@ func (u *unit) lines() int { return u.idEnd - u.id + 1 }
 // with Write (any chunking gives the same result) and call Finish once. A Collector is not
 // safe for concurrent use; its Redactor is.
 type Collector struct {
-	cl   cleaner
-	red  *Redactor
-	pem  pemState
-	pend *unit // the marker line of an open PEM block, passed on when the block ends
-	tap  func(line string)
+	cl     cleaner
+	red    *Redactor
+	pem    pemState
+	dangle danglingState
+	pend   *unit // the marker line of an open PEM block, passed on when the block ends
+	tap    func(line string)
 
 	linesTotal int
 	maxChars   int
@@ -150,13 +151,21 @@ func (c *Collector) line(l rawLine) {
 	id := c.linesTotal
 	u := unit{id: id, idEnd: id, nl: l.nl}
 	u.text = c.red.redactLine(l.text, nil)
+	long := l.gap > 0 || l.tail != ""
+	if t, changed := c.dangle.line(u.text); changed {
+		// The value of a key on an earlier line: all of it goes, a long line's tail too.
+		u.text = t
+		if long {
+			u.gap, long = l.gap+utf8.RuneCountInString(l.tail), false
+		}
+	}
 	if len(u.text) == len(l.text) && u.text == l.text && l.gap == 0 && l.tail == "" {
 		u.runes = l.runes // unchanged: the cleaner counted
 		if l.nl {
 			u.runes++
 		}
 	}
-	if l.gap > 0 || l.tail != "" {
+	if long {
 		// A long line: head and tail were redacted apart, so a secret could straddle either
 		// cut. Drop the run of non-delimiter characters touching each cut: whatever a token
 		// shape, name=value or literal left there goes with it.

@@ -57,14 +57,9 @@ func secretName(name string) bool {
 	return false
 }
 
-// nameValue is one found pair: the value's span (for a quoted value, the inside).
-type nameValue struct {
-	valStart, valEnd int
-}
-
 // findNameValues returns the secret name/value pairs in s, in order, not overlapping.
-func findNameValues(s string) []nameValue {
-	var out []nameValue
+func findNameValues(s string) []span {
+	var out []span
 	done := 0 // s[:done] is consumed
 	for i := 0; i < len(s); i++ {
 		n := keywordAt(s, i)
@@ -87,28 +82,20 @@ func findNameValues(s string) []nameValue {
 		}
 		bare := strings.EqualFold(name, "pass")
 		j := e
+		encoded := false
 		switch {
 		case flag && j < len(s) && (s[j] == ' ' || s[j] == '\t'):
 			j = skipBlanks(s, j)
 		default:
-			if j < len(s) && (s[j] == '"' || s[j] == '\'') {
-				j++
-			}
-			j = skipBlanks(s, j)
-			switch {
-			case strings.HasPrefix(s[j:], "=>") || strings.HasPrefix(s[j:], ":="):
-				j += 2
-			case j < len(s) && s[j] == '=':
-				j++
-			case j < len(s) && s[j] == ':' && !bare:
-				j++
-			default:
+			j = afterName(s, j)
+			sep, n, enc := separator(s, j)
+			if sep == 0 || sep == ':' && bare {
 				i = e - 1
 				continue
 			}
-			j = skipBlanks(s, j)
+			j, encoded = skipValueBlanks(s, j+n), enc
 		}
-		vs, ve, quoted, ok := valueAt(s, j)
+		vs, ve, quoted, ok := valueAt(s, j, encoded)
 		if !ok {
 			i = e - 1
 			continue
@@ -118,7 +105,7 @@ func findNameValues(s string) []nameValue {
 			ok = false // help text: --token TOKEN
 		}
 		if ok && plausibleValue(v, name, quoted) {
-			out = append(out, nameValue{vs, ve})
+			out = append(out, span{vs, ve})
 		}
 		end := ve
 		if quoted {
@@ -127,6 +114,52 @@ func findNameValues(s string) []nameValue {
 		done, i = end, end-1
 	}
 	return out
+}
+
+// afterName skips what may close a quoted name (" ' and, in escaped or URL-encoded text, \"
+// %22) and blanks after a name that ends at s[e].
+func afterName(s string, e int) int {
+	j := e
+	switch {
+	case j < len(s) && (s[j] == '"' || s[j] == '\''):
+		j++
+	case strings.HasPrefix(s[j:], `\"`):
+		j += 2
+	case hasPrefixFold(s[j:], "%22"):
+		j += 3
+	}
+	return skipBlanks(s, j)
+}
+
+// separator reads the separator at s[j:]: '=' for =, => and := (and a URL-encoded %3D), ':'
+// for : (and %3A); n is its length, encoded whether it was URL-encoded. sep 0: none.
+func separator(s string, j int) (sep byte, n int, encoded bool) {
+	switch {
+	case strings.HasPrefix(s[j:], "=>"), strings.HasPrefix(s[j:], ":="):
+		return '=', 2, false
+	case j < len(s) && s[j] == '=':
+		return '=', 1, false
+	case j < len(s) && s[j] == ':':
+		return ':', 1, false
+	case hasPrefixFold(s[j:], "%3d"):
+		return '=', 3, true
+	case hasPrefixFold(s[j:], "%3a"):
+		return ':', 3, true
+	}
+	return 0, 0, false
+}
+
+// skipValueBlanks skips blanks before a value, and escaped ones: in a JSON string a value
+// may follow "name:\n".
+func skipValueBlanks(s string, j int) int {
+	for {
+		j = skipBlanks(s, j)
+		if j+1 < len(s) && s[j] == '\\' && (s[j+1] == 'n' || s[j+1] == 't' || s[j+1] == 'r') {
+			j += 2
+			continue
+		}
+		return j
+	}
 }
 
 // keywordAt returns the length of a name keyword starting at s[i] (case-insensitive), or 0.
@@ -166,13 +199,16 @@ func skipBlanks(s string, j int) int {
 	return j
 }
 
-// valueAt parses the value at s[j:]: quoted (the span is the inside) or a bare run.
-func valueAt(s string, j int) (vs, ve int, quoted, ok bool) {
+// valueAt parses the value at s[j:]: quoted (the span is the inside) or a bare run. Quotes may
+// be escaped (\"...\" in a JSON string) or, after a URL-encoded separator, encoded (%22). A
+// bare run also ends at an escaped quote or line break, and after an encoded separator at an
+// encoded delimiter.
+func valueAt(s string, j int, encoded bool) (vs, ve int, quoted, ok bool) {
 	if j >= len(s) {
 		return 0, 0, false, false
 	}
-	switch q := s[j]; q {
-	case '"':
+	switch q := s[j]; {
+	case q == '"':
 		for k := j + 1; k < len(s); k++ {
 			switch s[k] {
 			case '\\':
@@ -182,17 +218,50 @@ func valueAt(s string, j int) (vs, ve int, quoted, ok bool) {
 			}
 		}
 		return 0, 0, false, false
-	case '\'':
+	case q == '\'':
 		if k := strings.IndexByte(s[j+1:], '\''); k >= 0 {
 			return j + 1, j + 1 + k, true, true
+		}
+		return 0, 0, false, false
+	case strings.HasPrefix(s[j:], `\"`):
+		for k := j + 2; k+1 < len(s); k++ {
+			if s[k] == '\\' {
+				if s[k+1] == '"' {
+					return j + 2, k, true, true
+				}
+				k++
+			}
+		}
+		return 0, 0, false, false
+	case encoded && (hasPrefixFold(s[j:], "%22") || hasPrefixFold(s[j:], "%27")):
+		if k := strings.Index(s[j+3:], s[j:j+3]); k >= 0 { // %22 or %27: no letters to fold
+			return j + 3, j + 3 + k, true, true
 		}
 		return 0, 0, false, false
 	}
 	k := j
 	for k < len(s) && !endsBareValue(s[k]) {
+		if s[k] == '\\' && k+1 < len(s) && strings.IndexByte(`"ntr`, s[k+1]) >= 0 {
+			break
+		}
+		if encoded && s[k] == '%' && encodedDelim(s[k:]) {
+			break
+		}
 		k++
 	}
 	return j, k, false, k > j
+}
+
+// encodedDelim: s starts with the URL encoding of a byte that ends a bare value.
+func encodedDelim(s string) bool {
+	if len(s) < 3 {
+		return false
+	}
+	switch strings.ToUpper(s[1:3]) {
+	case "20", "22", "26", "27", "2C", "3B", "29", "5D", "7D", "0A", "0D", "09":
+		return true
+	}
+	return false
 }
 
 func endsBareValue(c byte) bool {
@@ -205,22 +274,5 @@ func endsBareValue(c byte) bool {
 
 // redactNameValues replaces the values findNameValues finds; found receives each value.
 func redactNameValues(s string, found func(string)) string {
-	nvs := findNameValues(s)
-	if nvs == nil {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	last := 0
-	mark := Marker(KindSecret)
-	for _, nv := range nvs {
-		if found != nil {
-			found(s[nv.valStart:nv.valEnd])
-		}
-		b.WriteString(s[last:nv.valStart])
-		b.WriteString(mark)
-		last = nv.valEnd
-	}
-	b.WriteString(s[last:])
-	return b.String()
+	return replaceSpans(s, findNameValues(s), Marker(KindSecret), found)
 }

@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 )
 
-// Redaction is best effort: it catches the token shapes and name=value forms listed in
-// SHELL.md and literals the session assigned to secret-looking names, one line at a time.
-// See the package documentation for what it does not catch.
+// Redaction is best effort: it catches the token shapes, name=value forms and command-line
+// passwords listed in docs/agent-shells.md and literals the session assigned to secret-looking
+// names, one line at a time (and a key's value on the next lines). See the package
+// documentation for what it does not catch.
 
 // Marker returns the text that replaces a secret of the given kind.
 func Marker(kind string) string { return "[REDACTED:" + kind + "]" }
@@ -130,32 +131,42 @@ func notRedacted(value string) bool {
 	return value != "" && value[0] != '[' && value[0] != '$'
 }
 
+// lead is what may come right before a token shape: the start of the line, a byte that is not
+// a letter or digit (so id_ghp_..., "ghp_..." and -ghp_... all count), or an escape that
+// encodes a separator: \n, \t, \0 (a backslash and one character), \012, \x0a, \u000a,
+// %0A. Tokens glued to a letter or digit (xghp_...) are not tokens. tokenStart is the same test
+// for one position; the two must agree.
+const lead = `(?:^|[^A-Za-z0-9]|\\[A-Za-z0-9]|\\[0-7]{2,3}|\\x[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|%[0-9A-Fa-f]{2})`
+
+// shape compiles a token shape preceded by lead; the token is submatch 1.
+func shape(expr string) *regexp.Regexp { return regexp.MustCompile(lead + `(` + expr + `)`) }
+
 // rules, in the order they run. The shape rules come first so a token gets its specific kind.
 var rules = []rule{
-	{kind: KindAWSAccessKey, trig: trigAWS,
-		re: regexp.MustCompile(`\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b`)},
-	{kind: KindGitHubToken, trig: trigGitHub,
-		re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{36}[A-Za-z0-9]*|github_pat_[A-Za-z0-9_]{22}[A-Za-z0-9_]*)`)},
-	{kind: KindGitLabToken, trig: trigGitLab,
-		re: regexp.MustCompile(`\bglpat-[A-Za-z0-9_-]{20}[A-Za-z0-9_-]*`)},
-	{kind: KindSlackToken, trig: trigSlack,
-		re: regexp.MustCompile(`\bxox[baprs]-[A-Za-z0-9-]{10}[A-Za-z0-9-]*`)},
-	{kind: KindStripeKey, trig: trigStripe,
-		re: regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{16}[A-Za-z0-9]*`)},
-	{kind: KindGoogleAPIKey, trig: trigGoogle,
-		re: regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`)},
-	{kind: KindAnthropicKey, trig: trigAnthropic,
-		re: regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
-	{kind: KindOpenAIKey, trig: trigOpenAI,
-		re: regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
-	{kind: KindJWT, trig: trigJWT,
-		re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*`)},
+	{kind: KindAWSAccessKey, trig: trigAWS, group: 1,
+		re: shape(`(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b`)},
+	{kind: KindGitHubToken, trig: trigGitHub, group: 1,
+		re: shape(`gh[pousr]_[A-Za-z0-9]{36}[A-Za-z0-9]*|github_pat_[A-Za-z0-9_]{22}[A-Za-z0-9_]*`)},
+	{kind: KindGitLabToken, trig: trigGitLab, group: 1,
+		re: shape(`glpat-[A-Za-z0-9_-]{20}[A-Za-z0-9_-]*`)},
+	{kind: KindSlackToken, trig: trigSlack, group: 1,
+		re: shape(`xox[baprs]-[A-Za-z0-9-]{10}[A-Za-z0-9-]*`)},
+	{kind: KindStripeKey, trig: trigStripe, group: 1,
+		re: shape(`[sr]k_(?:live|test)_[A-Za-z0-9]{16}[A-Za-z0-9]*`)},
+	{kind: KindGoogleAPIKey, trig: trigGoogle, group: 1,
+		re: shape(`AIza[0-9A-Za-z_-]{35}`)},
+	{kind: KindAnthropicKey, trig: trigAnthropic, group: 1,
+		re: shape(`sk-ant-[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
+	{kind: KindOpenAIKey, trig: trigOpenAI, group: 1,
+		re: shape(`sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32}[A-Za-z0-9_-]*`)},
+	{kind: KindJWT, trig: trigJWT, group: 1,
+		re: shape(`eyJ[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{5}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*`)},
 	{kind: KindURLPassword, trig: trigURL, group: 1, keep: notRedacted, learn: true,
-		re: regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:([^\s@/]+)@`)},
+		re: regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:([^\s@/]+)@`)},
 	{kind: KindAuthorization, trig: trigAuthorization, group: 1, keep: notRedacted, learn: true,
-		re: regexp.MustCompile(`(?i)\bauthorization["']?\s*[:=]\s*["']?(?:bearer|basic|token|digest|bot)\s+([^\s"',;]+)`)},
+		re: regexp.MustCompile(`(?i)` + lead + `authorization["']?\s*[:=]\s*["']?(?:bearer|basic|token|digest|bot)\s+([^\s"',;]+)`)},
 	{kind: KindAuthorization, trig: trigBearer, group: 1, keep: notRedacted, learn: true,
-		re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16}[A-Za-z0-9._~+/-]*=*)`)},
+		re: regexp.MustCompile(`(?i)` + lead + `bearer\s+([A-Za-z0-9._~+/-]{16}[A-Za-z0-9._~+/-]*=*)`)},
 }
 
 // learned is an immutable snapshot of the literals a Redactor has learned.
@@ -263,6 +274,9 @@ func (r *Redactor) redactLine(s string, found func(string)) string {
 	if trig&trigName != 0 {
 		s = redactNameValues(s, found)
 	}
+	if trig&trigCLI != 0 {
+		s = redactCLI(s, found)
+	}
 	if lt := r.snap.Load(); lt != nil {
 		s = lt.replacer.Replace(s)
 	}
@@ -294,6 +308,33 @@ func (ru *rule) apply(s string, found func(string)) string {
 	}
 	if last == 0 {
 		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// span is a part of a line to redact: s[start:end].
+type span struct{ start, end int }
+
+// replaceSpans replaces each span of s (in order; one that overlaps the one before is skipped)
+// with mark; found receives what each span held.
+func replaceSpans(s string, spans []span, mark string, found func(string)) string {
+	if spans == nil {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	last := 0
+	for _, v := range spans {
+		if v.start < last {
+			continue
+		}
+		if found != nil {
+			found(s[v.start:v.end])
+		}
+		b.WriteString(s[last:v.start])
+		b.WriteString(mark)
+		last = v.end
 	}
 	b.WriteString(s[last:])
 	return b.String()
@@ -339,18 +380,116 @@ func (p *pemState) line(raw, redacted string) (ev pemEvent, rest string) {
 	return pemText, ""
 }
 
+// danglingState follows a secret-looking key whose value is on the following lines: a YAML or
+// JSON key with nothing after its colon ("password:", then the value alone on the next line)
+// or a YAML block scalar ("private_key: |", then every line indented deeper than the key).
+type danglingState struct {
+	next   bool // the next line, if it is a single value, is the secret
+	block  bool // lines indented deeper than indent are the secret
+	indent int
+}
+
+// line takes a line after the other rules: it redacts what an earlier key left dangling for
+// it, and notes a dangling key the line ends with. changed says whether it redacted.
+func (d *danglingState) line(s string) (out string, changed bool) {
+	ind, rest := indentOf(s)
+	switch {
+	case d.block:
+		if rest == "" {
+			return s, false // blank lines belong to the block
+		}
+		if ind > d.indent {
+			return s[:ind] + Marker(KindSecret), true
+		}
+		d.block = false
+	case d.next:
+		d.next = false
+		if pre, _, post, ok := singleValue(rest); ok {
+			return s[:ind] + pre + Marker(KindSecret) + post, true
+		}
+	}
+	d.next, d.block, d.indent = false, false, ind
+	key, block, ok := danglingKey(rest)
+	if ok && secretName(key) && !strings.EqualFold(key, "pass") {
+		d.next, d.block = !block, block
+	}
+	return s, false
+}
+
+func indentOf(s string) (int, string) {
+	i := 0
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	return i, strings.TrimRight(s[i:], " \t\r")
+}
+
+// danglingKey reads a line (indentation off) that is only a key: `name:`, `"name":`,
+// `- name:`, `{"name":`, or a block scalar header `name: |` (`>`, `|-`, `>+2`, ...).
+func danglingKey(rest string) (key string, block bool, ok bool) {
+	rest = strings.TrimLeft(rest, "{,- \t")
+	k, tail, found := strings.Cut(rest, ":")
+	if !found {
+		return "", false, false
+	}
+	switch tail = strings.TrimSpace(tail); {
+	case tail == "":
+	case (tail[0] == '|' || tail[0] == '>') && strings.Trim(tail[1:], "+-0123456789") == "":
+		block = true
+	default:
+		return "", false, false
+	}
+	if len(k) >= 2 && (k[0] == '"' || k[0] == '\'') && k[len(k)-1] == k[0] {
+		k = k[1 : len(k)-1]
+	}
+	if k == "" {
+		return "", false, false
+	}
+	for i := 0; i < len(k); i++ {
+		if !isNameByte(k[i]) {
+			return "", false, false
+		}
+	}
+	return k, block, true
+}
+
+// singleValue reads a line (indentation off) that is a single value: a quoted string (maybe
+// followed by a comma, as in JSON) or one word. pre and post are what stays around it.
+func singleValue(rest string) (pre, v, post string, ok bool) {
+	if rest == "" {
+		return "", "", "", false
+	}
+	quoted := false
+	if q := rest[0]; q == '"' || q == '\'' {
+		end := strings.LastIndexByte(rest, q)
+		if end <= 0 || strings.Trim(rest[end+1:], ", ") != "" {
+			return "", "", "", false
+		}
+		pre, v, post, quoted = rest[:1], rest[1:end], rest[end:], true
+	} else {
+		v = strings.TrimSuffix(rest, ",")
+		post = rest[len(v):]
+		if strings.ContainsAny(v, " \t") {
+			return "", "", "", false
+		}
+	}
+	return pre, v, post, plausibleValue(v, "", quoted)
+}
+
 // Redact redacts a whole string: a command, an audit line. Lines are redacted one by one; a
-// PEM private-key block across lines becomes one marker.
+// PEM private-key block across lines becomes one marker, and a value on the line after its
+// secret-looking key (see danglingState) is redacted.
 func (r *Redactor) Redact(s string) string {
 	if !strings.Contains(s, "\n") {
 		return r.redactLine(s, nil)
 	}
 	var pem pemState
+	var dg danglingState
 	var b strings.Builder
 	b.Grow(len(s))
 	for line := range strings.Lines(s) {
 		body, nl := strings.CutSuffix(line, "\n")
-		out := r.redactLine(body, nil)
+		out, _ := dg.line(r.redactLine(body, nil))
 		switch ev, rest := pem.line(body, out); ev {
 		case pemBody:
 			continue

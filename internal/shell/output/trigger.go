@@ -20,6 +20,7 @@ const (
 	trigBearer
 	trigName
 	trigPEM
+	trigCLI
 )
 
 // pairs marks the two-byte starts at which scanTriggers looks closer: pairs[c] is a bit set
@@ -39,12 +40,16 @@ var pairs = func() (t [256][4]uint64) {
 	for _, p := range []string{"au", "be", "pr", "pa", "pw", "se", "to", "ke", "cr"} {
 		fold(p[0], p[1])
 	}
+	for name := range cliIndex {
+		add(name[0], name[1])
+	}
 	return t
 }()
 
 // scanTriggers finds, in one pass over s, which rules could match: a token prefix at the start
 // of a word, a keyword of the name/value rules followed by a separator, "://" followed by
-// user:password@, "authorization", "bearer", "private key". Most lines of ordinary output
+// user:password@, "authorization", "bearer", "private key", the name of a program that takes
+// a password on its command line. Most lines of ordinary output
 // trigger nothing, and the regular expressions never run on them.
 func scanTriggers(s string) trigger {
 	var t trigger
@@ -59,7 +64,7 @@ func scanTriggers(s string) trigger {
 			continue
 		}
 		rest := s[i:]
-		wordStart := i == 0 || !isWordByte(s[i-1])
+		wordStart := tokenStart(s, i)
 		switch c {
 		case 'A':
 			if wordStart && len(rest) >= 4 {
@@ -128,9 +133,43 @@ func scanTriggers(s string) trigger {
 				t |= trigName
 			}
 		}
+		if t&trigCLI == 0 && cliFirst[c] && cliWordStart(s, i) {
+			if p, _ := cliProgramAt(s, i); p != nil {
+				t |= trigCLI
+			}
+		}
 	}
 	return t
 }
+
+// tokenStart reports whether a token shape may start at s[i] (see lead, which it mirrors):
+// at the start, after a byte that is not a letter or digit, or after an escape or a
+// percent-encoding.
+func tokenStart(s string, i int) bool {
+	if i == 0 || !isAlnum(s[i-1]) {
+		return true
+	}
+	switch {
+	case i >= 2 && s[i-2] == '\\': // \n, \t, \0
+		return true
+	case i >= 3 && s[i-3] == '%' && isHex(s[i-2]) && isHex(s[i-1]): // %0A
+		return true
+	case i >= 3 && s[i-3] == '\\' && isOctal(s[i-2]) && isOctal(s[i-1]): // \12
+		return true
+	case i >= 4 && s[i-4] == '\\' && (s[i-3] == 'x' && isHex(s[i-2]) && isHex(s[i-1]) || // \x0a
+		isOctal(s[i-3]) && isOctal(s[i-2]) && isOctal(s[i-1])): // \012
+		return true
+	case i >= 6 && s[i-6] == '\\' && s[i-5] == 'u' && isHex(s[i-4]) && isHex(s[i-3]) && isHex(s[i-2]) && isHex(s[i-1]): // \u000a
+		return true
+	}
+	return false
+}
+
+func isAlnum(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+func isHex(c byte) bool   { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+func isOctal(c byte) bool { return '0' <= c && c <= '7' }
 
 // hasPrefixFold: s starts with lit (lowercase ASCII), ignoring ASCII case.
 func hasPrefixFold(s, lit string) bool {
@@ -180,14 +219,7 @@ func (r *nameRun) candidate(s string, i, n int) bool {
 		}
 		*r = nameRun{b: b, e: e}
 		r.flagBlank = strings.HasPrefix(s[b:], "--") && e < len(s) && (s[e] == ' ' || s[e] == '\t')
-		j := e
-		if j < len(s) && (s[j] == '"' || s[j] == '\'') {
-			j++
-		}
-		j = skipBlanks(s, j)
-		if j < len(s) && (s[j] == '=' || s[j] == ':') {
-			r.sep = s[j]
-		}
+		r.sep, _, _ = separator(s, afterName(s, e))
 	}
 	bare := n <= 4 && (s[i]|0x20) == 'p' && !hasPrefixFold(s[i:], "passw") && !hasPrefixFold(s[i:], "passp")
 	if bare && i > r.b && strings.IndexByte("_.-", s[i-1]) < 0 {
