@@ -1,4 +1,4 @@
-// Package abi holds the wire types of the Nexus CLI Session ABI (seed 000): the session object,
+// Package abi holds the wire types of the Nexus CLI Session ABI (docs/ABI.md): the session object,
 // the event envelope, the control response and the error response, plus the error codes.
 //
 // These types are shared by the gateway, the Go client and the CLI. Field names and meanings are
@@ -16,7 +16,7 @@ const Version = "1.0"
 // SessionType is the kind of a live session. New values may be added.
 type SessionType string
 
-// The five session types of the seed.
+// The five session types of the ABI.
 const (
 	TypeTerminal      SessionType = "terminal"
 	TypeAIChat        SessionType = "ai-chat"
@@ -25,7 +25,7 @@ const (
 	TypeNetworkStream SessionType = "network-stream"
 )
 
-// Types lists every session type in the seed's order.
+// Types lists every session type in the ABI's order.
 func Types() []SessionType {
 	return []SessionType{TypeTerminal, TypeAIChat, TypeMetaChat, TypeDebugStream, TypeNetworkStream}
 }
@@ -94,7 +94,7 @@ type Capabilities struct {
 	Stream    bool `json:"stream"`
 }
 
-// CapabilitiesOf returns the capability set of a session type. The sets are the seed's, with one
+// CapabilitiesOf returns the capability set of a session type. The sets are the core ABI's, with one
 // addition: terminal sessions support restart (a fresh shell under the same id), so they say so.
 func CapabilitiesOf(t SessionType) Capabilities {
 	switch t {
@@ -125,7 +125,7 @@ func (c Capabilities) Allows(cmd Command) bool {
 	return false
 }
 
-// Session is the seed's session object.
+// Session is the ABI's session object.
 type Session struct {
 	SessionID    string         `json:"sessionId"`
 	Type         SessionType    `json:"type"`

@@ -14,7 +14,7 @@ func TestTypes(t *testing.T) {
 	want := []abi.SessionType{"terminal", "ai-chat", "meta-chat", "debug-stream", "network-stream"}
 	got := abi.Types()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("Types() = %v, want %v (the seed's order)", got, want)
+		t.Fatalf("Types() = %v, want %v (the ABI's order)", got, want)
 	}
 	for _, typ := range got {
 		if !typ.Valid() {
@@ -28,7 +28,7 @@ func TestTypes(t *testing.T) {
 	}
 }
 
-// TestCapabilitiesOf pins each type's capability set to the seed's; the one documented addition
+// TestCapabilitiesOf pins each type's capability set to the core ABI's; the one documented addition
 // is restart for terminal sessions.
 func TestCapabilitiesOf(t *testing.T) {
 	tests := []struct {
@@ -212,7 +212,7 @@ func TestCodes(t *testing.T) {
 			}
 		})
 	}
-	// The seed's five codes come first, spelled as the seed spells them.
+	// The core ABI's five codes come first, spelled as docs/ABI.md spells them.
 	seed := []abi.Code{"SESSION_EXPIRED", "SESSION_CLOSED", "CONNECTION_LOST", "AUTHENTICATION_INVALID", "RESOURCE_UNAVAILABLE"}
 	for i, c := range seed {
 		if abi.Codes()[i] != c {

@@ -10,7 +10,7 @@ import (
 // Code is an error type of the ABI.
 type Code string
 
-// Error codes. The first five are the seed's; the rest are nexus additions.
+// Error codes. The first five are the core ABI's; the rest are nexus additions.
 const (
 	CodeSessionExpired        Code = "SESSION_EXPIRED"
 	CodeSessionClosed         Code = "SESSION_CLOSED"
@@ -112,7 +112,7 @@ func CodeOf(err error) Code {
 	return CodeInternal
 }
 
-// ErrorResponse renders err as the seed's error response.
+// ErrorResponse renders err as the ABI's error response.
 func ErrorResponse(err error, now time.Time) ControlResponse {
 	var e *Error
 	if !errors.As(err, &e) {

@@ -9,7 +9,7 @@ import (
 // EventType is the kind of a streamed event. New values may be added.
 type EventType string
 
-// Event types of the seed.
+// Event types of the ABI.
 const (
 	EventData      EventType = "data"
 	EventStatus    EventType = "status"
@@ -141,7 +141,7 @@ type MetadataPayload struct {
 	Metadata map[string]any `json:"metadata"`
 }
 
-// Close reasons (nexus additions; the close event is the seed's).
+// Close reasons (nexus additions; the close event is core).
 const (
 	CloseRequested = "user-requested"
 	CloseTimeout   = "timeout"

@@ -287,7 +287,7 @@ func walkJSON(v any, path string, fn func(path, key string, val any)) {
 	}
 }
 
-// TestSessionShapePerType checks each type's session object against the seed's field list
+// TestSessionShapePerType checks each type's session object against the ABI's field list
 // directly, independent of the golden files.
 func TestSessionShapePerType(t *testing.T) {
 	for _, typ := range abi.Types() {

@@ -165,7 +165,7 @@ func sendRequest(data []byte) abi.SendRequest {
 	return abi.SendRequest{Data: base64.StdEncoding.EncodeToString(data), Encoding: "base64"}
 }
 
-// Control runs a control command and returns the seed's control response.
+// Control runs a control command and returns the ABI's control response.
 func (c *Client) Control(ctx context.Context, id string, req abi.ControlRequest) (abi.ControlResponse, error) {
 	// Keep the result's bytes as the gateway sent them (field order included).
 	result := new(json.RawMessage)

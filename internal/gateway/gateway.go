@@ -205,7 +205,7 @@ func (s *server) writeDeadline(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opt.WriteTimeout))
 }
 
-// fail answers with the seed's error response; status 0 means the code's own HTTP status.
+// fail answers with the ABI's error response; status 0 means the code's own HTTP status.
 func (s *server) fail(w http.ResponseWriter, err error, status int) {
 	if status == 0 {
 		status = abi.CodeOf(err).HTTPStatus()

@@ -196,11 +196,11 @@ const termBody = `{"type":"terminal","context":{"projectId":"p"}}`
 // ---------------------------------------------------------------------------------------------
 // The error response shape.
 
-// requireSessionIDKey demands errors[0].sessionId on every error answer, as the seed's shape
+// requireSessionIDKey demands errors[0].sessionId on every error answer, as the ABI's shape
 // lists it (empty when no session is involved).
 const requireSessionIDKey = true
 
-// checkError asserts body is the seed's error response with the given code and session id.
+// checkError asserts body is the ABI's error response with the given code and session id.
 func checkError(t testing.TB, status int, hdr http.Header, body []byte, wantStatus int, wantCode abi.Code, wantSession string) {
 	t.Helper()
 	if err := errorShape(status, hdr, body); err != nil {
@@ -349,7 +349,7 @@ func TestRoutesHappyPath(t *testing.T) {
 		t.Fatalf("send base64: %d %s, kind got %q", rec.Code, rec.Body, in)
 	}
 
-	// Control: every command answers the seed's control response.
+	// Control: every command answers the ABI's control response.
 	for _, c := range []struct{ body, cmd string }{
 		{`{"command":"interrupt"}`, "interrupt"},
 		{`{"command":"resize","width":120,"height":40}`, "resize"},
@@ -444,7 +444,7 @@ func TestRoutesHappyPath(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &er); err != nil || !er.Closed || er.Events[len(er.Events)-1].Event != abi.EventClose {
 		t.Fatalf("events after close: %s", rec.Body)
 	}
-	// Get still answers a closed session (status closed), as the seed's close does.
+	// Get still answers a closed session (status closed), as the ABI's close does.
 	rec = e.do(t, http.MethodGet, "/v1/sessions/"+s.SessionID, "")
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK || got.Status != abi.StatusClosed {
 		t.Fatalf("get closed: %d %s", rec.Code, rec.Body)

@@ -2,8 +2,8 @@
 // Protocol tools over stdio, and `nexus mcp watch`, a readable transcript of every agent shell
 // built from the audit log.
 //
-// The tools are seed 002's: session_create, session_exec, session_list, session_destroy,
-// session_checkpoint, session_checkpoints and session_restore, with its argument names. Every
+// The tools are those of docs/agent-shells.md: session_create, session_exec, session_list,
+// session_destroy, session_checkpoint, session_checkpoints and session_restore. Every
 // tool argument is untrusted; operator settings (audit directory, SSH key directory and
 // known_hosts, limits, idle timeout, operator policy) come from Config, which the command line
 // fills from flags and environment variables, never from a tool call.
@@ -11,6 +11,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,7 +87,7 @@ func New(cfg Config) *Server {
 	// The SDK answers resources/*, prompts/* and completion/* with empty results whether or not
 	// they are declared; nexus serves none of them, so it says so (method not found) rather
 	// than answer for capabilities it never declared.
-	s.srv.AddReceivingMiddleware(undeclaredMethods)
+	s.srv.AddReceivingMiddleware(undeclaredMethods, s.redactToolErrors)
 	s.addTools()
 	return s
 }
@@ -101,6 +102,31 @@ func undeclaredMethods(next sdk.MethodHandler) sdk.MethodHandler {
 			}
 		}
 		return next(ctx, method, req)
+	}
+}
+
+// redactToolErrors redacts the text of every tool error, with what the session named in the
+// call has learned: an error may quote an argument or a command, the SDK's own argument
+// checks included, and clients log what they receive.
+func (s *Server) redactToolErrors(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		res, err := next(ctx, method, req)
+		r, ok := res.(*sdk.CallToolResult)
+		if method != "tools/call" || !ok || r == nil || !r.IsError {
+			return res, err
+		}
+		var args struct {
+			SessionID string `json:"session_id"`
+		}
+		if p, ok := req.GetParams().(*sdk.CallToolParamsRaw); ok && len(p.Arguments) > 0 {
+			_ = json.Unmarshal(p.Arguments, &args)
+		}
+		for _, c := range r.Content {
+			if tc, ok := c.(*sdk.TextContent); ok {
+				tc.Text = s.mgr.Redact(args.SessionID, tc.Text)
+			}
+		}
+		return res, err
 	}
 }
 
@@ -231,7 +257,7 @@ func (s *Server) create(ctx context.Context, req *sdk.CallToolRequest, in Create
 	info, err := s.mgr.Create(ctx, o)
 	if err != nil {
 		err = toolError("session_create", "", err)
-		s.note(ctx, req, slog.LevelWarn, "session_create failed", "transport", o.Transport, "err", err.Error())
+		s.note(ctx, req, slog.LevelWarn, "session_create failed", "transport", s.mgr.Redact("", o.Transport), "err", s.mgr.Redact("", err.Error()))
 		return nil, session.Info{}, err
 	}
 	s.note(ctx, req, slog.LevelInfo, "session created", "session_id", info.SessionID, "transport", info.Transport)
@@ -271,7 +297,7 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecInpu
 		blocked := errors.Is(err, session.ErrBlocked)
 		err = toolError("session_exec", in.SessionID, err)
 		if blocked {
-			s.note(ctx, req, slog.LevelWarn, "command refused by policy", "session_id", in.SessionID, "err", err.Error())
+			s.note(ctx, req, slog.LevelWarn, "command refused by policy", "session_id", in.SessionID, "err", s.mgr.Redact(in.SessionID, err.Error()))
 		}
 		return nil, shell.ExecResult{}, err
 	}

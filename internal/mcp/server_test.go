@@ -320,3 +320,37 @@ func TestFormatExecResult(t *testing.T) {
 		t.Errorf("got:\n%s", got)
 	}
 }
+
+// TestToolErrorsAreRedacted: a tool error never shows a secret the call carried, whether the
+// server, the session manager or the SDK's argument check wrote it, nor one the session
+// learned; the log messages sent to the client neither.
+func TestToolErrorsAreRedacted(t *testing.T) {
+	token := "ghp_" + strings.Repeat("K3j4", 9)
+	cs, _ := connect(t, Config{Session: session.Config{AuditDir: t.TempDir(), IdleTimeout: -1}})
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"session_exec", map[string]any{"session_id": "nope-" + token, "command": "true"}},
+		{"session_create", map[string]any{"transport": "ssh", "host": "h", "key": "../" + token}},
+		{"session_create", map[string]any{"transport": "local", "cwd": "/nonexistent/" + token}},
+		{"session_create", map[string]any{"transport": token}},
+		{"session_exec", map[string]any{"session_id": "x", "command": "true", "budget": map[string]any{"keep": token}}},
+		{"session_restore", map[string]any{"session_id": "x", "checkpoint_id": token}},
+	} {
+		res, txt := call(t, cs, tc.tool, tc.args)
+		if !res.IsError || strings.Contains(txt, token) || !strings.Contains(txt, "[REDACTED:github-token]") {
+			t.Errorf("%s %v: %q", tc.tool, tc.args, txt)
+		}
+	}
+	// A secret the session learned, quoted by a refusal.
+	id := createLocal(t, cs, map[string]any{"deny": []string{"rm"}})
+	res, _ := call(t, cs, "session_exec", map[string]any{"session_id": id, "command": "export DB_PASSWORD=s3cr3t-pw-77"})
+	if res.IsError {
+		t.Fatal("export failed")
+	}
+	res, txt := call(t, cs, "session_exec", map[string]any{"session_id": id, "command": "rm s3cr3t-pw-77"})
+	if !res.IsError || strings.Contains(txt, "s3cr3t-pw-77") {
+		t.Errorf("refusal quoting a learned secret: %q", txt)
+	}
+}

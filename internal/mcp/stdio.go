@@ -59,6 +59,9 @@ type stdioState struct {
 	mu      sync.Mutex
 	pending map[jsonrpc.ID]int
 	idle    chan struct{} // closed whenever pending becomes empty; replaced when it fills
+	// batched holds the ids of requests passed on in batches and not answered yet: the SDK
+	// ends the connection over a batch that reuses one.
+	batched map[jsonrpc.ID]bool
 
 	// initID is the id of the initialize request while it is unanswered; version is the
 	// protocol version its answer agreed on.
@@ -72,7 +75,7 @@ type stdioState struct {
 func newStdioState(ctx context.Context) *stdioState {
 	idle := make(chan struct{})
 	close(idle)
-	return &stdioState{ctx: ctx, pending: map[jsonrpc.ID]int{}, idle: idle, closed: make(chan struct{})}
+	return &stdioState{ctx: ctx, pending: map[jsonrpc.ID]int{}, batched: map[jsonrpc.ID]bool{}, idle: idle, closed: make(chan struct{})}
 }
 
 func (d *stdioState) add(id jsonrpc.ID, method string) {
@@ -87,24 +90,34 @@ func (d *stdioState) add(id jsonrpc.ID, method string) {
 	}
 }
 
-// done notes the answer to id; version is the protocol version an initialize answer carries.
-func (d *stdioState) done(id jsonrpc.ID, result []byte) {
+// answering notes an answer about to be written: the protocol version an answer to initialize
+// agrees on, and that id is free again for a batch. It runs before the answer is written: a
+// client that reads it may send a batch at once.
+func (d *stdioState) answering(id jsonrpc.ID, result []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.batched, id)
+	if !d.initID.IsValid() || id != d.initID {
+		return
+	}
+	d.initID = jsonrpc.ID{}
+	var r struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if json.Unmarshal(result, &r) == nil && r.ProtocolVersion != "" {
+		d.version = r.ProtocolVersion
+	} else {
+		d.version = "unknown" // a failed initialize: batches stay refused
+	}
+}
+
+// done notes that the answer to id was written.
+func (d *stdioState) done(id jsonrpc.ID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n, ok := d.pending[id]
 	if !ok {
 		return
-	}
-	if d.initID.IsValid() && id == d.initID {
-		d.initID = jsonrpc.ID{}
-		var r struct {
-			ProtocolVersion string `json:"protocolVersion"`
-		}
-		if json.Unmarshal(result, &r) == nil && r.ProtocolVersion != "" {
-			d.version = r.ProtocolVersion
-		} else {
-			d.version = "unknown" // a failed initialize: batches stay refused
-		}
 	}
 	if n > 1 {
 		d.pending[id] = n - 1
@@ -116,11 +129,12 @@ func (d *stdioState) done(id jsonrpc.ID, result []byte) {
 	}
 }
 
-// batchRefusal says why a batch cannot be passed on now, or "". Batches are part of the MCP
+// batchRefusal says why a batch cannot be passed on now, or "" (and then notes its request
+// ids as batched). Batches are part of the MCP
 // protocol versions before 2025-06-18 only: the SDK ends the connection over a batch under a
 // later version, and leaves one unanswered in a session that never called initialize, so a
-// batch is passed on only once initialize agreed on an earlier version. A request id already
-// in flight would also end the connection.
+// batch is passed on only once initialize agreed on an earlier version. A batch reusing the id
+// of a request of an earlier batch not answered yet, or one id twice, would also end it.
 func (d *stdioState) batchRefusal(ids []jsonrpc.ID) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -136,10 +150,13 @@ func (d *stdioState) batchRefusal(ids []jsonrpc.ID) string {
 	}
 	seen := map[jsonrpc.ID]bool{}
 	for _, id := range ids {
-		if seen[id] || d.pending[id] > 0 {
+		if seen[id] || d.batched[id] {
 			return fmt.Sprintf("request id %v is already in use", id.Raw())
 		}
 		seen[id] = true
+	}
+	for _, id := range ids {
+		d.batched[id] = true
 	}
 	return ""
 }
@@ -432,13 +449,19 @@ type stdioWriter struct {
 }
 
 func (w *stdioWriter) Write(p []byte) (int, error) {
+	heads := messages(p)
+	for _, m := range heads {
+		if m.id.IsValid() && !m.method {
+			w.st.answering(m.id, m.result)
+		}
+	}
 	w.mu.Lock()
 	n, err := w.w.Write(p)
 	w.mu.Unlock()
 	// Count the response as answered even if the write failed: nobody will read it anyway.
-	for _, m := range messages(p) {
+	for _, m := range heads {
 		if m.id.IsValid() && !m.method {
-			w.st.done(m.id, m.result)
+			w.st.done(m.id)
 		}
 	}
 	return n, err

@@ -134,8 +134,8 @@ func TestStdioStateWait(t *testing.T) {
 		one, two := mustID(float64(1)), mustID("1")
 		d.add(one, "tools/call")
 		d.add(one, "tools/call")
-		d.done(two, nil) // a string id is another id
-		d.done(one, nil)
+		d.done(two) // a string id is another id
+		d.done(one)
 		waited := make(chan struct{})
 		go func() { d.wait(); close(waited) }()
 		synctest.Wait()
@@ -144,7 +144,7 @@ func TestStdioStateWait(t *testing.T) {
 			t.Fatal("wait returned with a request pending")
 		default:
 		}
-		d.done(one, nil)
+		d.done(one)
 		synctest.Wait()
 		select {
 		case <-waited:
@@ -163,20 +163,26 @@ func TestStdioStateBatchRefusal(t *testing.T) {
 	if why := d.batchRefusal(nil); !strings.Contains(why, "initialize is unanswered") {
 		t.Errorf("during initialize: %q", why)
 	}
-	d.done(mustID(float64(0)), []byte(`{"protocolVersion":"2025-03-26"}`))
+	d.answering(mustID(float64(0)), []byte(`{"protocolVersion":"2025-03-26"}`))
+	d.done(mustID(float64(0)))
 	if why := d.batchRefusal([]jsonrpc.ID{mustID(float64(2))}); why != "" {
 		t.Errorf("under 2025-03-26: %q", why)
 	}
 	if why := d.batchRefusal([]jsonrpc.ID{mustID(float64(1)), mustID(float64(1))}); !strings.Contains(why, "already in use") {
 		t.Errorf("duplicate ids in a batch: %q", why)
 	}
-	d.add(mustID(float64(2)), "tools/list")
+	// The batch just passed holds id 2 until it is answered.
 	if why := d.batchRefusal([]jsonrpc.ID{mustID(float64(2))}); !strings.Contains(why, "already in use") {
-		t.Errorf("an id in flight: %q", why)
+		t.Errorf("an id of a batch in flight: %q", why)
+	}
+	d.answering(mustID(float64(2)), nil)
+	if why := d.batchRefusal([]jsonrpc.ID{mustID(float64(2))}); why != "" {
+		t.Errorf("an id answered: %q", why)
 	}
 	d2 := newStdioState(t.Context())
 	d2.add(mustID("i"), "initialize")
-	d2.done(mustID("i"), []byte(`{"protocolVersion":"2025-06-18"}`))
+	d2.answering(mustID("i"), []byte(`{"protocolVersion":"2025-06-18"}`))
+	d2.done(mustID("i"))
 	if why := d2.batchRefusal(nil); !strings.Contains(why, "2025-06-18") {
 		t.Errorf("under 2025-06-18: %q", why)
 	}

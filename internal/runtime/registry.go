@@ -260,7 +260,7 @@ func (r *Registry) lookup(id string) (*session, error) {
 	return s, nil
 }
 
-// usable returns a session that may be used: it detects expiry on first use, as the seed asks.
+// usable returns a session that may be used: it detects expiry on first use, as docs/ABI.md promises.
 func (r *Registry) usable(ctx context.Context, id string) (*session, error) {
 	s, err := r.lookup(id)
 	if err != nil {
@@ -401,7 +401,7 @@ func wrapKindErr(id, op string, err error) error {
 	return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: op, Err: err}
 }
 
-// Control runs a control command and returns the seed's control response data.
+// Control runs a control command and returns the ABI's control response data.
 func (r *Registry) Control(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error) {
 	if !req.Command.Valid() {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause or resume)", req.Command)
@@ -561,7 +561,7 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 }
 
 // Hold marks the caller as an owner of s. For an ephemeral session, the release of its last
-// holder closes it: the seed's "sessions close automatically when the parent command exits".
+// holder closes it: docs/ABI.md's "sessions close automatically when the parent command exits".
 func (r *Registry) Hold(ctx context.Context, id string) (release func(), err error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {

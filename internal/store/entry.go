@@ -10,7 +10,8 @@ import (
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
-// SessionEntry is one value of sessions.json (FORMATS.md §2 and the seed 004 extensions). It is
+// SessionEntry is one value of sessions.json (docs/conversations.md, sessions.json, with the
+// fields nexus adds). It is
 // a decoded view: the store keeps every entry as raw JSON members and writes only patches, so
 // fields listed nowhere here (Extra) and relocated values (Blobs) survive untouched.
 // Timestamps are Unix milliseconds.
@@ -40,7 +41,7 @@ type SessionEntry struct {
 	SessionStartedAt  int64            `json:"sessionStartedAt,omitempty"`
 	LastInteractionAt int64            `json:"lastInteractionAt,omitempty"`
 
-	// Seed 004 extensions.
+	// nexus's extensions (subagents, runs, forks).
 	ParentSessionID     string `json:"parentSessionId,omitempty"`
 	ParentMessageID     string `json:"parentMessageId,omitempty"`
 	ToolCallID          string `json:"toolCallId,omitempty"`

@@ -14,7 +14,7 @@ var ErrKey = errors.New("invalid session key")
 // KeyKind is the shape of a session key.
 type KeyKind string
 
-// Key kinds (FORMATS.md §3).
+// Key kinds (docs/conversations.md, Session keys).
 const (
 	KindMain     KeyKind = "main"     // agent:<a>:main
 	KindDM       KeyKind = "dm"       // agent:<a>:dm:<peer>, agent:<a>:<channel>:dm:<peer>
@@ -136,9 +136,9 @@ func checkChars(s string) error {
 }
 
 // ParseKey parses and normalizes a session key: lowercase, agent id normalized (see
-// NormalizeAgentID). Besides the forms of FORMATS.md §3 it accepts the seeds' older forms:
-// `cron:<jobId>` (seed 004) becomes agent:main:cron:<jobId>, and the channel-less
-// `agent:<a>:group:<id>` / `agent:<a>:channel:<id>` (seed 003) are kept as written. Other
+// NormalizeAgentID). Besides the forms of docs/conversations.md, Session keys it accepts older forms:
+// `cron:<jobId>` becomes agent:main:cron:<jobId>, and the channel-less
+// `agent:<a>:group:<id>` / `agent:<a>:channel:<id>` are kept as written. Other
 // `agent:<a>:<rest>` shapes parse as KindOther. Ids may contain ':'; a trailing
 // `:thread:<id>` (no ':' in the thread id) of a DM, group or channel key is its thread.
 func ParseKey(s string) (Key, error) {

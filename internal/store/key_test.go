@@ -12,7 +12,7 @@ func TestParseKey(t *testing.T) {
 		want Key
 		str  string // canonical form ("" = in)
 	}{
-		// FORMATS.md §3 and seed 004's routing table
+		// docs/conversations.md, Session keys
 		{"agent:main:main", Key{Kind: KindMain, Agent: "main"}, ""},
 		{"agent:main:dm:+15551234567", Key{Kind: KindDM, Agent: "main", Peer: "+15551234567"}, ""},
 		{"agent:main:whatsapp:dm:+15551234567", Key{Kind: KindDM, Agent: "main", Channel: "whatsapp", Peer: "+15551234567"}, ""},
@@ -23,13 +23,13 @@ func TestParseKey(t *testing.T) {
 		{"agent:main:subagent:550e8400-e29b-41d4-a716-446655440000", Key{Kind: KindSubagent, Agent: "main", ID: "550e8400-e29b-41d4-a716-446655440000"}, ""},
 		{"agent:main:cron:nightly-report", Key{Kind: KindCron, Agent: "main", ID: "nightly-report"}, ""},
 		{"hook:550e8400-e29b-41d4-a716-446655440000", Key{Kind: KindHook, ID: "550e8400-e29b-41d4-a716-446655440000"}, ""},
-		// seed 003 examples
+		// examples of the channel-less forms
 		{"agent:default:main", Key{Kind: KindMain, Agent: "default"}, ""},
 		{"agent:default:dm:user@telegram", Key{Kind: KindDM, Agent: "default", Peer: "user@telegram"}, ""},
 		{"agent:default:subagent:550e8400-e29b", Key{Kind: KindSubagent, Agent: "default", ID: "550e8400-e29b"}, ""},
 		{"agent:code-worker:main", Key{Kind: KindMain, Agent: "code-worker"}, ""},
 		{"agent:default:group:team", Key{Kind: KindGroup, Agent: "default", ID: "team"}, ""},
-		// seed 004's older cron form
+		// the older cron form
 		{"cron:job-1", Key{Kind: KindCron, Agent: "main", ID: "job-1"}, "agent:main:cron:job-1"},
 		// normalization
 		{"  AGENT:Main:MAIN ", Key{Kind: KindMain, Agent: "main"}, "agent:main:main"},

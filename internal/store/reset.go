@@ -16,7 +16,7 @@ import (
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
-// ResetPolicy decides when Resolve starts a new session for a key (FORMATS.md §3).
+// ResetPolicy decides when Resolve starts a new session for a key (docs/conversations.md, Session keys).
 type ResetPolicy struct {
 	// Disabled turns automatic resets off (explicit Reset still works).
 	Disabled bool
@@ -188,7 +188,7 @@ func (s *Store) resetIn(x *tx, key string, cur record, reason string) (record, s
 	return r, archived, nil
 }
 
-// ArchiveKinds are the archive suffixes FORMATS.md names.
+// ArchiveKinds are the archive suffixes docs/conversations.md names.
 var ArchiveKinds = []string{"bak", "reset", "deleted"}
 
 // ArchiveName is path + "." + kind + "." + the UTC time in ISO-8601 with ':' replaced by '-'

@@ -18,7 +18,7 @@ type Appender interface {
 	AppendCustom(customType string, data any) (string, error)
 }
 
-// RunPhase is a step of a run's lifecycle (seed 003): start → streaming → compacting → end.
+// RunPhase is a step of a run's lifecycle : start → streaming → compacting → end.
 type RunPhase string
 
 // Run phases, in order.
@@ -108,7 +108,7 @@ func (r *Run) Current() RunPhase {
 
 // Phase records a move to p (streaming or compacting). Phases move forward, except that a
 // run may stream again after compacting: a provider's context-overflow error is answered by
-// compacting and retrying once (FORMATS.md, Compaction). Repeating the current phase records
+// compacting and retrying once (docs/conversations.md, The transcript). Repeating the current phase records
 // nothing. Use End to finish.
 func (r *Run) Phase(p RunPhase) error {
 	r.mu.Lock()

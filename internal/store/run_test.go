@@ -117,7 +117,7 @@ func TestRunLifecycle(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("runs =\n%s\nwant\n%s", got, want)
 	}
-	// the recorded data is what FORMATS.md's custom entry carries
+	// the recorded data is what the transcript format's custom entry carries
 	if !strings.Contains(m.lines[5], `"customType":"nexus.run","data":{"runId":"run-0001","sessionId":"s1","phase":"end","outcome":"timeout","error":"deadline exceeded after 600s"}`) {
 		t.Errorf("end line = %s", m.lines[5])
 	}

@@ -1,5 +1,5 @@
 // Package store keeps nexus's durable conversation index: state/sessions/sessions.json
-// (session key -> SessionEntry, OpenClaw's field names, FORMATS.md §2), session keys and their
+// (session key -> SessionEntry, OpenClaw's field names, docs/conversations.md, sessions.json), session keys and their
 // routing (§3), resets that mint a new sessionId and archive the old transcript, run records
 // written into transcripts as custom entries, and the subagent run registry
 // state/subagents/runs.json.

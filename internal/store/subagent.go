@@ -16,7 +16,7 @@ import (
 // SubagentsFileName is the registry file in the subagents directory (state/subagents).
 const SubagentsFileName = "runs.json"
 
-// SubagentRunRecord is one spawned subagent run (seed 003's SubagentRunRecord). Times are Unix
+// SubagentRunRecord is one spawned subagent run (the subagent run record of docs/conversations.md). Times are Unix
 // milliseconds. Unknown members (upstream has more) are kept in Extra and on disk.
 type SubagentRunRecord struct {
 	RunID               string           `json:"runId"`

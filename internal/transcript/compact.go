@@ -651,12 +651,12 @@ func Compact(w *Writer, summary string, keepRecentTokens int, details any) (stri
 
 // ArchiveName returns the archive path of path at now for kind (bak,
 // reset, deleted): <path>.<kind>.<ISO timestamp with : replaced by ->, as
-// OpenClaw names them (FORMATS.md §2), e.g. x.jsonl.bak.2026-01-21T12-00-00.000Z.
+// OpenClaw names them (docs/conversations.md, sessions.json), e.g. x.jsonl.bak.2026-01-21T12-00-00.000Z.
 func ArchiveName(path, kind string, now time.Time) string {
 	return path + "." + kind + "." + strings.ReplaceAll(now.UTC().Format(timestampLayout), ":", "-")
 }
 
-// CompactLines is seed 004's line compaction (OpenClaw's sessions.compact):
+// CompactLines is line compaction (OpenClaw's sessions.compact):
 // it keeps the header and the last maxLines entries of the transcript at
 // path and archives the original to ArchiveName(path, "bak", now). The archive is
 // the original file itself (hard-linked, then the compacted file is renamed

@@ -72,7 +72,7 @@ func unixMillis(ts string) *int64 {
 }
 
 // BuildContext builds the context for the leaf with id leafID (empty or
-// unknown: the last entry), following FORMATS.md §1:
+// unknown: the last entry), following docs/conversations.md, The transcript:
 //   - the path from the root to the leaf;
 //   - model: the later of the last model_change and the last assistant
 //     message's provider/model; thinking level: the last

@@ -270,7 +270,7 @@ func TestInteropPiWritten(t *testing.T) {
 	}
 }
 
-// TestInteropQuirks: hand-made files with the quirks FORMATS.md says real
+// TestInteropQuirks: hand-made files with the quirks docs/conversations.md says real
 // files have give the same context in pi and in nexus at every entry.
 // Self-parents and parent cycles are left out: pi's path walk never ends on them.
 func TestInteropQuirks(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// MessageInfo is the bookkeeping of an agent message (FORMATS.md §1): the
+// MessageInfo is the bookkeeping of an agent message (docs/conversations.md, The transcript): the
 // short fields decoded, the bulky ones (content, usage, output, summary)
 // left as the raw JSON values. Keys match exactly and the last duplicate
 // wins, as with JSON.parse; a field of the wrong type reads as its zero
@@ -461,7 +461,7 @@ func hex4(b []byte, i int) (rune, bool) {
 	return r, true
 }
 
-// Block is one content block of an agent message (FORMATS.md §1) with the
+// Block is one content block of an agent message (docs/conversations.md, The transcript) with the
 // fields of its known types decoded (exact keys, last duplicate wins, a
 // field of the wrong type reads as zero).
 type Block struct {

@@ -1,7 +1,7 @@
 // Package transcript reads pi coding agent session transcripts (JSONL, v1, v2
 // and v3, migrated to v3 in memory), builds their entry tree and the model
 // context for a leaf exactly as pi's buildSessionContext does. The format is
-// described in shared/design/FORMATS.md §1.
+// described in docs/conversations.md (Formats, The transcript).
 package transcript
 
 import (

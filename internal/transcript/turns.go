@@ -7,11 +7,11 @@ import (
 )
 
 // TurnMarkerType is the customType of the custom entries that record turns
-// explicitly (seed 004's TurnMarker). pi keeps custom entries and leaves
+// explicitly (a turn marker). pi keeps custom entries and leaves
 // them out of the model context.
 const TurnMarkerType = "nexus.turn"
 
-// Turn is one query and response exchange (seed 003): the query messages
+// Turn is one query and response exchange: the query messages
 // (user input, custom messages, bash executions) and everything the
 // assistant did in answer, tool calls and results included, up to its final
 // message. The turn id is the id of that final assistant message.
@@ -158,7 +158,7 @@ func Turns(f *File, leafID string) ([]Turn, error) {
 	return turns, nil
 }
 
-// TurnMarker is the data of a nexus.turn custom entry (seed 004).
+// TurnMarker is the data of a nexus.turn custom entry.
 type TurnMarker struct {
 	Type              string   `json:"type"` // always "turn"
 	ID                string   `json:"id"`

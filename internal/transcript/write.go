@@ -142,7 +142,7 @@ func newEntryID(r io.Reader, taken func(string) bool) (string, error) {
 	return "", errors.New("entry id: 100 collisions in a row, the random source is broken")
 }
 
-// ValidThinkingLevel reports whether level is one FORMATS.md allows.
+// ValidThinkingLevel reports whether level is one docs/conversations.md allows.
 func ValidThinkingLevel(level string) bool {
 	switch level {
 	case "off", "minimal", "low", "medium", "high", "xhigh", "max":
@@ -186,7 +186,7 @@ type entryField struct {
 // Create prepares a new transcript at path with header
 // {"type":"session","version":3,"id":<uuid v7>,"timestamp":...,"cwd":cwd}.
 // The file does not exist until the first message entry is appended
-// (FORMATS.md: "when the first message arrives"; pi itself waits for the
+// (docs/conversations.md: "when the first message arrives"; pi itself waits for the
 // first assistant message, which loses a user prompt sent just before a
 // crash). Entries appended before it are held in memory and written with
 // it; a Writer closed before any message leaves no file. The file (mode
@@ -499,7 +499,7 @@ func (w *Writer) AppendMessage(msg any) (string, error) {
 
 // AppendMessageExtra is AppendMessage with extra top-level fields on the
 // entry, after message, sorted by key. This is how nexus records the
-// metadata of seed 004 (token counts, subagent links, ...) in a way pi
+// metadata nexus adds (token counts, subagent links, ...) in a way pi
 // tolerates: pi keeps unknown entry fields and ignores them. Put them under
 // one namespaced key, e.g. {"nexus": {...}}.
 func (w *Writer) AppendMessageExtra(msg any, extra map[string]any) (string, error) {
@@ -629,7 +629,7 @@ func (w *Writer) BranchWithSummary(fromID, summary string, details any, fromHook
 // AppendCustom appends a custom entry (extension state, not in the model
 // context); data is omitted when nil. pi writes customType and data before
 // id; nexus keeps type, id, parentId, timestamp first on every line
-// (FORMATS.md), which readers do not depend on.
+// (docs/conversations.md), which readers do not depend on.
 func (w *Writer) AppendCustom(customType string, data any) (string, error) {
 	if customType == "" {
 		return "", errors.New("append custom: empty customType")

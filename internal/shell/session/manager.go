@@ -112,7 +112,8 @@ var (
 
 // Manager holds the agent shells of one process.
 type Manager struct {
-	cfg Config
+	cfg   Config
+	fixed *output.Redactor // the fixed rules only (it never learns), for text about no session
 
 	mu       sync.Mutex
 	sessions map[string]*sess
@@ -161,7 +162,7 @@ func New(cfg Config) *Manager {
 	if cfg.Transport == nil {
 		cfg.Transport = cfg.builtinTransport
 	}
-	m := &Manager{cfg: cfg, sessions: map[string]*sess{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, sessions: map[string]*sess{}, stop: make(chan struct{}), fixed: output.NewRedactor()}
 	if cfg.IdleTimeout > 0 {
 		m.wg.Add(1)
 		go m.reaper()
@@ -200,8 +201,18 @@ func (c Config) builtinTransport(o CreateOptions) (shell.Transport, error) {
 }
 
 // Create opens a session. The slot is reserved before connecting, so concurrent creates never
-// exceed the cap, and released if the connection fails.
+// exceed the cap, and released if the connection fails. An error's text is redacted (it may
+// quote an argument); errors.Is and errors.As still see what it wraps.
 func (m *Manager) Create(ctx context.Context, o CreateOptions) (Info, error) {
+	red := output.NewRedactor()
+	if o.Password != "" {
+		red.LearnLiteral(o.Password)
+	}
+	info, err := m.create(ctx, o, red)
+	return info, redactErr(red, err)
+}
+
+func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redactor) (Info, error) {
 	if o.Transport == "" {
 		o.Transport = "local"
 	}
@@ -235,7 +246,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (Info, error) {
 	}
 	m.reserved++
 	m.counter++
-	id := m.cfg.RunPrefix + "-" + strconv.Itoa(m.counter) + "_" + tr.IDPart()
+	part := tr.IDPart()
+	if r := red.Redact(part); r != part {
+		part = Sanitize(r) // a container or host named like a token: the id is in every result and log
+	}
+	id := m.cfg.RunPrefix + "-" + strconv.Itoa(m.counter) + "_" + part
 	m.mu.Unlock()
 	release := func() {
 		m.mu.Lock()
@@ -250,12 +265,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (Info, error) {
 		return Info{}, fmt.Errorf("open %s session: %w", o.Transport, err)
 	}
 	now := m.cfg.Now()
-	s := &sess{id: id, transport: o.Transport, sh: sh, pol: pol, red: output.NewRedactor(), budget: o.OutputBudget, created: now, lastUsed: now}
-	if o.Password != "" {
-		s.red.LearnLiteral(o.Password)
-	}
+	s := &sess{id: id, transport: o.Transport, sh: sh, pol: pol, red: red, budget: o.OutputBudget, created: now, lastUsed: now}
 	if o.Workspace != "" {
-		s.workspace = o.Workspace
+		s.workspace = red.Redact(o.Workspace) // as shown; the checkpointer has the real path
 		gitDir := filepath.Join(m.cfg.ShadowDir, id)
 		if o.Transport != "local" || m.cfg.ShadowDir == "" {
 			gitDir = "~/.cache/nexus/shadow/" + id
@@ -281,18 +293,65 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (Info, error) {
 	m.reserved--
 	m.sessions[id] = s
 	m.mu.Unlock()
-	s.audit.record(auditRecord{Event: "open", Transport: o.Transport, Cwd: sh.Cwd(), Allow: pol.Allow(), Deny: pol.Deny(), Workspace: o.Workspace})
+	s.audit.record(auditRecord{Event: "open", Transport: o.Transport, Cwd: red.Redact(sh.Cwd()), Allow: redactAll(red, pol.Allow()),
+		Deny: redactAll(red, pol.Deny()), Workspace: s.workspace})
 	return s.info(), nil
 }
 
+// info describes the session; what an agent or a shell chose (cwd, workspace, lists) is
+// redacted, as in every other sink.
 func (s *sess) info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Info{
-		SessionID: s.id, Transport: s.transport, Cwd: s.sh.Cwd(), Workspace: s.workspace,
+		SessionID: s.id, Transport: s.transport, Cwd: s.red.Redact(s.sh.Cwd()), Workspace: s.workspace,
 		Created: s.created.UTC().Format(time.RFC3339), LastUsed: s.lastUsed.UTC().Format(time.RFC3339),
-		Execs: s.execs, Allow: s.pol.Allow(), Deny: s.pol.Deny(),
+		Execs: s.execs, Allow: redactAll(s.red, s.pol.Allow()), Deny: redactAll(s.red, s.pol.Deny()),
 	}
+}
+
+func redactAll(r *output.Redactor, ss []string) []string {
+	if ss == nil {
+		return nil
+	}
+	out := make([]string, len(ss))
+	for i, x := range ss {
+		out[i] = r.Redact(x)
+	}
+	return out
+}
+
+// redactedError is an error whose text was redacted: what it wraps is still there for
+// errors.Is and errors.As, but printing it shows no secret.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+func redactErr(r *output.Redactor, err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := r.Redact(err.Error()); msg != err.Error() {
+		return &redactedError{msg: msg, err: err}
+	}
+	return err
+}
+
+// Redact redacts text with what session id has learned (assigned secrets, its SSH password),
+// or with the fixed rules alone when there is no such session. For the text of errors and
+// logs about a session, which may quote a command or an argument.
+func (m *Manager) Redact(id, text string) string {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	m.mu.Unlock()
+	if ok {
+		return s.red.Redact(text)
+	}
+	return m.fixed.Redact(text)
 }
 
 func (m *Manager) get(id string) (*sess, error) {
@@ -300,7 +359,7 @@ func (m *Manager) get(id string) (*sess, error) {
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
 	if !ok {
-		return nil, fmt.Errorf("%w %q (see session_list; sessions close after idling or on exit)", ErrNotFound, id)
+		return nil, redactErr(m.fixed, fmt.Errorf("%w %q (see session_list; sessions close after idling or on exit)", ErrNotFound, id))
 	}
 	return s, nil
 }
@@ -333,12 +392,18 @@ type ExecOptions struct {
 	OnOutput func(stream string, p []byte)
 }
 
-// Exec runs a command in a session. Commands on one session run one at a time.
+// Exec runs a command in a session. Commands on one session run one at a time. Everything
+// the result and the audit log say is redacted, an error's text too.
 func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (shell.ExecResult, error) {
 	s, err := m.get(id)
 	if err != nil {
 		return shell.ExecResult{}, err
 	}
+	res, err := m.exec(ctx, s, command, o)
+	return res, redactErr(s.red, err)
+}
+
+func (m *Manager) exec(ctx context.Context, s *sess, command string, o ExecOptions) (shell.ExecResult, error) {
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -349,11 +414,11 @@ func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (
 	budget := output.MergeBudget(s.budget, o.Budget)
 	outC, err := output.NewCollector(budget, s.red)
 	if err != nil {
-		return shell.ExecResult{}, fmt.Errorf("%w: %w", ErrInvalid, err) // err already says "budget: ..."
+		return shell.ExecResult{}, fmt.Errorf("%w: budget: %w", ErrInvalid, err) // the error names the field, this the argument
 	}
 	errC, err := output.NewCollector(budget, s.red)
 	if err != nil {
-		return shell.ExecResult{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return shell.ExecResult{}, fmt.Errorf("%w: budget: %w", ErrInvalid, err)
 	}
 	if err := s.pol.Check(command); err != nil {
 		// The refusal quotes the command: redact it with what this session has learned too.
@@ -382,7 +447,7 @@ func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (
 	redacted := s.red.Redact(command)
 	if s.ckpt != nil && !shell.ReadOnly(command) {
 		if _, err := s.ckpt.Snapshot(ctx, "", true, redacted); err != nil {
-			s.audit.record(auditRecord{Event: "checkpoint-error", Command: redacted, Reason: err.Error()})
+			s.audit.record(auditRecord{Event: "checkpoint-error", Command: redacted, Reason: s.red.Redact(err.Error())})
 		}
 	}
 	if o.OnOutput != nil {
@@ -394,7 +459,8 @@ func (m *Manager) Exec(ctx context.Context, id, command string, o ExecOptions) (
 	if err != nil && !errors.Is(err, shell.ErrShellExited) {
 		return shell.ExecResult{}, fmt.Errorf("run: %w", err)
 	}
-	res := shell.ExecResult{Command: redacted, ExitCode: rr.ExitCode, DurationMS: rr.Duration.Milliseconds(), Cwd: rr.Cwd, TimedOut: rr.TimedOut, ShellExited: rr.ShellExited}
+	res := shell.ExecResult{Command: redacted, ExitCode: rr.ExitCode, DurationMS: rr.Duration.Milliseconds(), Cwd: s.red.Redact(rr.Cwd),
+		TimedOut: rr.TimedOut, ShellExited: rr.ShellExited}
 	var outRep, errRep shell.StreamReport
 	var t1, t2 bool
 	res.Stdout, outRep, t1 = outC.Finish()
@@ -454,7 +520,7 @@ func (m *Manager) Checkpoint(ctx context.Context, id, label string) (shell.Check
 	if err == nil {
 		s.audit.record(auditRecord{Event: "checkpoint", Checkpoint: c.ID, Reason: c.Label})
 	}
-	return c, err
+	return c, redactErr(s.red, err)
 }
 
 // Checkpoints lists a session's checkpoints, newest first.
@@ -463,7 +529,12 @@ func (m *Manager) Checkpoints(ctx context.Context, id string) ([]shell.Checkpoin
 	if err != nil {
 		return nil, err
 	}
-	return s.ckpt.List(ctx)
+	cs, err := s.ckpt.List(ctx)
+	for i := range cs {
+		// Written redacted; redacted again with what the session learned since.
+		cs[i].Label, cs[i].Command = s.red.Redact(cs[i].Label), s.red.Redact(cs[i].Command)
+	}
+	return cs, redactErr(s.red, err)
 }
 
 // Restore brings a session's workspace back to a checkpoint.
@@ -473,8 +544,9 @@ func (m *Manager) Restore(ctx context.Context, id, checkpointID string) (shell.R
 		return shell.RestoreResult{}, err
 	}
 	r, err := s.ckpt.Restore(ctx, checkpointID)
+	r.Restored, r.Removed = redactAll(s.red, r.Restored), redactAll(s.red, r.Removed) // file names
 	if err != nil {
-		return r, err
+		return r, redactErr(s.red, err)
 	}
 	s.audit.record(auditRecord{Event: "restore", Checkpoint: checkpointID})
 	return r, nil

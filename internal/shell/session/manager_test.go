@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/output"
 	"github.com/nexus-run/nexus/internal/shell/policy"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 func newManager(t *testing.T, cfg Config) *Manager {
@@ -30,7 +32,7 @@ func newManager(t *testing.T, cfg Config) *Manager {
 }
 
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	c, cancel := context.WithTimeout(t.Context(), testkit.Patience())
 	t.Cleanup(cancel)
 	return c
 }
@@ -105,8 +107,9 @@ func TestOutputIsCleanedAndRedacted(t *testing.T) {
 	if strings.Contains(res.Stdout, token) || strings.Contains(res.Command, token) || strings.Contains(res.Stdout, "\x1b") {
 		t.Fatalf("not cleaned/redacted: %+v", res)
 	}
-	if !strings.HasPrefix(res.Stdout, "100%\n") && !strings.HasPrefix(res.Stdout, "red 100%") {
-		t.Logf("stdout %q", res.Stdout)
+	// Colours gone, the \r line reduced to its last frame, the token redacted.
+	if want := "100%\n" + output.Marker(output.KindGitHubToken) + "\n"; res.Stdout != want {
+		t.Fatalf("stdout %q, want %q", res.Stdout, want)
 	}
 	// A literal the session assigned to a secret-looking name is redacted later.
 	mustExec(t, m, id, "export DB_PASSWORD=hunter2hunter2", ExecOptions{})
@@ -330,5 +333,114 @@ func TestAuditRecordsAreJSONLines(t *testing.T) {
 	}
 	if strings.Join(events, ",") != "open,exec,close" {
 		t.Fatalf("events %v", events)
+	}
+}
+
+// TestEverySinkIsRedacted: a secret in a directory name, an argument or a command reaches no
+// result, no session description, no error and no audit line.
+func TestEverySinkIsRedacted(t *testing.T) {
+	token := "ghp_" + strings.Repeat("Z9y8", 9)
+	base := t.TempDir()
+	dir := filepath.Join(base, "d", token)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, Config{})
+	ws := filepath.Join(base, "ws-"+token)
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var tapped strings.Builder
+	var mu sync.Mutex
+	id := mustCreate(t, m, CreateOptions{Cwd: dir, Deny: []string{"rm"}}).SessionID
+	// The result's cwd after cd, and the session's.
+	res := mustExec(t, m, id, "cd "+filepath.Join(base, "d")+"/"+token+" && pwd", ExecOptions{OnOutput: func(_ string, p []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		tapped.Write(p)
+	}})
+	for what, v := range map[string]string{"stdout": res.Stdout, "cwd": res.Cwd, "command": res.Command, "progress": tapped.String()} {
+		if strings.Contains(v, token) || !strings.Contains(v, "[REDACTED:github-token]") {
+			t.Errorf("result %s: %q", what, v)
+		}
+	}
+	for _, info := range m.List() {
+		if strings.Contains(info.Cwd, token) {
+			t.Errorf("session_list cwd: %q", info.Cwd)
+		}
+	}
+	// Errors that quote an argument or a command.
+	_, err := m.Create(ctx(t), CreateOptions{Cwd: filepath.Join(base, "missing-"+token)})
+	if err == nil || strings.Contains(err.Error(), token) || !errors.Is(err, ErrInvalid) {
+		t.Errorf("create with a missing cwd: %v", err)
+	}
+	_, err = m.Exec(ctx(t), id, "rm -f x-"+token, ExecOptions{})
+	var v *policy.Violation
+	if err == nil || strings.Contains(err.Error(), token) || !errors.Is(err, ErrBlocked) || !errors.As(err, &v) {
+		t.Errorf("refusal: %v", err)
+	}
+	_, err = m.Exec(ctx(t), "nope-"+token, "true", ExecOptions{})
+	if err == nil || strings.Contains(err.Error(), token) || !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown session: %v", err)
+	}
+	if got := m.Redact(id, "x "+token); strings.Contains(got, token) {
+		t.Errorf("Redact: %q", got)
+	}
+	// A workspace path, in the session's description and the audit log.
+	wsInfo := mustCreate(t, m, CreateOptions{Cwd: ws, Workspace: ws})
+	if strings.Contains(wsInfo.Workspace, token) || strings.Contains(wsInfo.Cwd, token) {
+		t.Errorf("workspace session: %+v", wsInfo)
+	}
+	// Every audit line.
+	for _, sid := range []string{id, wsInfo.SessionID} {
+		data, err := os.ReadFile(filepath.Join(m.cfg.AuditDir, sid+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), token) {
+			t.Errorf("audit log of %s holds the token:\n%s", sid, data)
+		}
+		if !strings.Contains(string(data), `"cwd":"`) {
+			t.Errorf("audit log of %s has no cwd:\n%s", sid, data)
+		}
+	}
+}
+
+// TestIDOfATokenNamedContainer: an id part that looks like a secret (a container named like a
+// token) is redacted before it names the session and its audit file.
+func TestIDOfATokenNamedContainer(t *testing.T) {
+	token := "ghp_" + strings.Repeat("Q7w6", 9)
+	m := newManager(t, Config{RunPrefix: "ab12", Transport: func(CreateOptions) (shell.Transport, error) {
+		return namedLocal{Local: &shell.Local{}, part: "docker_" + token}, nil
+	}})
+	info := mustCreate(t, m, CreateOptions{})
+	if strings.Contains(info.SessionID, token) || !strings.HasPrefix(info.SessionID, "ab12-1_") {
+		t.Fatalf("id %q", info.SessionID)
+	}
+	if _, err := os.Stat(filepath.Join(m.cfg.AuditDir, info.SessionID+".jsonl")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// namedLocal is a local transport that reports another id part.
+type namedLocal struct {
+	*shell.Local
+	part string
+}
+
+func (n namedLocal) IDPart() string { return n.part }
+
+// TestBadBudgetNamedOnce: a budget error names the argument once ("budget: keep ...", never
+// "budget: budget:").
+func TestBadBudgetNamedOnce(t *testing.T) {
+	m := newManager(t, Config{})
+	id := mustCreate(t, m, CreateOptions{}).SessionID
+	_, err := m.Exec(ctx(t), id, "true", ExecOptions{Budget: &shell.Budget{Keep: "tail"}})
+	if err == nil || !strings.Contains(err.Error(), `budget: keep "tail" needs lines >= 1`) || strings.Count(err.Error(), "budget") != 1 {
+		t.Errorf("exec: %v", err)
+	}
+	_, err = m.Create(ctx(t), CreateOptions{Cwd: t.TempDir(), OutputBudget: &shell.Budget{Keep: "tail"}})
+	if err == nil || !strings.Contains(err.Error(), `output_budget: keep "tail" needs lines >= 1`) || strings.Count(err.Error(), "budget") != 1 {
+		t.Errorf("create: %v", err)
 	}
 }
