@@ -18,7 +18,7 @@ type Appender interface {
 	AppendCustom(customType string, data any) (string, error)
 }
 
-// RunPhase is a step of a run's lifecycle : start → streaming → compacting → end.
+// RunPhase is a step of a run's lifecycle: start → streaming → compacting → end.
 type RunPhase string
 
 // Run phases, in order.
