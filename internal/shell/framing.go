@@ -48,16 +48,15 @@ func newToken() string {
 const rs = "\x1e"
 
 // bootstrap is sent once when the shell starts. It defines the halves of the loop as functions;
-// startLine then moves the command stream to fd 62 (9 in shells that know only single-digit
-// descriptors), makes /dev/null the shell's stdin (so every command reads EOF rather than
-// hanging, with no redirection per command) and runs the command loop at top level: bash parses
-// the loop once, and each command costs it only reading its own bytes. The user's command is
-// evaluated by the loop body, at top level, never inside a function, so `declare`, `return` and
-// the positional parameters mean what they mean at a prompt. A one-trip inner loop absorbs a
-// user's `break`/`continue`.
+// startLine then moves the command stream off stdin, makes /dev/null the shell's stdin (so every
+// command reads EOF rather than hanging, with no redirection per command) and runs the command
+// loop at top level: the shell parses the loop once, and each command costs it only reading its
+// own bytes. The user's command is evaluated by the loop body, at top level, never inside a
+// function, so `declare`, `return` and the positional parameters mean what they mean at a
+// prompt. A one-trip inner loop absorbs a user's `break`/`continue`.
 //
 // Per command the engine sends (see message): to bash, the command, a NUL (a command cannot hold
-// one, so bash takes it whole with one `read -d ”`) and the token, which `read -N` takes in one
+// one, so bash takes it whole with one `read -d ""`) and the token, which `read -N` takes in one
 // read; to other shells, a fresh random delimiter line, the command's lines, the delimiter again
 // and the token on a line of its own.
 //
@@ -68,32 +67,44 @@ __nx_trace() { case $__nx_f in *x*) __nx_c="set -x
 $__nx_c";; esac; case $__nx_f in *v*) __nx_c="set -v
 $__nx_c";; esac; }
 __nx_out() { printf '\036NX%s\036%s\036%s\036%s\036NX%s\n' "$__nx_t" "$__nx_r" "$1" "$PWD" "$__nx_t"; }
-if [ -n "$BASH_VERSION" ]; then __nx_tok() { read -r -N 24 -u 62 __nx_t; }; else __nx_tok() { IFS= read -r __nx_t <&9; }; fi
+__nx_ready() { __nx_r=$$; __nx_out "$1"; printf '\036NX%s\n' "$__nx_t" >&2; __nx_t=; }
+__nx_tok() { IFS= read -r __nx_t <&9; }
 __nx_post() { __nx_f=$-; set +xv; __nx_tok; printf '\036NX%s\n' "$__nx_t" >&3; __nx_out -; __nx_t=; }
 __nx_fast() { __nx_f=$-; __nx_tok; printf '\036NX%s\n' "$__nx_t" >&2; __nx_out -; __nx_t=; }
 `
 
 // startLine starts the command loop, after telling the engine that the shell is ready (see
-// readyLine). After the user's command, when tracing is on (the user ran `set -x`), the closing
-// half runs with stderr to /dev/null so the trace shows only the user's own commands; otherwise
-// it runs without any redirection to pay for. bash evals directly (a syntax error in eval never
-// ends a bash that is not in POSIX mode); other shells use `command eval`, which keeps eval's
-// errors from ending the shell. Should the loop end anyway (`break 2`, a closed command
-// descriptor), the shell reads its next command from /dev/null and exits, and the session says
-// the shell exited.
-const startLine = `if [ -n "$BASH_VERSION" ]; then exec 62<&0 </dev/null; ` + ready +
-	`while IFS= read -r -d '' -u 62 __nx_c; do ` + loopBody + `eval "$__nx_c" 62<&-; done ` + loopTail +
-	`; else exec 9<&0 </dev/null; ` + ready +
+// readyLine). The answer is given inside the compound command that holds the loop, which the
+// shell has read whole before it runs any of it: the engine sends the first command only after
+// the answer, so no shell (busybox ash reads its input in 1 KB chunks) can have read part of
+// that command as script text.
+//
+// While a command runs, the command stream must be out of its reach. bash (4.1 and later) keeps
+// it, for the whole loop, on the descriptor where bash saves fd 62 when it runs the loop's
+// compound command with 62 closed: bash marks that copy close-on-exec, so no program a command
+// starts inherits it, and no redirection per command is paid for. The descriptor's number is the
+// lowest free one from 10 up, which `exec {var}` finds just before; the loop's text is then
+// evaluated with that number written in. Other shells (dash, busybox ash, older bash) read the
+// stream on fd 9 and run each command with fd 9 closed (`9<&-`), which they restore afterwards.
+// A policy refuses commands that name descriptors from 10 up (see internal/shell/policy).
+//
+// After the user's command, when tracing is on (the user ran `set -x`), the closing half runs
+// with stderr to /dev/null so the trace shows only the user's own commands; otherwise it runs
+// without any redirection. bash evals directly (a syntax error in eval never ends a bash that is
+// not in POSIX mode); other shells use `command eval`, which keeps eval's errors from ending the
+// shell. Should the loop end anyway (`break 2`, a closed command descriptor), the shell reads its
+// next command from /dev/null and exits, and the session says the shell exited.
+const startLine = `__nx_b=; case $BASH_VERSION in ""|[123].*|4.0*) ;; *) __nx_b=B;; esac; if [ -n "$__nx_b" ]; then ` +
+	`exec 62<&0 </dev/null; exec {__nx_p}</dev/null; exec {__nx_p}<&-; __nx_c='` + bashLoop + `'; eval "${__nx_c//@/$__nx_p}"` +
+	`; else exec 9<&0 </dev/null; __nx_ready ""; ` +
 	`while IFS= read -r __nx_d <&9; do __nx_c=; while IFS= read -r __nx_l <&9; do [ "$__nx_l" = "$__nx_d" ] && break; __nx_c="$__nx_c$__nx_l
 "; done; ` + loopBody + `command eval "$__nx_c" 9<&-; done ` + loopTail + `; fi` + "\n"
 
 const (
-	// ready reports the shell's pid and directory in the format of a trailer, with the token
-	// readyLine set. It runs inside startLine's compound command, which the shell has read
-	// whole before it runs any of it: the engine sends the first command only after this
-	// answer, so no shell (busybox ash reads its input in 1 KB chunks) can have read part of
-	// that command as script text.
-	ready    = `__nx_r=$$; __nx_out "${BASH_VERSION:+B}"; printf '\036NX%s\n' "$__nx_t" >&2; __nx_t=; `
+	// bashLoop is bash's loop, with @ for the descriptor of the command stream. It holds no
+	// single quote and no other @.
+	bashLoop = `__nx_tok() { read -r -N 24 -u @ __nx_t; }; { __nx_ready B; ` +
+		`while IFS= read -r -d "" -u @ __nx_c; do ` + loopBody + `eval "$__nx_c"; done ` + loopTail + `; } 62<&-`
 	loopBody = `case $__nx_f in *[xv]*) __nx_trace;; esac; __nx_r=0; for __nx_i in 1; do `
 	loopTail = `|| { __nx_r=$?; } 2>/dev/null; case $- in *[xv]*) { __nx_post; } 3>&2 2>/dev/null;; *) __nx_fast;; esac; done`
 )

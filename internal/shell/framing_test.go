@@ -134,8 +134,12 @@ func TestEngineStateUnreachable(t *testing.T) {
 // session from replacing, and it evaluates nothing arithmetically, so that a policy's rules on
 // the session's own state cover all of it.
 func TestFramingUsesOnlyReservedNames(t *testing.T) {
-	if !strings.Contains(bootstrap, "read -r -N "+strconv.Itoa(tokenLen)+" -u 62 ") {
+	if !strings.Contains(bashLoop, "read -r -N "+strconv.Itoa(tokenLen)+" -u @ ") {
 		t.Fatalf("bash reads a token of another length than tokenLen (%d)", tokenLen)
+	}
+	// bash's loop is single-quoted in startLine, with @ for its descriptor.
+	if strings.ContainsRune(bashLoop, '\'') || strings.Count(bashLoop, "@") != 2 {
+		t.Fatalf("bashLoop holds a single quote, or @ elsewhere than its two reads: %s", bashLoop)
 	}
 	if len(newToken()) != tokenLen {
 		t.Fatalf("newToken makes %d characters, want %d", len(newToken()), tokenLen)
@@ -144,7 +148,7 @@ func TestFramingUsesOnlyReservedNames(t *testing.T) {
 	// The lines before the loop run once, before any user command: what they call cannot
 	// have been replaced yet. The functions' bodies and the loop run after user commands.
 	first := strings.Index(bootstrap, "\n")
-	loop := bootstrap[first+1:] + startLine
+	loop := bootstrap[first+1:] + startLine + strings.ReplaceAll(bashLoop, "@", "10") + "\n"
 	f, err := p.Parse(strings.NewReader(loop), "")
 	if err != nil {
 		t.Fatal(err)

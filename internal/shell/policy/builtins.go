@@ -184,6 +184,9 @@ func (fr *frame) readCall(prog string, args []*syntax.Word, _ []*syntax.Redirect
 	if f, ok := hasFlag(found, "a"); ok {
 		fr.flagTarget(prog+" -a", f, true)
 	}
+	if f, ok := hasFlag(found, "u"); ok {
+		fr.fdOperand(prog+" -u", f)
+	}
 	for _, a := range rest {
 		fr.target(a, prog, true)
 	}
@@ -220,6 +223,9 @@ func (fr *frame) mapfile(prog string, args []*syntax.Word, _ []*syntax.Redirect,
 	}
 	if f, ok := hasFlag(found, "C"); ok {
 		fr.shellString(prog+" -C", f.word, f.value, f.litVal, ctx)
+	}
+	if f, ok := hasFlag(found, "u"); ok {
+		fr.fdOperand(prog+" -u", f)
 	}
 	for _, a := range rest {
 		fr.target(a, prog, true)

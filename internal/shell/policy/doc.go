@@ -117,7 +117,12 @@
 //     and the parameters the shell itself sets to a number ($#, $?, $$, $!,
 //     ${#name}). A variable operand (x, $x, a[1]) is refused however it was
 //     set: its value may hold a subscript. ${a[@]} and ${a[*]} are not
-//     arithmetic.
+//     arithmetic. A subscript of an associative array is a key, not
+//     arithmetic, but the policy cannot tell a name's type (declare -A can
+//     fail on an indexed array), so keys must be integer literals too,
+//     except inside declare -A NAME=(...) itself. test and [ compare
+//     integers without evaluating them (-eq takes numbers only), so their
+//     -eq ... are not refused.
 //   - Attributes that make later uses evaluate: declare/typeset/local -i
 //     (every later assignment to the name is arithmetic) and -n (a name
 //     reference evaluates its target, subscript included, on every use, and
@@ -152,9 +157,12 @@
 // set, the rule "reserved name" refuses a command that names one of those
 // variables or functions anywhere (assigning, reading, declaring, unsetting,
 // calling, defining), defines a function named like one of those builtins
-// or disables it with enable -n, or redirects to a path naming a process's
-// file descriptors (/dev/fd/N but 0-2, /proc/PID/fd/N), through which the
-// command stream could be reached.
+// or disables it with enable -n, names a descriptor from MinShellFD (10) up
+// or one given by data (11<&-, <&11, >&$fd, {fd}<&-, read -u 11: the shell
+// keeps its own there, the command stream among them, and a command could
+// close it and open its own in its place), or redirects to a path naming a
+// process's file descriptors (/dev/fd/N but 0-2, /proc/PID/fd/N), through
+// which the command stream could be reached.
 //
 // # Dynamic commands (refused whenever a list is set)
 //

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"path"
+	"strconv"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -359,7 +360,7 @@ func (fr *frame) fdPathRedirect(r *syntax.Redirect) {
 		return
 	}
 	switch r.Op {
-	case syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc, syntax.DplIn, syntax.DplOut:
+	case syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc:
 		return
 	}
 	prefix, whole := literalPrefix(r.Word)
@@ -409,4 +410,55 @@ func literalPrefix(w *syntax.Word) (string, bool) {
 		}
 	}
 	return b.String(), false
+}
+
+// MinShellFD is the lowest file descriptor the shell keeps for itself:
+// bash and dash save descriptors from 10 up, and the session's command
+// loop reads its command stream from one of them. With lists set, a
+// command may not name such a descriptor, nor one given by data: it could
+// close the stream and open its own in its place, whose text the loop
+// would run unchecked.
+const MinShellFD = 10
+
+// fdRedirect checks the descriptors a redirection names: the one it
+// redirects (N> or {NAME}>) and, for <& and >&, the one it copies.
+func (fr *frame) fdRedirect(r *syntax.Redirect) {
+	const why = "descriptors from 10 up belong to the shell, which reads the session's command stream from one"
+	closes := false
+	if r.Op == syntax.DplIn || r.Op == syntax.DplOut {
+		s, ok := literal(r.Word)
+		switch {
+		case !ok:
+			fr.w.reserved(fr.text(r.Word), "a redirection copies a descriptor given by data; "+why)
+			return
+		case s == "-":
+			closes = true
+		case isNumber(strings.TrimSuffix(s, "-")):
+			if n, _ := strconv.Atoi(strings.TrimSuffix(s, "-")); n >= MinShellFD {
+				fr.w.reserved(fr.text(r.Word), why)
+				return
+			}
+		}
+	}
+	if r.N == nil {
+		return
+	}
+	switch n := r.N.Value; {
+	case strings.HasPrefix(n, "{"):
+		if closes {
+			fr.w.reserved(n, "closing a descriptor named by a variable could close the shell's own; "+why)
+		}
+	default:
+		if v, err := strconv.Atoi(n); err == nil && v >= MinShellFD {
+			fr.w.reserved(n+">", why)
+		}
+	}
+}
+
+// fdOperand checks a descriptor given to a builtin (read -u FD): a literal
+// below MinShellFD.
+func (fr *frame) fdOperand(who string, f flagVal) {
+	if n, err := strconv.Atoi(f.value); !f.litVal || err != nil || n >= MinShellFD || n < 0 {
+		fr.w.reserved(who+" "+clip(f.value), who+" reads a descriptor that is not a literal below 10; descriptors from 10 up belong to the shell")
+	}
 }

@@ -192,6 +192,22 @@ var evaluated = []struct{ cmd, rule string }{
 	{"exec 3<>/proc/self/task/1/fd/62", RuleReserved},
 	{"echo > /dev/fd/$n", RuleReserved},
 	{"echo x > /dev/../proc/self/fd/62", RuleReserved},
+	{"echo x >&/proc/self/fd/11", RuleReserved},
+	// Descriptors from 10 up: the shell's, one of them the command stream.
+	{"exec 11<&-; exec 11< <(printf 'rm v\\0')", RuleReserved},
+	{"exec 10<&- 11<&- 12<&-", RuleReserved},
+	{"exec 62</dev/null", RuleReserved},
+	{"exec {x}<&-", RuleReserved},
+	{"exec {x}>&-", RuleReserved},
+	{"cat <&11", RuleReserved},
+	{"cat <&11-", RuleReserved},
+	{"echo x >&\"$fd\"", RuleReserved},
+	{"exec 3<&$n", RuleReserved},
+	{"read -u 11 x", RuleReserved},
+	{"read -ru11 x", RuleReserved},
+	{"read -u \"$fd\" x", RuleReserved},
+	{"mapfile -u 63 a", RuleReserved},
+	{"exec 10>/tmp/x", RuleReserved},
 }
 
 // evaluatedAllow is an allow list naming every program and builtin the
@@ -323,13 +339,21 @@ var literalArithmetic = []string{
 	"echo $__other $_nx $nx_x",
 	"read_all() { :; }",
 	"enable -n kill",
+	"exec 3>/tmp/log; echo hi >&3; exec 3>&-",
+	"make 2>&1 | tail",
+	"read -u 3 line",
+	"exec {fd}>/tmp/x",
+	"echo x >&2",
+	"cat <&0",
+	"exec 9>/tmp/lock",
+	"ls >&/dev/null",
 	"builtin() { :; }",
 	"test() { :; }",
 }
 
 func TestLiteralArithmeticAllowed(t *testing.T) {
 	deny := mustNew(t, nil, []string{"rm"}, Operator{})
-	allow := mustNew(t, append(evaluatedAllow, "diff", "f", "kill"), nil, Operator{})
+	allow := mustNew(t, append(evaluatedAllow, "diff", "f", "kill", "make", "tail", "ls"), nil, Operator{})
 	for _, cmd := range literalArithmetic {
 		for name, p := range map[string]*Policy{"deny": deny, "allow": allow} {
 			if err := p.Check(cmd); err != nil {

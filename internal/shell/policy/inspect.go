@@ -241,6 +241,7 @@ func (fr *frame) stmt(s *syntax.Stmt) {
 			fr.targetString(strings.Trim(r.N.Value, "{}"), r.N.Value, "a {name} redirection", false, false)
 		}
 		fr.fdPathRedirect(r)
+		fr.fdRedirect(r)
 	}
 	fr.command(s.Cmd, s.Redirs)
 }
