@@ -56,7 +56,7 @@ pi-deps:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway
 	$(GO) test -run '^$$' -fuzz FuzzDecodeStrict -fuzztime 30s ./internal/abi
-	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./internal/store
+	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./internal/chatstore
 	$(GO) test -run '^$$' -fuzz FuzzParseLineExact -fuzztime 30s ./internal/transcript
 
 lint:

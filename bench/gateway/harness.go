@@ -14,19 +14,19 @@ import (
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // benchProject is the only project id the in-process gateway knows.
 const benchProject = "bench"
 
 // harness is a gateway served in-process exactly as `nexus serve` wires it (gateway.Serve on a
-// unix socket in a private state directory, runtime.Registry, terminal.Kind), minus the CLI and
+// unix socket in a private state directory, live.Registry, terminal.Kind), minus the CLI and
 // the projects file.
 type harness struct {
 	dir    string // temp root: state/, work/ (the project directory), home/
 	sock   string
-	reg    *runtime.Registry
+	reg    *live.Registry
 	cl     *client.Client
 	cancel context.CancelFunc
 	done   chan error
@@ -47,7 +47,7 @@ func shellEnv(home string) []string {
 	return append(env, "HOME="+home, "HISTFILE=/dev/null", "PS1=$ ")
 }
 
-func startHarness(ctx context.Context, cfg runtime.Config, shell string) (*harness, error) {
+func startHarness(ctx context.Context, cfg live.Config, shell string) (*harness, error) {
 	dir, err := os.MkdirTemp("", "nexus-bench-")
 	if err != nil {
 		return nil, err
@@ -70,7 +70,7 @@ func startHarness(ctx context.Context, cfg runtime.Config, shell string) (*harne
 			return work, nil
 		},
 	}
-	reg := runtime.New(cfg, kind)
+	reg := live.New(cfg, kind)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &harness{dir: dir, reg: reg, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan gateway.Info, 1)

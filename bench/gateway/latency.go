@@ -15,7 +15,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // The shell runs `cat` with the terminal in raw mode, so every byte is echoed by a process (as a
@@ -116,7 +116,7 @@ func latencyPTY(ctx context.Context, cfg config) (LatencyRow, error) {
 // latencyWS attaches over a WebSocket with internal/client, sends one byte with conn.Send and
 // waits for the data event that echoes it.
 func latencyWS(ctx context.Context, cfg config) (LatencyRow, error) {
-	h, err := startHarness(ctx, runtime.Config{IdleTimeout: -1}, cfg.shell)
+	h, err := startHarness(ctx, live.Config{IdleTimeout: -1}, cfg.shell)
 	if err != nil {
 		return LatencyRow{}, err
 	}

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 type config struct {
@@ -165,7 +165,7 @@ func run() error {
 			// optIn steps run only when -steps names them.
 			optIn bool
 		}
-		ws := func(subs int, limits runtime.LogLimits, mode consumer, label string) func() (ThroughputRow, error) {
+		ws := func(subs int, limits live.LogLimits, mode consumer, label string) func() (ThroughputRow, error) {
 			return func() (ThroughputRow, error) { return throughputWS(ctx, cfg, subs, limits, mode, label) }
 		}
 		const (
@@ -177,8 +177,8 @@ func run() error {
 			// and output never waits: the difference is what flow control costs.
 			bigLabel = ", log raised to hold the whole output (flow control never engages)"
 		)
-		dflt := runtime.LogLimits{}
-		big := runtime.LogLimits{Events: 1 << 22, Bytes: int(min(cfg.bytes*2+64<<20, 1<<31-1))}
+		dflt := live.LogLimits{}
+		big := live.LogLimits{Events: 1 << 22, Bytes: int(min(cfg.bytes*2+64<<20, 1<<31-1))}
 		n := cfg.subs
 		tsteps := []step{
 			{name: "ceiling", fn: func() (ThroughputRow, error) { return ceilingMedian(ctx, cfg, 3) }},

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // MemSnapshot is the gateway process's memory at one moment, after a full GC.
@@ -97,7 +97,7 @@ func procStatus(pid, field string) uint64 {
 // process pays for them; the shells are separate processes and not counted.
 func memoryIdle(ctx context.Context, cfg config) (MemoryResult, error) {
 	res := MemoryResult{Sessions: cfg.sessions}
-	h, err := startHarness(ctx, runtime.Config{MaxSessions: cfg.sessions + 100, IdleTimeout: -1}, cfg.shell)
+	h, err := startHarness(ctx, live.Config{MaxSessions: cfg.sessions + 100, IdleTimeout: -1}, cfg.shell)
 	if err != nil {
 		return res, err
 	}
@@ -194,7 +194,7 @@ func memoryIdle(ctx context.Context, cfg config) (MemoryResult, error) {
 
 // waitAllIdle waits until every session has printed its prompt and no session has logged
 // anything for a second.
-func waitAllIdle(ctx context.Context, reg *runtime.Registry, ids []string) error {
+func waitAllIdle(ctx context.Context, reg *live.Registry, ids []string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	var prev uint64
 	quietSince := time.Time{}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // The payload is 'Z' (octal 132) so that neither the echoed command line nor the prompt contains
@@ -82,14 +82,14 @@ type StalledResult struct {
 	Error string `json:"error,omitempty"`
 }
 
-// LogLimits mirrors runtime.LogLimits for the JSON results.
+// LogLimits mirrors live.LogLimits for the JSON results.
 type LogLimits struct {
 	Events     int     `json:"events"`
 	Bytes      int     `json:"bytes"`
 	MaxStallMs float64 `json:"maxStallMs"`
 }
 
-func logLimits(l runtime.LogLimits) *LogLimits {
+func logLimits(l live.LogLimits) *LogLimits {
 	return &LogLimits{Events: l.Events, Bytes: l.Bytes, MaxStallMs: float64(l.MaxStall) / float64(time.Millisecond)}
 }
 
@@ -193,7 +193,7 @@ func b2i(b bool) int {
 
 // producerWatch reads the session's log in-process (no encoding) and reports when the runtime
 // holds the end marker, i.e. when the PTY side finished. It also counts what it saw.
-func producerWatch(ctx context.Context, reg *runtime.Registry, id string, after uint64) (sc *scanner, missed uint64, reports int, at time.Time, err error) {
+func producerWatch(ctx context.Context, reg *live.Registry, id string, after uint64) (sc *scanner, missed uint64, reports int, at time.Time, err error) {
 	sc = newScanner(doneMarker)
 	for !sc.found {
 		b, err := reg.Read(ctx, id, after, 512, time.Second)
@@ -203,7 +203,7 @@ func producerWatch(ctx context.Context, reg *runtime.Registry, id string, after 
 		for _, e := range b.Events {
 			switch e.Type {
 			case abi.EventData:
-				if out, ok := e.Payload.(runtime.Output); ok {
+				if out, ok := e.Payload.(live.Output); ok {
 					sc.feed(out)
 				}
 			case abi.EventError:
@@ -240,7 +240,7 @@ func missedCount(p any) uint64 {
 // throughputRuntime is the registry alone: PTY -> terminal kind -> event log -> one in-process
 // reader, no encoding and no socket.
 func throughputRuntime(ctx context.Context, cfg config) (ThroughputRow, error) {
-	h, err := startHarness(ctx, runtime.Config{IdleTimeout: -1}, cfg.shell)
+	h, err := startHarness(ctx, live.Config{IdleTimeout: -1}, cfg.shell)
 	if err != nil {
 		return ThroughputRow{}, err
 	}
@@ -323,8 +323,8 @@ type wsRun struct {
 	pwg  sync.WaitGroup
 }
 
-func startWSRun(ctx context.Context, cfg config, limits runtime.LogLimits) (*wsRun, error) {
-	h, err := startHarness(ctx, runtime.Config{IdleTimeout: -1, Log: limits}, cfg.shell)
+func startWSRun(ctx context.Context, cfg config, limits live.LogLimits) (*wsRun, error) {
+	h, err := startHarness(ctx, live.Config{IdleTimeout: -1, Log: limits}, cfg.shell)
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +427,7 @@ func (r *wsRun) row(cfg config, label string, start time.Time, results []subResu
 }
 
 // throughputWS streams the command's output to subs WebSocket subscribers through the gateway.
-func throughputWS(ctx context.Context, cfg config, subs int, limits runtime.LogLimits, mode consumer, label string) (ThroughputRow, error) {
+func throughputWS(ctx context.Context, cfg config, subs int, limits live.LogLimits, mode consumer, label string) (ThroughputRow, error) {
 	r, err := startWSRun(ctx, cfg, limits)
 	if err != nil {
 		return ThroughputRow{}, err
@@ -464,7 +464,7 @@ func throughputWS(ctx context.Context, cfg config, subs int, limits runtime.LogL
 // it behind; the row reports the reading subscriber's rate and longest pause, and what the
 // stalled one got when it resumed (EVENTS_MISSED, or a closed connection).
 func throughputStalled(ctx context.Context, cfg config, label string) (ThroughputRow, error) {
-	r, err := startWSRun(ctx, cfg, runtime.LogLimits{})
+	r, err := startWSRun(ctx, cfg, live.LogLimits{})
 	if err != nil {
 		return ThroughputRow{}, err
 	}

@@ -1,4 +1,4 @@
-package store
+package chatstore
 
 import (
 	"encoding/json"

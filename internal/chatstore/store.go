@@ -13,7 +13,7 @@
 // Damaged files are never overwritten: reading or patching a sessions.json that does not parse
 // fails with ErrCorrupt naming the file. Store.Recover archives it and restores the previous
 // version, which every write keeps as sessions.json.bak (a hard link, no copy).
-package store
+package chatstore
 
 import (
 	"context"
@@ -35,7 +35,7 @@ import (
 // FileName is the index file in the sessions directory.
 const FileName = "sessions.json"
 
-// Errors of the store.
+// Errors of the chatstore.
 var (
 	ErrNotFound      = errors.New("no such session")
 	ErrExists        = errors.New("session already exists")

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/fsutil"
-	"github.com/nexus-run/nexus/internal/store"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
@@ -67,7 +67,7 @@ func (a *app) importChat(ctx context.Context, src, key string) (map[string]any, 
 	if !explicitKey {
 		key = importKeyPrefix + id
 	}
-	k, err := store.ParseKey(key)
+	k, err := chatstore.ParseKey(key)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -101,7 +101,7 @@ func (a *app) importChat(ctx context.Context, src, key string) (map[string]any, 
 		}
 	}
 	entry, err := st.Get(key)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, chatstore.ErrNotFound) {
 		entry, err = st.Create(ctx, key, importFields(f, id, dst))
 	}
 	if err != nil {

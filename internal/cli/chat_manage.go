@@ -11,12 +11,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/store"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // storeChat opens the store and resolves ref (a key, session id or label) in it.
-func (a *app) storeChat(ref string) (*store.Store, chatRef, error) {
+func (a *app) storeChat(ref string) (*chatstore.Store, chatRef, error) {
 	st, err := a.openStore()
 	if err != nil {
 		return nil, chatRef{}, err
@@ -156,7 +156,7 @@ func (a *app) chatForkCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) fork(ctx context.Context, st *store.Store, src chatRef, at, newKey string) (map[string]any, error) {
+func (a *app) fork(ctx context.Context, st *chatstore.Store, src chatRef, at, newKey string) (map[string]any, error) {
 	f, err := openTranscript(src.Path)
 	if err != nil {
 		return nil, err
@@ -170,12 +170,12 @@ func (a *app) fork(ctx context.Context, st *store.Store, src chatRef, at, newKey
 	if err != nil {
 		return nil, fmt.Errorf("turns of %s: %w", src.Path, err)
 	}
-	id := store.NewUUIDv7()
+	id := chatstore.NewUUIDv7()
 	if newKey == "" {
 		// The tail of a v7 uuid is random; its head is the clock, equal for forks made together.
 		newKey = src.Key + ":fork:" + id[len(id)-8:]
 	}
-	k, err := store.ParseKey(newKey)
+	k, err := chatstore.ParseKey(newKey)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -217,7 +217,7 @@ func (a *app) fork(ctx context.Context, st *store.Store, src chatRef, at, newKey
 	ne, err := st.Create(ctx, newKey, fields)
 	if err != nil {
 		// The new transcript belongs to no chat: archive it rather than leave it unindexed.
-		if _, aerr := store.Archive(dst, "deleted", a.env.Now()); aerr != nil {
+		if _, aerr := chatstore.Archive(dst, "deleted", a.env.Now()); aerr != nil {
 			a.warnf("fork %s left unindexed: %v", dst, aerr)
 		}
 		return nil, storeError(err)
@@ -293,7 +293,7 @@ func (a *app) readSummary(name string) (string, error) {
 	return summary, nil
 }
 
-func (a *app) compactLines(ctx context.Context, st *store.Store, t chatRef, maxLines int) (map[string]any, error) {
+func (a *app) compactLines(ctx context.Context, st *chatstore.Store, t chatRef, maxLines int) (map[string]any, error) {
 	archived, err := transcript.CompactLines(t.Path, maxLines, a.env.Now())
 	if err != nil {
 		return nil, writerError(t, err)
@@ -304,7 +304,7 @@ func (a *app) compactLines(ctx context.Context, st *store.Store, t chatRef, maxL
 		return out, nil
 	}
 	// Token counts described the old file; the next run recounts them.
-	e, err := st.PatchFunc(ctx, t.Key, func(cur store.SessionEntry) (any, error) {
+	e, err := st.PatchFunc(ctx, t.Key, func(cur chatstore.SessionEntry) (any, error) {
 		return map[string]any{
 			"inputTokens": nil, "outputTokens": nil, "totalTokens": nil,
 			"compactionCount": cur.CompactionCount + 1,
@@ -318,7 +318,7 @@ func (a *app) compactLines(ctx context.Context, st *store.Store, t chatRef, maxL
 	return out, nil
 }
 
-func (a *app) compactSummary(ctx context.Context, st *store.Store, t chatRef, summary string, keep int) (_ map[string]any, err error) {
+func (a *app) compactSummary(ctx context.Context, st *chatstore.Store, t chatRef, summary string, keep int) (_ map[string]any, err error) {
 	w, err := a.openChatWriter(t)
 	if err != nil {
 		return nil, err
@@ -334,7 +334,7 @@ func (a *app) compactSummary(ctx context.Context, st *store.Store, t chatRef, su
 		return nil, writerError(t, err)
 	}
 	c := w.File().Entry(id)
-	e, err := st.PatchFunc(ctx, t.Key, func(cur store.SessionEntry) (any, error) {
+	e, err := st.PatchFunc(ctx, t.Key, func(cur chatstore.SessionEntry) (any, error) {
 		return map[string]any{"compactionCount": cur.CompactionCount + 1}, nil
 	})
 	if err != nil {
@@ -360,7 +360,7 @@ func (a *app) chatResetCmd() *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
-		r, err := st.Reset(cmd.Context(), t.Key, store.ReasonReset)
+		r, err := st.Reset(cmd.Context(), t.Key, chatstore.ReasonReset)
 		if err != nil {
 			return nil, storeError(err)
 		}

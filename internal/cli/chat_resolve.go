@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/store"
+	"github.com/nexus-run/nexus/internal/chatstore"
 )
 
 // chatResolveCmd routes an interaction to its chat: the current session of KEY, a new one when
@@ -34,8 +34,8 @@ func (a *app) chatResolveCmd() *cobra.Command {
 		if idle%time.Minute != 0 {
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--idle %s: the idle window is whole minutes (sessions.json counts minutes), such as 1m or 90m", idle)
 		}
-		policy := store.ResetPolicy{Disabled: noAuto, DailyAtHour: hour, IdleMinutes: int(idle / time.Minute)}
-		st, err := a.openStoreWith(store.Options{Now: a.env.Now, Reset: &policy})
+		policy := chatstore.ResetPolicy{Disabled: noAuto, DailyAtHour: hour, IdleMinutes: int(idle / time.Minute)}
+		st, err := a.openStoreWith(chatstore.Options{Now: a.env.Now, Reset: &policy})
 		if err != nil {
 			return nil, err
 		}
@@ -49,7 +49,7 @@ func (a *app) chatResolveCmd() *cobra.Command {
 		}
 		return map[string]any{"key": key, "fresh": fresh, "entry": e}, nil
 	})
-	def := store.DefaultResetPolicy()
+	def := chatstore.DefaultResetPolicy()
 	cmd.Flags().IntVar(&hour, "reset-hour", def.DailyAtHour, "local hour (0-23) of the daily reset; -1: none")
 	cmd.Flags().DurationVar(&idle, "idle", time.Duration(def.IdleMinutes)*time.Minute, "idle window after which a new session starts, a Go duration of whole minutes (90m, 2h); 0: none")
 	cmd.Flags().BoolVar(&noAuto, "no-auto-reset", false, "never reset automatically (only create)")

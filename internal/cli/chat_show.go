@@ -11,19 +11,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/store"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // chatShow is the output of `chat show`.
 type chatShow struct {
-	Key    string             `json:"key,omitempty"`
-	Entry  *chatEntry         `json:"entry,omitempty"`
-	File   string             `json:"file"`
-	Header *chatHeader        `json:"header"`
-	Stats  *chatStats         `json:"stats"`
-	Turns  []transcript.Turn  `json:"turns"`
-	Runs   []store.RunSummary `json:"runs"`
+	Key    string                 `json:"key,omitempty"`
+	Entry  *chatEntry             `json:"entry,omitempty"`
+	File   string                 `json:"file"`
+	Header *chatHeader            `json:"header"`
+	Stats  *chatStats             `json:"stats"`
+	Turns  []transcript.Turn      `json:"turns"`
+	Runs   []chatstore.RunSummary `json:"runs"`
 }
 
 func (a *app) chatShowCmd() *cobra.Command {
@@ -39,7 +39,7 @@ func (a *app) chatShowCmd() *cobra.Command {
 			}
 			if t.Entry != nil && !exists(t.Path) {
 				// A chat whose first message has not arrived has no transcript yet.
-				out := chatShow{Key: t.Key, Entry: t.Entry, File: t.Path, Turns: []transcript.Turn{}, Runs: []store.RunSummary{}}
+				out := chatShow{Key: t.Key, Entry: t.Entry, File: t.Path, Turns: []transcript.Turn{}, Runs: []chatstore.RunSummary{}}
 				if format == formatTable {
 					return showTable(a.env.Stdout, out)
 				}

@@ -13,20 +13,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/store"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // chatEntry is a sessions.json entry (unknown fields kept when printed).
-type chatEntry = store.SessionEntry
+type chatEntry = chatstore.SessionEntry
 
 // openStore opens state/sessions/sessions.json with the invocation's clock.
-func (a *app) openStore() (*store.Store, error) {
-	return a.openStoreWith(store.Options{Now: a.env.Now})
+func (a *app) openStore() (*chatstore.Store, error) {
+	return a.openStoreWith(chatstore.Options{Now: a.env.Now})
 }
 
-func (a *app) openStoreWith(opts store.Options) (*store.Store, error) {
-	st, err := store.Open(a.sessionsDir(), opts)
+func (a *app) openStoreWith(opts chatstore.Options) (*chatstore.Store, error) {
+	st, err := chatstore.Open(a.sessionsDir(), opts)
 	if err != nil {
 		return nil, storeError(fmt.Errorf("open session store %s: %w", a.sessionsDir(), err))
 	}
@@ -41,12 +41,12 @@ func storeError(err error) error {
 		return nil
 	case errors.As(err, &ae):
 		return err
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, chatstore.ErrNotFound):
 		return &abi.Error{Code: abi.CodeSessionNotFound, Message: "no such chat (see nexus chat list)", Err: err}
-	case errors.Is(err, store.ErrKey), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrExists),
-		errors.Is(err, store.ErrLabelConflict), errors.Is(err, store.ErrTooLarge):
+	case errors.Is(err, chatstore.ErrKey), errors.Is(err, chatstore.ErrInvalid), errors.Is(err, chatstore.ErrExists),
+		errors.Is(err, chatstore.ErrLabelConflict), errors.Is(err, chatstore.ErrTooLarge):
 		return &abi.Error{Code: abi.CodeInvalidArgument, Message: "session store refused", Err: err}
-	case errors.Is(err, store.ErrCorrupt):
+	case errors.Is(err, chatstore.ErrCorrupt):
 		// The file is the user's, not nexus's bug: say what to do about it.
 		return &abi.Error{Code: abi.CodeInvalidArgument, Message: "sessions.json is damaged and nexus left it as it is; " +
 			"\"nexus chat recover\" archives it and restores its previous version (sessions.json.bak), or repair it by hand", Err: err}
@@ -57,7 +57,7 @@ func storeError(err error) error {
 // transcriptPath is where an entry's transcript lives: its sessionFile (relative to the
 // sessions directory when not absolute, as upstream sometimes writes it), else
 // <dir>/<sessionId>.jsonl. Values come from sessions.json, never from the command line.
-func transcriptPath(st *store.Store, e store.SessionEntry) string {
+func transcriptPath(st *chatstore.Store, e chatstore.SessionEntry) string {
 	if f := e.SessionFile; f != "" {
 		if filepath.IsAbs(f) {
 			return f
@@ -76,10 +76,10 @@ func (a *app) lookupChat(_ context.Context, ref string) (chatRef, error) {
 	return lookupIn(st, ref)
 }
 
-func lookupIn(st *store.Store, ref string) (chatRef, error) {
+func lookupIn(st *chatstore.Store, ref string) (chatRef, error) {
 	key, e, err := st.Lookup(ref)
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrKey) {
+		if errors.Is(err, chatstore.ErrNotFound) || errors.Is(err, chatstore.ErrKey) {
 			return chatRef{}, &abi.Error{Code: abi.CodeSessionNotFound, Message: fmt.Sprintf("no chat %q (see nexus chat list)", ref), Err: err}
 		}
 		return chatRef{}, storeError(err)
@@ -88,13 +88,13 @@ func lookupIn(st *store.Store, ref string) (chatRef, error) {
 }
 
 // runsOf reads the run records (custom entries) of a transcript.
-func runsOf(f *transcript.File) ([]store.RunSummary, error) {
-	runs, err := store.RunsFromFile(f)
+func runsOf(f *transcript.File) ([]chatstore.RunSummary, error) {
+	runs, err := chatstore.RunsFromFile(f)
 	if err != nil {
 		return nil, fmt.Errorf("read runs: %w", err)
 	}
 	if runs == nil {
-		runs = []store.RunSummary{}
+		runs = []chatstore.RunSummary{}
 	}
 	return runs, nil
 }
@@ -121,9 +121,9 @@ func (a *app) chatListCmd() *cobra.Command {
 			if limit < 0 {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--limit must not be negative")
 			}
-			f := store.Filter{Channel: channel, Search: search}
+			f := chatstore.Filter{Channel: channel, Search: search}
 			if agent != "" {
-				f.Agent = store.NormalizeAgentID(agent)
+				f.Agent = chatstore.NormalizeAgentID(agent)
 			}
 			if since != "" {
 				t, err := parseSince(since, a.env.Now())
@@ -157,7 +157,7 @@ func (a *app) chatListCmd() *cobra.Command {
 				}
 			}
 			if items == nil {
-				items = []store.Item{}
+				items = []chatstore.Item{}
 			}
 			if format == formatTable {
 				return chatListTable(a, items)
@@ -177,7 +177,7 @@ func (a *app) chatListCmd() *cobra.Command {
 	return cmd
 }
 
-func chatListTable(a *app, items []store.Item) error {
+func chatListTable(a *app, items []chatstore.Item) error {
 	tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSESSION\tUPDATED\tTOKENS\tMODEL\tNAME")
 	for _, it := range items {

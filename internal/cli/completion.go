@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/project"
-	"github.com/nexus-run/nexus/internal/store"
 )
 
 // completionWait bounds how long a completion asks the gateway: a shell waits for the answer
@@ -74,11 +74,11 @@ func (a *app) completeChats(_ *cobra.Command, args []string, toComplete string) 
 	if len(args) > 0 || a.resolveState() != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	st, err := store.Open(a.sessionsDir(), store.Options{Now: a.env.Now})
+	st, err := chatstore.Open(a.sessionsDir(), chatstore.Options{Now: a.env.Now})
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	items, err := st.List(store.Filter{})
+	items, err := st.List(chatstore.Filter{})
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
+	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/project"
-	"github.com/nexus-run/nexus/internal/runtime"
 	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
@@ -71,7 +71,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Now:         a.env.Now,
 				Owner:       owner,
 			})
-			reg := runtime.New(runtime.Config{
+			reg := live.New(live.Config{
 				MaxSessions: maxSessions,
 				IdleTimeout: idle,
 				Retention:   retention,
@@ -115,9 +115,9 @@ func (a *app) serveCmd() *cobra.Command {
 	})
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "", "also listen on TCP host:port (requires the bearer token in state/gateway.token)")
-	f.DurationVar(&idle, "idle-timeout", runtime.DefaultIdleTimeout, "close sessions idle this long (0 disables)")
-	f.IntVar(&maxSessions, "max-sessions", runtime.DefaultMaxSessions, "most live sessions at once")
-	f.DurationVar(&retention, "retention", runtime.DefaultRetention, "how long closed sessions stay visible to session list --all")
+	f.DurationVar(&idle, "idle-timeout", live.DefaultIdleTimeout, "close sessions idle this long (0 disables)")
+	f.IntVar(&maxSessions, "max-sessions", live.DefaultMaxSessions, "most live sessions at once")
+	f.DurationVar(&retention, "retention", live.DefaultRetention, "how long closed sessions stay visible to session list --all")
 	f.StringVar(&shell, "shell", "", "default shell of terminal sessions (default $SHELL, then bash, then sh)")
 	f.DurationVar(&grace, "grace", 2*time.Second, "how long a closing shell gets after SIGHUP before it is killed")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

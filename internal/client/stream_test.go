@@ -20,7 +20,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/gateway"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -31,24 +31,24 @@ type sinkKind struct {
 	typ abi.SessionType
 
 	mu    sync.Mutex
-	sinks map[string]*runtime.Sink
+	sinks map[string]*live.Sink
 	sent  map[string][][]byte
 }
 
 func newSinkKind(typ abi.SessionType) *sinkKind {
-	return &sinkKind{typ: typ, sinks: map[string]*runtime.Sink{}, sent: map[string][][]byte{}}
+	return &sinkKind{typ: typ, sinks: map[string]*live.Sink{}, sent: map[string][][]byte{}}
 }
 
 func (k *sinkKind) Type() abi.SessionType { return k.typ }
 
-func (k *sinkKind) Start(_ context.Context, sink *runtime.Sink, _ abi.CreateRequest) (runtime.Instance, error) {
+func (k *sinkKind) Start(_ context.Context, sink *live.Sink, _ abi.CreateRequest) (live.Instance, error) {
 	k.mu.Lock()
 	k.sinks[sink.SessionID()] = sink
 	k.mu.Unlock()
 	return &sinkInst{k: k, id: sink.SessionID()}, nil
 }
 
-func (k *sinkKind) sink(id string) *runtime.Sink {
+func (k *sinkKind) sink(id string) *live.Sink {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.sinks[id]
@@ -79,7 +79,7 @@ func (i *sinkInst) Control(_ context.Context, req abi.ControlRequest) (any, erro
 func (i *sinkInst) Close(context.Context) error { return nil }
 
 // publish emits numbered terminal output events from..to (inclusive).
-func publish(s *runtime.Sink, from, to int) {
+func publish(s *live.Sink, from, to int) {
 	for i := from; i <= to; i++ {
 		s.Output([]byte(strconv.Itoa(i) + "\n"))
 	}
@@ -90,16 +90,16 @@ func publish(s *runtime.Sink, from, to int) {
 
 type fixture struct {
 	kind *sinkKind
-	reg  *runtime.Registry
+	reg  *live.Registry
 	srv  *httptest.Server
 	// direct talks to the gateway without any proxy.
 	direct *client.Client
 }
 
-func newFixture(t *testing.T, limits runtime.LogLimits, wrap func(http.Handler) http.Handler) *fixture {
+func newFixture(t *testing.T, limits live.LogLimits, wrap func(http.Handler) http.Handler) *fixture {
 	t.Helper()
 	k := newSinkKind(abi.TypeTerminal)
-	reg := runtime.New(runtime.Config{Log: limits, IdleTimeout: -1}, k)
+	reg := live.New(live.Config{Log: limits, IdleTimeout: -1}, k)
 	h := gateway.Handler(gateway.Options{Registry: reg, Version: "test"})
 	if wrap != nil {
 		h = wrap(h)
@@ -120,7 +120,7 @@ func newFixture(t *testing.T, limits runtime.LogLimits, wrap func(http.Handler) 
 	return f
 }
 
-func (f *fixture) create(t *testing.T) (string, *runtime.Sink) {
+func (f *fixture) create(t *testing.T) (string, *live.Sink) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	defer cancel()
@@ -366,7 +366,7 @@ func TestStreamSurvivesCuts(t *testing.T) {
 		t.Run(string(tc.transport), func(t *testing.T) {
 			t.Parallel()
 			n := tc.n
-			f := newFixture(t, runtime.LogLimits{Events: 2 * n, Bytes: 64 << 20}, nil)
+			f := newFixture(t, live.LogLimits{Events: 2 * n, Bytes: 64 << 20}, nil)
 			px := newCutProxy(t, f.srv.Listener.Addr().String(), 8<<10, 384<<10)
 			id, sink := f.create(t)
 
@@ -429,7 +429,7 @@ func TestHybridFallsBackWhenUpgradeRefused(t *testing.T) {
 		})
 	}
 	const n = 2000
-	f := newFixture(t, runtime.LogLimits{}, refuse)
+	f := newFixture(t, live.LogLimits{}, refuse)
 	id, sink := f.create(t)
 	publish(sink, 1, n)
 	sink.Ended(abi.CloseExited, nil)
@@ -474,7 +474,7 @@ func TestStalledReaderGetsEventsMissed(t *testing.T) {
 	for _, tr := range []abi.Transport{abi.TransportWebSocket, abi.TransportPolling, abi.TransportHybrid} {
 		t.Run(string(tr), func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, runtime.LogLimits{Events: 16, Bytes: 1 << 20, Pinned: 8}, nil)
+			f := newFixture(t, live.LogLimits{Events: 16, Bytes: 1 << 20, Pinned: 8}, nil)
 			id, sink := f.create(t)
 			publish(sink, 1, 5)
 
@@ -593,7 +593,7 @@ func checkGapsAnnounced(t *testing.T, r *record, last int) {
 // Smaller behaviours of Stream, Poll and Conn.
 
 func TestStreamUnknownSessionIsNotRetried(t *testing.T) {
-	f := newFixture(t, runtime.LogLimits{}, nil)
+	f := newFixture(t, live.LogLimits{}, nil)
 	for _, tr := range []abi.Transport{abi.TransportWebSocket, abi.TransportPolling, abi.TransportHybrid} {
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 		var reconnects atomic.Int64
@@ -612,7 +612,7 @@ func TestStreamUnknownSessionIsNotRetried(t *testing.T) {
 }
 
 func TestStreamWithoutFollowAndLimit(t *testing.T) {
-	f := newFixture(t, runtime.LogLimits{}, nil)
+	f := newFixture(t, live.LogLimits{}, nil)
 	id, sink := f.create(t)
 	publish(sink, 1, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
@@ -660,7 +660,7 @@ func TestStreamWithoutFollowAndLimit(t *testing.T) {
 }
 
 func TestStreamOfClosedSessionReplaysAndEnds(t *testing.T) {
-	f := newFixture(t, runtime.LogLimits{}, nil)
+	f := newFixture(t, live.LogLimits{}, nil)
 	id, sink := f.create(t)
 	publish(sink, 1, 50)
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
@@ -690,7 +690,7 @@ func TestStreamOfClosedSessionReplaysAndEnds(t *testing.T) {
 }
 
 func TestConnSendAndResize(t *testing.T) {
-	f := newFixture(t, runtime.LogLimits{}, nil)
+	f := newFixture(t, live.LogLimits{}, nil)
 	id, _ := f.create(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	defer cancel()

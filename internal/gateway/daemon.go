@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // State file names inside the state directory.
@@ -43,7 +43,7 @@ type DaemonOptions struct {
 	StateDir string
 	// Listen adds a TCP listener (host:port) that requires the bearer token.
 	Listen   string
-	Registry *runtime.Registry
+	Registry *live.Registry
 	Version  string
 	Logger   *slog.Logger
 	// Ready, if set, is called once the listeners accept connections.

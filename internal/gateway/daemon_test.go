@@ -19,7 +19,7 @@ import (
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // Serve changes the process umask for a moment, so these tests do not run in parallel.
@@ -30,14 +30,14 @@ type daemon struct {
 	cancel context.CancelFunc
 	done   chan error
 	kind   *fakeKind
-	reg    *runtime.Registry
+	reg    *live.Registry
 }
 
 // startDaemon runs Serve on dir until the test ends (or stop is called).
 func startDaemon(t *testing.T, dir, listen string, tune ...func(*gateway.DaemonOptions)) *daemon {
 	t.Helper()
 	d := &daemon{dir: dir, done: make(chan error, 1), kind: newFakeKind(abi.TypeTerminal)}
-	d.reg = runtime.New(runtime.Config{IdleTimeout: -1}, d.kind)
+	d.reg = live.New(live.Config{IdleTimeout: -1}, d.kind)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	ready := make(chan gateway.Info, 1)
@@ -132,7 +132,7 @@ func TestServeUnixSocket(t *testing.T) {
 	}
 
 	// A second gateway on the same state directory refuses to start and names the first.
-	other := runtime.New(runtime.Config{})
+	other := live.New(live.Config{})
 	t.Cleanup(func() { _ = other.Shutdown(context.Background()) })
 	err = gateway.Serve(ctx, gateway.DaemonOptions{StateDir: dir, Registry: other})
 	if !errors.Is(err, gateway.ErrAlreadyRunning) {
@@ -331,7 +331,7 @@ func TestLoadOrCreateToken(t *testing.T) {
 
 func TestServeBadListenAddress(t *testing.T) {
 	dir := shortDir(t)
-	reg := runtime.New(runtime.Config{})
+	reg := live.New(live.Config{})
 	t.Cleanup(func() { _ = reg.Shutdown(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -415,7 +415,7 @@ func TestServeRefusesUntrustedState(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.setup(t, dir)
-			reg := runtime.New(runtime.Config{IdleTimeout: -1}, newFakeKind(abi.TypeTerminal))
+			reg := live.New(live.Config{IdleTimeout: -1}, newFakeKind(abi.TypeTerminal))
 			err := gateway.Serve(t.Context(), gateway.DaemonOptions{StateDir: dir, Listen: c.listen, Registry: reg})
 			if !errors.Is(err, fsutil.ErrUntrusted) {
 				t.Fatalf("Serve: %v, want ErrUntrusted", err)

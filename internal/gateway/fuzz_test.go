@@ -15,15 +15,15 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // The fuzz targets feed arbitrary bytes to the live handler. Properties: no panic, the answer is
 // valid JSON, and its status is 2xx or an error response with a known code and its status.
 
 // fuzzConfig keeps a fuzzing registry small: closed sessions are forgotten quickly.
-func fuzzConfig() runtime.Config {
-	return runtime.Config{MaxSessions: 1000, Retention: time.Millisecond, Sweep: 20 * time.Millisecond, Now: time.Now}
+func fuzzConfig() live.Config {
+	return live.Config{MaxSessions: 1000, Retention: time.Millisecond, Sweep: 20 * time.Millisecond, Now: time.Now}
 }
 
 func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {

@@ -1,5 +1,5 @@
 // Package gateway serves the live-session API over HTTP and WebSocket: routes, authentication
-// and ABI encoding. It holds no session logic of its own; everything goes to runtime.Registry.
+// and ABI encoding. It holds no session logic of its own; everything goes to live.Registry.
 package gateway
 
 import (
@@ -23,12 +23,12 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // Options configure the API handler.
 type Options struct {
-	Registry *runtime.Registry
+	Registry *live.Registry
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
 	Token   string
 	Version string

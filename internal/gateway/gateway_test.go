@@ -20,7 +20,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/gateway"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // ---------------------------------------------------------------------------------------------
@@ -30,7 +30,7 @@ type fakeKind struct {
 	typ abi.SessionType
 
 	mu      sync.Mutex
-	sinks   map[string]*runtime.Sink
+	sinks   map[string]*live.Sink
 	input   map[string][]byte // the last input of each session
 	inBytes map[string]int
 	ctl     map[string][]abi.ControlRequest
@@ -38,13 +38,13 @@ type fakeKind struct {
 }
 
 func newFakeKind(typ abi.SessionType) *fakeKind {
-	return &fakeKind{typ: typ, sinks: map[string]*runtime.Sink{}, input: map[string][]byte{}, inBytes: map[string]int{},
+	return &fakeKind{typ: typ, sinks: map[string]*live.Sink{}, input: map[string][]byte{}, inBytes: map[string]int{},
 		ctl: map[string][]abi.ControlRequest{}, closed: map[string]int{}}
 }
 
 func (k *fakeKind) Type() abi.SessionType { return k.typ }
 
-func (k *fakeKind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateRequest) (runtime.Instance, error) {
+func (k *fakeKind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	switch req.Context.ProjectID {
 	case "refuse":
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown project %q", req.Context.ProjectID)
@@ -57,7 +57,7 @@ func (k *fakeKind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateRe
 	return &fakeInst{k: k, id: sink.SessionID()}, nil
 }
 
-func (k *fakeKind) sink(id string) *runtime.Sink {
+func (k *fakeKind) sink(id string) *live.Sink {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.sinks[id]
@@ -126,7 +126,7 @@ func (c *clock) Add(d time.Duration) {
 }
 
 type env struct {
-	reg      *runtime.Registry
+	reg      *live.Registry
 	h        http.Handler
 	clock    *clock
 	terminal *fakeKind
@@ -134,7 +134,7 @@ type env struct {
 	debug    *fakeKind
 }
 
-func newEnv(t testing.TB, token string, cfg runtime.Config) *env {
+func newEnv(t testing.TB, token string, cfg live.Config) *env {
 	t.Helper()
 	e := &env{
 		clock:    &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
@@ -148,7 +148,7 @@ func newEnv(t testing.TB, token string, cfg runtime.Config) *env {
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = -1
 	}
-	e.reg = runtime.New(cfg, e.terminal, e.chat, e.debug)
+	e.reg = live.New(cfg, e.terminal, e.chat, e.debug)
 	e.h = gateway.Handler(gateway.Options{Registry: e.reg, Token: token, Version: "v-test", Now: e.clock.Now, MaxWait: 2 * time.Second})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -283,7 +283,7 @@ func errorShape(status int, hdr http.Header, body []byte) error {
 // Happy paths of every route.
 
 func TestRoutesHappyPath(t *testing.T) {
-	e := newEnv(t, "", runtime.Config{})
+	e := newEnv(t, "", live.Config{})
 
 	rec := e.do(t, http.MethodGet, "/v1/version", "")
 	var v abi.VersionResponse
@@ -454,7 +454,7 @@ func TestRoutesHappyPath(t *testing.T) {
 // The WebSocket stream: events from a sequence, input and resize from the client, a seq 0 error
 // for a bad client message, and a normal closure after the close event.
 func TestStreamRoute(t *testing.T) {
-	e := newEnv(t, "", runtime.Config{})
+	e := newEnv(t, "", live.Config{})
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 	s := e.create(t, termBody)
@@ -541,7 +541,7 @@ func TestStreamRoute(t *testing.T) {
 
 // An ephemeral session closes when the last connection holding it ends.
 func TestStreamHoldClosesEphemeral(t *testing.T) {
-	e := newEnv(t, "", runtime.Config{})
+	e := newEnv(t, "", live.Config{})
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 	s := e.create(t, `{"type":"terminal","context":{"projectId":"p"},"ephemeral":true}`)
@@ -592,7 +592,7 @@ func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 // Errors: every bad request gets a clear error response, and the gateway keeps serving.
 
 func TestErrors(t *testing.T) {
-	e := newEnv(t, "", runtime.Config{})
+	e := newEnv(t, "", live.Config{})
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 	term := e.create(t, termBody)
@@ -749,7 +749,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestLimitExceeded(t *testing.T) {
-	e := newEnv(t, "", runtime.Config{MaxSessions: 2})
+	e := newEnv(t, "", live.Config{MaxSessions: 2})
 	a := e.create(t, termBody)
 	e.create(t, termBody)
 	rec := e.do(t, http.MethodPost, "/v1/sessions", termBody)
@@ -765,7 +765,7 @@ func TestLimitExceeded(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	const token = "0123456789abcdef0123456789abcdef-token"
-	e := newEnv(t, token, runtime.Config{})
+	e := newEnv(t, token, live.Config{})
 	for _, c := range []struct {
 		name, method, path, auth string
 	}{

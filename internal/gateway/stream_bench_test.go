@@ -16,19 +16,19 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/gateway"
-	"github.com/nexus-run/nexus/internal/runtime"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // benchKind is a terminal kind without a PTY: the benchmark publishes output through its sink,
 // so what is measured is the runtime and the gateway alone.
 type benchKind struct {
 	mu    sync.Mutex
-	sinks map[string]*runtime.Sink
+	sinks map[string]*live.Sink
 }
 
 func (k *benchKind) Type() abi.SessionType { return abi.TypeTerminal }
 
-func (k *benchKind) Start(_ context.Context, sink *runtime.Sink, _ abi.CreateRequest) (runtime.Instance, error) {
+func (k *benchKind) Start(_ context.Context, sink *live.Sink, _ abi.CreateRequest) (live.Instance, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.sinks[sink.SessionID()] = sink
@@ -58,8 +58,8 @@ func BenchmarkStreamFanout(b *testing.B) {
 }
 
 func benchFanout(b *testing.B, subs int, mode string) {
-	k := &benchKind{sinks: map[string]*runtime.Sink{}}
-	reg := runtime.New(runtime.Config{IdleTimeout: -1, Log: runtime.LogLimits{Events: 1 << 30, Bytes: 1 << 62}}, k)
+	k := &benchKind{sinks: map[string]*live.Sink{}}
+	reg := live.New(live.Config{IdleTimeout: -1, Log: live.LogLimits{Events: 1 << 30, Bytes: 1 << 62}}, k)
 	srv := httptest.NewServer(gateway.Handler(gateway.Options{Registry: reg}))
 	defer srv.Close()
 	defer func() {

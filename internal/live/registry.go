@@ -1,6 +1,6 @@
 // Package runtime is the live-session registry: it owns every session object and its status,
 // enforces the cap, expiry and idle reaping, and keeps each session's ordered event log.
-package runtime
+package live
 
 import (
 	"context"

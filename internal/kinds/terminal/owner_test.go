@@ -13,9 +13,9 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
+	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/procfs"
 	"github.com/nexus-run/nexus/internal/reaper"
-	"github.com/nexus-run/nexus/internal/runtime"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -79,7 +79,7 @@ func TestShutdownOfManyTerminalsReapsEveryJob(t *testing.T) {
 				Projects: func(string) (string, error) { return dir, nil },
 			}
 			const n = 40
-			reg := runtime.New(runtime.Config{IdleTimeout: -1, MaxSessions: n}, kind)
+			reg := live.New(live.Config{IdleTimeout: -1, MaxSessions: n}, kind)
 			e := &env{reg: reg, dir: dir}
 			var all []job
 			for range n {
@@ -123,7 +123,7 @@ func TestCgroupCatchesADaemonizedJob(t *testing.T) {
 		t.Skip("cgroups are not usable here (cgroup v2 needs root or a delegated subtree)")
 	}
 	dir := t.TempDir()
-	reg := runtime.New(runtime.Config{IdleTimeout: -1}, &terminal.Kind{
+	reg := live.New(live.Config{IdleTimeout: -1}, &terminal.Kind{
 		Shell: bash, Grace: 200 * time.Millisecond, Owner: owner,
 		Env:      []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "PS1=$ "},
 		Projects: func(string) (string, error) { return dir, nil },

@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/reaper"
-	"github.com/nexus-run/nexus/internal/runtime"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/session"
 )
@@ -56,7 +56,7 @@ func (k *Kind) owner() (*reaper.Owner, error) {
 	return k.Owner, k.ownerErr
 }
 
-// Type implements runtime.Kind.
+// Type implements live.Kind.
 func (k *Kind) Type() abi.SessionType { return abi.TypeTerminal }
 
 func (k *Kind) shell(opt string) (string, error) {
@@ -75,8 +75,8 @@ func (k *Kind) shell(opt string) (string, error) {
 	return "", abi.Errorf(abi.CodeResourceUnavailable, "", "no shell found (tried $SHELL, bash, sh)")
 }
 
-// Start implements runtime.Kind.
-func (k *Kind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateRequest) (runtime.Instance, error) {
+// Start implements live.Kind.
+func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	if req.Context.ProjectID == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "terminal sessions need context.projectId (add one with: nexus project add NAME --path DIR)")
 	}
@@ -139,7 +139,7 @@ func (k *Kind) Start(_ context.Context, sink *runtime.Sink, req abi.CreateReques
 type term struct {
 	shells *session.Manager
 	owner  *reaper.Owner
-	sink   *runtime.Sink
+	sink   *live.Sink
 	dir    string
 	shell  string
 	env    []string
@@ -260,7 +260,7 @@ func (t *term) startReader(p *proc) {
 	p.readOnce.Do(func() { go t.read(p) })
 }
 
-// Begin implements runtime.Beginner: output flows only once the session is announced.
+// Begin implements live.Beginner: output flows only once the session is announced.
 func (t *term) Begin() {
 	t.mu.Lock()
 	p := t.cur
@@ -360,7 +360,7 @@ func (t *term) stop(ctx context.Context, p *proc) error {
 	return err
 }
 
-// Send implements runtime.Instance.
+// Send implements live.Instance.
 func (t *term) Send(ctx context.Context, data []byte) error {
 	t.mu.Lock()
 	p := t.cur
@@ -379,7 +379,7 @@ func (t *term) Send(ctx context.Context, data []byte) error {
 	return nil
 }
 
-// Control implements runtime.Instance.
+// Control implements live.Instance.
 func (t *term) Control(_ context.Context, req abi.ControlRequest) (any, error) {
 	switch req.Command {
 	case abi.CommandInterrupt:
@@ -443,7 +443,7 @@ func (t *term) restart() (any, error) {
 	return map[string]any{"pid": pid, "previousPid": old.cmd.Process.Pid, "previousExitCode": old.exitCode}, nil
 }
 
-// SetPaused implements runtime.Pauser.
+// SetPaused implements live.Pauser.
 func (t *term) SetPaused(paused bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -459,7 +459,7 @@ func (t *term) SetPaused(paused bool) {
 	}
 }
 
-// Close implements runtime.Instance.
+// Close implements live.Instance.
 func (t *term) Close(ctx context.Context) error {
 	t.SetPaused(false)
 	t.mu.Lock()
@@ -474,7 +474,7 @@ func (t *term) Close(ctx context.Context) error {
 	return err
 }
 
-// Run implements runtime.Runner: the command runs in an agent shell beside the PTY, started in
+// Run implements live.Runner: the command runs in an agent shell beside the PTY, started in
 // the project's directory on first use and kept (its own cd and exports persist between runs),
 // so the result is exact (split streams, exit code, cwd) where typing into the PTY could only
 // guess. Watchers see the command and its output as terminal-output events.

@@ -19,17 +19,17 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
+	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/procfs"
-	"github.com/nexus-run/nexus/internal/runtime"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
-// These tests run a real bash on a real PTY, driven through a runtime.Registry. Every wait is a
+// These tests run a real bash on a real PTY, driven through a live.Registry. Every wait is a
 // poll for a condition, bounded only by testkit.Patience() against hangs; nothing asserts on
 // timing.
 
 type env struct {
-	reg *runtime.Registry
+	reg *live.Registry
 	dir string
 }
 
@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 			return "", abi.Errorf(abi.CodeInvalidArgument, "", "unknown project %q", id)
 		},
 	}
-	reg := runtime.New(runtime.Config{IdleTimeout: -1}, kind)
+	reg := live.New(live.Config{IdleTimeout: -1}, kind)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 		defer cancel()
@@ -66,13 +66,13 @@ func newEnv(t *testing.T) *env {
 // sess follows one session's event log.
 type sess struct {
 	t   *testing.T
-	reg *runtime.Registry
+	reg *live.Registry
 	id  string
 	obj abi.Session
 
 	mu     sync.Mutex
 	after  uint64
-	events []*runtime.Event
+	events []*live.Event
 	out    bytes.Buffer // every data event's bytes, in order
 }
 
@@ -106,7 +106,7 @@ func (s *sess) pull(wait time.Duration) (done bool) {
 			s.t.Fatalf("events were missed: %s", e.JSON(abi.ContentANSI))
 		}
 		s.events = append(s.events, e)
-		if out, ok := e.Payload.(runtime.Output); ok {
+		if out, ok := e.Payload.(live.Output); ok {
 			s.out.Write(out)
 		}
 	}
@@ -120,10 +120,10 @@ func (s *sess) output() string {
 	return s.out.String()
 }
 
-func (s *sess) snapshot() []*runtime.Event {
+func (s *sess) snapshot() []*live.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*runtime.Event(nil), s.events...)
+	return append([]*live.Event(nil), s.events...)
 }
 
 // waitOutput waits until the output holds want.
@@ -143,7 +143,7 @@ func (s *sess) waitOutput(want string) {
 }
 
 // waitEnd reads to the end of the log and returns the close event.
-func (s *sess) waitEnd() *runtime.Event {
+func (s *sess) waitEnd() *live.Event {
 	s.t.Helper()
 	deadline := time.Now().Add(testkit.Patience())
 	for !s.pull(100 * time.Millisecond) {
@@ -465,7 +465,7 @@ func TestUTF8NeverSplit(t *testing.T) {
 	s.waitOutput("EUROS25X")
 	data := 0
 	for _, ev := range s.snapshot() {
-		out, ok := ev.Payload.(runtime.Output)
+		out, ok := ev.Payload.(live.Output)
 		if !ok {
 			continue
 		}
@@ -496,7 +496,7 @@ func TestContentTypes(t *testing.T) {
 	var ansiOut, textOut strings.Builder
 	var rawOut []byte
 	for _, ev := range s.snapshot() {
-		out, ok := ev.Payload.(runtime.Output)
+		out, ok := ev.Payload.(live.Output)
 		if !ok {
 			continue
 		}
