@@ -88,7 +88,7 @@ func setupScript(tb testing.TB, script, variant string) (map[string]string, erro
 		}
 	}
 	if vars["DOCKER_HOST"] == "" || vars["NEXUS_TEST_IMAGE"] == "" {
-		return nil, fmt.Errorf("%s printed %q, want DOCKER_HOST=... and NEXUS_TEST_IMAGE=...", script, out)
+		return nil, fmt.Errorf("%s printed %q, want the lines DOCKER_HOST=<socket> and NEXUS_TEST_IMAGE=<image>", script, out)
 	}
 	return vars, nil
 }
@@ -257,6 +257,7 @@ done`
 // containerProcs is a sessionProcs: the processes of the session's container with that command line.
 func (e *dockerEngine) containerProcs(container string) sessionProcs {
 	return func(t *testing.T, sh *Shell, line string) int {
+		t.Helper()
 		n := 0
 		for _, p := range e.procs(t, container, sh.Proc().(*dockerProc).tag) {
 			if p.line == line {
