@@ -192,7 +192,7 @@ func TestProgress(t *testing.T) {
 		if last := got[2]; !strings.Contains(last.Message, "stdout 11 bytes, stderr 5 bytes") {
 			t.Errorf("message %q", last.Message)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // fake time
 		synctest.Wait()
 		if len(got) != 3 {
 			t.Errorf("notifications after stop: %d", len(got))

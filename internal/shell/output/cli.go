@@ -88,10 +88,18 @@ var cliIndex = func() map[string]*cliProgram {
 	return m
 }()
 
-// cliFirst marks the bytes a program name in cliIndex starts with, for the prefilter.
+// cliFirst marks the bytes a program name in cliIndex starts with, cliPairs its first two
+// bytes: most words are rejected before the map is asked.
 var cliFirst = func() (t [256]bool) {
 	for n := range cliIndex {
 		t[n[0]] = true
+	}
+	return t
+}()
+
+var cliPairs = func() (t pairTable) {
+	for n := range cliIndex {
+		t.add(n[0], n[1])
 	}
 	return t
 }()
@@ -100,27 +108,33 @@ var cliFirst = func() (t [256]bool) {
 // before it allowed: /usr/bin/mysql), followed by a blank; and the end of the word.
 func cliProgramAt(s string, i int) (*cliProgram, int) {
 	e := i
-	for e < len(s) && isNameByte(s[e]) {
+	for e < len(s) && e-i <= cliMaxName && isNameByte(s[e]) {
 		e++
 	}
-	if e == i || e >= len(s) || s[e] != ' ' && s[e] != '\t' {
+	if e == i || e-i > cliMaxName || e >= len(s) || s[e] != ' ' && s[e] != '\t' {
 		return nil, 0
 	}
 	return cliIndex[s[i:e]], e
 }
 
+// cliMaxName is the length of the longest name in cliIndex: a longer word is no program's.
+var cliMaxName = func() (n int) {
+	for name := range cliIndex {
+		n = max(n, len(name))
+	}
+	return n
+}()
+
 // cliWordStart: a program name may start at s[i] (after a blank, a path's slash, a quote, or
-// the shell's ( ; | & ` $).
-func cliWordStart(s string, i int) bool {
-	if i == 0 {
-		return true
+// the shell's ( ; | & ` $ {).
+func cliWordStart(s string, i int) bool { return i == 0 || cliBefore[s[i-1]] }
+
+var cliBefore = func() (t [256]bool) {
+	for _, c := range []byte(" \t/\"'(;|&`${") {
+		t[c] = true
 	}
-	switch s[i-1] {
-	case ' ', '\t', '/', '"', '\'', '(', ';', '|', '&', '`', '$', '{':
-		return true
-	}
-	return false
-}
+	return t
+}()
 
 // cliWord is one shell word of a command line: its span in the line.
 type cliWord struct{ start, end int }
@@ -165,7 +179,7 @@ word:
 		return cliWord{}, false // a quote that is never closed
 	}
 	word := s[start:i]
-	if _, ok := cliIndex[word[strings.LastIndexByte(word, '/')+1:]]; ok {
+	if base := word[strings.LastIndexByte(word, '/')+1:]; base != "" && cliFirst[base[0]] && len(base) <= cliMaxName && cliIndex[base] != nil {
 		return cliWord{}, false
 	}
 	w.i = i
@@ -266,8 +280,8 @@ func (f cliFlag) sep() byte {
 // findCLI returns the secret values on the command lines in s, in order.
 func findCLI(s string) []span {
 	var out []span
-	for i := 0; i < len(s); i++ {
-		if !cliFirst[s[i]] || !cliWordStart(s, i) {
+	for i := 0; i+1 < len(s); i++ {
+		if !cliWordStart(s, i) || !cliPairs.has(s[i], s[i+1]) {
 			continue
 		}
 		p, e := cliProgramAt(s, i)
@@ -355,6 +369,9 @@ func (p *cliProgram) find(s string, ws *cliWords, out []span) []span {
 			}
 		}
 		word := s[w.start:w.end]
+		if word[0] != '-' && word[0] != '/' {
+			continue // every flag of the table starts so (-p, --user, /p:)
+		}
 		for k := range p.flags {
 			f := &p.flags[k]
 			if word == f.flag {

@@ -392,6 +392,9 @@ type danglingState struct {
 // line takes a line after the other rules: it redacts what an earlier key left dangling for
 // it, and notes a dangling key the line ends with. changed says whether it redacted.
 func (d *danglingState) line(s string) (out string, changed bool) {
+	if !d.next && !d.block && !mayDangle(s) {
+		return s, false // most lines: no key ends them, and none is pending
+	}
 	ind, rest := indentOf(s)
 	switch {
 	case d.block:
@@ -414,6 +417,21 @@ func (d *danglingState) line(s string) (out string, changed bool) {
 		d.next, d.block = !block, block
 	}
 	return s, false
+}
+
+// mayDangle: s ends (blanks aside) as a dangling key's line can, in ':' or a block scalar
+// indicator (| > + - or a digit).
+func mayDangle(s string) bool {
+	for i := len(s) - 1; i >= 0; i-- {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t' || c == '\r':
+		case c == ':' || c == '|' || c == '>' || c == '+' || c == '-' || '0' <= c && c <= '9':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 func indentOf(s string) (int, string) {

@@ -23,10 +23,16 @@ const (
 	trigCLI
 )
 
-// pairs marks the two-byte starts at which scanTriggers looks closer: pairs[c] is a bit set
-// of the bytes that may follow c. Most positions of ordinary text are rejected with one load.
-var pairs = func() (t [256][4]uint64) {
-	add := func(a, b byte) { t[a][b>>6] |= 1 << (b & 63) }
+// pairTable marks two-byte starts: t[c] is a bit set of the bytes that may follow c.
+type pairTable [256][4]uint64
+
+func (t *pairTable) add(a, b byte)      { t[a][b>>6] |= 1 << (b & 63) }
+func (t *pairTable) has(a, b byte) bool { return t[a][b>>6]&(1<<(b&63)) != 0 }
+
+// pairs marks the two-byte starts of tokens, keywords and command-line flags: scanTriggers
+// looks closer only there, so most positions of ordinary text are rejected with one load.
+var pairs = func() (t pairTable) {
+	add := t.add
 	fold := func(a, b byte) {
 		for _, x := range []byte{a, a - 32} {
 			for _, y := range []byte{b, b - 32} {
@@ -34,17 +40,18 @@ var pairs = func() (t [256][4]uint64) {
 			}
 		}
 	}
-	for _, p := range []string{"AK", "AS", "AB", "AC", "AI", "gh", "gi", "gl", "xo", "sk", "rk", "ey", ":/"} {
+	for _, p := range []string{"AK", "AS", "AB", "AC", "AI", "gh", "gi", "gl", "xo", "sk", "rk", "ey", ":/", " -", "\t-", "/p", "sq"} {
 		add(p[0], p[1])
 	}
 	for _, p := range []string{"au", "be", "pr", "pa", "pw", "se", "to", "ke", "cr"} {
 		fold(p[0], p[1])
 	}
-	for name := range cliIndex {
-		add(name[0], name[1])
-	}
 	return t
 }()
+
+// cliFlagStarts are the bytes after " -" that may begin a password flag of the command-line
+// table (-p, -u, -U, -a, -w, -s, -P, -N, -A, -X, -k, -b, -deststorepass, -new, --...).
+const cliFlagStarts = "puUawsPNAXkbdn-"
 
 // scanTriggers finds, in one pass over s, which rules could match: a token prefix at the start
 // of a word, a keyword of the name/value rules followed by a separator, "://" followed by
@@ -55,12 +62,9 @@ func scanTriggers(s string) trigger {
 	var t trigger
 	var run nameRun // the name run of the last keyword seen
 	urlStop := -1   // "://" before this offset was already looked at
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if i+1 >= len(s) {
-			break
-		}
-		if n := s[i+1]; pairs[c][n>>6]&(1<<(n&63)) == 0 {
+	for i := 0; i+1 < len(s); i++ {
+		c, n := s[i], s[i+1]
+		if !pairs.has(c, n) {
 			continue
 		}
 		rest := s[i:]
@@ -112,6 +116,21 @@ func scanTriggers(s string) trigger {
 				}
 			}
 			continue
+		// The command-line rules look for a program only on a line with a flag it may take
+		// (or a secret-looking word, below, for `aws configure set NAME VALUE` and the like).
+		case ' ', '\t':
+			if len(rest) >= 3 && strings.IndexByte(cliFlagStarts, rest[2]) >= 0 {
+				t |= trigCLI
+			}
+			continue
+		case '/':
+			if strings.HasPrefix(rest, "/p:") {
+				t |= trigCLI
+			}
+			continue
+		}
+		if c == 's' && strings.HasPrefix(rest, "sqlplus") {
+			t |= trigCLI
 		}
 		// Case-insensitive words.
 		switch c | 0x20 {
@@ -128,14 +147,15 @@ func scanTriggers(s string) trigger {
 				t |= trigPEM
 			}
 		}
-		if t&trigName == 0 {
-			if n := keywordAt(s, i); n > 0 && run.candidate(s, i, n) {
-				t |= trigName
-			}
-		}
-		if t&trigCLI == 0 && cliFirst[c] && cliWordStart(s, i) {
-			if p, _ := cliProgramAt(s, i); p != nil {
-				t |= trigCLI
+		if t&(trigName|trigCLI) != trigName|trigCLI {
+			if n := keywordAt(s, i); n > 0 {
+				if t&trigName == 0 && run.candidate(s, i, n) {
+					t |= trigName
+				}
+				run.at(s, i, n)
+				if t&trigCLI == 0 && run.e < len(s) && (s[run.e] == ' ' || s[run.e] == '\t') {
+					t |= trigCLI // a secret-looking word, then a blank: git config user.password X
+				}
 			}
 		}
 	}
@@ -208,6 +228,20 @@ type nameRun struct {
 // is followed by = or :, or is a --name followed by a blank. A bare "pass" or "pwd" (not
 // password/passwd/passphrase) needs one of _ . - before it, or for "pass" alone, an =.
 func (r *nameRun) candidate(s string, i, n int) bool {
+	r.at(s, i, n)
+	bare := n <= 4 && (s[i]|0x20) == 'p' && !hasPrefixFold(s[i:], "passw") && !hasPrefixFold(s[i:], "passp")
+	if bare && i > r.b && strings.IndexByte("_.-", s[i-1]) < 0 {
+		return false
+	}
+	if !bare && r.flagBlank {
+		return true
+	}
+	return r.sep == '=' || r.sep == ':' && (!bare || i != r.b)
+}
+
+// at makes r the run of the keyword of length n at s[i:], measuring it only when the keyword
+// is past the run measured last (a run's keywords share it).
+func (r *nameRun) at(s string, i, n int) {
 	if i >= r.e || r.e == 0 {
 		b := i
 		for b > r.e && isNameByte(s[b-1]) {
@@ -221,14 +255,6 @@ func (r *nameRun) candidate(s string, i, n int) bool {
 		r.flagBlank = strings.HasPrefix(s[b:], "--") && e < len(s) && (s[e] == ' ' || s[e] == '\t')
 		r.sep, _, _ = separator(s, afterName(s, e))
 	}
-	bare := n <= 4 && (s[i]|0x20) == 'p' && !hasPrefixFold(s[i:], "passw") && !hasPrefixFold(s[i:], "passp")
-	if bare && i > r.b && strings.IndexByte("_.-", s[i-1]) < 0 {
-		return false
-	}
-	if !bare && r.flagBlank {
-		return true
-	}
-	return r.sep == '=' || r.sep == ':' && (!bare || i != r.b)
 }
 
 // urlCandidate is the URL-password rule's prefilter for "://" at s[i:]: user:password@ follows
