@@ -53,7 +53,7 @@ func Watch(ctx context.Context, o WatchOptions) error {
 		o.Err = io.Discard
 	}
 	if o.Session != "" && (strings.ContainsAny(o.Session, "/\x00") || o.Session == "." || o.Session == "..") {
-		return fmt.Errorf("--session %q is not a session id", o.Session)
+		return fmt.Errorf("--session-id %q is not a session id (an id names no directory; see `nexus mcp watch` for the ids)", o.Session)
 	}
 	if o.Session != "" {
 		if err := knownSession(o.Dir, o.Session); err != nil {
