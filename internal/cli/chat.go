@@ -3,23 +3,51 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
+	"net"
 	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/transcript"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/gateway"
 )
 
+// Chat transports (nexus chat --transport, NEXUS_CHAT_TRANSPORT).
+const (
+	// chatAuto goes through the gateway when one answers (on --gateway / NEXUS_GATEWAY when
+	// given, else on the state directory's socket), else works on the files.
+	chatAuto = "auto"
+	// chatLocal works on the files directly: the ABI's local transport.
+	chatLocal = "local"
+	// chatGateway always goes through the gateway, failing with CONNECTION_LOST without one.
+	chatGateway = "gateway"
+)
+
+// gatewayProbe bounds the check that the state directory's gateway answers: a socket that
+// accepts nothing in that time belongs to a gateway that is stuck, not absent.
+const gatewayProbe = 5 * time.Second
+
 // chatCmd is `nexus chat`: durable conversations (pi v3 transcripts indexed by session key in
-// state/sessions/sessions.json). Everything here works on files; no gateway is needed.
+// state/sessions/sessions.json). The operations are conversation.API's; this file only picks
+// the implementation: the running gateway's, else the files'.
 func (a *app) chatCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "chat",
 		Short: "Durable conversations: list, inspect, fork, label, compact, reset, import and export chats",
+		Long: `Durable conversations: pi transcripts indexed by session key in state/sessions/sessions.json.
+
+When a gateway runs (nexus serve), chat commands go through it, so that it is the one writer of
+the store; without one they work on the files directly. --transport (or NEXUS_CHAT_TRANSPORT)
+makes the choice explicit: auto (the default), local (the files, even while a gateway runs: the
+store's locks keep them consistent) or gateway (fail rather than touch the files). --file PATH is
+always read where the command runs.`,
 	})
+	cmd.PersistentFlags().String("transport", "", "auto, local (the files) or gateway (default auto; env NEXUS_CHAT_TRANSPORT)")
+	_ = cmd.RegisterFlagCompletionFunc("transport", cobra.FixedCompletions([]string{chatAuto, chatLocal, chatGateway}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(
 		a.chatListCmd(), a.chatShowCmd(), a.chatHistoryCmd(), a.chatTreeCmd(),
 		a.chatForkCmd(), a.chatLabelCmd(), a.chatNameCmd(), a.chatCompactCmd(),
@@ -40,64 +68,154 @@ func (a *app) chatCmd() *cobra.Command {
 	return cmd
 }
 
-// sessionsDir is state/sessions: sessions.json and the transcripts.
-func (a *app) sessionsDir() string { return filepath.Join(a.stateDir, "sessions") }
-
-// chatRef is the chat a command works on: a store entry (Key set) or a file named by --file.
-type chatRef struct {
-	Key       string
-	SessionID string
-	Path      string
-	// Entry is the sessions.json entry, nil for --file.
-	Entry *chatEntry
+// chats is the conversation API the chat command cmd uses (see chatAuto).
+func (a *app) chats(cmd *cobra.Command) (conversation.API, error) {
+	mode := ""
+	if f := cmd.Flag("transport"); f != nil {
+		mode = f.Value.String()
+	}
+	if mode == "" {
+		mode = a.env.Getenv("NEXUS_CHAT_TRANSPORT")
+	}
+	switch mode {
+	case chatLocal:
+		return a.localChats(), nil
+	case chatGateway:
+		return a.client().Chats(), nil
+	case chatAuto, "":
+	default:
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown chat transport %q (want auto, local or gateway)", mode)
+	}
+	if a.gateway != "" {
+		// A gateway named on purpose is the one to use; falling back to local files could write
+		// a store the user did not mean.
+		return a.client().Chats(), nil
+	}
+	sock := filepath.Join(a.stateDir, gateway.SocketFile)
+	up, err := gatewayAnswers(cmd.Context(), sock)
+	if err != nil {
+		return nil, err
+	}
+	if up {
+		return a.client().Chats(), nil
+	}
+	return a.localChats(), nil
 }
 
-// chatTarget resolves the positional KEY|SESSIONID or --file PATH of the read-only commands.
-func (a *app) chatTarget(ctx context.Context, args []string, file string) (chatRef, error) {
+func (a *app) localChats() *conversation.Service {
+	return conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now})
+}
+
+// gatewayAnswers reports whether a gateway accepts connections on sock: no socket, or one
+// nothing listens on (a gateway that died), is no gateway.
+func gatewayAnswers(ctx context.Context, sock string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, gatewayProbe)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	if err == nil {
+		_ = conn.Close()
+		return true, nil
+	}
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return false, nil
+	}
+	return false, &abi.Error{Code: abi.CodeConnectionLost, Message: "the gateway at " + sock +
+		" does not answer; nexus chat --transport local works on the files without it", Err: err}
+}
+
+// chatReader is what the read-only commands read: the chat named by the positional
+// KEY|SESSIONID, or the file named by --file (read here, never by a gateway).
+func (a *app) chatReader(cmd *cobra.Command, args []string, file string) (conversation.Reader, string, error) {
 	switch {
 	case file != "" && len(args) > 0:
-		return chatRef{}, abi.Errorf(abi.CodeInvalidArgument, "", "give a chat KEY or --file, not both")
+		return nil, "", abi.Errorf(abi.CodeInvalidArgument, "", "give a chat KEY or --file, not both")
 	case file != "":
-		abs, err := filepath.Abs(file)
-		if err != nil {
-			return chatRef{}, fmt.Errorf("resolve %s: %w", file, err)
-		}
-		return chatRef{Path: abs}, nil
+		return conversation.Files{}, file, nil
 	case len(args) == 0:
-		return chatRef{}, abi.Errorf(abi.CodeInvalidArgument, "", "name a chat (KEY or SESSIONID; see nexus chat list) or give --file PATH")
+		return nil, "", abi.Errorf(abi.CodeInvalidArgument, "", "name a chat (KEY or SESSIONID; see nexus chat list) or give --file PATH")
 	}
-	return a.lookupChat(ctx, args[0])
-}
-
-// openTranscript opens a transcript for reading; what makes it unreadable for the user's reasons
-// (missing, not a pi file, empty) is INVALID_ARGUMENT.
-func openTranscript(path string) (*transcript.File, error) {
-	f, err := transcript.Open(path)
-	if err == nil {
-		return f, nil
-	}
-	return nil, transcriptError(path, err)
-}
-
-func transcriptError(path string, err error) error {
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return &abi.Error{Code: abi.CodeInvalidArgument, Message: "no transcript at " + path, Err: err}
-	case errors.Is(err, transcript.ErrForeignFormat), errors.Is(err, transcript.ErrEmpty):
-		return &abi.Error{Code: abi.CodeInvalidArgument, Message: "not a pi transcript", Err: err}
-	}
-	return fmt.Errorf("open transcript %s: %w", path, err)
-}
-
-// checkHeader reads only the header line: enough to know a file is a pi transcript.
-func checkHeader(path string) error {
-	fh, err := os.Open(path) // #nosec G304 -- the transcript of a chat, or a file the user named
+	api, err := a.chats(cmd)
 	if err != nil {
-		return transcriptError(path, err)
+		return nil, "", err
 	}
-	defer func() { _ = fh.Close() }()
-	if _, err := transcript.NewReader(fh); err != nil {
-		return transcriptError(path, err)
+	return api, args[0], nil
+}
+
+// completeChats offers the session keys of sessions.json for the first positional argument
+// (the chat a command works on), described by display name or label and session id.
+func (a *app) completeChats(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 || a.resolveState() != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionWait)
+	defer cancel()
+	api, err := a.chats(cmd)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	items, err := api.List(ctx, conversation.ListOptions{})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []cobra.Completion
+	for _, it := range items {
+		if !strings.HasPrefix(it.Key, toComplete) {
+			continue
+		}
+		desc := it.Entry.SessionID
+		if n := strings.TrimSpace(it.Entry.Label + " " + it.Entry.DisplayName); n != "" {
+			desc = conversation.OneLine(n, 40) + " " + desc
+		}
+		out = append(out, cobra.CompletionWithDesc(it.Key, desc))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeEntries offers the entry ids of the chat named by the first argument (or --file),
+// each described by its type and preview, for --at and --branch.
+func (a *app) completeEntries(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if a.resolveState() != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	file := ""
+	if f := cmd.Flag("file"); f != nil {
+		file = f.Value.String()
+	}
+	if len(args) == 0 && file == "" {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionWait)
+	defer cancel()
+	r, name, err := a.chatReader(cmd, args[:min(len(args), 1)], file)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	tree, err := r.Tree(ctx, name)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []cobra.Completion
+	for _, n := range tree.Entries {
+		if !strings.HasPrefix(n.ID, toComplete) {
+			continue
+		}
+		typ := n.Type
+		if n.Role != "" {
+			typ += "/" + n.Role
+		}
+		out = append(out, cobra.CompletionWithDesc(n.ID, conversation.OneLine(typ+" "+n.Preview, 60)))
+	}
+	// Keep the tree's order (the conversation's), not an alphabetical one.
+	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveKeepOrder
+}
+
+// completeLabelArgs completes `chat label KEY ENTRY`: the chat, then one of its entries.
+func (a *app) completeLabelArgs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	switch len(args) {
+	case 0:
+		return a.completeChats(cmd, args, toComplete)
+	case 1:
+		return a.completeEntries(cmd, args, toComplete)
+	}
+	return nil, cobra.ShellCompDirectiveNoFileComp
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/project"
 )
 
@@ -66,34 +65,6 @@ func (a *app) completeProjectArg(cmd *cobra.Command, args []string, toComplete s
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	return a.completeProjects(cmd, args, toComplete)
-}
-
-// completeChats offers the session keys of sessions.json for the first positional argument
-// (the chat a command works on), described by display name or label and session id.
-func (a *app) completeChats(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	if len(args) > 0 || a.resolveState() != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	st, err := chatstore.Open(a.sessionsDir(), chatstore.Options{Now: a.env.Now})
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	items, err := st.List(chatstore.Filter{})
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	var out []cobra.Completion
-	for _, it := range items {
-		if !strings.HasPrefix(it.Key, toComplete) {
-			continue
-		}
-		desc := it.Entry.SessionID
-		if n := strings.TrimSpace(it.Entry.Label + " " + it.Entry.DisplayName); n != "" {
-			desc = oneLine(n, 40) + " " + desc
-		}
-		out = append(out, cobra.CompletionWithDesc(it.Key, desc))
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 // completeAuditSessions offers the agent shells of the audit directory (one <id>.jsonl each).
@@ -197,56 +168,4 @@ the running gateway), project names and chat keys.
 		}))
 	}
 	return cmd
-}
-
-// completeEntries offers the entry ids of the chat named by the first argument (or --file),
-// each described by its type and preview, for --at and --branch.
-func (a *app) completeEntries(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	if a.resolveState() != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	file := ""
-	if f := cmd.Flag("file"); f != nil {
-		file = f.Value.String()
-	}
-	if len(args) == 0 && file == "" {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	t, err := a.chatTarget(cmd.Context(), args[:min(len(args), 1)], file)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	f, err := openTranscript(t.Path)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	defer func() { _ = f.Close() }()
-	tree, err := buildTree(f)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	var out []cobra.Completion
-	for _, n := range tree.Entries {
-		if !strings.HasPrefix(n.ID, toComplete) {
-			continue
-		}
-		typ := n.Type
-		if n.Role != "" {
-			typ += "/" + n.Role
-		}
-		out = append(out, cobra.CompletionWithDesc(n.ID, oneLine(typ+" "+n.Preview, 60)))
-	}
-	// Keep the tree's order (the conversation's), not an alphabetical one.
-	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveKeepOrder
-}
-
-// completeLabelArgs completes `chat label KEY ENTRY`: the chat, then one of its entries.
-func (a *app) completeLabelArgs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	switch len(args) {
-	case 0:
-		return a.completeChats(cmd, args, toComplete)
-	case 1:
-		return a.completeEntries(cmd, args, toComplete)
-	}
-	return nil, cobra.ShellCompDirectiveNoFileComp
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
@@ -94,6 +95,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Listen:       listen,
 				AllowedHosts: allowHosts,
 				Registry:     reg,
+				Chats:        conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger}),
 				Version:      a.env.Version,
 				Logger:       logger,
 				Ready: func(in gateway.Info) {

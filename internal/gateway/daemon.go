@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/live"
 )
@@ -57,6 +58,9 @@ type DaemonOptions struct {
 	// MaxUnauthenticated bounds the connections one peer may hold on the TCP listener before
 	// authenticating; default DefaultMaxUnauthenticated.
 	MaxUnauthenticated int
+
+	// Chats, when set, is served under /v1/chats on every listener.
+	Chats conversation.API
 }
 
 // ErrAlreadyRunning is returned when another gateway holds the state directory.
@@ -113,7 +117,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 		}
 	}
 	var streams atomic.Int64
-	local := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 	servers := []*http.Server{local}
 	errc := make(chan error, 2)
 	go func() { errc <- local.Serve(ul) }()
@@ -131,7 +135,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 		info.Listen = tl.Addr().String()
-		remote := mk(Handler(Options{Registry: o.Registry, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 		servers = append(servers, remote)
 		gl := guard(tl, o.MaxUnauthenticated)
 		go func() { errc <- remote.Serve(gl) }()

@@ -23,12 +23,15 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/live"
 )
 
 // Options configure the API handler.
 type Options struct {
 	Registry *live.Registry
+	// Chats, when set, is served under /v1/chats (chats.go).
+	Chats conversation.API
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
 	Token   string
 	Version string
@@ -83,6 +86,7 @@ func Handler(opt Options) http.Handler {
 	mux.HandleFunc("POST "+p+"/sessions/{id}/run", s.run)
 	mux.HandleFunc("GET "+p+"/sessions/{id}/events", s.events)
 	mux.HandleFunc("GET "+p+"/sessions/{id}/stream", s.stream)
+	s.chatRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "no route %s %s (the API lives under %s/)", r.Method, r.URL.Path, abi.APIPrefix), http.StatusNotFound)
 	})

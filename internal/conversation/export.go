@@ -1,4 +1,4 @@
-package cli
+package conversation
 
 import (
 	"bufio"
@@ -9,24 +9,53 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/spf13/cobra"
-
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
+
+// export writes c's transcript in format to w; every check comes before the first byte.
+func export(c chat, format ExportFormat, w io.Writer) error {
+	switch format {
+	case ExportJSONL:
+		// Only a pi transcript is exported, even byte for byte; its header says so.
+		fh, err := os.Open(c.Path) // #nosec G304 -- the transcript of a chat, or a file the user named
+		if err != nil {
+			return transcriptError(c.Path, err)
+		}
+		defer func() { _ = fh.Close() }()
+		if _, err := transcript.NewReader(fh); err != nil {
+			return transcriptError(c.Path, err)
+		}
+		if _, err := fh.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("read transcript %s: %w", c.Path, err)
+		}
+		if _, err := io.Copy(w, fh); err != nil {
+			return fmt.Errorf("copy transcript %s: %w", c.Path, err)
+		}
+		return nil
+	case ExportMarkdown, ExportHTML:
+		f, err := openTranscript(c.Path)
+		if err != nil {
+			return err
+		}
+		d, err := exportDocOf(f)
+		_ = f.Close()
+		if err != nil {
+			return err
+		}
+		if format == ExportMarkdown {
+			return writeMarkdown(w, d)
+		}
+		return writeHTML(w, d)
+	}
+	return abi.Errorf(abi.CodeInvalidArgument, c.SessionID, "unknown export format %q (want jsonl, md or html)", format)
+}
 
 // Abbreviation limits of the readable exports: tool traffic and thinking are cut, conversation
 // text is kept whole.
 const (
 	exportToolChars     = 2000
 	exportThinkingChars = 1000
-)
-
-// Export formats.
-const (
-	exportJSONL = "jsonl"
-	exportMD    = "md"
-	exportHTML  = "html"
 )
 
 // exportDoc is the readable form of a chat's active branch, rendered as Markdown or HTML.
@@ -220,7 +249,7 @@ var mdEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 // mdCode is s as inline code: backticks cannot end the span early.
 func mdCode(s string, n int) string {
-	return "`" + strings.ReplaceAll(oneLine(s, n), "`", "'") + "`"
+	return "`" + strings.ReplaceAll(OneLine(s, n), "`", "'") + "`"
 }
 
 // closeFences appends a closing fence when the text opens a fenced code block it does not
@@ -267,13 +296,13 @@ func fence(s string) string {
 
 func writeMarkdown(out io.Writer, d *exportDoc) error {
 	w := bufio.NewWriter(out)
-	fmt.Fprintf(w, "# %s\n\n", mdEscape.Replace(oneLine(d.Title, 200)))
-	fmt.Fprintf(w, "- session: %s\n- cwd: %s\n- created: %s\n- leaf: %s\n", mdCode(d.SessionID, 200), mdCode(d.Cwd, 500), mdEscape.Replace(oneLine(d.Created, 40)), mdCode(d.LeafID, 200))
+	fmt.Fprintf(w, "# %s\n\n", mdEscape.Replace(OneLine(d.Title, 200)))
+	fmt.Fprintf(w, "- session: %s\n- cwd: %s\n- created: %s\n- leaf: %s\n", mdCode(d.SessionID, 200), mdCode(d.Cwd, 500), mdEscape.Replace(OneLine(d.Created, 40)), mdCode(d.LeafID, 200))
 	for _, it := range d.Items {
-		fmt.Fprintf(w, "\n## %s\n\n", mdEscape.Replace(oneLine(it.Heading, 200)))
-		meta := mdCode(it.ID, 100) + " · " + mdEscape.Replace(oneLine(it.Timestamp, 40))
+		fmt.Fprintf(w, "\n## %s\n\n", mdEscape.Replace(OneLine(it.Heading, 200)))
+		meta := mdCode(it.ID, 100) + " · " + mdEscape.Replace(OneLine(it.Timestamp, 40))
 		if it.Label != "" {
-			meta += " · label **" + mdEscape.Replace(oneLine(it.Label, 100)) + "**"
+			meta += " · label **" + mdEscape.Replace(OneLine(it.Label, 100)) + "**"
 		}
 		fmt.Fprintf(w, "<sub>%s</sub>\n", meta)
 		for _, p := range it.Parts {
@@ -283,11 +312,11 @@ func writeMarkdown(out io.Writer, d *exportDoc) error {
 			case "thinking":
 				fmt.Fprintf(w, "\n> *thinking:* %s\n", strings.ReplaceAll(mdEscape.Replace(p.Text), "\n", "\n> "))
 			case "note":
-				fmt.Fprintf(w, "\n*%s*\n", mdEscape.Replace(oneLine(p.Text, 500)))
+				fmt.Fprintf(w, "\n*%s*\n", mdEscape.Replace(OneLine(p.Text, 500)))
 			case "code":
 				fc := fence(p.Text)
 				if p.Title != "" {
-					fmt.Fprintf(w, "\n**%s**\n", mdEscape.Replace(oneLine(p.Title, 200)))
+					fmt.Fprintf(w, "\n**%s**\n", mdEscape.Replace(OneLine(p.Title, 200)))
 				}
 				fmt.Fprintf(w, "\n%s\n%s\n%s\n", fc, p.Text, fc)
 			}
@@ -353,82 +382,6 @@ func writeHTML(out io.Writer, d *exportDoc) error {
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("write html: %w", err)
-	}
-	return nil
-}
-
-// copyFile streams the transcript's bytes unchanged.
-func copyFile(out io.Writer, path string) error {
-	in, err := os.Open(path) // #nosec G304 -- the transcript of a chat, or a file the user named
-	if err != nil {
-		return fmt.Errorf("open transcript %s: %w", path, err)
-	}
-	defer func() { _ = in.Close() }()
-	if _, err := io.Copy(out, in); err != nil {
-		return fmt.Errorf("copy transcript %s: %w", path, err)
-	}
-	return nil
-}
-
-func (a *app) chatExportCmd() *cobra.Command {
-	var file, format, output string
-	cmd := &cobra.Command{
-		Use:   "export KEY|SESSIONID|--file PATH --format jsonl|md|html [-o OUT]",
-		Short: "Export a chat: the raw transcript (jsonl) or its active branch as Markdown or HTML",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := a.chatTarget(cmd.Context(), args, file)
-			if err != nil {
-				return err
-			}
-			var render func(io.Writer) error
-			if format == exportJSONL {
-				// Only a pi transcript is exported, even byte for byte; its header says so.
-				if err := checkHeader(t.Path); err != nil {
-					return err
-				}
-				render = func(w io.Writer) error { return copyFile(w, t.Path) }
-			} else {
-				f, err := openTranscript(t.Path)
-				if err != nil {
-					return err
-				}
-				d, err := exportDocOf(f)
-				_ = f.Close()
-				if err != nil {
-					return err
-				}
-				render = func(w io.Writer) error {
-					if format == exportMD {
-						return writeMarkdown(w, d)
-					}
-					return writeHTML(w, d)
-				}
-			}
-			if output == "" || output == "-" {
-				return render(a.env.Stdout)
-			}
-			return writeOutput(output, render)
-		},
-	}
-	cmd.Flags().StringVar(&file, "file", "", "export this transcript file instead of a chat of the store")
-	enumFlag(cmd, &format, "format", exportJSONL, "jsonl (the file's bytes), md or html (the active branch, readable)", exportJSONL, exportMD, exportHTML)
-	cmd.Flags().StringVarP(&output, "output", "o", "", "write to this file (0600) instead of standard output")
-	return cmd
-}
-
-// writeOutput writes a user-named output file: created 0600, replaced if it exists.
-func writeOutput(path string, render func(io.Writer) error) error {
-	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // #nosec G304 -- the user names the output file
-	if err != nil {
-		return abi.Errorf(abi.CodeInvalidArgument, "", "create %s: %v", path, err)
-	}
-	if err := render(out); err != nil {
-		_ = out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
 	}
 	return nil
 }

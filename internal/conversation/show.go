@@ -1,4 +1,4 @@
-package cli
+package conversation
 
 import (
 	"encoding/json"
@@ -6,11 +6,24 @@ import (
 	"math"
 	"os"
 
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
-// chatHeader is a transcript header as `chat show` prints it.
-type chatHeader struct {
+// Show describes a chat (docs/conversations.md, show).
+type Show struct {
+	Key   string                  `json:"key,omitempty"`
+	Entry *chatstore.SessionEntry `json:"entry,omitempty"`
+	File  string                  `json:"file"`
+	// Header is nil for a chat whose first message has not arrived (no transcript yet).
+	Header *Header                `json:"header"`
+	Stats  *Stats                 `json:"stats"`
+	Turns  []transcript.Turn      `json:"turns"`
+	Runs   []chatstore.RunSummary `json:"runs"`
+}
+
+// Header is a transcript header.
+type Header struct {
 	ID            string `json:"id"`
 	Version       int    `json:"version"`
 	Timestamp     string `json:"timestamp,omitempty"`
@@ -18,8 +31,8 @@ type chatHeader struct {
 	ParentSession string `json:"parentSession,omitempty"`
 }
 
-// tokenTotals sums the usage of assistant messages.
-type tokenTotals struct {
+// TokenTotals sums the usage of assistant messages.
+type TokenTotals struct {
 	Input      int64   `json:"input"`
 	Output     int64   `json:"output"`
 	CacheRead  int64   `json:"cacheRead"`
@@ -28,8 +41,8 @@ type tokenTotals struct {
 	Cost       float64 `json:"cost"`
 }
 
-// chatStats describes a transcript as a whole and its active branch.
-type chatStats struct {
+// Stats describes a transcript as a whole and its active branch.
+type Stats struct {
 	Entries int            `json:"entries"`
 	ByType  map[string]int `json:"byType"`
 	// Messages counts message entries by role (all branches).
@@ -49,11 +62,47 @@ type chatStats struct {
 	Model       *transcript.Model `json:"model"`
 	// ThinkingLevel is the level in effect at the active leaf.
 	ThinkingLevel string      `json:"thinkingLevel"`
-	Tokens        tokenTotals `json:"tokens"`
+	Tokens        TokenTotals `json:"tokens"`
 	// ContextTokens is the last assistant usage on the active path: the prompt size of the last call.
 	ContextTokens int64    `json:"contextTokens"`
 	FileSize      int64    `json:"fileSize"`
 	Notes         []string `json:"notes"`
+}
+
+func show(c chat) (*Show, error) {
+	if c.Entry != nil && !exists(c.Path) {
+		// A chat whose first message has not arrived has no transcript yet.
+		return &Show{Key: c.Key, Entry: c.Entry, File: c.Path, Turns: []transcript.Turn{}, Runs: []chatstore.RunSummary{}}, nil
+	}
+	f, err := openTranscript(c.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	st, err := statsOf(f, c.Path)
+	if err != nil {
+		return nil, err
+	}
+	turns, err := transcript.Turns(f, "")
+	if err != nil {
+		return nil, fmt.Errorf("turns of %s: %w", c.Path, err)
+	}
+	if turns == nil {
+		turns = []transcript.Turn{}
+	}
+	runs, err := chatstore.RunsFromFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("read runs: %w", err)
+	}
+	if runs == nil {
+		runs = []chatstore.RunSummary{}
+	}
+	return &Show{Key: c.Key, Entry: c.Entry, File: c.Path, Header: headerOf(f), Stats: st, Turns: turns, Runs: runs}, nil
+}
+
+func headerOf(f *transcript.File) *Header {
+	h := f.Header
+	return &Header{ID: h.ID, Version: h.Version, Timestamp: h.Timestamp, Cwd: h.Cwd, ParentSession: h.ParentSession}
 }
 
 // usage is an assistant message's token usage, summed as int64 like encoding/json decodes it
@@ -93,8 +142,8 @@ func usageOf(raw []byte) usage {
 
 // statsOf reads every entry once (the assistant and tool result messages back from the file in
 // batches, only their bookkeeping fields decoded).
-func statsOf(f *transcript.File, path string) (*chatStats, error) {
-	s := &chatStats{
+func statsOf(f *transcript.File, path string) (*Stats, error) {
+	s := &Stats{
 		Entries: len(f.Entries), ByType: map[string]int{}, Messages: map[string]int{},
 		Labels: f.Labels(), Name: f.SessionName(), ThinkingLevel: "off", Notes: f.Notes,
 	}
@@ -104,12 +153,12 @@ func statsOf(f *transcript.File, path string) (*chatStats, error) {
 	if fi, err := os.Stat(path); err == nil {
 		s.FileSize = fi.Size()
 	}
-	idx := indexTree(f)
-	s.Roots = len(idx.roots)
+	roots, children := f.ChildIndex()
+	s.Roots = len(roots)
 	var counted []*transcript.Entry
 	for _, e := range f.Entries {
 		s.ByType[e.Type]++
-		switch n := len(idx.children[e]); {
+		switch n := len(children[e]); {
 		case n == 0:
 			s.Leaves++
 		case n > 1:
@@ -189,9 +238,4 @@ func statsOf(f *transcript.File, path string) (*chatStats, error) {
 	// Sums of float costs carry binary noise (0.07150000000000001); a micro-dollar is plenty.
 	s.Tokens.Cost = math.Round(s.Tokens.Cost*1e6) / 1e6
 	return s, nil
-}
-
-func headerOf(f *transcript.File) *chatHeader {
-	h := f.Header
-	return &chatHeader{ID: h.ID, Version: h.Version, Timestamp: h.Timestamp, Cwd: h.Cwd, ParentSession: h.ParentSession}
 }

@@ -1,4 +1,4 @@
-package cli
+package conversation
 
 import (
 	"bytes"
@@ -239,12 +239,12 @@ func TestPreviewMatchesDecode(t *testing.T) {
 				var content json.RawMessage
 				switch e.Type {
 				case "message":
-					want = refOneLine(refMessagePreview(full.Message), previewLen)
+					want = refOneLine(refMessagePreview(full.Message), PreviewLen)
 					var m refMessage
 					_ = json.Unmarshal(full.Message, &m)
 					content = m.Content
 				case "custom_message":
-					want = refOneLine(e.CustomType+": "+refFirstText(refContentBlocks(full.Content())), previewLen)
+					want = refOneLine(e.CustomType+": "+refFirstText(refContentBlocks(full.Content())), PreviewLen)
 					content = full.Content()
 				default:
 					continue
@@ -280,7 +280,7 @@ func TestStatsMatchDecode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var want tokenTotals
+			var want TokenTotals
 			calls, results, errs := 0, 0, 0
 			var context int64
 			total := func(m refMessage) int64 {
@@ -344,7 +344,8 @@ func TestStatsMatchDecode(t *testing.T) {
 	}
 }
 
-// TestWriteTreeJSON: the streamed tree is byte for byte what printJSON prints.
+// TestWriteTreeJSON: the streamed tree is byte for byte what encoding/json prints, indented
+// (the CLI's form) and compact (the gateway's).
 func TestWriteTreeJSON(t *testing.T) {
 	t.Parallel()
 	empty := filepath.Join(t.TempDir(), "empty.jsonl")
@@ -357,13 +358,22 @@ func TestWriteTreeJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var want, got bytes.Buffer
-			(&app{env: Env{Stdout: &want, Stderr: &want}}).printJSON(tree)
-			if err := writeTreeJSON(&got, tree); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got.Bytes(), want.Bytes()) {
-				t.Fatalf("streamed tree differs:\n%s\nwant\n%s", got.Bytes(), want.Bytes())
+			for _, indent := range []bool{true, false} {
+				var want, got bytes.Buffer
+				enc := json.NewEncoder(&want)
+				enc.SetEscapeHTML(false)
+				if indent {
+					enc.SetIndent("", "  ")
+				}
+				if err := enc.Encode(tree); err != nil {
+					t.Fatal(err)
+				}
+				if err := tree.WriteJSON(&got, indent); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got.Bytes(), want.Bytes()) {
+					t.Fatalf("streamed tree (indent %v) differs:\n%s\nwant\n%s", indent, got.Bytes(), want.Bytes())
+				}
 			}
 		})
 	}
@@ -379,8 +389,8 @@ func FuzzOneLine(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string, n int) {
 		n = 1 + (n&0x7fffffff)%100
-		if got, want := oneLine(s, n), refOneLine(s, n); got != want {
-			t.Fatalf("oneLine(%q, %d) = %q, want %q", s, n, got, want)
+		if got, want := OneLine(s, n), refOneLine(s, n); got != want {
+			t.Fatalf("OneLine(%q, %d) = %q, want %q", s, n, got, want)
 		}
 		if got, want := abbreviate(s, n), refAbbreviate(s, n); got != want {
 			t.Fatalf("abbreviate(%q, %d) = %q, want %q", s, n, got, want)

@@ -1,4 +1,4 @@
-package cli
+package conversation
 
 import (
 	"bufio"
@@ -7,29 +7,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
-
-	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
-// treeIndex is the parent → children index of a transcript, built in one pass (File.Children
-// scans the whole file per call, which is quadratic over a tree).
-type treeIndex struct {
-	roots    []*transcript.Entry
-	children map[*transcript.Entry][]*transcript.Entry
+// Tree is every entry of a transcript (docs/conversations.md, tree).
+type Tree struct {
+	SessionID string      `json:"sessionId"`
+	LeafID    string      `json:"leafId"`
+	Roots     []string    `json:"roots"`
+	Entries   []*TreeNode `json:"entries"`
 }
 
-// indexTree follows the reader's parent rules: a null, unknown or self parent makes a root.
-func indexTree(f *transcript.File) treeIndex {
-	roots, children := f.ChildIndex()
-	return treeIndex{roots: roots, children: children}
-}
-
-// treeNode is one entry of `chat tree`.
-type treeNode struct {
+// TreeNode is one entry of a Tree.
+type TreeNode struct {
 	ID        string   `json:"id"`
 	ParentID  *string  `json:"parentId"`
 	Type      string   `json:"type"`
@@ -40,29 +31,22 @@ type treeNode struct {
 	Children  []string `json:"children"`
 	// Active marks the entries on the path from a root to the active leaf.
 	Active bool `json:"active"`
-	// depth is the indentation of the table drawing.
-	depth int
-}
-
-// chatTree is the output of `chat tree`.
-type chatTree struct {
-	SessionID string      `json:"sessionId"`
-	LeafID    string      `json:"leafId"`
-	Roots     []string    `json:"roots"`
-	Entries   []*treeNode `json:"entries"`
+	// Depth is how far a drawing indents the entry: one level per branching ancestor (an
+	// ancestor with more than one child), plus one under a file with several roots.
+	Depth int `json:"depth"`
 }
 
 // buildTree lists the entries depth first from the roots (children in file order). A node is
 // indented one level deeper than its parent only where the parent branches, so a long linear
 // conversation stays flush left.
-func buildTree(f *transcript.File) (*chatTree, error) {
-	idx := indexTree(f)
+func buildTree(f *transcript.File) (*Tree, error) {
+	roots, children := f.ChildIndex()
 	labels := f.Labels()
 	active := map[*transcript.Entry]bool{}
 	for _, e := range f.Path("") {
 		active[e] = true
 	}
-	out := &chatTree{SessionID: f.Header.ID, Roots: []string{}, Entries: make([]*treeNode, 0, len(f.Entries))}
+	out := &Tree{SessionID: f.Header.ID, Roots: []string{}, Entries: make([]*TreeNode, 0, len(f.Entries))}
 	if l := f.Leaf(); l != nil {
 		out.LeafID = l.ID
 	}
@@ -83,15 +67,15 @@ func buildTree(f *transcript.File) (*chatTree, error) {
 				continue
 			}
 			seen[it.e] = true
-			n := &treeNode{
+			n := &TreeNode{
 				ID: it.e.ID, Type: it.e.Type, Role: it.e.Role, Timestamp: it.e.Timestamp,
-				Label: labels[it.e.ID], Children: []string{}, Active: active[it.e], depth: it.depth,
+				Label: labels[it.e.ID], Children: []string{}, Active: active[it.e], Depth: it.depth,
 			}
 			if it.e.ParentID != "" {
 				p := it.e.ParentID
 				n.ParentID = &p
 			}
-			kids := idx.children[it.e]
+			kids := children[it.e]
 			d := it.depth
 			if len(kids) > 1 {
 				d++
@@ -107,13 +91,13 @@ func buildTree(f *transcript.File) (*chatTree, error) {
 		}
 	}
 	d0 := 0
-	if len(idx.roots) > 1 {
+	if len(roots) > 1 {
 		d0 = 1
 	}
-	for i := len(idx.roots) - 1; i >= 0; i-- {
-		stack = append(stack, item{idx.roots[i], d0})
+	for i := len(roots) - 1; i >= 0; i-- {
+		stack = append(stack, item{roots[i], d0})
 	}
-	for _, r := range idx.roots {
+	for _, r := range roots {
 		out.Roots = append(out.Roots, r.ID)
 	}
 	walk()
@@ -137,42 +121,16 @@ func buildTree(f *transcript.File) (*chatTree, error) {
 	return out, nil
 }
 
-// treeTable draws the tree: `*` marks the active path, `<- leaf` the active leaf.
-func treeTable(w io.Writer, t *chatTree) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ENTRY\tTYPE\tLABEL\tPREVIEW")
-	for _, n := range t.Entries {
-		mark := " "
-		if n.Active {
-			mark = "*"
-		}
-		typ := n.Type
-		if n.Role != "" {
-			typ += "/" + n.Role
-		}
-		label := n.Label
-		if label == "" {
-			label = "-"
-		}
-		pv := n.Preview
-		if n.ID == t.LeafID {
-			pv += "  <- leaf"
-		}
-		fmt.Fprintf(tw, "%s %s%s\t%s\t%s\t%s\n", mark, strings.Repeat("  ", n.depth), n.ID, typ, oneLine(label, 40), pv)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write tree: %w", err)
-	}
-	return nil
-}
-
-// writeTreeJSON prints t exactly as printJSON would, but encodes one entry at a time: the tree
-// of a large transcript would otherwise be held twice more (compact and indented) as JSON.
-func writeTreeJSON(out io.Writer, t *chatTree) error {
+// WriteJSON writes t as encoding/json would (indented by two spaces when indent is set, else
+// compact), one entry at a time: the tree of a large transcript would otherwise be held once
+// more as JSON.
+func (t *Tree) WriteJSON(out io.Writer, indent bool) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
+	if indent {
+		enc.SetIndent("", "  ")
+	}
 	if len(t.Entries) == 0 {
 		if err := enc.Encode(t); err != nil {
 			return fmt.Errorf("encode tree: %w", err)
@@ -181,12 +139,17 @@ func writeTreeJSON(out io.Writer, t *chatTree) error {
 		return writeErr(err)
 	}
 	head := *t
-	head.Entries = []*treeNode{}
+	head.Entries = []*TreeNode{}
 	if err := enc.Encode(head); err != nil {
 		return fmt.Errorf("encode tree: %w", err)
 	}
 	// "entries" is the last field: its empty array is where the entries go.
-	const tail = "[]\n}\n"
+	tail, sep, end := "[]}\n", ",", "]}\n"
+	if indent {
+		// A member of "entries" sits two levels deep.
+		tail, sep, end = "[]\n}\n", ",\n    ", "\n  ]\n}\n"
+		enc.SetIndent("    ", "  ")
+	}
 	if !bytes.HasSuffix(buf.Bytes(), []byte(tail)) {
 		return errors.New("encode tree: unexpected layout")
 	}
@@ -194,20 +157,20 @@ func writeTreeJSON(out io.Writer, t *chatTree) error {
 	w := bufio.NewWriterSize(out, 64<<10)
 	_, _ = w.Write(buf.Bytes()[:buf.Len()-len(tail)])
 	_ = w.WriteByte('[')
-	// A member of "entries" sits two levels deep.
-	enc.SetIndent("    ", "  ")
 	for i, n := range t.Entries {
 		buf.Reset()
 		if err := enc.Encode(n); err != nil {
 			return fmt.Errorf("encode tree: %w", err)
 		}
-		if i > 0 {
-			_ = w.WriteByte(',')
+		switch {
+		case i > 0:
+			_, _ = w.WriteString(sep)
+		case indent:
+			_, _ = w.WriteString("\n    ")
 		}
-		_, _ = w.WriteString("\n    ")
 		_, _ = w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 	}
-	_, _ = w.WriteString("\n  ]\n}\n")
+	_, _ = w.WriteString(end)
 	return writeErr(w.Flush())
 }
 
@@ -216,35 +179,4 @@ func writeErr(err error) error {
 		return fmt.Errorf("write tree: %w", err)
 	}
 	return nil
-}
-
-func (a *app) chatTreeCmd() *cobra.Command {
-	var file, format string
-	cmd := &cobra.Command{
-		Use:   "tree KEY|SESSIONID|--file PATH",
-		Short: "Print the entry tree of a chat (branches, labels, the active leaf)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := a.chatTarget(cmd.Context(), args, file)
-			if err != nil {
-				return err
-			}
-			f, err := openTranscript(t.Path)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			tree, err := buildTree(f)
-			if err != nil {
-				return err
-			}
-			if format == formatTable {
-				return treeTable(a.env.Stdout, tree)
-			}
-			return writeTreeJSON(a.env.Stdout, tree)
-		},
-	}
-	cmd.Flags().StringVar(&file, "file", "", "read this transcript file instead of a chat of the store")
-	formatFlag(cmd, &format, formatJSON, formatTable)
-	return cmd
 }

@@ -1,6 +1,7 @@
-package cli
+package conversation
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode"
@@ -9,16 +10,16 @@ import (
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
-// previewLen bounds the one-line text previews of `chat tree`.
-const previewLen = 72
+// PreviewLen bounds the one-line text previews of a tree's entries and of history rows.
+const PreviewLen = 72
 
-// previewBytes is the head of a text that oneLine reads for a preview of previewLen runes: a
+// previewBytes is the head of a text that OneLine reads for a preview of PreviewLen runes: a
 // preview decodes no more of a message than that.
-const previewBytes = 8 * previewLen
+const previewBytes = 8 * PreviewLen
 
-// oneLine squeezes white space (newlines included) and control characters to single spaces and
+// OneLine squeezes white space (newlines included) and control characters to single spaces and
 // cuts s to at most n runes (n >= 1), so a preview never breaks a table row or a terminal.
-func oneLine(s string, n int) string {
+func OneLine(s string, n int) string {
 	// Only the head can show; tool results may be megabytes long.
 	if len(s) > 8*n {
 		s = s[:8*n]
@@ -58,7 +59,7 @@ func oneLine(s string, n int) string {
 	return b.String()
 }
 
-// isSeparator reports the runes oneLine turns into spaces: white space, control and format
+// isSeparator reports the runes OneLine turns into spaces: white space, control and format
 // characters (bidi overrides included).
 func isSeparator(r rune) bool {
 	if r < utf8.RuneSelf {
@@ -67,33 +68,33 @@ func isSeparator(r rune) bool {
 	return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 }
 
-// preview is the short text shown for an entry in `chat tree`; e must be a full entry.
+// preview is the short text shown for an entry of a tree; e must be a full entry.
 func preview(e *transcript.Entry) string {
 	switch e.Type {
 	case "message":
 		// A malformed message has no preview, as the reader tolerates it.
 		m, _ := e.MessageInfo()
-		return oneLine(messagePreview(m), previewLen)
+		return OneLine(messagePreview(m), PreviewLen)
 	case "model_change":
 		return e.Provider + "/" + e.ModelID
 	case "thinking_level_change":
 		return e.ThinkingLevel()
 	case "compaction", "branch_summary":
-		return oneLine(e.Summary(), previewLen)
+		return OneLine(e.Summary(), PreviewLen)
 	case "custom":
 		return e.CustomType
 	case "custom_message":
-		return oneLine(e.CustomType+": "+transcript.FirstText(e.Content(), previewBytes), previewLen)
+		return OneLine(e.CustomType+": "+transcript.FirstText(e.Content(), previewBytes), PreviewLen)
 	case "label":
 		if e.Label() == nil || *e.Label() == "" {
 			return e.TargetID() + " (cleared)"
 		}
-		return oneLine(e.TargetID()+" = "+*e.Label(), previewLen)
+		return OneLine(e.TargetID()+" = "+*e.Label(), PreviewLen)
 	case "session_info":
 		if e.Name() == nil {
 			return "(name cleared)"
 		}
-		return oneLine(*e.Name(), previewLen)
+		return OneLine(*e.Name(), PreviewLen)
 	case "context_edit":
 		return "edits " + e.TargetID()
 	}
@@ -101,7 +102,7 @@ func preview(e *transcript.Entry) string {
 }
 
 // messagePreview reads only the head of the first text: the texts it returns end the previews
-// that oneLine cuts to previewBytes.
+// that OneLine cuts to previewBytes.
 func messagePreview(m transcript.MessageInfo) string {
 	switch m.Role {
 	case "user", "custom":
@@ -136,4 +137,14 @@ func messagePreview(m transcript.MessageInfo) string {
 		return transcript.StringValue(m.Summary)
 	}
 	return ""
+}
+
+// PreviewMessage is the role and one-line preview of an agent message (a history row); a
+// message that does not parse is role "?" without preview.
+func PreviewMessage(msg json.RawMessage) (role, preview string) {
+	info, err := transcript.ParseMessageInfo(msg)
+	if err != nil {
+		return "?", ""
+	}
+	return info.Role, OneLine(messagePreview(info), PreviewLen)
 }

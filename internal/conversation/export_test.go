@@ -1,4 +1,4 @@
-package cli
+package conversation
 
 import (
 	"bytes"
@@ -20,8 +20,8 @@ func TestOneLine(t *testing.T) {
 		{"", 5, ""},
 		{strings.Repeat("x", 1<<20), 4, "xxx…"},
 	} {
-		if got := oneLine(tc.in, tc.n); got != tc.want {
-			t.Errorf("oneLine(%q, %d) = %q, want %q", tc.in[:min(len(tc.in), 40)], tc.n, got, tc.want)
+		if got := OneLine(tc.in, tc.n); got != tc.want {
+			t.Errorf("OneLine(%q, %d) = %q, want %q", tc.in[:min(len(tc.in), 40)], tc.n, got, tc.want)
 		}
 	}
 }
