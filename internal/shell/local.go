@@ -137,11 +137,9 @@ func commandStream() (shellEnd, ours *os.File, err error) {
 	}
 	_ = syscall.Shutdown(fds[0], syscall.SHUT_WR)
 	_ = syscall.Shutdown(fds[1], syscall.SHUT_RD)
-	// Ours is non-blocking so that the runtime's poller serves it and Close ends a pending write.
-	if err := syscall.SetNonblock(fds[1], true); err != nil {
-		_, _ = syscall.Close(fds[0]), syscall.Close(fds[1])
-		return nil, nil, fmt.Errorf("command stream: %w", err)
-	}
+	// Both ends stay blocking: a command is one write, which going through the runtime's poller
+	// only made dearer (measured per command), and a write the shell never reads ends when Close
+	// kills the shell, its only reader.
 	return os.NewFile(uintptr(fds[0]), "shell stdin"), os.NewFile(uintptr(fds[1]), "shell commands"), nil
 }
 
