@@ -26,6 +26,15 @@ var _ conversation.API = (*Chats)(nil)
 // Chats returns the conversation API of the gateway.
 func (c *Client) Chats() *Chats { return &Chats{c: c} }
 
+// checkRef refuses what cannot name a chat in a path: nothing, and "/" alone, which Go's
+// router takes for a trailing slash however it is escaped.
+func checkRef(ref string) error {
+	if ref == "/" {
+		return abi.Errorf(abi.CodeInvalidArgument, "", `a chat named "/" cannot be named in a URL path; use its key or session id`)
+	}
+	return conversation.CheckRef(ref)
+}
+
 // ChatPath is the path of a chat's route under /v1: /chats/<ref><rest>. The ref is one path
 // segment whatever it holds (keys have ':', labels may have '/', '?', '%'...): escaped, and
 // a ref of dots only spelled with %2E, which no router may take for a relative path.
@@ -115,7 +124,7 @@ func (ch *Chats) List(ctx context.Context, opts conversation.ListOptions) ([]cha
 
 // Show describes the chat ref.
 func (ch *Chats) Show(ctx context.Context, ref string) (*conversation.Show, error) {
-	if err := conversation.CheckRef(ref); err != nil {
+	if err := checkRef(ref); err != nil {
 		return nil, err
 	}
 	var out conversation.Show
@@ -130,7 +139,7 @@ func (ch *Chats) History(ctx context.Context, ref string, opts conversation.Hist
 	if opts.Limit < 0 {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "the history limit must not be negative")
 	}
-	if err := conversation.CheckRef(ref); err != nil {
+	if err := checkRef(ref); err != nil {
 		return nil, err
 	}
 	q := url.Values{}
@@ -156,7 +165,7 @@ func (ch *Chats) History(ctx context.Context, ref string, opts conversation.Hist
 
 // Tree lists the entries of the chat ref.
 func (ch *Chats) Tree(ctx context.Context, ref string) (*conversation.Tree, error) {
-	if err := conversation.CheckRef(ref); err != nil {
+	if err := checkRef(ref); err != nil {
 		return nil, err
 	}
 	resp, err := ch.c.open(ctx, http.MethodGet, ChatPath(ref, "/tree"), nil, 0, "")
@@ -176,7 +185,7 @@ func (ch *Chats) Export(ctx context.Context, ref string, format conversation.Exp
 	if !format.Valid() {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "unknown export format %q (want jsonl, md or html)", format)
 	}
-	if err := conversation.CheckRef(ref); err != nil {
+	if err := checkRef(ref); err != nil {
 		return err
 	}
 	resp, err := ch.c.open(ctx, http.MethodGet, ChatPath(ref, "/export?format="+url.QueryEscape(string(format))), nil, 0, "")
@@ -308,7 +317,7 @@ func (ch *Chats) Import(ctx context.Context, req conversation.ImportRequest) (*c
 
 // post sends a chat command and decodes its answer into out.
 func post[T any](ctx context.Context, ch *Chats, ref, rest string, req any, out *T) (*T, error) {
-	if err := conversation.CheckRef(ref); err != nil {
+	if err := checkRef(ref); err != nil {
 		return nil, err
 	}
 	if err := ch.do(ctx, http.MethodPost, ChatPath(ref, rest), req, out); err != nil {

@@ -20,10 +20,14 @@ import (
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
-// MaxImportSize bounds a transcript sent to a gateway to import (POST /v1/chats/import): the
-// gateway stores the body in a temporary file before anything else, and a client must not be
-// able to fill its disk. A local import reads the file where it is and has no such bound.
+// MaxImportSize is the default bound of a transcript imported from a body, as a gateway
+// receives it (POST /v1/chats/import): the body is stored in a temporary file before anything
+// else, and a client must not be able to fill the disk. A local import reads the file where it
+// is and has no such bound.
 const MaxImportSize = 1 << 30
+
+// ErrImportTooLarge is in the chain of the error of a body over the import bound.
+var ErrImportTooLarge = errors.New("transcript too large to import")
 
 // TranscriptContentType is the media type of a transcript's bytes (JSON lines).
 const TranscriptContentType = "application/x-ndjson"
@@ -108,15 +112,18 @@ func (s *Service) spool(body io.Reader) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", tmp, err)
 	}
-	_, err = io.Copy(out, body)
+	n, err := io.Copy(out, io.LimitReader(body, s.maxImport+1))
 	if err == nil {
 		err = out.Sync()
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return tmp, fmt.Errorf("receive transcript: %w", err)
+	case n > s.maxImport:
+		return tmp, &abi.Error{Code: abi.CodeInvalidArgument, Message: fmt.Sprintf("the transcript exceeds %d bytes, the most imported from a body", s.maxImport), Err: ErrImportTooLarge}
 	}
 	return tmp, nil
 }

@@ -27,6 +27,9 @@ type Options struct {
 	// Logger gets what a caller cannot be told (a fork transcript that could be neither indexed
 	// nor archived); default: discarded.
 	Logger *slog.Logger
+	// MaxImportSize bounds a transcript imported from a body (ImportRequest.Body); default
+	// MaxImportSize. A file imported where it is has no bound.
+	MaxImportSize int64
 }
 
 // Service is the local implementation of API: it works on the files of one sessions
@@ -35,10 +38,11 @@ type Options struct {
 // other instead of failing on the transcript's writer lock. Other processes writing the same
 // files are still refused with RESOURCE_UNAVAILABLE while they hold a transcript.
 type Service struct {
-	dir   string
-	now   func() time.Time
-	log   *slog.Logger
-	locks pathLocks
+	dir       string
+	now       func() time.Time
+	log       *slog.Logger
+	maxImport int64
+	locks     pathLocks
 
 	mu sync.Mutex
 	st *chatstore.Store
@@ -48,7 +52,10 @@ var _ API = (*Service)(nil)
 
 // New returns the service of opts.Dir. Nothing is read or created until the first operation.
 func New(opts Options) *Service {
-	s := &Service{dir: opts.Dir, now: opts.Now, log: opts.Logger}
+	s := &Service{dir: opts.Dir, now: opts.Now, log: opts.Logger, maxImport: opts.MaxImportSize}
+	if s.maxImport <= 0 {
+		s.maxImport = MaxImportSize
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -270,9 +270,10 @@ func (s *server) chatExport(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// importBody reads an import's body: at most conversation.MaxImportSize bytes, each read
-// within BodyTimeout of the one before, so a large transcript may take as long as it keeps
-// coming while a stalled client is cut off.
+// importBody reads an import's body: each read within BodyTimeout of the one before, so a
+// large transcript may take as long as it keeps coming while a stalled client is cut off. The
+// API bounds the size (conversation.Options.MaxImportSize); the gateway adds a ceiling of
+// conversation.MaxImportSize for any API.
 type importBody struct {
 	r       io.Reader
 	rc      *http.ResponseController
@@ -294,6 +295,9 @@ func (s *server) chatImport(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetReadDeadline(time.Time{})
 	var mbe *http.MaxBytesError
 	switch {
+	case errors.Is(err, conversation.ErrImportTooLarge):
+		// The rest of the body is not read: the connection ends with the answer.
+		s.refuse(w, err, http.StatusRequestEntityTooLarge)
 	case errors.As(err, &mbe):
 		s.refuse(w, abi.Errorf(abi.CodeInvalidArgument, "", "the transcript exceeds %d bytes, the most a gateway imports (nexus chat --transport local imports any size)", conversation.MaxImportSize), http.StatusRequestEntityTooLarge)
 	case errors.Is(err, os.ErrDeadlineExceeded):
