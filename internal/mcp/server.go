@@ -53,6 +53,7 @@ type Server struct {
 	mgr *session.Manager
 	srv *sdk.Server
 
+	http      httpState
 	closeOnce sync.Once
 }
 
@@ -152,9 +153,18 @@ func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	return err
 }
 
-// Close destroys every session (each gets its audit "close" line) and stops the reaper.
+// Close destroys every session (each gets its audit "close" line), stops the reaper and
+// ends every MCP session still connected (over HTTP, their open streams). The shells go
+// first: ending an MCP session waits for its calls in flight, and a command may run for an hour.
 func (s *Server) Close() {
-	s.closeOnce.Do(s.mgr.Close)
+	s.closeOnce.Do(func() {
+		s.mgr.Close()
+		var wg sync.WaitGroup
+		for ss := range s.srv.Sessions() {
+			wg.Go(func() { _ = ss.Close() })
+		}
+		wg.Wait()
+	})
 }
 
 // Manager is the server's session manager (for tests and embedding).
