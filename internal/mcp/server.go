@@ -54,6 +54,7 @@ type Server struct {
 	srv *sdk.Server
 
 	http      httpState
+	audit     auditCache
 	closeOnce sync.Once
 }
 
