@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -320,24 +321,37 @@ func (a *app) attach(ctx context.Context, id string, hold bool, after uint64) er
 		fmt.Fprintf(a.env.Stderr, "[attached to %s; detach with Ctrl-]]\r\n", id)
 	}
 
-	cl := a.client()
+	// The stream reconnects and resumes after the last event it delivered (client.Stream); input
+	// goes on whichever connection is current.
 	var conn atomic.Pointer[client.Conn]
-	var seen atomic.Uint64
-	seen.Store(after)
-	dial := func() error {
-		c, err := cl.Dial(ctx, id, client.DialOptions{After: seen.Load(), Hold: hold})
-		if err != nil {
-			return err
+	dialed := make(chan struct{})
+	var dialOnce sync.Once
+	events := make(chan abi.Event, 256)
+	readErr := make(chan error, 1)
+	go func() {
+		readErr <- a.client().Stream(ctx, id, client.StreamOptions{
+			After: after, Follow: true, Hold: hold,
+			Dialed: func(c *client.Conn) {
+				conn.Store(c)
+				dialOnce.Do(func() { close(dialed) })
+			},
+		}, func(e abi.Event) error {
+			select {
+			case events <- e:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	select {
+	case <-dialed:
+	case err := <-readErr:
+		if err == nil {
+			return nil
 		}
-		if old := conn.Swap(c); old != nil {
-			_ = old.Abort()
-		}
-		return nil
-	}
-	if err := dial(); err != nil {
 		return err
 	}
-	defer func() { _ = conn.Load().Close() }()
 
 	// Input: forward keystrokes; Ctrl-] (or the end of piped input) detaches.
 	detached := make(chan struct{})
@@ -383,40 +397,6 @@ func (a *app) attach(ctx context.Context, id string, hold bool, after uint64) er
 		}()
 	}
 
-	events := make(chan abi.Event, 256)
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			e, err := conn.Load().Next(ctx)
-			if err != nil {
-				if errors.Is(err, client.ErrStreamEnded) || ctx.Err() != nil {
-					readErr <- err
-					return
-				}
-				// Dropped: resume after the last sequence received.
-				derr := err
-				for attempt := range 8 {
-					time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
-					if derr = dial(); derr == nil {
-						break
-					}
-				}
-				if derr != nil {
-					readErr <- derr
-					return
-				}
-				continue
-			}
-			if e.Seq != 0 {
-				if e.Seq <= seen.Load() {
-					continue
-				}
-				seen.Store(e.Seq)
-			}
-			events <- e
-		}
-	}()
-
 	var quiet <-chan time.Time
 	var deadline <-chan time.Time
 	for {
@@ -452,7 +432,7 @@ func (a *app) attach(ctx context.Context, id string, hold bool, after uint64) er
 		case <-deadline:
 			return nil
 		case err := <-readErr:
-			if errors.Is(err, client.ErrStreamEnded) || ctx.Err() != nil {
+			if err == nil || errors.Is(err, client.ErrStreamEnded) || ctx.Err() != nil {
 				return nil
 			}
 			return err

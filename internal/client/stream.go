@@ -136,8 +136,11 @@ type StreamOptions struct {
 	GiveUpAfter time.Duration
 	// OnReconnect, if set, is told about each reconnect attempt.
 	OnReconnect func(attempt int, delay time.Duration, err error)
-	// Dialed, if set, receives each new WebSocket connection (tests cut them).
+	// Dialed, if set, receives each new WebSocket connection: a caller sends input on it
+	// (attach), tests cut it.
 	Dialed func(*Conn)
+	// Hold makes each WebSocket connection an owner of the session (see DialOptions.Hold).
+	Hold bool
 }
 
 // Stream delivers a session's events to fn in order, starting after opt.After. It reconnects
@@ -276,7 +279,7 @@ func (s *streamState) deliver(e abi.Event) error {
 }
 
 func (c *Client) wsLoop(ctx context.Context, id string, opt StreamOptions, st *streamState) error {
-	conn, err := c.Dial(ctx, id, DialOptions{After: st.after, ContentType: opt.ContentType})
+	conn, err := c.Dial(ctx, id, DialOptions{After: st.after, ContentType: opt.ContentType, Hold: opt.Hold})
 	if err != nil {
 		return err
 	}
