@@ -19,6 +19,7 @@ import (
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/mcp"
 )
 
 // State file names inside the state directory.
@@ -61,6 +62,9 @@ type DaemonOptions struct {
 
 	// Chats, when set, is served under /v1/chats on every listener.
 	Chats conversation.API
+	// Shells, when set, serves agent shells on every listener (Options.Shells); Serve closes
+	// it (its shells, then its MCP sessions) after the live sessions, before the listeners.
+	Shells *mcp.Server
 }
 
 // ErrAlreadyRunning is returned when another gateway holds the state directory.
@@ -117,7 +121,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 		}
 	}
 	var streams atomic.Int64
-	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 	servers := []*http.Server{local}
 	errc := make(chan error, 2)
 	go func() { errc <- local.Serve(ul) }()
@@ -135,7 +139,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 		info.Listen = tl.Addr().String()
-		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 		servers = append(servers, remote)
 		gl := guard(tl, o.MaxUnauthenticated)
 		go func() { errc <- remote.Serve(gl) }()
@@ -161,6 +165,11 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 	defer cancel()
 	if err := o.Registry.Shutdown(sctx); err != nil {
 		o.Logger.Error("close sessions", "err", err)
+	}
+	// Then the agent shells: each gets its audit close line, and the MCP sessions' open event
+	// streams end, which the HTTP servers' Shutdown would otherwise wait for.
+	if o.Shells != nil {
+		o.Shells.Close()
 	}
 	// WebSocket streams are hijacked connections that Shutdown does not wait for: let each one
 	// deliver its session's close event before cancelBase cuts them off.

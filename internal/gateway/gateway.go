@@ -25,6 +25,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/mcp"
 )
 
 // Options configure the API handler.
@@ -32,6 +33,8 @@ type Options struct {
 	Registry *live.Registry
 	// Chats, when set, is served under /v1/chats (chats.go).
 	Chats conversation.API
+	// Shells, when set, serves agent shells: MCP at /v1/mcp and /v1/shells (mcp.go, shells.go).
+	Shells *mcp.Server
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
 	Token   string
 	Version string
@@ -87,6 +90,7 @@ func Handler(opt Options) http.Handler {
 	mux.HandleFunc("GET "+p+"/sessions/{id}/events", s.events)
 	mux.HandleFunc("GET "+p+"/sessions/{id}/stream", s.stream)
 	s.chatRoutes(mux)
+	s.shellRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "no route %s %s (the API lives under %s/)", r.Method, r.URL.Path, abi.APIPrefix), http.StatusNotFound)
 	})

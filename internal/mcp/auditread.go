@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
 // AuditLine is one line of a shell's audit log: a session.AuditRecord as written (redacted).
@@ -60,8 +62,8 @@ func (s *Server) ReadAudit(ctx context.Context, id string, after uint64, limit i
 	if dir == "" {
 		return AuditBatch{}, ErrNoAudit
 	}
-	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
-		return AuditBatch{}, fmt.Errorf("%w: %q", ErrBadSessionID, id)
+	if err := checkID(id); err != nil {
+		return AuditBatch{}, err
 	}
 	if limit <= 0 || limit > maxAuditBatch {
 		limit = maxAuditBatch
@@ -92,6 +94,14 @@ func (s *Server) ReadAudit(ctx context.Context, id string, after uint64, limit i
 			return b, nil
 		}
 	}
+}
+
+// checkID refuses an id that could not name a log in the audit directory.
+func checkID(id string) error {
+	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
+		return fmt.Errorf("%w: %q", ErrBadSessionID, id)
+	}
+	return nil
 }
 
 // unknownShell names the audit directory and says where the ids are.
@@ -231,16 +241,21 @@ func (c *auditCache) read(path string, after uint64, limit int) (AuditBatch, err
 	return b, nil
 }
 
-// isClose reports whether the last complete line of data is a close record.
+// isClose reports whether the last line of data is a close record.
 func isClose(data []byte) bool {
+	var head struct {
+		Event string `json:"event"`
+	}
+	return json.Unmarshal(lastLine(data), &head) == nil && head.Event == "close"
+}
+
+// lastLine is the last line of data, without its newline.
+func lastLine(data []byte) []byte {
 	data = bytes.TrimRight(data, "\n")
 	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
 		data = data[i+1:]
 	}
-	var head struct {
-		Event string `json:"event"`
-	}
-	return json.Unmarshal(data, &head) == nil && head.Event == "close"
+	return data
 }
 
 // readTail returns up to n bytes of the end of path.
@@ -299,4 +314,34 @@ func (l *lineReader) next() ([]byte, error) {
 			return nil, err //nolint:wrapcheck // the caller names the file
 		}
 	}
+}
+
+// ErrShellClosed is returned by Shell for a shell that is no longer open but whose audit log
+// is still there.
+var ErrShellClosed = errors.New("shell closed")
+
+// Shell describes the open shell id as session_list does. For a shell that is not open it
+// returns ErrShellClosed when its audit log exists (with the reason of its close record when
+// it has one), else ErrUnknownSession.
+func (s *Server) Shell(id string) (session.Info, error) {
+	for _, in := range s.mgr.List() {
+		if in.SessionID == id {
+			return in, nil
+		}
+	}
+	if s.cfg.Session.AuditDir == "" {
+		return session.Info{}, s.unknownShell(id)
+	}
+	if err := checkID(id); err != nil {
+		return session.Info{}, err
+	}
+	tail, err := readTail(filepath.Join(s.cfg.Session.AuditDir, id+".jsonl"), maxAuditLine)
+	if err != nil {
+		return session.Info{}, s.unknownShell(id)
+	}
+	var rec session.AuditRecord
+	if json.Unmarshal(lastLine(tail), &rec) == nil && rec.Event == "close" {
+		return session.Info{}, fmt.Errorf("%w: shell %q was closed (%s) at %s; its audit log is still readable", ErrShellClosed, id, rec.Reason, rec.Time)
+	}
+	return session.Info{}, fmt.Errorf("%w: shell %q is not open here (its audit log has no close record: another server's shell, or one whose server died); its audit log is still readable", ErrShellClosed, id)
 }
