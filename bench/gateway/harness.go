@@ -47,7 +47,9 @@ func shellEnv(home string) []string {
 	return append(env, "HOME="+home, "HISTFILE=/dev/null", "PS1=$ ")
 }
 
-func startHarness(ctx context.Context, cfg live.Config, shell string) (*harness, error) {
+// startHarness starts the gateway with the registry config lc. With bc.store "disk" (what
+// nexus serve runs) sessions and events are kept in state/live as well.
+func startHarness(ctx context.Context, lc live.Config, bc config) (*harness, error) {
 	dir, err := os.MkdirTemp("", "nexus-bench-")
 	if err != nil {
 		return nil, err
@@ -60,7 +62,7 @@ func startHarness(ctx context.Context, cfg live.Config, shell string) (*harness,
 	}
 	work := filepath.Join(dir, "work")
 	kind := &terminal.Kind{
-		Shell: shell,
+		Shell: bc.shell,
 		Grace: 2 * time.Second,
 		Env:   shellEnv(filepath.Join(dir, "home")),
 		Projects: func(id string) (string, error) {
@@ -70,7 +72,19 @@ func startHarness(ctx context.Context, cfg live.Config, shell string) (*harness,
 			return work, nil
 		},
 	}
-	reg := live.New(cfg, kind)
+	if bc.store == "disk" {
+		st, err := live.OpenDiskStore(filepath.Join(dir, "state", "live"), live.DiskOptions{})
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		lc.Store = st
+	}
+	reg, err := live.New(ctx, lc, kind)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &harness{dir: dir, reg: reg, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan gateway.Info, 1)

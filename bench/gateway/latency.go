@@ -116,7 +116,7 @@ func latencyPTY(ctx context.Context, cfg config) (LatencyRow, error) {
 // latencyWS attaches over a WebSocket with internal/client, sends one byte with conn.Send and
 // waits for the data event that echoes it.
 func latencyWS(ctx context.Context, cfg config) (LatencyRow, error) {
-	h, err := startHarness(ctx, live.Config{IdleTimeout: -1}, cfg.shell)
+	h, err := startHarness(ctx, live.Config{IdleTimeout: -1}, cfg)
 	if err != nil {
 		return LatencyRow{}, err
 	}
@@ -127,7 +127,7 @@ func latencyWS(ctx context.Context, cfg config) (LatencyRow, error) {
 	}
 	id := s.SessionID
 	defer func() { _ = h.closeSession(context.WithoutCancel(ctx), id) }()
-	after, _ := h.reg.LastSeq(id)
+	after, _ := h.reg.LastSeq(ctx, id)
 	conn, err := h.cl.Dial(ctx, id, client.DialOptions{After: after, ContentType: abi.ContentANSI})
 	if err != nil {
 		return LatencyRow{}, err

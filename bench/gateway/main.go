@@ -40,6 +40,7 @@ type config struct {
 	shell       string
 	contentType abi.ContentType
 	only        map[string]bool
+	store       string
 	biglog      bool
 	outDir      string
 	timeout     time.Duration
@@ -77,6 +78,7 @@ func run() error {
 	flag.StringVar(&cfg.shell, "shell", "bash", "shell of every terminal (gateway, direct PTY, tmux)")
 	flag.StringVar(&ct, "content-type", "ansi", "content type the WebSocket subscribers ask for: ansi or raw")
 	flag.StringVar(&only, "only", "throughput,latency,memory", "comma-separated benchmarks to run")
+	flag.StringVar(&cfg.store, "store", "disk", "where the registry keeps sessions and events: disk (state/live, as nexus serve does) or memory")
 	flag.BoolVar(&cfg.biglog, "biglog", true, "also run the comparison rows whose event log holds the whole output, so flow control never engages")
 	flag.StringVar(&cfg.outDir, "out", filepath.Join("bench", "results"), "directory for the JSON results")
 	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "limit of each throughput run")
@@ -107,6 +109,9 @@ func run() error {
 	cfg.contentType = abi.ContentType(ct)
 	if cfg.contentType != abi.ContentANSI && cfg.contentType != abi.ContentRaw {
 		return fmt.Errorf("-content-type must be ansi or raw, got %q", ct)
+	}
+	if cfg.store != "disk" && cfg.store != "memory" {
+		return fmt.Errorf("-store must be disk or memory, got %q", cfg.store)
 	}
 	cfg.only = map[string]bool{}
 	for _, o := range strings.Split(only, ",") {
@@ -144,7 +149,7 @@ func run() error {
 		Machine: machine(cfg.shell),
 		Config: map[string]any{"mb": cfg.mb, "subs": cfg.subs, "samples": cfg.samples, "tmuxSamples": cfg.tmuxSamples,
 			"sessions": cfg.sessions, "quick": cfg.quick, "shell": cfg.shell, "contentType": cfg.contentType,
-			"gomaxprocs": goruntime.GOMAXPROCS(0)},
+			"gomaxprocs": goruntime.GOMAXPROCS(0), "store": cfg.store},
 	}
 	res.Command = strings.TrimSpace(res.Command)
 	t0 := time.Now()

@@ -97,7 +97,7 @@ func procStatus(pid, field string) uint64 {
 // process pays for them; the shells are separate processes and not counted.
 func memoryIdle(ctx context.Context, cfg config) (MemoryResult, error) {
 	res := MemoryResult{Sessions: cfg.sessions}
-	h, err := startHarness(ctx, live.Config{MaxSessions: cfg.sessions + 100, IdleTimeout: -1}, cfg.shell)
+	h, err := startHarness(ctx, live.Config{MaxSessions: cfg.sessions + 100, IdleTimeout: -1}, cfg)
 	if err != nil {
 		return res, err
 	}

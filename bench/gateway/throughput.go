@@ -240,7 +240,7 @@ func missedCount(p any) uint64 {
 // throughputRuntime is the registry alone: PTY -> terminal kind -> event log -> one in-process
 // reader, no encoding and no socket.
 func throughputRuntime(ctx context.Context, cfg config) (ThroughputRow, error) {
-	h, err := startHarness(ctx, live.Config{IdleTimeout: -1}, cfg.shell)
+	h, err := startHarness(ctx, live.Config{IdleTimeout: -1}, cfg)
 	if err != nil {
 		return ThroughputRow{}, err
 	}
@@ -250,7 +250,7 @@ func throughputRuntime(ctx context.Context, cfg config) (ThroughputRow, error) {
 		return ThroughputRow{}, err
 	}
 	defer func() { _ = h.closeSession(context.WithoutCancel(ctx), s.SessionID) }()
-	after, _ := h.reg.LastSeq(s.SessionID)
+	after, _ := h.reg.LastSeq(ctx, s.SessionID)
 	rctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	start := time.Now()
@@ -324,7 +324,7 @@ type wsRun struct {
 }
 
 func startWSRun(ctx context.Context, cfg config, limits live.LogLimits) (*wsRun, error) {
-	h, err := startHarness(ctx, live.Config{IdleTimeout: -1, Log: limits}, cfg.shell)
+	h, err := startHarness(ctx, live.Config{IdleTimeout: -1, Log: limits}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +334,7 @@ func startWSRun(ctx context.Context, cfg config, limits live.LogLimits) (*wsRun,
 		return nil, err
 	}
 	r := &wsRun{h: h, id: s.SessionID}
-	r.after, _ = h.reg.LastSeq(r.id)
+	r.after, _ = h.reg.LastSeq(ctx, r.id)
 	r.ctx, r.cancel = context.WithTimeout(ctx, cfg.timeout)
 	return r, nil
 }

@@ -83,7 +83,8 @@ type Context struct {
 	ServerID  string `json:"serverId,omitempty"`
 }
 
-// Capabilities says which operations a session supports. Every flag is always present.
+// Capabilities says which operations a session supports. Every flag is always present. Each
+// kind declares its own (live.Kind); docs/ABI.md lists the sets of the ABI's types.
 type Capabilities struct {
 	Send      bool `json:"send"`
 	Receive   bool `json:"receive"`
@@ -92,20 +93,6 @@ type Capabilities struct {
 	Close     bool `json:"close"`
 	Restart   bool `json:"restart"`
 	Stream    bool `json:"stream"`
-}
-
-// CapabilitiesOf returns the capability set of a session type. The sets are the core ABI's, with one
-// addition: terminal sessions support restart (a fresh shell under the same id), so they say so.
-func CapabilitiesOf(t SessionType) Capabilities {
-	switch t {
-	case TypeTerminal:
-		return Capabilities{Send: true, Receive: true, Interrupt: true, Resize: true, Close: true, Restart: true, Stream: true}
-	case TypeAIChat:
-		return Capabilities{Send: true, Receive: true, Interrupt: true, Close: true, Stream: true}
-	case TypeMetaChat, TypeDebugStream, TypeNetworkStream:
-		return Capabilities{Receive: true, Close: true, Stream: true}
-	}
-	return Capabilities{}
 }
 
 // Allows reports whether the capability set permits a control command.

@@ -28,36 +28,6 @@ func TestTypes(t *testing.T) {
 	}
 }
 
-// TestCapabilitiesOf pins each type's capability set to the core ABI's; the one documented addition
-// is restart for terminal sessions.
-func TestCapabilitiesOf(t *testing.T) {
-	tests := []struct {
-		typ  abi.SessionType
-		want abi.Capabilities
-	}{
-		{abi.TypeTerminal, abi.Capabilities{Send: true, Receive: true, Interrupt: true, Resize: true, Close: true, Restart: true, Stream: true}},
-		{abi.TypeAIChat, abi.Capabilities{Send: true, Receive: true, Interrupt: true, Close: true, Stream: true}},
-		{abi.TypeMetaChat, abi.Capabilities{Receive: true, Close: true, Stream: true}},
-		{abi.TypeDebugStream, abi.Capabilities{Receive: true, Close: true, Stream: true}},
-		{abi.TypeNetworkStream, abi.Capabilities{Receive: true, Close: true, Stream: true}},
-		{"unknown", abi.Capabilities{}},
-		{"", abi.Capabilities{}},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.typ), func(t *testing.T) {
-			if got := abi.CapabilitiesOf(tc.typ); got != tc.want {
-				t.Errorf("CapabilitiesOf(%q) = %+v, want %+v", tc.typ, got, tc.want)
-			}
-		})
-	}
-	// resize is terminal only (seed: "boolean (terminal only)").
-	for _, typ := range abi.Types() {
-		if got := abi.CapabilitiesOf(typ).Resize; got != (typ == abi.TypeTerminal) {
-			t.Errorf("%s resize = %v", typ, got)
-		}
-	}
-}
-
 func TestCapabilitiesAllows(t *testing.T) {
 	all := abi.Capabilities{Send: true, Receive: true, Interrupt: true, Resize: true, Close: true, Restart: true, Stream: true}
 	tests := []struct {
@@ -73,7 +43,7 @@ func TestCapabilitiesAllows(t *testing.T) {
 		{"close allowed", abi.Capabilities{Close: true}, abi.CommandClose, true},
 		{"close refused", abi.Capabilities{}, abi.CommandClose, false},
 		{"restart allowed", all, abi.CommandRestart, true},
-		{"restart refused", abi.CapabilitiesOf(abi.TypeAIChat), abi.CommandRestart, false},
+		{"restart refused", abi.Capabilities{Send: true, Receive: true, Interrupt: true, Close: true, Stream: true}, abi.CommandRestart, false},
 		{"pause needs stream", abi.Capabilities{Stream: true}, abi.CommandPause, true},
 		{"resume needs stream", abi.Capabilities{Stream: true}, abi.CommandResume, true},
 		{"pause without stream", abi.Capabilities{Send: true}, abi.CommandPause, false},

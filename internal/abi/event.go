@@ -150,6 +150,9 @@ const (
 	CloseShutdown  = "shutdown"
 	CloseEphemeral = "ephemeral"
 	CloseError     = "error"
+	// CloseGatewayRestart: the session's process ended with a gateway that did not close it
+	// (kill -9, a crash, a power loss); the next gateway recorded the end.
+	CloseGatewayRestart = "gateway-restart"
 )
 
 // ClosePayload is the payload of a close event, the last event of every session.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/live/livetest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -57,7 +58,7 @@ func sessionOf(typ abi.SessionType, ctx abi.Context, transport abi.Transport, md
 		Context:      ctx,
 		Transport:    transport,
 		Status:       abi.StatusActive,
-		Capabilities: abi.CapabilitiesOf(typ),
+		Capabilities: livetest.CoreCapabilities(typ),
 		Metadata:     md,
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/project"
 	"github.com/nexus-run/nexus/internal/shell/session"
 )
@@ -31,6 +32,8 @@ func (a *app) serveCmd() *cobra.Command {
 		grace       time.Duration
 		logLevel    string
 		allowHosts  []string
+		serveMCP    bool
+		agentShells = shellFlags{prefix: "mcp-"}
 	)
 	// Its stdout stays empty (logs go to stderr): errors are reported on stderr only.
 	cmd := textOutput(&cobra.Command{
@@ -38,6 +41,9 @@ func (a *app) serveCmd() *cobra.Command {
 		Short: "Run the gateway: live sessions over a unix socket (and TCP with --listen)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.applyFlagEnv(cmd.Flags(), agentShells.prefix); err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--log-level: %v", err)
@@ -60,25 +66,34 @@ func (a *app) serveCmd() *cobra.Command {
 			if err := fsutil.MkdirPrivate(a.stateDir); err != nil {
 				return err
 			}
+			shellCfg, err := a.shellConfig(&agentShells)
+			if err != nil {
+				return err
+			}
 			owner, err := a.openOwner(cmd.Context(), "gateway", logger)
 			if err != nil {
 				return err
+			}
+			// The terminals' run shells and the agents' shells (/v1/mcp) are two managers: an
+			// agent must not see, run in or destroy a terminal's companion shell, and the
+			// agents' shells have the operator's policy, cap and idle timeout. Both write the
+			// audit directory, so their ids must differ; both belong to the gateway's owner.
+			prefixes := runPrefixes(2)
+			var agents *mcp.Server
+			if serveMCP {
+				shellCfg.Owner, shellCfg.RunPrefix = owner, prefixes[1]
+				agents = mcp.New(mcp.Config{Session: shellCfg, Logger: logger, Version: a.env.Version})
 			}
 			projects := project.NewStore(a.projectsPath(), a.env.Now)
 			shells := session.New(session.Config{
 				MaxSessions: maxSessions,
 				IdleTimeout: -1, // a run shell lives as long as its terminal
+				RunPrefix:   prefixes[0],
 				AuditDir:    filepath.Join(a.stateDir, "audit"),
 				Now:         a.env.Now,
 				Owner:       owner,
 			})
-			reg := live.New(live.Config{
-				MaxSessions: maxSessions,
-				IdleTimeout: idle,
-				Retention:   retention,
-				Now:         a.env.Now,
-				Logger:      logger,
-			}, &terminal.Kind{
+			kind := &terminal.Kind{
 				Shell:  shell,
 				Grace:  grace,
 				Shells: shells,
@@ -87,14 +102,36 @@ func (a *app) serveCmd() *cobra.Command {
 					p, err := projects.Get(id)
 					return p.Path, err
 				},
-			})
+			}
+			// Sessions and their events live in state/live, so the next gateway still answers
+			// for them (docs/live-sessions.md).
+			openRegistry := func(ctx context.Context) (live.Backend, error) {
+				store, err := live.OpenDiskStore(filepath.Join(a.stateDir, "live"), live.DiskOptions{Logger: logger})
+				if err != nil {
+					return nil, err
+				}
+				reg, err := live.New(ctx, live.Config{
+					MaxSessions: maxSessions,
+					IdleTimeout: idle,
+					Retention:   retention,
+					Store:       store,
+					Now:         a.env.Now,
+					Logger:      logger,
+				}, kind)
+				if err != nil {
+					_ = store.Close()
+					return nil, err
+				}
+				return reg, nil
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			serveErr := gateway.Serve(ctx, gateway.DaemonOptions{
 				StateDir:     a.stateDir,
 				Listen:       listen,
 				AllowedHosts: allowHosts,
-				Registry:     reg,
+				Shells:       agents,
+				Open:         openRegistry,
 				Chats:        conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger}),
 				Version:      a.env.Version,
 				Logger:       logger,
@@ -108,6 +145,9 @@ func (a *app) serveCmd() *cobra.Command {
 			})
 			// Sessions are closed; the companion run shells go next, then whatever is left of
 			// any group is killed. A gateway that could not reap everything says so and fails.
+			if agents != nil {
+				agents.Close() // Serve closed it, unless it failed before serving
+			}
 			shells.Close()
 			if err := closeOwner(context.WithoutCancel(ctx), owner, logger); err != nil && serveErr == nil {
 				serveErr = err
@@ -124,6 +164,8 @@ func (a *app) serveCmd() *cobra.Command {
 	f.DurationVar(&grace, "grace", 2*time.Second, "how long a closing shell gets after SIGHUP before it is killed")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringSliceVar(&allowHosts, "allow-host", nil, "a host name the TCP listener answers to besides IP addresses and localhost (repeatable; guards against DNS rebinding)")
+	f.BoolVar(&serveMCP, "mcp", true, "serve agent shells over MCP (Streamable HTTP) at /v1/mcp, listed under /v1/shells; the --mcp-* flags are those of nexus mcp")
+	agentShells.bind(f, f)
 	return cmd
 }
 

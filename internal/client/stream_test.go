@@ -21,62 +21,9 @@ import (
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
-
-// ---------------------------------------------------------------------------------------------
-// A test kind whose sessions publish whatever the test tells their sink to.
-
-type sinkKind struct {
-	typ abi.SessionType
-
-	mu    sync.Mutex
-	sinks map[string]*live.Sink
-	sent  map[string][][]byte
-}
-
-func newSinkKind(typ abi.SessionType) *sinkKind {
-	return &sinkKind{typ: typ, sinks: map[string]*live.Sink{}, sent: map[string][][]byte{}}
-}
-
-func (k *sinkKind) Type() abi.SessionType { return k.typ }
-
-func (k *sinkKind) Start(_ context.Context, sink *live.Sink, _ abi.CreateRequest) (live.Instance, error) {
-	k.mu.Lock()
-	k.sinks[sink.SessionID()] = sink
-	k.mu.Unlock()
-	return &sinkInst{k: k, id: sink.SessionID()}, nil
-}
-
-func (k *sinkKind) sink(id string) *live.Sink {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.sinks[id]
-}
-
-func (k *sinkKind) received(id string) [][]byte {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return append([][]byte(nil), k.sent[id]...)
-}
-
-type sinkInst struct {
-	k  *sinkKind
-	id string
-}
-
-func (i *sinkInst) Send(_ context.Context, data []byte) error {
-	i.k.mu.Lock()
-	defer i.k.mu.Unlock()
-	i.k.sent[i.id] = append(i.k.sent[i.id], append([]byte(nil), data...))
-	return nil
-}
-
-func (i *sinkInst) Control(_ context.Context, req abi.ControlRequest) (any, error) {
-	return map[string]any{"command": req.Command, "width": req.Width, "height": req.Height}, nil
-}
-
-func (i *sinkInst) Close(context.Context) error { return nil }
 
 // publish emits numbered terminal output events from..to (inclusive).
 func publish(s *live.Sink, from, to int) {
@@ -89,7 +36,7 @@ func publish(s *live.Sink, from, to int) {
 // Gateway fixture.
 
 type fixture struct {
-	kind *sinkKind
+	kind *livetest.FakeKind
 	reg  *live.Registry
 	srv  *httptest.Server
 	// direct talks to the gateway without any proxy.
@@ -98,8 +45,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, limits live.LogLimits, wrap func(http.Handler) http.Handler) *fixture {
 	t.Helper()
-	k := newSinkKind(abi.TypeTerminal)
-	reg := live.New(live.Config{Log: limits, IdleTimeout: -1}, k)
+	// Sessions publish whatever the test tells their sink to.
+	k := livetest.NewFakeKind(abi.TypeTerminal, false)
+	reg, err := live.New(context.Background(), live.Config{Log: limits, IdleTimeout: -1}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := gateway.Handler(gateway.Options{Registry: reg, Version: "test"})
 	if wrap != nil {
 		h = wrap(h)
@@ -128,11 +79,11 @@ func (f *fixture) create(t *testing.T) (string, *live.Sink) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	s := f.kind.sink(obj.SessionID)
-	if s == nil {
+	inst := f.kind.Instance(obj.SessionID)
+	if inst == nil {
 		t.Fatalf("no sink for %s", obj.SessionID)
 	}
-	return obj.SessionID, s
+	return obj.SessionID, inst.Sink()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -618,13 +569,13 @@ func TestStreamWithoutFollowAndLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	defer cancel()
 
-	// Without follow: the retained events (2 status + 10 data), then return.
+	// Without follow: the retained events (2 status, the kind's metadata, 10 data), then return.
 	var got []abi.Event
 	if err := f.direct.Stream(ctx, id, client.StreamOptions{}, func(e abi.Event) error { got = append(got, e); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 12 || got[0].Seq != 1 || got[11].Seq != 12 {
-		t.Fatalf("got %d events (first %v), want seq 1..12", len(got), got)
+	if len(got) != 13 || got[0].Seq != 1 || got[12].Seq != 13 {
+		t.Fatalf("got %d events (first %v), want seq 1..13", len(got), got)
 	}
 	// After and Limit.
 	got = nil
@@ -725,8 +676,8 @@ func TestConnSendAndResize(t *testing.T) {
 			sawResizeError = true
 		}
 	}
-	testkit.Eventually(t, "the kind to receive both sends", func() bool { return len(f.kind.received(id)) == 2 })
-	got := f.kind.received(id)
+	testkit.Eventually(t, "the kind to receive both sends", func() bool { return len(f.kind.Instance(id).Sends()) == 2 })
+	got := f.kind.Instance(id).Sends()
 	if string(got[0]) != "hello" || string(got[1]) != "\xff\x00\xfe" {
 		t.Fatalf("received %q", got)
 	}

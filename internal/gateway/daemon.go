@@ -45,9 +45,13 @@ type DaemonOptions struct {
 	StateDir string
 	// Listen adds a TCP listener (host:port) that requires the bearer token.
 	Listen   string
-	Registry *live.Registry
-	Version  string
-	Logger   *slog.Logger
+	Registry live.Backend
+	// Open, when set, builds the backend once Serve holds the state directory's lock (so a
+	// second gateway, refused, never opens the sessions the first one keeps on disk); it
+	// replaces Registry.
+	Open    func(ctx context.Context) (live.Backend, error)
+	Version string
+	Logger  *slog.Logger
 	// Ready, if set, is called once the listeners accept connections.
 	Ready func(Info)
 	// ShutdownTimeout bounds the graceful shutdown; default 15s.
@@ -90,6 +94,19 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 		return fmt.Errorf("%w for %s: %s", ErrAlreadyRunning, o.StateDir, describeRunning(o.StateDir))
 	}
 	defer func() { _ = lk.Unlock() }()
+	if o.Open != nil {
+		reg, err := o.Open(ctx)
+		if err != nil {
+			return err
+		}
+		o.Registry = reg
+		// A failure below must still close what was opened (and restored).
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
+			defer cancel()
+			_ = reg.Shutdown(sctx) // a second Shutdown after the one below is a no-op
+		}()
+	}
 
 	sock := filepath.Join(o.StateDir, SocketFile)
 	// We hold the lock, so a socket file left here belongs to a gateway that died.

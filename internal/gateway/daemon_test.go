@@ -20,6 +20,7 @@ import (
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
 )
 
 // Serve changes the process umask for a moment, so these tests do not run in parallel.
@@ -29,7 +30,7 @@ type daemon struct {
 	info   gateway.Info
 	cancel context.CancelFunc
 	done   chan error
-	kind   *fakeKind
+	kind   *livetest.FakeKind
 	reg    *live.Registry
 }
 
@@ -37,7 +38,7 @@ type daemon struct {
 func startDaemon(t *testing.T, dir, listen string, tune ...func(*gateway.DaemonOptions)) *daemon {
 	t.Helper()
 	d := &daemon{dir: dir, done: make(chan error, 1), kind: newFakeKind(abi.TypeTerminal)}
-	d.reg = live.New(live.Config{IdleTimeout: -1}, d.kind)
+	d.reg = newRegistry(t, live.Config{IdleTimeout: -1}, d.kind)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	ready := make(chan gateway.Info, 1)
@@ -132,7 +133,7 @@ func TestServeUnixSocket(t *testing.T) {
 	}
 
 	// A second gateway on the same state directory refuses to start and names the first.
-	other := live.New(live.Config{})
+	other := newRegistry(t, live.Config{})
 	t.Cleanup(func() { _ = other.Shutdown(context.Background()) })
 	err = gateway.Serve(ctx, gateway.DaemonOptions{StateDir: dir, Registry: other})
 	if !errors.Is(err, gateway.ErrAlreadyRunning) {
@@ -140,6 +141,16 @@ func TestServeUnixSocket(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(err.Error(), sock) {
 		t.Fatalf("second serve's error does not name the running gateway: %v", err)
+	}
+	// A refused gateway never opens its backend: the sessions the first one keeps on disk
+	// would otherwise be taken for those of a dead gateway.
+	opened := false
+	err = gateway.Serve(ctx, gateway.DaemonOptions{StateDir: dir, Open: func(context.Context) (live.Backend, error) {
+		opened = true
+		return other, nil
+	}})
+	if !errors.Is(err, gateway.ErrAlreadyRunning) || opened {
+		t.Fatalf("second serve with Open: %v, opened %v", err, opened)
 	}
 	// ...and it left the first one's socket alone.
 	if _, err := c.Version(ctx); err != nil {
@@ -331,7 +342,7 @@ func TestLoadOrCreateToken(t *testing.T) {
 
 func TestServeBadListenAddress(t *testing.T) {
 	dir := shortDir(t)
-	reg := live.New(live.Config{})
+	reg := newRegistry(t, live.Config{})
 	t.Cleanup(func() { _ = reg.Shutdown(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -415,7 +426,7 @@ func TestServeRefusesUntrustedState(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.setup(t, dir)
-			reg := live.New(live.Config{IdleTimeout: -1}, newFakeKind(abi.TypeTerminal))
+			reg := newRegistry(t, live.Config{IdleTimeout: -1}, newFakeKind(abi.TypeTerminal))
 			err := gateway.Serve(t.Context(), gateway.DaemonOptions{StateDir: dir, Listen: c.listen, Registry: reg})
 			if !errors.Is(err, fsutil.ErrUntrusted) {
 				t.Fatalf("Serve: %v, want ErrUntrusted", err)

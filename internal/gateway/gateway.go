@@ -1,5 +1,5 @@
 // Package gateway serves the live-session API over HTTP and WebSocket: routes, authentication
-// and ABI encoding. It holds no session logic of its own; everything goes to live.Registry.
+// and ABI encoding. It holds no session logic of its own; everything goes to a live.Backend.
 package gateway
 
 import (
@@ -30,7 +30,9 @@ import (
 
 // Options configure the API handler.
 type Options struct {
-	Registry *live.Registry
+	// Registry is the live-session backend: a live.Registry in this process, or any other
+	// implementation of live.Backend.
+	Registry live.Backend
 	// Chats, when set, is served under /v1/chats (chats.go).
 	Chats conversation.API
 	// Shells, when set, serves agent shells: MCP at /v1/mcp and /v1/shells (mcp.go, shells.go).
@@ -261,8 +263,13 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "unknown session type %q", typ), 0)
 		return
 	}
+	sessions, err := s.opt.Registry.List(r.Context(), all)
+	if err != nil {
+		s.fail(w, err, 0)
+		return
+	}
 	out := abi.ListResponse{Sessions: []abi.Session{}}
-	for _, ss := range s.opt.Registry.List(all) {
+	for _, ss := range sessions {
 		if typ == "" || ss.Type == typ {
 			out.Sessions = append(out.Sessions, ss)
 		}
@@ -403,7 +410,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.wait > 0 {
-		unwatch, err := s.opt.Registry.Watch(id)
+		unwatch, err := s.opt.Registry.Watch(r.Context(), id)
 		if err != nil {
 			s.fail(w, err, 0)
 			return
@@ -448,7 +455,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err, 0)
 		return
 	}
-	if _, err := s.opt.Registry.LastSeq(id); err != nil {
+	if _, err := s.opt.Registry.LastSeq(r.Context(), id); err != nil {
 		s.fail(w, err, 0)
 		return
 	}
@@ -469,7 +476,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	// A follower: the session's output waits (boundedly) for this stream to keep up, so a
 	// client that reads as fast as it can loses nothing.
-	fl, err := s.opt.Registry.Follow(id, p.after)
+	fl, err := s.opt.Registry.Follow(r.Context(), id, p.after)
 	if err != nil {
 		s.fail(w, err, 0)
 		return

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,123 +20,85 @@ import (
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
 )
 
 // ---------------------------------------------------------------------------------------------
-// A fake kind: sessions that record their input and controls, for any session type.
+// Fixture: a registry with livetest's fake terminal, ai-chat and debug-stream kinds
+// (network-stream is not served), behind the handler. A create whose projectId is "refuse"
+// fails with INVALID_ARGUMENT, "boom" with a plain error.
 
-type fakeKind struct {
-	typ abi.SessionType
-
-	mu      sync.Mutex
-	sinks   map[string]*live.Sink
-	input   map[string][]byte // the last input of each session
-	inBytes map[string]int
-	ctl     map[string][]abi.ControlRequest
-	closed  map[string]int
-}
-
-func newFakeKind(typ abi.SessionType) *fakeKind {
-	return &fakeKind{typ: typ, sinks: map[string]*live.Sink{}, input: map[string][]byte{}, inBytes: map[string]int{},
-		ctl: map[string][]abi.ControlRequest{}, closed: map[string]int{}}
-}
-
-func (k *fakeKind) Type() abi.SessionType { return k.typ }
-
-func (k *fakeKind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
-	switch req.Context.ProjectID {
-	case "refuse":
-		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown project %q", req.Context.ProjectID)
-	case "boom":
-		return nil, errors.New("backend exploded")
+func newFakeKind(typ abi.SessionType) *livetest.FakeKind {
+	k := livetest.NewFakeKind(typ, false)
+	k.Refuse = func(req abi.CreateRequest) error {
+		switch req.Context.ProjectID {
+		case "refuse":
+			return abi.Errorf(abi.CodeInvalidArgument, "", "unknown project %q", req.Context.ProjectID)
+		case "boom":
+			return errors.New("backend exploded")
+		}
+		return nil
 	}
-	k.mu.Lock()
-	k.sinks[sink.SessionID()] = sink
-	k.mu.Unlock()
-	return &fakeInst{k: k, id: sink.SessionID()}, nil
+	return k
 }
 
-func (k *fakeKind) sink(id string) *live.Sink {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.sinks[id]
+// sinkOf is the sink of a fake session, through which a test publishes its output.
+func sinkOf(t testing.TB, k *livetest.FakeKind, id string) *live.Sink {
+	t.Helper()
+	inst := k.Instance(id)
+	if inst == nil {
+		t.Fatalf("no fake session %s", id)
+	}
+	return inst.Sink()
 }
 
-func (k *fakeKind) lastInput(id string) ([]byte, int) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.input[id], k.inBytes[id]
+// lastInput returns the last input a fake session received and how many bytes it got in all.
+func lastInput(k *livetest.FakeKind, id string) ([]byte, int) {
+	inst := k.Instance(id)
+	if inst == nil {
+		return nil, 0
+	}
+	sends := inst.Sends()
+	n := 0
+	for _, s := range sends {
+		n += len(s)
+	}
+	if len(sends) == 0 {
+		return nil, 0
+	}
+	return []byte(sends[len(sends)-1]), n
 }
 
-func (k *fakeKind) controls(id string) []abi.ControlRequest {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return append([]abi.ControlRequest(nil), k.ctl[id]...)
-}
-
-type fakeInst struct {
-	k  *fakeKind
-	id string
-}
-
-func (i *fakeInst) Send(_ context.Context, data []byte) error {
-	i.k.mu.Lock()
-	defer i.k.mu.Unlock()
-	i.k.input[i.id] = append([]byte(nil), data...)
-	i.k.inBytes[i.id] += len(data)
+func controlsOf(k *livetest.FakeKind, id string) []abi.ControlRequest {
+	if inst := k.Instance(id); inst != nil {
+		return inst.Controls()
+	}
 	return nil
 }
 
-func (i *fakeInst) Control(_ context.Context, req abi.ControlRequest) (any, error) {
-	i.k.mu.Lock()
-	defer i.k.mu.Unlock()
-	if len(i.k.ctl[i.id]) < 100 {
-		i.k.ctl[i.id] = append(i.k.ctl[i.id], req)
+// newRegistry builds an in-memory registry for a test.
+func newRegistry(t testing.TB, cfg live.Config, kinds ...live.Kind) *live.Registry {
+	t.Helper()
+	reg, err := live.New(context.Background(), cfg, kinds...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return map[string]any{"did": string(req.Command)}, nil
-}
-
-func (i *fakeInst) Close(context.Context) error {
-	i.k.mu.Lock()
-	defer i.k.mu.Unlock()
-	i.k.closed[i.id]++
-	return nil
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fixture: a registry with fake terminal, ai-chat and debug-stream kinds (network-stream is not
-// served), behind the handler.
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+	return reg
 }
 
 type env struct {
 	reg      *live.Registry
 	h        http.Handler
-	clock    *clock
-	terminal *fakeKind
-	chat     *fakeKind
-	debug    *fakeKind
+	clock    *livetest.FakeClock
+	terminal *livetest.FakeKind
+	chat     *livetest.FakeKind
+	debug    *livetest.FakeKind
 }
 
 func newEnv(t testing.TB, token string, cfg live.Config) *env {
 	t.Helper()
 	e := &env{
-		clock:    &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
+		clock:    livetest.NewFakeClock(),
 		terminal: newFakeKind(abi.TypeTerminal),
 		chat:     newFakeKind(abi.TypeAIChat),
 		debug:    newFakeKind(abi.TypeDebugStream),
@@ -148,7 +109,8 @@ func newEnv(t testing.TB, token string, cfg live.Config) *env {
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = -1
 	}
-	e.reg = live.New(cfg, e.terminal, e.chat, e.debug)
+	e.clock.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.reg = newRegistry(t, cfg, e.terminal, e.chat, e.debug)
 	e.h = gateway.Handler(gateway.Options{Registry: e.reg, Token: token, Version: "v-test", Now: e.clock.Now, MaxWait: 2 * time.Second})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -294,7 +256,7 @@ func TestRoutesHappyPath(t *testing.T) {
 	// Create: the full session object, in active status, with the type's capabilities.
 	s := e.create(t, `{"type":"terminal","context":{"projectId":"p","chatId":"c"},"transport":"polling","ttlSeconds":60,"options":{"cols":100}}`)
 	if s.SessionID == "" || s.Type != abi.TypeTerminal || s.Status != abi.StatusActive || s.Transport != abi.TransportPolling ||
-		s.Context.ProjectID != "p" || s.Context.ChatID != "c" || s.Capabilities != abi.CapabilitiesOf(abi.TypeTerminal) {
+		s.Context.ProjectID != "p" || s.Context.ChatID != "c" || s.Capabilities != e.terminal.Capabilities() {
 		t.Fatalf("created %+v", s)
 	}
 	if s.CreatedAt != "2026-01-02T03:04:05.000Z" || s.ExpiresAt != "2026-01-02T03:05:05.000Z" {
@@ -345,7 +307,7 @@ func TestRoutesHappyPath(t *testing.T) {
 		t.Fatalf("send: %d %s", rec.Code, rec.Body)
 	}
 	rec = e.do(t, http.MethodPost, "/v1/sessions/"+s.SessionID+"/send", `{"data":"`+base64.StdEncoding.EncodeToString([]byte{0, 0xff, 3})+`","encoding":"base64"}`)
-	if in, _ := e.terminal.lastInput(s.SessionID); rec.Code != http.StatusOK || !bytes.Equal(in, []byte{0, 0xff, 3}) {
+	if in, _ := lastInput(e.terminal, s.SessionID); rec.Code != http.StatusOK || !bytes.Equal(in, []byte{0, 0xff, 3}) {
 		t.Fatalf("send base64: %d %s, kind got %q", rec.Code, rec.Body, in)
 	}
 
@@ -370,12 +332,12 @@ func TestRoutesHappyPath(t *testing.T) {
 			t.Fatalf("control %s: errors present in an ok answer", c.body)
 		}
 	}
-	if cs := e.terminal.controls(s.SessionID); len(cs) != 3 || cs[1].Width != 120 || cs[1].Height != 40 {
+	if cs := controlsOf(e.terminal, s.SessionID); len(cs) != 3 || cs[1].Width != 120 || cs[1].Height != 40 {
 		t.Fatalf("kind saw controls %+v", cs)
 	}
 
 	// Events: polling, from a sequence, with a limit, in every content type.
-	e.terminal.sink(s.SessionID).Output([]byte("\x1b[1mbold\x1b[0m"))
+	sinkOf(t, e.terminal, s.SessionID).Output([]byte("\x1b[1mbold\x1b[0m"))
 	rec = e.do(t, http.MethodGet, "/v1/sessions/"+s.SessionID+"/events", "")
 	var er abi.EventsResponse
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &er) != nil || len(er.Events) == 0 || er.Closed {
@@ -408,7 +370,7 @@ func TestRoutesHappyPath(t *testing.T) {
 	// A long-poll returns as soon as an event arrives.
 	go func() {
 		time.Sleep(20 * time.Millisecond)
-		e.terminal.sink(s.SessionID).Output([]byte("late"))
+		sinkOf(t, e.terminal, s.SessionID).Output([]byte("late"))
 	}()
 	rec = e.do(t, http.MethodGet, fmt.Sprintf("/v1/sessions/%s/events?after=%d&wait=10s", s.SessionID, last.Seq), "")
 	if err := json.Unmarshal(rec.Body.Bytes(), &er); err != nil || len(er.Events) != 1 || !strings.Contains(string(er.Events[0].Payload), "late") {
@@ -458,13 +420,17 @@ func TestStreamRoute(t *testing.T) {
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 	s := e.create(t, termBody)
-	sink := e.terminal.sink(s.SessionID)
+	sink := sinkOf(t, e.terminal, s.SessionID)
 	sink.Output([]byte("one"))
 	sink.Output([]byte("two"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/sessions/" + s.SessionID + "/stream?after=3&contentType=raw"
+	last, err := e.reg.LastSeq(ctx, s.SessionID) // "two"
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/sessions/" + s.SessionID + fmt.Sprintf("/stream?after=%d&contentType=raw", last-1)
 	c, _, err := websocket.Dial(ctx, u, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -484,7 +450,7 @@ func TestStreamRoute(t *testing.T) {
 	}
 	ev := next()
 	var out abi.TerminalOutput
-	if err := json.Unmarshal(ev.Payload, &out); ev.Seq != 4 || err != nil || out.ContentType != abi.ContentRaw {
+	if err := json.Unmarshal(ev.Payload, &out); ev.Seq != last || err != nil || out.ContentType != abi.ContentRaw {
 		t.Fatalf("first streamed event: %+v", ev)
 	}
 	if b, _ := out.Bytes(); string(b) != "two" {
@@ -509,10 +475,10 @@ func TestStreamRoute(t *testing.T) {
 			t.Fatalf("bad message %s answered %+v %s", bad, ev, ev.Payload)
 		}
 	}
-	if in, n := e.terminal.lastInput(s.SessionID); string(in) != "bin\x00" || n != 9 {
+	if in, n := lastInput(e.terminal, s.SessionID); string(in) != "bin\x00" || n != 9 {
 		t.Fatalf("kind input %q (%d bytes)", in, n)
 	}
-	if cs := e.terminal.controls(s.SessionID); len(cs) != 1 || cs[0].Command != abi.CommandResize || cs[0].Width != 90 {
+	if cs := controlsOf(e.terminal, s.SessionID); len(cs) != 1 || cs[0].Command != abi.CommandResize || cs[0].Width != 90 {
 		t.Fatalf("kind controls %+v", cs)
 	}
 	// The bad messages' errors went to this client only: they are not in the log.
@@ -603,7 +569,7 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	expiring := e.create(t, `{"type":"terminal","context":{"projectId":"p"},"ttlSeconds":5}`)
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 
 	huge := `{"type":"terminal","context":{"projectId":"` + strings.Repeat("a", abi.MaxRequestBody+1) + `"}}`
 	hugeSend := `{"data":"` + strings.Repeat("a", abi.MaxRequestBody) + `"}`
@@ -735,11 +701,11 @@ func TestErrors(t *testing.T) {
 	if got, err := e.reg.Get(context.Background(), tid); err != nil || got.Status != abi.StatusActive {
 		t.Fatalf("terminal session after errors: %v %v", got.Status, err)
 	}
-	if n := len(e.reg.List(false)); n != 3 { // term, chat, debug
+	if n := len(listAll(t, e.reg, false)); n != 3 { // term, chat, debug
 		t.Fatalf("%d live sessions after errors, want 3", n)
 	}
 	e.create(t, termBody)
-	if in, _ := e.terminal.lastInput(tid); in != nil {
+	if in, _ := lastInput(e.terminal, tid); in != nil {
 		t.Fatalf("a failed send reached the kind: %q", in)
 	}
 	// Expired and closed sessions are out of the active list, still visible with all=true.
@@ -790,7 +756,7 @@ func TestAuth(t *testing.T) {
 			t.Errorf("%s: WWW-Authenticate %q", c.name, rec.Header().Get("WWW-Authenticate"))
 		}
 	}
-	if n := len(e.reg.List(true)); n != 0 {
+	if n := len(listAll(t, e.reg, true)); n != 0 {
 		t.Fatalf("an unauthenticated create made %d sessions", n)
 	}
 	for _, auth := range []string{"Bearer " + token, "bearer " + token, "BEARER " + token, "  Bearer   " + token + " "} {
@@ -852,4 +818,13 @@ func TestAuth(t *testing.T) {
 			t.Fatalf("hybrid stream with token %q: %v", tok, err)
 		}
 	}
+}
+
+func listAll(t testing.TB, reg *live.Registry, all bool) []abi.Session {
+	t.Helper()
+	ss, err := reg.List(context.Background(), all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ss
 }

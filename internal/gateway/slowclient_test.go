@@ -72,7 +72,7 @@ func TestUnauthenticatedStalledBodiesAreAnsweredAtOnce(t *testing.T) {
 	for _, c := range conns {
 		wantCode(t, answer(t, c), http.StatusUnauthorized, abi.CodeAuthenticationInvalid)
 	}
-	if n := len(d.reg.List(true)); n != 0 {
+	if n := len(listAll(t, d.reg, true)); n != 0 {
 		t.Fatalf("%d sessions created", n)
 	}
 }
@@ -95,7 +95,7 @@ func TestStalledBodyTimesOut(t *testing.T) {
 			wantCode(t, answer(t, c), http.StatusRequestTimeout, abi.CodeConnectionLost)
 		})
 	}
-	if n := len(d.reg.List(true)); n != 0 {
+	if n := len(listAll(t, d.reg, true)); n != 0 {
 		t.Fatalf("%d sessions created from torn bodies", n)
 	}
 }

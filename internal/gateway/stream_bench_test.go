@@ -17,29 +17,8 @@ import (
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
 )
-
-// benchKind is a terminal kind without a PTY: the benchmark publishes output through its sink,
-// so what is measured is the runtime and the gateway alone.
-type benchKind struct {
-	mu    sync.Mutex
-	sinks map[string]*live.Sink
-}
-
-func (k *benchKind) Type() abi.SessionType { return abi.TypeTerminal }
-
-func (k *benchKind) Start(_ context.Context, sink *live.Sink, _ abi.CreateRequest) (live.Instance, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.sinks[sink.SessionID()] = sink
-	return benchInst{}, nil
-}
-
-type benchInst struct{}
-
-func (benchInst) Send(context.Context, []byte) error                       { return nil }
-func (benchInst) Control(context.Context, abi.ControlRequest) (any, error) { return nil, nil }
-func (benchInst) Close(context.Context) error                              { return nil }
 
 var benchChunk = bytes.Repeat([]byte("Z"), 4095) // a typical PTY read of bulk output
 
@@ -58,8 +37,10 @@ func BenchmarkStreamFanout(b *testing.B) {
 }
 
 func benchFanout(b *testing.B, subs int, mode string) {
-	k := &benchKind{sinks: map[string]*live.Sink{}}
-	reg := live.New(live.Config{IdleTimeout: -1, Log: live.LogLimits{Events: 1 << 30, Bytes: 1 << 62}}, k)
+	// A terminal kind without a PTY: the benchmark publishes output through its sink, so what
+	// is measured is the registry and the gateway alone.
+	k := livetest.NewFakeKind(abi.TypeTerminal, false)
+	reg := newRegistry(b, live.Config{IdleTimeout: -1, Log: live.LogLimits{Events: 1 << 30, Bytes: 1 << 62}}, k)
 	srv := httptest.NewServer(gateway.Handler(gateway.Options{Registry: reg}))
 	defer srv.Close()
 	defer func() {
@@ -74,7 +55,7 @@ func benchFanout(b *testing.B, subs int, mode string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	after, _ := reg.LastSeq(s.SessionID)
+	after, _ := reg.LastSeq(ctx, s.SessionID)
 	n := b.N
 	var wg sync.WaitGroup
 	errs := make(chan error, subs)
@@ -132,9 +113,7 @@ func benchFanout(b *testing.B, subs int, mode string) {
 			}
 		}()
 	}
-	k.mu.Lock()
-	sink := k.sinks[s.SessionID]
-	k.mu.Unlock()
+	sink := sinkOf(b, k, s.SessionID)
 	b.SetBytes(int64(len(benchChunk) * subs))
 	b.ReportAllocs()
 	b.ResetTimer()

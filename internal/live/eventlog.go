@@ -1,107 +1,50 @@
 package live
 
 import (
-	"encoding/json"
-	"sync"
-	"sync/atomic"
+	"errors"
 	"time"
-
-	"github.com/nexus-run/nexus/internal/abi"
 )
 
-// Output is the payload of a terminal data event: the exact bytes, rendered per subscriber in the
-// content type it asked for.
-type Output []byte
-
-// Event is one entry of a session's log. It is immutable once published; its wire encodings are
-// computed once per content type and shared by every subscriber.
-type Event struct {
-	Seq       uint64
-	Type      abi.EventType
-	Time      time.Time
-	SessionID string
-	Payload   any
-
-	enc [3]atomic.Pointer[[]byte]
-	// through counts the log's output bytes up to and including this event (flow control).
-	through uint64
+// EventLog stores one session's ordered events. It is the seam where a backend keeps events
+// somewhere else — on disk, in a replicated store — in the spirit of the MCP go-sdk's
+// EventStore: it appends, reads after a sequence number, and reports the ranges it no longer
+// holds, which readers receive as EVENTS_MISSED. A log that leaves the process stores each
+// event in its canonical serialized form (Event.AppendBinary, UnmarshalEvent) and needs to know
+// nothing of payload types; a log that stays in memory keeps the *Event itself, with the wire
+// encodings it has cached.
+//
+// The registry serializes every call to a log; an implementation needs no lock of its own for
+// the registry's sake.
+type EventLog interface {
+	// Append stores events whose sequence numbers the caller assigned: contiguous, following
+	// LastSeq. Once it returns, readers may be shown them, so an implementation that persists
+	// must have handed them to the operating system by then (a process kill loses nothing a
+	// reader saw). An error means the events were not stored, except one that wraps
+	// ErrNotDurable: then they are stored in memory but will not survive a restart.
+	Append(events ...*Event) error
+	// Read returns up to limit events (0: every one it holds) after sequence number after,
+	// and the range between after and the first of them that it no longer holds.
+	Read(after uint64, limit int) (Page, error)
+	// LastSeq is the newest event's sequence number, 0 for an empty log.
+	LastSeq() uint64
+	// Close releases the log. A persisting log makes what it holds durable first.
+	Close() error
 }
 
-func contentSlot(ct abi.ContentType) int {
-	switch ct {
-	case abi.ContentText:
-		return 1
-	case abi.ContentRaw:
-		return 2
-	}
-	return 0
+// ErrNotDurable marks an Append whose events a persisting log kept in memory only (a full disk).
+var ErrNotDurable = errors.New("events not persisted")
+
+// Page is one read from an EventLog.
+type Page struct {
+	Events []*Event
+	// Missed counts events after the requested sequence that the log no longer holds;
+	// MissedFrom and MissedTo bound them when Missed > 0.
+	Missed, MissedFrom, MissedTo uint64
+	// Next is the sequence to read after next time.
+	Next uint64
 }
 
-// Wire returns the ABI envelope of e with terminal output rendered as ct.
-func (e *Event) Wire(ct abi.ContentType) abi.Event {
-	return abi.Event{Event: e.Type, Timestamp: abi.FormatTime(e.Time), SessionID: e.SessionID, Seq: e.Seq, Payload: e.payloadJSON(ct)}
-}
-
-// JSON returns the encoded ABI envelope of e with terminal output rendered as ct.
-func (e *Event) JSON(ct abi.ContentType) []byte {
-	slot := 0
-	if _, ok := e.Payload.(Output); ok {
-		slot = contentSlot(ct)
-	}
-	if p := e.enc[slot].Load(); p != nil {
-		return *p
-	}
-	v := e.Payload
-	if out, ok := e.Payload.(Output); ok {
-		v = abi.NewTerminalOutput(out, ct)
-	}
-	b, err := json.Marshal(wireEvent{Event: e.Type, Timestamp: abi.FormatTime(e.Time), SessionID: e.SessionID, Seq: e.Seq, Payload: v})
-	if err != nil {
-		b, err = json.Marshal(e.Wire(ct))
-	}
-	if err != nil { // payloads are our own types; this would be a programming error
-		b = []byte(`{"event":"error","payload":{"type":"error","error":{"code":"INTERNAL","message":"unencodable event"}}}`)
-	}
-	e.enc[slot].Store(&b)
-	return b
-}
-
-// wireEvent is abi.Event with the payload as a value, so it is encoded in one pass: marshalling
-// abi.Event re-validates and compacts its pre-encoded json.RawMessage payload, which costs more
-// than encoding the payload itself (4 KiB of terminal output: about 30µs instead of 10µs). Its
-// fields and tags must stay those of abi.Event; the bytes are the same.
-type wireEvent struct {
-	Event     abi.EventType `json:"event"`
-	Timestamp string        `json:"timestamp"`
-	SessionID string        `json:"sessionId"`
-	Seq       uint64        `json:"seq"`
-	Payload   any           `json:"payload"`
-}
-
-func (e *Event) payloadJSON(ct abi.ContentType) json.RawMessage {
-	v := e.Payload
-	if out, ok := e.Payload.(Output); ok {
-		v = abi.NewTerminalOutput(out, ct)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return json.RawMessage(`{}`)
-	}
-	return b
-}
-
-func (e *Event) size() int {
-	if out, ok := e.Payload.(Output); ok {
-		return len(out) + 128
-	}
-	return 256
-}
-
-// retained reports whether e survives ring eviction: everything but data does, so a late reader
-// still learns every status change, error and the close.
-func (e *Event) retained() bool { return e.Type != abi.EventData }
-
-// LogLimits bound a session's in-memory event log.
+// LogLimits bound a session's event log.
 type LogLimits struct {
 	Events int // events kept in the ring
 	Bytes  int // payload bytes kept in the ring
@@ -110,74 +53,45 @@ type LogLimits struct {
 	MaxStall time.Duration
 }
 
-// eventLog is a session's ordered event log: a bounded ring plus the non-data events that fell
-// out of it. Readers pull from any sequence; a reader that fell behind learns how much it missed.
-type eventLog struct {
-	mu     sync.Mutex
+// MemoryLog is the in-memory EventLog: a bounded ring plus the non-data events that fell out of
+// it ("pinned"), so a late reader still learns every status change, error and the close.
+type MemoryLog struct {
 	limits LogLimits
-	ring   []*Event // ring[head:] are live, ordered by Seq
+	ring   []*Event // ring[head:] are live, ordered and contiguous by Seq
 	head   int
 	bytes  int
 	pinned []*Event
 	last   uint64
-	wake   chan struct{}
-	closed bool
-
-	flow flowState
 }
 
-func newEventLog(l LogLimits) *eventLog {
-	return &eventLog{limits: l, wake: make(chan struct{}), flow: flowState{room: make(chan struct{}), followers: map[*Follower]struct{}{}}}
-}
+// NewMemoryLog returns an empty in-memory log bounded by l.
+func NewMemoryLog(l LogLimits) *MemoryLog { return &MemoryLog{limits: l} }
 
-// append assigns the next sequence number and wakes every waiting reader.
-func (l *eventLog) append(e *Event) *Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil
-	}
-	l.appendLocked(e)
-	close(l.wake)
-	l.wake = make(chan struct{})
-	return e
-}
-
-// appendAll appends events as one step: a reader woken by the first sees
-// them all (a poller must get a session's final status and close event in
-// one answer, or it may ask again after the gateway is gone).
-func (l *eventLog) appendAll(events ...*Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return
-	}
+// Append implements EventLog.
+func (l *MemoryLog) Append(events ...*Event) error {
 	for _, e := range events {
-		l.appendLocked(e)
+		l.add(e)
 	}
-	close(l.wake)
-	l.wake = make(chan struct{})
+	return nil
 }
 
-func (l *eventLog) appendLocked(e *Event) {
-	l.last++
-	e.Seq = l.last
-	if out, ok := e.Payload.(Output); ok {
-		l.flow.total += uint64(len(out))
-	}
-	e.through = l.flow.total
+func (l *MemoryLog) add(e *Event) {
+	l.last = e.Seq
 	l.ring = append(l.ring, e)
 	l.bytes += e.size()
+	l.evict()
+}
+
+// evict drops the oldest ring events beyond the limits (keeping at least the newest), pinning
+// the non-data ones, and compacts the ring's storage.
+func (l *MemoryLog) evict() {
 	for len(l.ring)-l.head > 1 && (len(l.ring)-l.head > l.limits.Events || l.bytes > l.limits.Bytes) {
 		old := l.ring[l.head]
 		l.ring[l.head] = nil
 		l.head++
 		l.bytes -= old.size()
 		if old.retained() {
-			l.pinned = append(l.pinned, old)
-			if len(l.pinned) > l.limits.Pinned {
-				l.pinned = append(l.pinned[:0], l.pinned[1:]...)
-			}
+			l.pin(old)
 		}
 	}
 	if l.head > len(l.ring)/2 && l.head > 64 {
@@ -188,44 +102,57 @@ func (l *eventLog) appendLocked(e *Event) {
 	}
 }
 
-// finish marks the log complete: readers drain what is left and then stop.
-func (l *eventLog) finish() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.closed = true
-		close(l.wake)
+func (l *MemoryLog) pin(e *Event) {
+	l.pinned = append(l.pinned, e)
+	if len(l.pinned) > l.limits.Pinned {
+		l.pinned = append(l.pinned[:0], l.pinned[1:]...)
 	}
 }
 
-// readResult is one pull from the log.
-type readResult struct {
-	Events []*Event
-	// Missed counts events after the requested sequence that are no longer retained.
-	Missed uint64
-	// MissedFrom and MissedTo bound the missing range when Missed > 0.
-	MissedFrom, MissedTo uint64
-	// Next is the sequence to read after next time.
-	Next uint64
-	// Done is true when the log is finished and everything up to Next has been read.
-	Done bool
-	// Wake is closed when something is appended after this read.
-	Wake <-chan struct{}
+// restore fills an empty log with what a persisted one held: the pinned events and the ring's
+// contiguous run, oldest first. last may exceed what they hold (sequence numbers a power loss
+// took, which must not be given out again).
+func (l *MemoryLog) restore(pinned, ring []*Event, last uint64) {
+	for _, e := range pinned {
+		l.pin(e)
+	}
+	for _, e := range ring {
+		l.add(e)
+	}
+	if last > l.last {
+		// The ring must stay contiguous up to last, so what it holds moves to the pins (which
+		// any reader gets in order), and the lost numbers read as missed.
+		for _, e := range l.ring[l.head:] {
+			l.pin(e)
+		}
+		clear(l.ring)
+		l.ring, l.head, l.bytes, l.last = l.ring[:0], 0, 0, last
+	}
 }
 
-func (l *eventLog) read(after uint64, limit int) readResult {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	res := readResult{Next: after, Wake: l.wake}
+// first is the sequence number of the oldest event in the ring (last+1 when it is empty).
+func (l *MemoryLog) first() uint64 {
+	if live := l.ring[l.head:]; len(live) > 0 {
+		return live[0].Seq
+	}
+	return l.last + 1
+}
+
+// LastSeq implements EventLog.
+func (l *MemoryLog) LastSeq() uint64 { return l.last }
+
+// Close implements EventLog.
+func (l *MemoryLog) Close() error { return nil }
+
+// Read implements EventLog.
+func (l *MemoryLog) Read(after uint64, limit int) (Page, error) {
+	res := Page{Next: after}
 	if after > l.last {
 		after = l.last
 		res.Next = after
 	}
 	live := l.ring[l.head:]
-	first := l.last + 1
-	if len(live) > 0 {
-		first = live[0].Seq
-	}
+	first := l.first()
 	add := func(e *Event) bool {
 		if limit > 0 && len(res.Events) >= limit {
 			return false
@@ -236,7 +163,7 @@ func (l *eventLog) read(after uint64, limit int) readResult {
 	}
 	if after+1 < first {
 		// Some of (after, first) fell out of the ring; pinned events there are still known.
-		// A batch accounts for the gap only up to where it stops: when the limit cuts it at a
+		// A page accounts for the gap only up to where it stops: when the limit cuts it at a
 		// pinned event, the rest of the gap is left to the next read, so nothing is counted
 		// twice; otherwise the whole gap is accounted for and Next skips past it.
 		end, kept := first, uint64(0)
@@ -255,7 +182,7 @@ func (l *eventLog) read(after uint64, limit int) readResult {
 			res.MissedFrom, res.MissedTo = after+1, end-1
 		}
 		if end < first {
-			return res
+			return res, nil
 		}
 		res.Next = first - 1
 	}
@@ -266,15 +193,8 @@ func (l *eventLog) read(after uint64, limit int) readResult {
 	}
 	for _, e := range live[i:] {
 		if !add(e) {
-			return res
+			return res, nil
 		}
 	}
-	res.Done = l.closed && res.Next >= l.last
-	return res
-}
-
-func (l *eventLog) lastSeq() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.last
+	return res, nil
 }

@@ -2,6 +2,7 @@ package live
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -25,26 +26,47 @@ func benchOutputEvent(b []byte) *Event {
 }
 
 // BenchmarkEventLogAppend is the producer side: one terminal read becoming a logged event, with
-// the default ring limits so eviction runs in steady state.
+// the default ring limits so eviction runs in steady state, in memory and on disk.
 func BenchmarkEventLogAppend(b *testing.B) {
-	l := newEventLog(benchDefaultLimits())
-	b.SetBytes(int64(len(benchChunk)))
-	b.ReportAllocs()
-	for b.Loop() {
-		l.append(benchOutputEvent(benchChunk))
-	}
+	b.Run("memory", func(b *testing.B) {
+		l := benchLog(benchDefaultLimits())
+		b.SetBytes(int64(len(benchChunk)))
+		b.ReportAllocs()
+		for b.Loop() {
+			l.append(benchOutputEvent(benchChunk))
+		}
+	})
+	b.Run("disk", func(b *testing.B) {
+		st, err := OpenDiskStore(b.TempDir(), DiskOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = st.Close() }()
+		el, err := st.Create(context.Background(), abi.Session{SessionID: "bench"}, benchDefaultLimits())
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := newSessionLog(el, benchDefaultLimits(), func(err error) { b.Fatal(err) })
+		b.SetBytes(int64(len(benchChunk)))
+		b.ReportAllocs()
+		for b.Loop() {
+			l.append(benchOutputEvent(benchChunk))
+		}
+	})
 }
+
+func benchLog(l LogLimits) *sessionLog { return newSessionLog(NewMemoryLog(l), l, nil) }
 
 // BenchmarkEventLogRead is one subscriber's pull of a batch (the gateway reads up to 512).
 func BenchmarkEventLogRead(b *testing.B) {
-	l := newEventLog(benchDefaultLimits())
+	l := benchLog(benchDefaultLimits())
 	for range 1024 {
 		l.append(benchOutputEvent(benchChunk))
 	}
 	from := l.lastSeq() - 512
 	b.ReportAllocs()
 	for b.Loop() {
-		if res := l.read(from, 512); len(res.Events) != 512 {
+		if res, _ := l.read(from, 512); len(res.Events) != 512 {
 			b.Fatalf("read %d events", len(res.Events))
 		}
 	}
@@ -84,7 +106,7 @@ func BenchmarkEventJSONFanout(b *testing.B) {
 func BenchmarkEventLogFanout(b *testing.B) {
 	for _, readers := range []int{1, 50} {
 		b.Run(fmt.Sprintf("readers=%d", readers), func(b *testing.B) {
-			l := newEventLog(LogLimits{Events: 1 << 30, Bytes: 1 << 62, Pinned: 1024})
+			l := benchLog(LogLimits{Events: 1 << 30, Bytes: 1 << 62, Pinned: 1024})
 			b.SetBytes(int64(len(benchChunk)) * int64(readers))
 			b.ReportAllocs()
 			n := b.N
@@ -95,7 +117,7 @@ func BenchmarkEventLogFanout(b *testing.B) {
 					defer wg.Done()
 					var after uint64
 					for after < uint64(n) {
-						res := l.read(after, 512)
+						res, _ := l.read(after, 512)
 						if len(res.Events) == 0 {
 							<-res.Wake
 							continue

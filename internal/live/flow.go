@@ -18,23 +18,66 @@ const DefaultMaxStall = time.Second
 
 type flowState struct {
 	total     uint64 // output bytes appended so far
-	followers map[*Follower]struct{}
+	followers map[*follower]struct{}
 	room      chan struct{} // closed when a follower advances while output waits
 	waiting   atomic.Bool
 	off       bool // the session is ending: never wait again
+
+	// before[i] is the output appended before event beforeFirst+i, for the newest events (as
+	// many as the ring holds): how many bytes a follower is behind.
+	before      []uint64
+	beforeHead  int
+	beforeFirst uint64
 }
 
-// Follower is a reader whose progress the session's output waits for.
-type Follower struct {
-	log      *eventLog
+// appended records e, whose sequence number is assigned, for the lag computations; window is
+// how many events the record covers.
+func (f *flowState) appended(e *Event, window int) {
+	if len(f.before) == f.beforeHead {
+		f.beforeFirst = e.Seq
+	}
+	f.before = append(f.before, f.total)
+	f.total += e.outputBytes()
+	if len(f.before)-f.beforeHead > window {
+		f.beforeHead++
+		f.beforeFirst++
+	}
+	if f.beforeHead > len(f.before)/2 && f.beforeHead > 64 {
+		n := copy(f.before, f.before[f.beforeHead:])
+		f.before = f.before[:n]
+		f.beforeHead = 0
+	}
+}
+
+// lagBytes is the output a reader that has everything up to seq c has not had yet; false when
+// c is older than the record.
+func (f *flowState) lagBytes(c uint64) (uint64, bool) {
+	next := c + 1
+	n := uint64(len(f.before) - f.beforeHead)
+	if next < f.beforeFirst || next >= f.beforeFirst+n {
+		return 0, false
+	}
+	return f.total - f.before[f.beforeHead+int(next-f.beforeFirst)], true
+}
+
+// Follower is a reader whose progress a session's output waits for (see Registry.Follow).
+type Follower interface {
+	// Ack records that every event up to seq has been delivered.
+	Ack(seq uint64)
+	// Close unregisters the follower.
+	Close()
+}
+
+type follower struct {
+	log      *sessionLog
 	seq      atomic.Uint64
 	released atomic.Bool
 	unwatch  func()
 }
 
 // follow registers a follower positioned after seq.
-func (l *eventLog) follow(after uint64) *Follower {
-	f := &Follower{log: l}
+func (l *sessionLog) follow(after uint64) *follower {
+	f := &follower{log: l}
 	f.seq.Store(after)
 	l.mu.Lock()
 	l.flow.followers[f] = struct{}{}
@@ -42,8 +85,8 @@ func (l *eventLog) follow(after uint64) *Follower {
 	return f
 }
 
-// Ack records that every event up to seq has been delivered.
-func (f *Follower) Ack(seq uint64) {
+// Ack implements Follower.
+func (f *follower) Ack(seq uint64) {
 	if seq <= f.seq.Load() {
 		return
 	}
@@ -63,8 +106,8 @@ func (f *Follower) Ack(seq uint64) {
 	}
 }
 
-// Close unregisters the follower.
-func (f *Follower) Close() {
+// Close implements Follower.
+func (f *follower) Close() {
 	if f.unwatch != nil {
 		f.unwatch()
 	}
@@ -80,27 +123,21 @@ func (f *Follower) Close() {
 
 // behindLocked reports whether f is more than half a ring behind the head. A follower already
 // lapped by the ring has lost events anyway and does not count.
-func (l *eventLog) behindLocked(f *Follower) bool {
-	live := l.ring[l.head:]
-	if len(live) == 0 {
-		return false
-	}
+func (l *sessionLog) behindLocked(f *follower) bool {
 	c := f.seq.Load()
-	first := live[0].Seq
-	if c < first {
-		return false
-	}
 	if c >= l.last {
 		return false
 	}
-	lagEvents := l.last - c
-	lagBytes := l.flow.total - live[c-first].through
-	return lagEvents > uint64(l.limits.Events/2) || lagBytes > uint64(l.limits.Bytes/2)
+	lagBytes, ok := l.flow.lagBytes(c)
+	if !ok || lagBytes > uint64(l.limits.Bytes) {
+		return false
+	}
+	return l.last-c > uint64(l.limits.Events/2) || lagBytes > uint64(l.limits.Bytes/2)
 }
 
 // waitRoom blocks the producer while an engaged follower is too far behind, for at most
 // MaxStall without progress; then it releases the laggards and returns.
-func (l *eventLog) waitRoom() {
+func (l *sessionLog) waitRoom() {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -113,7 +150,7 @@ func (l *eventLog) waitRoom() {
 			l.mu.Unlock()
 			return
 		}
-		var slow []*Follower
+		var slow []*follower
 		for f := range l.flow.followers {
 			if !f.released.Load() && l.behindLocked(f) {
 				slow = append(slow, f)
@@ -146,7 +183,7 @@ func (l *eventLog) waitRoom() {
 }
 
 // stopFlow makes the producer stop waiting for good (the session is closing).
-func (l *eventLog) stopFlow() {
+func (l *sessionLog) stopFlow() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.flow.off = true

@@ -1,24 +1,28 @@
-package live
+package live_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // flowSession is a fake terminal whose ring holds 8 events, so half a ring is 4 events.
-func flowSession(t *testing.T, maxStall time.Duration) (*Registry, string, probe) {
+func flowSession(t *testing.T, maxStall time.Duration) (*live.Registry, string, livetest.Probe) {
 	t.Helper()
-	k := newFakeKind(abi.TypeTerminal, false)
-	r, _ := newReg(t, Config{Log: LogLimits{Events: 8, Bytes: 1 << 20, MaxStall: maxStall}}, k)
-	s := mustCreate(t, r, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+	k := livetest.NewFakeKind(abi.TypeTerminal, false)
+	r := newRegistry(t, live.Config{Log: live.LogLimits{Events: 8, Bytes: 1 << 20, MaxStall: maxStall}}, k)
+	s, err := r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+	mustOK(t, err)
 	return r, s.SessionID, k.Probe(t, s.SessionID)
 }
 
 // emitAsync emits n chunks from a goroutine (the producer may block) and reports each one done.
-func emitAsync(p probe, n int) <-chan int {
+func emitAsync(p livetest.Probe, n int) <-chan int {
 	done := make(chan int, n)
 	go func() {
 		for i := range n {
@@ -32,9 +36,9 @@ func emitAsync(p probe, n int) <-chan int {
 
 func TestFlowOutputWaitsForFollower(t *testing.T) {
 	r, id, p := flowSession(t, time.Hour) // never released: only acks move it
-	last, err := r.LastSeq(id)
+	last, err := r.LastSeq(context.Background(), id)
 	mustOK(t, err)
-	f, err := r.Follow(id, last)
+	f, err := r.Follow(context.Background(), id, last)
 	mustOK(t, err)
 	defer f.Close()
 
@@ -53,7 +57,7 @@ func TestFlowOutputWaitsForFollower(t *testing.T) {
 		case early = <-done:
 			return true // it did not wait: reported below, without waiting out the patience
 		default:
-			return f.log.flow.waiting.Load()
+			return live.FlowWaiting(f)
 		}
 	})
 	if early < 0 {
@@ -65,7 +69,7 @@ func TestFlowOutputWaitsForFollower(t *testing.T) {
 	if early >= 0 {
 		t.Fatalf("chunk %d was published while the follower was 5 events behind", early)
 	}
-	if seq, err := r.LastSeq(id); err != nil || seq != last+5 {
+	if seq, err := r.LastSeq(context.Background(), id); err != nil || seq != last+5 {
 		t.Fatalf("last sequence %d (%v) while the producer waits, want %d", seq, err, last+5)
 	}
 	// Acknowledge everything as it comes: the producer must get through all 20 with no loss.
@@ -77,9 +81,9 @@ func TestFlowOutputWaitsForFollower(t *testing.T) {
 		mustOK(t, err)
 		for _, e := range b.Events {
 			if e.Seq == 0 {
-				t.Fatalf("follower missed events: %s", describe(e))
+				t.Fatalf("follower missed events: %s", livetest.Describe(e))
 			}
-			got = append(got, e.Payload.(Output)...)
+			got = append(got, e.Payload.(live.Output)...)
 			f.Ack(e.Seq)
 		}
 		after = b.Next
@@ -94,9 +98,9 @@ func TestFlowOutputWaitsForFollower(t *testing.T) {
 
 func TestFlowStalledFollowerIsReleased(t *testing.T) {
 	r, id, p := flowSession(t, 20*time.Millisecond)
-	last, err := r.LastSeq(id)
+	last, err := r.LastSeq(context.Background(), id)
 	mustOK(t, err)
-	f, err := r.Follow(id, last) // never acknowledges anything
+	f, err := r.Follow(context.Background(), id, last) // never acknowledges anything
 	mustOK(t, err)
 	defer f.Close()
 
@@ -111,8 +115,8 @@ func TestFlowStalledFollowerIsReleased(t *testing.T) {
 	// The stalled reader was lapped: it learns so explicitly.
 	b, err := r.Read(testCtx(t), id, last, 0, 0)
 	mustOK(t, err)
-	if len(b.Events) == 0 || b.Events[0].Seq != 0 || missedOf(t, b.Events[0]) == 0 {
-		t.Fatalf("stalled follower got no EVENTS_MISSED first: %v", describeAll(b.Events))
+	if len(b.Events) == 0 || b.Events[0].Seq != 0 || livetest.MissedOf(t, b.Events[0]) == 0 {
+		t.Fatalf("stalled follower got no EVENTS_MISSED first: %v", livetest.DescribeAll(b.Events))
 	}
 }
 
@@ -121,7 +125,7 @@ func TestFlowWithoutFollowersNeverWaits(t *testing.T) {
 	for range 100 {
 		p.Emit([]byte("x")) // would block forever if anything waited
 	}
-	unwatch, err := r.Watch(id) // a plain watcher (long-poll) is not a follower
+	unwatch, err := r.Watch(context.Background(), id) // a plain watcher (long-poll) is not a follower
 	mustOK(t, err)
 	defer unwatch()
 	for range 100 {
@@ -131,9 +135,9 @@ func TestFlowWithoutFollowersNeverWaits(t *testing.T) {
 
 func TestFlowCloseReleasesWaitingProducer(t *testing.T) {
 	r, id, p := flowSession(t, time.Hour)
-	last, err := r.LastSeq(id)
+	last, err := r.LastSeq(context.Background(), id)
 	mustOK(t, err)
-	f, err := r.Follow(id, last)
+	f, err := r.Follow(context.Background(), id, last)
 	mustOK(t, err)
 	defer f.Close()
 	done := emitAsync(p, 20)
@@ -148,9 +152,9 @@ func TestFlowCloseReleasesWaitingProducer(t *testing.T) {
 
 func TestFlowFollowerCloseReleasesProducer(t *testing.T) {
 	r, id, p := flowSession(t, time.Hour)
-	last, err := r.LastSeq(id)
+	last, err := r.LastSeq(context.Background(), id)
 	mustOK(t, err)
-	f, err := r.Follow(id, last)
+	f, err := r.Follow(context.Background(), id, last)
 	mustOK(t, err)
 	done := emitAsync(p, 20)
 	for range 5 {
@@ -163,20 +167,20 @@ func TestFlowFollowerCloseReleasesProducer(t *testing.T) {
 
 func TestFlowReleasedFollowerReengagesWhenCaughtUp(t *testing.T) {
 	r, id, p := flowSession(t, 20*time.Millisecond)
-	last, err := r.LastSeq(id)
+	last, err := r.LastSeq(context.Background(), id)
 	mustOK(t, err)
-	f, err := r.Follow(id, last)
+	f, err := r.Follow(context.Background(), id, last)
 	mustOK(t, err)
 	defer f.Close()
 	for range emitAsync(p, 6) { // stalls once, then the follower is released
 	}
-	if !f.released.Load() {
+	if !live.FlowReleased(f) {
 		t.Fatal("follower 6 events behind after MaxStall was not released")
 	}
-	head, err := r.LastSeq(id)
+	head, err := r.LastSeq(context.Background(), id)
 	mustOK(t, err)
 	f.Ack(head)
-	if f.released.Load() {
+	if live.FlowReleased(f) {
 		t.Fatal("follower that caught up is still released")
 	}
 }

@@ -7,11 +7,22 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 )
 
-// Kind creates the sessions of one type. A kind knows nothing of HTTP; it reports through its Sink.
+// Kind creates the sessions of one type and describes them. A kind knows nothing of HTTP; it
+// reports through its Sink.
 type Kind interface {
+	// Type is the session type the kind serves.
 	Type() abi.SessionType
+	// Capabilities is what every session of the kind supports; the registry refuses the
+	// rest before it reaches an instance, and the session object carries it.
+	Capabilities() abi.Capabilities
 	// Start validates req and starts the session's backend. ctx bounds the start only.
 	Start(ctx context.Context, sink *Sink, req abi.CreateRequest) (Instance, error)
+}
+
+// Observer is implemented by kinds whose sessions watch other sessions (meta-chat): when the
+// kind is registered, Attach gives it a read-only view of the registry.
+type Observer interface {
+	Attach(v View)
 }
 
 // Instance is one running session backend.
@@ -72,6 +83,7 @@ func (k *Sink) SetMetadata(md map[string]any) {
 	}
 	k.s.mu.Unlock()
 	k.Publish(abi.EventMetadata, abi.MetadataPayload{Type: abi.PayloadMetadata, Metadata: md})
+	k.r.changed()
 }
 
 // Ended tells the runtime the backend stopped by itself (a shell exited); the session closes.

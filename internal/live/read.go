@@ -28,7 +28,10 @@ func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int,
 	}
 	var timer <-chan time.Time
 	for {
-		res := s.log.read(after, limit)
+		res, err := s.log.read(after, limit)
+		if err != nil {
+			return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read events", Err: err}
+		}
 		if len(res.Events) > 0 || res.Missed > 0 || res.Done || wait <= 0 {
 			return r.batch(s, res), nil
 		}
@@ -64,7 +67,7 @@ func (r *Registry) batch(s *session, res readResult) Batch {
 }
 
 // LastSeq is the sequence number of the session's newest event.
-func (r *Registry) LastSeq(id string) (uint64, error) {
+func (r *Registry) LastSeq(_ context.Context, id string) (uint64, error) {
 	s, err := r.lookup(id)
 	if err != nil {
 		return 0, err

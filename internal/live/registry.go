@@ -1,15 +1,19 @@
-// Package runtime is the live-session registry: it owns every session object and its status,
-// enforces the cap, expiry and idle reaping, and keeps each session's ordered event log.
+// Package live is the live-session registry: it owns every session object and its status,
+// enforces the cap, expiry and idle reaping, and keeps each session's ordered event log in a
+// Store (in memory, or on disk so a restarted gateway still answers for the previous run).
 package live
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,9 +31,11 @@ type Config struct {
 	// EphemeralGrace is how long an ephemeral session may wait for its owner; default 30s.
 	EphemeralGrace time.Duration
 	Log            LogLimits
-	Now            func() time.Time
-	NewID          func() string
-	Logger         *slog.Logger
+	// Store keeps records and event logs; nil keeps them in memory (MemoryStore).
+	Store  Store
+	Now    func() time.Time
+	NewID  func() string
+	Logger *slog.Logger
 }
 
 // Defaults.
@@ -76,6 +82,9 @@ func (c *Config) fill() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Store == nil {
+		c.Store = MemoryStore{}
+	}
 }
 
 // NewSessionID returns a time-ordered UUID (v7), falling back to random hex.
@@ -93,29 +102,86 @@ const maxTTLSeconds = int64(math.MaxInt64 / time.Second)
 
 // Registry holds the live sessions of one gateway.
 type Registry struct {
-	cfg   Config
-	kinds map[abi.SessionType]Kind
+	cfg Config
 
 	mu       sync.Mutex
+	kinds    map[abi.SessionType]Kind
 	sessions map[string]*session
 	live     int // active + paused + reserved
 	down     bool
+	version  uint64        // counts changes to the sessions (WatchSessions)
+	changes  chan struct{} // closed at the next change
 
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+	closed   sync.Once
 }
 
-// New builds a registry serving the given kinds and starts its sweeper.
-func New(cfg Config, kinds ...Kind) *Registry {
+// New builds a registry serving the given kinds (more may be registered later), restores the
+// sessions its Store kept from an earlier registry, and starts its sweeper. A restored session
+// that was still live when that registry ended (its process died with it) is closed with
+// reason gateway-restart.
+func New(ctx context.Context, cfg Config, kinds ...Kind) (*Registry, error) {
 	cfg.fill()
-	r := &Registry{cfg: cfg, kinds: map[abi.SessionType]Kind{}, sessions: map[string]*session{}, stop: make(chan struct{})}
+	r := &Registry{cfg: cfg, kinds: map[abi.SessionType]Kind{}, sessions: map[string]*session{}, stop: make(chan struct{}), changes: make(chan struct{}), version: 1}
 	for _, k := range kinds {
-		r.kinds[k.Type()] = k
+		if err := r.Register(k); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.restore(ctx); err != nil {
+		return nil, err
 	}
 	r.wg.Add(1)
-	go r.sweeper()
-	return r
+	go r.sweeper(context.WithoutCancel(ctx)) // ctx bounds the restore; the sweeper runs until Shutdown
+	return r, nil
+}
+
+// Register adds a kind. An Observer receives its read-only view of the registry here.
+func (r *Registry) Register(k Kind) error {
+	r.mu.Lock()
+	if _, dup := r.kinds[k.Type()]; dup {
+		r.mu.Unlock()
+		return fmt.Errorf("session type %q is already registered", k.Type())
+	}
+	r.kinds[k.Type()] = k
+	r.mu.Unlock()
+	if o, ok := k.(Observer); ok {
+		o.Attach(view{r})
+	}
+	return nil
+}
+
+// View returns a read-only view of the registry.
+func (r *Registry) View() View { return view{r} }
+
+// served lists the registered session types, for errors that say what to ask for instead.
+func (r *Registry) served() string {
+	r.mu.Lock()
+	types := make([]string, 0, len(r.kinds))
+	for t := range r.kinds {
+		types = append(types, string(t))
+	}
+	r.mu.Unlock()
+	if len(types) == 0 {
+		return "none"
+	}
+	slices.Sort(types)
+	return strings.Join(types, ", ")
+}
+
+// changed records a change to the sessions and wakes WatchSessions.
+func (r *Registry) changed() {
+	r.mu.Lock()
+	r.changedLocked()
+	r.mu.Unlock()
+}
+
+func (r *Registry) changedLocked() {
+	r.version++
+	close(r.changes)
+	r.changes = make(chan struct{})
 }
 
 func (r *Registry) now() time.Time { return r.cfg.Now() }
@@ -126,7 +192,7 @@ func (r *Registry) Config() Config { return r.cfg }
 type session struct {
 	id        string
 	ephemeral bool
-	log       *eventLog
+	log       *sessionLog
 
 	ctl sync.Mutex // serializes control commands and close
 
@@ -162,12 +228,14 @@ func (s *session) snapshot() abi.Session {
 
 // Create validates req, reserves a slot under the cap, starts the kind and returns the session.
 func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Session, error) {
-	if !req.Type.Valid() {
-		return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "unknown session type %q (want one of terminal, ai-chat, meta-chat, debug-stream, network-stream)", req.Type)
-	}
+	r.mu.Lock()
 	kind, ok := r.kinds[req.Type]
+	r.mu.Unlock()
 	if !ok {
-		return abi.Session{}, abi.Errorf(abi.CodeCapabilityUnsupported, "", "session type %q is not served by this gateway", req.Type)
+		if !req.Type.Valid() {
+			return abi.Session{}, abi.Errorf(abi.CodeInvalidArgument, "", "unknown session type %q (this gateway serves: %s)", req.Type, r.served())
+		}
+		return abi.Session{}, abi.Errorf(abi.CodeCapabilityUnsupported, "", "session type %q is not served by this gateway (it serves: %s)", req.Type, r.served())
 	}
 	if req.Transport == "" {
 		req.Transport = abi.TransportWebSocket
@@ -196,9 +264,8 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 
 	now := r.now()
 	s := &session{
-		id:         r.cfg.NewID(),
+		id:         r.newID(),
 		ephemeral:  req.Ephemeral,
-		log:        newEventLog(r.cfg.Log),
 		lastActive: now,
 		obj: abi.Session{
 			Type:         req.Type,
@@ -206,7 +273,7 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 			Context:      req.Context,
 			Transport:    req.Transport,
 			Status:       abi.StatusActive,
-			Capabilities: abi.CapabilitiesOf(req.Type),
+			Capabilities: kind.Capabilities(),
 			Metadata:     map[string]any{},
 		},
 	}
@@ -218,6 +285,20 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	if req.Ephemeral {
 		s.obj.Metadata["ephemeral"] = true
 	}
+	elog, err := r.cfg.Store.Create(ctx, s.snapshot(), r.cfg.Log)
+	for try := 0; errors.Is(err, fs.ErrExist) && try < 10; try++ {
+		// A session the store keeps but could not restore holds the id: take another.
+		s.id = r.newID()
+		s.obj.SessionID = s.id
+		elog, err = r.cfg.Store.Create(ctx, s.snapshot(), r.cfg.Log)
+	}
+	if err != nil {
+		r.mu.Lock()
+		r.live--
+		r.mu.Unlock()
+		return abi.Session{}, &abi.Error{Code: abi.CodeResourceUnavailable, Message: "record the new session", Err: err}
+	}
+	s.log = r.newLog(s.id, elog)
 	sink := &Sink{r: r, s: s}
 	s.publish(now, abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnecting, Message: "starting " + string(req.Type) + " session", SessionStatus: abi.StatusActive})
 
@@ -226,6 +307,10 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 		r.mu.Lock()
 		r.live--
 		r.mu.Unlock()
+		s.log.finish()
+		if rerr := r.cfg.Store.Remove(context.WithoutCancel(ctx), s.id); rerr != nil {
+			r.cfg.Logger.Warn("forget a session that did not start", "id", s.id, "err", rerr)
+		}
 		if abi.CodeOf(err) == abi.CodeInternal {
 			return abi.Session{}, &abi.Error{Code: abi.CodeResourceUnavailable, Message: "start " + string(req.Type) + " session", Err: err}
 		}
@@ -237,6 +322,7 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	r.mu.Lock()
 	r.sessions[s.id] = s
 	down := r.down
+	r.changedLocked()
 	r.mu.Unlock()
 	if down { // Shutdown began while we were starting: it did not see this session
 		r.finish(ctx, s, abi.CloseShutdown, nil)
@@ -248,6 +334,26 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	}
 	r.cfg.Logger.Info("session created", "id", s.id, "type", req.Type)
 	return s.snapshot(), nil
+}
+
+// newID returns an id no session of the registry has (a restored session keeps its id, and a
+// test's id source starts again from the same first id).
+func (r *Registry) newID() string {
+	for {
+		id := r.cfg.NewID()
+		r.mu.Lock()
+		_, taken := r.sessions[id]
+		r.mu.Unlock()
+		if !taken {
+			return id
+		}
+	}
+}
+
+func (r *Registry) newLog(id string, l EventLog) *sessionLog {
+	return newSessionLog(l, r.cfg.Log, func(err error) {
+		r.cfg.Logger.Warn("session event log", "id", id, "err", err)
+	})
 }
 
 func (r *Registry) lookup(id string) (*session, error) {
@@ -321,7 +427,11 @@ func (r *Registry) Check(ctx context.Context, id string) error {
 
 // List returns live sessions (active, paused), and with all also the retained closed ones,
 // oldest first.
-func (r *Registry) List(all bool) []abi.Session {
+func (r *Registry) List(_ context.Context, all bool) ([]abi.Session, error) {
+	return r.list(all), nil
+}
+
+func (r *Registry) list(all bool) []abi.Session {
 	r.mu.Lock()
 	ss := make([]*session, 0, len(r.sessions))
 	for _, s := range r.sessions {
@@ -474,6 +584,7 @@ func (r *Registry) transition(s *session, to abi.Status) error {
 	}
 	s.obj.Status = to
 	s.mu.Unlock()
+	r.changed()
 	state := abi.StateConnected
 	if to == abi.StatusPaused {
 		state = abi.StateIdle
@@ -550,14 +661,23 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	s.mu.Unlock()
 	r.mu.Lock()
 	r.live--
+	r.changedLocked()
 	r.mu.Unlock()
+	r.closeLog(ctx, s, now, reason, to, exitCode)
+	r.cfg.Logger.Info("session closed", "id", s.id, "reason", reason)
+	return true
+}
+
+// closeLog records s's final object and appends its closing events: the log ends.
+func (r *Registry) closeLog(ctx context.Context, s *session, now time.Time, reason string, to abi.Status, exitCode *int) {
+	if err := r.cfg.Store.Save(context.WithoutCancel(ctx), s.snapshot()); err != nil {
+		r.cfg.Logger.Warn("record a closed session", "id", s.id, "err", err)
+	}
 	s.log.appendAll(
 		&Event{Type: abi.EventStatus, Time: now, SessionID: s.id, Payload: abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + reason, SessionStatus: to}},
 		&Event{Type: abi.EventClose, Time: now, SessionID: s.id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: reason, Status: to, ExitCode: exitCode}},
 	)
 	s.log.finish()
-	r.cfg.Logger.Info("session closed", "id", s.id, "reason", reason)
-	return true
 }
 
 // Hold marks the caller as an owner of s. For an ephemeral session, the release of its last
@@ -588,12 +708,12 @@ func (r *Registry) Hold(ctx context.Context, id string) (release func(), err err
 // Follow registers a reader positioned after seq whose progress (Follower.Ack) the session's
 // output waits for, within the log's MaxStall. A followed session is never idle. Close the
 // follower when the reader goes.
-func (r *Registry) Follow(id string, after uint64) (*Follower, error) {
+func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Follower, error) {
 	s, err := r.lookup(id)
 	if err != nil {
 		return nil, err
 	}
-	unwatch, err := r.Watch(id)
+	unwatch, err := r.Watch(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -603,7 +723,7 @@ func (r *Registry) Follow(id string, after uint64) (*Follower, error) {
 }
 
 // Watch registers a subscriber; a watched session is never idle.
-func (r *Registry) Watch(id string) (unwatch func(), err error) {
+func (r *Registry) Watch(_ context.Context, id string) (unwatch func(), err error) {
 	s, err := r.lookup(id)
 	if err != nil {
 		return nil, err
@@ -643,9 +763,7 @@ func (r *Registry) Sweep(ctx context.Context, now time.Time) {
 		switch {
 		case final:
 			if now.Sub(closedAt) >= r.cfg.Retention {
-				r.mu.Lock()
-				delete(r.sessions, s.id)
-				r.mu.Unlock()
+				r.forget(ctx, s.id)
 			}
 		case expired:
 			r.finish(ctx, s, abi.CloseTimeout, nil)
@@ -657,7 +775,18 @@ func (r *Registry) Sweep(ctx context.Context, now time.Time) {
 	}
 }
 
-func (r *Registry) sweeper() {
+// forget removes a session past its retention, from memory and from the store.
+func (r *Registry) forget(ctx context.Context, id string) {
+	r.mu.Lock()
+	delete(r.sessions, id)
+	r.changedLocked()
+	r.mu.Unlock()
+	if err := r.cfg.Store.Remove(ctx, id); err != nil {
+		r.cfg.Logger.Warn("forget a session", "id", id, "err", err)
+	}
+}
+
+func (r *Registry) sweeper(ctx context.Context) {
 	defer r.wg.Done()
 	t := time.NewTicker(r.cfg.Sweep)
 	defer t.Stop()
@@ -666,7 +795,7 @@ func (r *Registry) sweeper() {
 		case <-r.stop:
 			return
 		case <-t.C:
-			r.Sweep(context.Background(), r.now())
+			r.Sweep(ctx, r.now())
 		}
 	}
 }
@@ -698,7 +827,13 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("shutdown: %w", ctx.Err())
 	}
 	r.wg.Wait()
-	return nil
+	var err error
+	r.closed.Do(func() {
+		if cerr := r.cfg.Store.Close(); cerr != nil {
+			err = fmt.Errorf("shutdown: close the session store: %w", cerr)
+		}
+	})
+	return err
 }
 
 // LiveCount is the number of live (active, paused or starting) sessions.

@@ -79,7 +79,7 @@ func TestShutdownOfManyTerminalsReapsEveryJob(t *testing.T) {
 				Projects: func(string) (string, error) { return dir, nil },
 			}
 			const n = 40
-			reg := live.New(live.Config{IdleTimeout: -1, MaxSessions: n}, kind)
+			reg := newRegistry(t, live.Config{IdleTimeout: -1, MaxSessions: n}, kind)
 			e := &env{reg: reg, dir: dir}
 			var all []job
 			for range n {
@@ -123,7 +123,7 @@ func TestCgroupCatchesADaemonizedJob(t *testing.T) {
 		t.Skip("cgroups are not usable here (cgroup v2 needs root or a delegated subtree)")
 	}
 	dir := t.TempDir()
-	reg := live.New(live.Config{IdleTimeout: -1}, &terminal.Kind{
+	reg := newRegistry(t, live.Config{IdleTimeout: -1}, &terminal.Kind{
 		Shell: bash, Grace: 200 * time.Millisecond, Owner: owner,
 		Env:      []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "PS1=$ "},
 		Projects: func(string) (string, error) { return dir, nil },

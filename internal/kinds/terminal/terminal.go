@@ -59,6 +59,12 @@ func (k *Kind) owner() (*reaper.Owner, error) {
 // Type implements live.Kind.
 func (k *Kind) Type() abi.SessionType { return abi.TypeTerminal }
 
+// Capabilities implements live.Kind: the core ABI's terminal set plus restart (a fresh shell
+// under the same id), which nexus terminals do, so they say so (docs/ABI.md).
+func (k *Kind) Capabilities() abi.Capabilities {
+	return abi.Capabilities{Send: true, Receive: true, Interrupt: true, Resize: true, Close: true, Restart: true, Stream: true}
+}
+
 func (k *Kind) shell(opt string) (string, error) {
 	for _, c := range []string{opt, k.Shell, os.Getenv("SHELL"), "bash", "sh"} {
 		if c == "" {

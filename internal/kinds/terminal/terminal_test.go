@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 			return "", abi.Errorf(abi.CodeInvalidArgument, "", "unknown project %q", id)
 		},
 	}
-	reg := live.New(live.Config{IdleTimeout: -1}, kind)
+	reg := newRegistry(t, live.Config{IdleTimeout: -1}, kind)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 		defer cancel()
@@ -61,6 +61,16 @@ func newEnv(t *testing.T) *env {
 		}
 	})
 	return &env{reg: reg, dir: dir}
+}
+
+// newRegistry builds an in-memory registry serving kinds.
+func newRegistry(t *testing.T, cfg live.Config, kinds ...live.Kind) *live.Registry {
+	t.Helper()
+	reg, err := live.New(context.Background(), cfg, kinds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }
 
 // sess follows one session's event log.

@@ -1,0 +1,802 @@
+package live
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/procfs"
+)
+
+// The disk store keeps, under its directory (state/live), one directory per session:
+//
+//	<id>/session.json           the session object, replaced when the session is created and ends
+//	<id>/seq                    sequence numbers handed out at most up to here, and the boot id
+//	<id>/<first seq>.log        segments of the event log: framed canonical events, appended
+//	<id>/pinned.log             non-data events whose segment was dropped (see MemoryLog)
+//
+// Durability (docs/live-sessions.md states it for users):
+//   - Every event is written (write(2), to the kernel) before any reader can see it, and every
+//     record before the request that changed it is answered, so a killed process — kill -9
+//     included — loses nothing a client saw or was told.
+//   - fsync is batched: a flusher syncs what changed at most every SyncInterval (default 1 s),
+//     and closing the store syncs everything. A power loss or kernel crash may lose what was
+//     written in the last interval; a torn last record is detected (length and CRC-32C per
+//     record) and dropped.
+//   - Sequence numbers are reserved in blocks of seqBlock, the reservation synced before a
+//     number beyond it is used, so after a reboot a session continues after every number it may
+//     have handed out: a gap, read as EVENTS_MISSED, never a number used twice.
+//
+// Bounds: a log keeps segments until every event in them has left the in-memory window
+// (LogLimits: 8192 events / 8 MiB by default), so a session's files hold at most that window
+// plus one segment (a quarter of it) and the pinned events; the registry removes a session's
+// directory when its retention ends.
+
+const (
+	recordFile = "session.json"
+	seqFile    = "seq"
+	pinnedFile = "pinned.log"
+	segSuffix  = ".log"
+	// seqBlock is how many sequence numbers are reserved at once: a reservation costs an fsync.
+	seqBlock = 1 << 16
+	// frameHeader is a record's length and CRC-32C (Castagnoli), both little-endian uint32.
+	frameHeader = 8
+	// maxFrame bounds a record, so a corrupt length cannot make the loader allocate gigabytes.
+	maxFrame = 64 << 20
+	// DefaultSyncInterval is how often a DiskStore syncs what changed.
+	DefaultSyncInterval = time.Second
+)
+
+var (
+	crcTable = crc32.MakeTable(crc32.Castagnoli)
+	// frameBufs lends appends their write buffer, so an idle session keeps none.
+	frameBufs = sync.Pool{New: func() any { return new([]byte) }}
+	validID   = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`)
+	segmentRe = regexp.MustCompile(`^[0-9]{20}\.log$`)
+)
+
+// DiskOptions tune a DiskStore. Zero values take the defaults.
+type DiskOptions struct {
+	// SyncInterval is how often changed files are synced; default DefaultSyncInterval.
+	SyncInterval time.Duration
+	Logger       *slog.Logger
+	// BootID identifies the running boot (default: the kernel's); a test changes it to play a
+	// reboot.
+	BootID func() string
+}
+
+// DiskStore is the Store that keeps records and event logs in a directory.
+type DiskStore struct {
+	dir  string
+	opt  DiskOptions
+	boot string
+
+	mu          sync.Mutex
+	logs        map[string]*diskLog
+	parentDirty bool
+	closed      bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// OpenDiskStore opens (creating it, 0700) the store in dir and starts its flusher.
+func OpenDiskStore(dir string, opt DiskOptions) (*DiskStore, error) {
+	if opt.SyncInterval <= 0 {
+		opt.SyncInterval = DefaultSyncInterval
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.BootID == nil {
+		opt.BootID = procfs.BootID
+	}
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return nil, err
+	}
+	s := &DiskStore{dir: dir, opt: opt, boot: opt.BootID(), logs: map[string]*diskLog{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.flusher()
+	return s, nil
+}
+
+// Dir is the store's directory.
+func (s *DiskStore) Dir() string { return s.dir }
+
+func (s *DiskStore) flusher() {
+	defer close(s.done)
+	t := time.NewTicker(s.opt.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.Sync(); err != nil {
+				s.opt.Logger.Warn("sync live-session store", "err", err)
+			}
+		}
+	}
+}
+
+// Sync makes everything written so far durable (what the flusher does every SyncInterval).
+func (s *DiskStore) Sync() error {
+	s.mu.Lock()
+	logs := make([]*diskLog, 0, len(s.logs))
+	for _, l := range s.logs {
+		logs = append(logs, l)
+	}
+	parent := s.parentDirty
+	s.parentDirty = false
+	s.mu.Unlock()
+	// fsyncs of one file system are committed together by its journal: run them side by side.
+	errs := make([]error, len(logs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, l := range logs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = l.sync()
+		}()
+	}
+	wg.Wait()
+	if parent {
+		if err := fsutil.SyncDir(s.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the flusher and syncs everything; the files stay for the next store.
+func (s *DiskStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+	err := s.Sync()
+	s.mu.Lock()
+	logs := s.logs
+	s.logs = map[string]*diskLog{}
+	s.mu.Unlock()
+	for _, l := range logs {
+		l.release()
+	}
+	return err
+}
+
+// ErrStoreClosed is returned by a DiskStore used after Close.
+var ErrStoreClosed = errors.New("the live-session store is closed")
+
+func (s *DiskStore) sessionDir(id string) (string, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return "", ErrStoreClosed
+	}
+	if !validID.MatchString(id) {
+		return "", fmt.Errorf("session id %q cannot name a directory", id)
+	}
+	return filepath.Join(s.dir, id), nil
+}
+
+// Create implements Store.
+func (s *DiskStore) Create(_ context.Context, rec abi.Session, limits LogLimits) (EventLog, error) {
+	dir, err := s.sessionDir(rec.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, fsutil.DirMode); err != nil {
+		return nil, fmt.Errorf("create session directory: %w", err)
+	}
+	l := &diskLog{store: s, id: rec.SessionID, dir: dir, mem: NewMemoryLog(limits), limits: limits, dirDirty: true}
+	if err := l.writeReservation(seqBlock, false); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := writeRecord(dir, rec); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	l.recordDirty = true
+	s.mu.Lock()
+	s.logs[rec.SessionID] = l
+	s.parentDirty = true
+	s.mu.Unlock()
+	return l, nil
+}
+
+func writeRecord(dir string, rec abi.Session) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode session %s: %w", rec.SessionID, err)
+	}
+	return fsutil.ReplaceFile(filepath.Join(dir, recordFile), append(b, '\n'))
+}
+
+// Save implements Store.
+func (s *DiskStore) Save(_ context.Context, rec abi.Session) error {
+	dir, err := s.sessionDir(rec.SessionID)
+	if err != nil {
+		return err
+	}
+	if err := writeRecord(dir, rec); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	l := s.logs[rec.SessionID]
+	s.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		l.recordDirty, l.dirDirty = true, true
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// Remove implements Store.
+func (s *DiskStore) Remove(_ context.Context, id string) error {
+	dir, err := s.sessionDir(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	l := s.logs[id]
+	delete(s.logs, id)
+	s.parentDirty = true
+	s.mu.Unlock()
+	if l != nil {
+		l.release()
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove session %s: %w", id, err)
+	}
+	return nil
+}
+
+// Restore implements Store. A directory that is not a session's (a symlink, an unreadable
+// record) is left alone and logged; a torn last record is dropped.
+func (s *DiskStore) Restore(_ context.Context, limits LogLimits) ([]Restored, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.dir, err)
+	}
+	var out []Restored
+	for _, de := range entries {
+		if strings.HasPrefix(de.Name(), ".") {
+			continue
+		}
+		if !de.IsDir() || !validID.MatchString(de.Name()) { // a symlink is not a directory here
+			s.opt.Logger.Warn("live-session store: ignoring an entry that is not a session directory", "path", filepath.Join(s.dir, de.Name()))
+			continue
+		}
+		r, err := s.restore(de.Name(), limits)
+		if err != nil {
+			s.opt.Logger.Warn("live-session store: cannot restore a session", "id", de.Name(), "err", err)
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Restored) int {
+		return strings.Compare(a.Session.CreatedAt+a.Session.SessionID, b.Session.CreatedAt+b.Session.SessionID)
+	})
+	return out, nil
+}
+
+func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
+	dir := filepath.Join(s.dir, id)
+	data, err := fsutil.ReadFileNoFollow(filepath.Join(dir, recordFile))
+	if err != nil {
+		return Restored{}, fmt.Errorf("read record: %w", err)
+	}
+	var rec abi.Session
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return Restored{}, fmt.Errorf("decode %s: %w", filepath.Join(dir, recordFile), err)
+	}
+	if rec.SessionID != id {
+		return Restored{}, fmt.Errorf("record names session %q", rec.SessionID)
+	}
+	l := &diskLog{store: s, id: id, dir: dir, mem: NewMemoryLog(limits), limits: limits}
+	if err := l.load(s.boot); err != nil {
+		return Restored{}, err
+	}
+	s.mu.Lock()
+	s.logs[id] = l
+	s.mu.Unlock()
+	return Restored{Session: rec, Log: l}, nil
+}
+
+// segment is one file of a disk log.
+type segment struct {
+	first, last uint64 // sequence numbers it holds (last < first while empty)
+	bytes       int
+	count       int
+	nonData     int
+	// f is open while the segment is appended to or not yet synced since it was.
+	f *os.File
+}
+
+func segmentName(first uint64) string { return fmt.Sprintf("%020d%s", first, segSuffix) }
+
+// diskLog is the EventLog of a DiskStore: a MemoryLog answers reads, and every append is
+// written to the current segment first.
+type diskLog struct {
+	store  *DiskStore
+	id     string
+	dir    string
+	limits LogLimits
+
+	mu       sync.Mutex // guards what sync reads; appends are serialized by the registry
+	mem      *MemoryLog
+	segs     []*segment // oldest first; the last is the one appended to
+	cur      *os.File   // the last segment's file, opened on the first append
+	pinCount int
+	reserved uint64
+	broken   error // the first write error: the log carries on in memory only
+	closed   bool
+
+	dirty, recordDirty, dirDirty, pinDirty bool
+
+	syncMu sync.Mutex // one sync at a time, and none while the files are being closed
+}
+
+// Append implements EventLog.
+func (l *diskLog) Append(events ...*Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := l.mem.Append(events...); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.broken != nil {
+		return fmt.Errorf("%w: %w", ErrNotDurable, l.broken)
+	}
+	if err := l.write(events); err != nil {
+		l.broken = err
+		return fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+	}
+	return nil
+}
+
+func (l *diskLog) write(events []*Event) error {
+	lastSeq := events[len(events)-1].Seq
+	if lastSeq > l.reserved {
+		if err := l.writeReservation(lastSeq+seqBlock, true); err != nil {
+			return err
+		}
+	}
+	if err := l.rotate(events[0].Seq); err != nil {
+		return err
+	}
+	bp := frameBufs.Get().(*[]byte)
+	buf, err := frameAll((*bp)[:0], events)
+	if err != nil {
+		return err
+	}
+	_, err = l.cur.Write(buf)
+	if cap(buf) <= 1<<20 {
+		*bp = buf
+		frameBufs.Put(bp)
+	}
+	if err != nil {
+		return fmt.Errorf("write event log: %w", err)
+	}
+	nonData := 0
+	for _, e := range events {
+		if e.retained() {
+			nonData++
+		}
+	}
+	seg := l.segs[len(l.segs)-1]
+	if seg.count == 0 {
+		seg.first = events[0].Seq
+	}
+	seg.last = lastSeq
+	seg.count += len(events)
+	seg.bytes += len(buf)
+	seg.nonData += nonData
+	l.dirty = true
+	return l.prune()
+}
+
+// rotate makes sure an open segment with room is there for events from seq on.
+func (l *diskLog) rotate(seq uint64) error {
+	if l.cur != nil {
+		seg := l.segs[len(l.segs)-1]
+		if seg.count < max(l.limits.Events/4, 1) && seg.bytes < max(l.limits.Bytes/4, 64<<10) {
+			return nil
+		}
+		l.cur = nil // the segment keeps its file until it is synced or dropped
+	}
+	f, err := os.OpenFile(filepath.Join(l.dir, segmentName(seq)), os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode) //nolint:gosec // G304: a name we made
+	if err != nil {
+		return fmt.Errorf("create event log segment: %w", err)
+	}
+	l.cur = f
+	l.segs = append(l.segs, &segment{first: seq, last: seq - 1, f: f})
+	l.dirDirty = true
+	return nil
+}
+
+// prune drops the segments whose events have all left the in-memory window, saving first the
+// pinned events among them.
+func (l *diskLog) prune() error {
+	first := l.mem.first()
+	for len(l.segs) > 1 && l.segs[0].last < first {
+		seg := l.segs[0]
+		if seg.nonData > 0 {
+			if err := l.savePins(seg); err != nil {
+				return err
+			}
+		}
+		if err := os.Remove(filepath.Join(l.dir, segmentName(seg.first))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("drop event log segment: %w", err)
+		}
+		if seg.f != nil { // gone: nothing to sync
+			_ = seg.f.Close()
+			seg.f = nil
+		}
+		l.segs = l.segs[1:]
+		l.dirDirty = true
+	}
+	return nil
+}
+
+// savePins appends to pinned.log the pinned events that seg holds, and rewrites the file when
+// it has grown to twice what the pins hold.
+func (l *diskLog) savePins(seg *segment) error {
+	var pins []*Event
+	for _, e := range l.mem.pinned {
+		if e.Seq >= seg.first && e.Seq <= seg.last {
+			pins = append(pins, e)
+		}
+	}
+	path := filepath.Join(l.dir, pinnedFile)
+	l.pinDirty, l.dirDirty = true, true
+	if l.pinCount+len(pins) > 2*max(l.limits.Pinned, 16) {
+		b, err := frameAll(nil, l.mem.pinned)
+		if err != nil {
+			return err
+		}
+		l.pinCount = len(l.mem.pinned)
+		return fsutil.ReplaceFile(path, b)
+	}
+	if len(pins) == 0 {
+		return nil
+	}
+	b, err := frameAll(nil, pins)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode) //nolint:gosec // G304: a name we made
+	if err != nil {
+		return fmt.Errorf("open pinned events: %w", err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write pinned events: %w", err)
+	}
+	l.pinCount += len(pins)
+	return nil
+}
+
+func frameAll(b []byte, events []*Event) ([]byte, error) {
+	for _, e := range events {
+		at := len(b)
+		b = append(b, make([]byte, frameHeader)...)
+		var err error
+		if b, err = e.AppendBinary(b); err != nil {
+			return nil, err
+		}
+		body := b[at+frameHeader:]
+		binary.LittleEndian.PutUint32(b[at:], uint32(len(body)))
+		binary.LittleEndian.PutUint32(b[at+4:], crc32.Checksum(body, crcTable))
+	}
+	return b, nil
+}
+
+// writeReservation records that sequence numbers up to n may be handed out. When durable is
+// set it is synced before it returns: the numbers it covers are about to be used.
+func (l *diskLog) writeReservation(n uint64, durable bool) error {
+	line := fmt.Sprintf("%020d %s", n, l.store.boot)
+	line = fmt.Sprintf("%s %08x\n", line, crc32.Checksum([]byte(line), crcTable))
+	f, err := os.OpenFile(filepath.Join(l.dir, seqFile), os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode) //nolint:gosec // G304: a name we made
+	if err != nil {
+		return fmt.Errorf("open sequence reservation: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	// The line has a fixed length, so it is overwritten in place: one sector, never torn
+	// into two valid lines.
+	if _, err := f.WriteAt([]byte(line), 0); err != nil {
+		return fmt.Errorf("write sequence reservation: %w", err)
+	}
+	if durable {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync sequence reservation: %w", err)
+		}
+		if err := fsutil.SyncDir(l.dir); err != nil {
+			return err
+		}
+	}
+	l.reserved = n
+	return nil
+}
+
+// readReservation returns the reservation and the boot it was made in; ok is false when the
+// file is missing or torn.
+func readReservation(dir string) (n uint64, boot string, ok bool) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, seqFile))
+	if err != nil {
+		return 0, "", false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return 0, "", false
+	}
+	line := f[0] + " " + f[1]
+	if fmt.Sprintf("%08x", crc32.Checksum([]byte(line), crcTable)) != f[2] {
+		return 0, "", false
+	}
+	n, err = strconv.ParseUint(f[0], 10, 64)
+	return n, f[1], err == nil
+}
+
+// LastSeq implements EventLog.
+func (l *diskLog) LastSeq() uint64 { return l.mem.LastSeq() }
+
+// Read implements EventLog.
+func (l *diskLog) Read(after uint64, limit int) (Page, error) { return l.mem.Read(after, limit) }
+
+// Close implements EventLog: the session has ended; what it wrote is synced now, so a closed
+// session's events survive even a power loss that follows.
+func (l *diskLog) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	return l.sync()
+}
+
+// sync makes what l wrote durable.
+func (l *diskLog) sync() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	var files, retired []*os.File
+	if l.dirty && l.cur != nil {
+		files = append(files, l.cur)
+	}
+	for _, seg := range l.segs {
+		if seg.f != nil && seg.f != l.cur {
+			retired = append(retired, seg.f)
+			seg.f = nil
+		}
+	}
+	record, dir, pin := l.recordDirty, l.dirDirty, l.pinDirty
+	l.dirty, l.recordDirty, l.dirDirty, l.pinDirty = false, false, false, false
+	closed := l.closed
+	l.mu.Unlock()
+
+	var errs []error
+	for _, f := range append(retired, files...) {
+		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			errs = append(errs, fmt.Errorf("sync %s: %w", f.Name(), err))
+		}
+	}
+	for _, f := range retired {
+		_ = f.Close()
+	}
+	for name, ok := range map[string]bool{recordFile: record, pinnedFile: pin} {
+		if ok {
+			errs = append(errs, syncFile(filepath.Join(l.dir, name)))
+		}
+	}
+	if dir {
+		errs = append(errs, fsutil.SyncDir(l.dir))
+	}
+	if closed {
+		l.releaseFiles()
+	}
+	return errors.Join(errs...)
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0) //nolint:gosec // G304: a name we made
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
+}
+
+// releaseFiles closes the open files of a finished log (it is read from memory from now on).
+func (l *diskLog) releaseFiles() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, seg := range l.segs {
+		if seg.f != nil {
+			_ = seg.f.Close()
+			seg.f = nil
+		}
+	}
+	l.cur = nil
+}
+
+// release closes l's files without syncing (the store is done with the session).
+func (l *diskLog) release() {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	l.closed = true
+	l.broken = errors.New("the store has let go of this log")
+	l.mu.Unlock()
+	l.releaseFiles()
+}
+
+// load reads what the session's directory holds into the in-memory log. The newest contiguous
+// run of events becomes the ring; the non-data events before it are pinned.
+func (l *diskLog) load(boot string) error {
+	entries, err := os.ReadDir(l.dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", l.dir, err)
+	}
+	var names []string
+	for _, de := range entries {
+		if segmentRe.MatchString(de.Name()) && de.Type().IsRegular() {
+			names = append(names, de.Name())
+		}
+	}
+	slices.Sort(names) // zero-padded: the order of their first sequence numbers
+	var run, pins []*Event
+	var last uint64
+	for _, name := range names {
+		first, _ := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 10, 64)
+		events, err := readFrames(filepath.Join(l.dir, name), l.id)
+		if err != nil {
+			return err
+		}
+		if first == 0 || len(events) == 0 || events[0].Seq != first {
+			// Nothing in it can be trusted (a segment created just before a crash, or not
+			// ours); its name would also stand in the way of the next one.
+			if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
+				return fmt.Errorf("drop empty event log segment: %w", err)
+			}
+			continue
+		}
+		seg := &segment{first: first, last: first - 1}
+		for _, e := range events {
+			if e.Seq <= last && last > 0 {
+				break // out of order: nothing after it is trusted
+			}
+			if len(run) > 0 && e.Seq != run[len(run)-1].Seq+1 {
+				for _, d := range run { // a gap: what came before it is history
+					if d.retained() {
+						pins = append(pins, d)
+					}
+				}
+				run = run[:0]
+			}
+			run = append(run, e)
+			last = e.Seq
+			seg.last = e.Seq
+			seg.count++
+			if e.retained() {
+				seg.nonData++
+			}
+		}
+		l.segs = append(l.segs, seg)
+	}
+	saved, err := readFrames(filepath.Join(l.dir, pinnedFile), l.id)
+	if err != nil {
+		return err
+	}
+	pins = append(pins, saved...)
+	start := last + 1
+	if len(run) > 0 {
+		start = run[0].Seq
+	}
+	pins = slices.DeleteFunc(pins, func(e *Event) bool { return e.Seq >= start })
+	slices.SortStableFunc(pins, func(a, b *Event) int { return cmpSeq(a.Seq, b.Seq) })
+	pins = slices.CompactFunc(pins, func(a, b *Event) bool { return a.Seq == b.Seq })
+	l.pinCount = len(saved)
+
+	// After a reboot, numbers up to the reservation may have been seen by readers even though
+	// the events were lost with the page cache: continue after them.
+	next := last
+	if n, rboot, ok := readReservation(l.dir); ok {
+		l.reserved = n
+		if rboot != boot {
+			next = max(next, n)
+		}
+	} else {
+		next = last + seqBlock
+		l.reserved = next
+	}
+	l.mem.restore(pins, run, next)
+	return nil
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// readFrames reads the records of a log file up to the first one that is torn or corrupt (the
+// tail of a write a crash cut short). A missing file holds nothing.
+func readFrames(path, id string) ([]*Event, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0) //nolint:gosec // G304: a name we listed
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var out []*Event
+	for len(data) >= frameHeader {
+		n := binary.LittleEndian.Uint32(data)
+		sum := binary.LittleEndian.Uint32(data[4:])
+		if n > maxFrame || int(n) > len(data)-frameHeader {
+			break
+		}
+		body := data[frameHeader : frameHeader+int(n)]
+		if crc32.Checksum(body, crcTable) != sum {
+			break
+		}
+		e, err := UnmarshalEvent(id, body)
+		if err != nil {
+			break
+		}
+		out = append(out, e)
+		data = data[frameHeader+int(n):]
+	}
+	return out, nil
+}

@@ -1,0 +1,10 @@
+package live
+
+// Hooks for live_test's flow-control tests: whether output is waiting for a follower, and
+// whether a follower has been left behind.
+
+// FlowWaiting reports whether the output of f's session is waiting for a follower.
+func FlowWaiting(f Follower) bool { return f.(*follower).log.flow.waiting.Load() }
+
+// FlowReleased reports whether f was left behind after MaxStall.
+func FlowReleased(f Follower) bool { return f.(*follower).released.Load() }

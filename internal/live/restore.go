@@ -1,0 +1,111 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// restore takes in the sessions an earlier registry left in the store. Their processes are
+// gone (the gateway's groups die with it, and the next gateway reaps what is left), so a
+// session that was still live is closed here, with reason gateway-restart: its log gets the
+// closing events an orderly close would have appended, numbered after everything it held.
+func (r *Registry) restore(ctx context.Context) error {
+	restored, err := r.cfg.Store.Restore(ctx, r.cfg.Log)
+	if err != nil {
+		return fmt.Errorf("restore live sessions: %w", err)
+	}
+	now := r.now()
+	for _, rs := range restored {
+		s := &session{id: rs.Session.SessionID, obj: rs.Session, lastActive: now}
+		if s.obj.Metadata == nil {
+			s.obj.Metadata = map[string]any{}
+		}
+		s.log = r.newLog(s.id, rs.Log)
+		if !s.obj.Status.Final() {
+			if err := replay(s, rs.Log); err != nil {
+				r.cfg.Logger.Warn("restore a session", "id", s.id, "err", err)
+			}
+		}
+		if s.obj.Status.Final() {
+			s.closeReason, _ = s.obj.Metadata["closeReason"].(string)
+			at, _ := s.obj.Metadata["closedAt"].(string)
+			if s.closedAt, err = abi.ParseTime(at); err != nil {
+				s.closedAt = now
+			}
+			s.log.finish()
+		} else {
+			s.obj.Status = abi.StatusClosed
+			s.closeReason, s.closedAt = abi.CloseGatewayRestart, now
+			s.obj.Metadata["closedAt"] = abi.FormatTime(now)
+			s.obj.Metadata["closeReason"] = abi.CloseGatewayRestart
+			r.closeLog(ctx, s, now, abi.CloseGatewayRestart, abi.StatusClosed, nil)
+			r.cfg.Logger.Info("session closed", "id", s.id, "reason", abi.CloseGatewayRestart)
+		}
+		if now.Sub(s.closedAt) >= r.cfg.Retention {
+			if err := r.cfg.Store.Remove(ctx, s.id); err != nil {
+				r.cfg.Logger.Warn("forget a session", "id", s.id, "err", err)
+			}
+			continue
+		}
+		r.sessions[s.id] = s
+	}
+	return nil
+}
+
+// replay brings the record of a session that was live when its registry ended up to date with
+// its log: the record is written when the session starts and ends, the log carries what changed
+// in between. A log that ends with a close event (the record was not rewritten in time) makes
+// the session final.
+func replay(s *session, l EventLog) error {
+	p, err := l.Read(0, 0)
+	if err != nil {
+		return fmt.Errorf("read its events: %w", err)
+	}
+	for _, e := range p.Events {
+		switch pl := e.Payload.(type) {
+		case abi.MetadataPayload:
+			maps.Copy(s.obj.Metadata, pl.Metadata)
+		case abi.StatusPayload:
+			if pl.SessionStatus != "" && !pl.SessionStatus.Final() {
+				s.obj.Status = pl.SessionStatus
+			}
+		case abi.ClosePayload:
+			s.obj.Status = pl.Status
+			s.obj.Metadata["closedAt"] = abi.FormatTime(e.Time)
+			s.obj.Metadata["closeReason"] = pl.Reason
+			if pl.ExitCode != nil {
+				s.obj.Metadata["exitCode"] = *pl.ExitCode
+			}
+		}
+	}
+	return nil
+}
+
+// WatchSessions implements View.
+func (r *Registry) WatchSessions(ctx context.Context, after uint64, wait time.Duration) (Snapshot, error) {
+	var timer <-chan time.Time
+	for {
+		r.mu.Lock()
+		v, ch := r.version, r.changes
+		r.mu.Unlock()
+		if after == 0 || v != after || wait <= 0 {
+			return Snapshot{Sessions: r.list(true), Version: v}, nil
+		}
+		if timer == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-ch:
+		case <-timer:
+			return Snapshot{Sessions: r.list(true), Version: v}, nil
+		case <-ctx.Done():
+			return Snapshot{}, fmt.Errorf("watch sessions: %w", ctx.Err())
+		}
+	}
+}
