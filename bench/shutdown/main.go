@@ -77,7 +77,7 @@ func run() error {
 	add.Env = env
 	out, err := add.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("project add: %v: %s", err, out)
+		return fmt.Errorf("project add: %w: %s", err, out)
 	}
 	gw := exec.Command(exe, "serve", "--max-sessions", strconv.Itoa(*n+10), "--grace", grace.String(), "--idle-timeout", "0", "--log-level", "warn") //nolint:noctx,gosec // stopped by a signal
 	gw.Env = env

@@ -1,4 +1,4 @@
-// Package store keeps nexus's durable conversation index: state/sessions/sessions.json
+// Package chatstore keeps nexus's durable conversation index: state/sessions/sessions.json
 // (session key -> SessionEntry, OpenClaw's field names, docs/conversations.md, sessions.json), session keys and their
 // routing (§3), resets that mint a new sessionId and archive the old transcript, run records
 // written into transcripts as custom entries, and the subagent run registry
