@@ -23,8 +23,6 @@ import (
 
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/mcp"
-	"github.com/nexus-run/nexus/internal/shell/policy"
-	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
 // mcpEnv maps each operator flag of `nexus mcp` to the environment variable that sets it when
@@ -44,15 +42,16 @@ var mcpEnv = []struct{ flag, env string }{
 }
 
 // applyFlagEnv sets every flag of fs that was not given on the command line from its
-// environment variable, if that is set.
-func (a *app) applyFlagEnv(fs *pflag.FlagSet) error {
+// environment variable, if that is set; prefix is what the command puts before the names of
+// mcpEnv ("mcp-" for `nexus serve`).
+func (a *app) applyFlagEnv(fs *pflag.FlagSet, prefix string) error {
 	for _, p := range mcpEnv {
-		f := fs.Lookup(p.flag)
+		f := fs.Lookup(prefix + p.flag)
 		if f == nil || f.Changed {
 			continue
 		}
 		if v := a.env.Getenv(p.env); v != "" {
-			if err := fs.Set(p.flag, v); err != nil {
+			if err := fs.Set(prefix+p.flag, v); err != nil {
 				return fmt.Errorf("%s=%q: %w", p.env, v, err)
 			}
 		}
@@ -62,17 +61,8 @@ func (a *app) applyFlagEnv(fs *pflag.FlagSet) error {
 
 func (a *app) mcpCmd() *cobra.Command {
 	var (
-		auditDir       string
-		keyDir         string
-		knownHosts     string
-		fingerprint    string
-		sshConfig      string
-		connectTimeout time.Duration
-		maxSessions    int
-		idle           time.Duration
-		policyFile     string
-		shadowDir      string
-		logLevel       string
+		sf       shellFlags
+		logLevel string
 	)
 	cmd := textOutput(&cobra.Command{
 		Use:   "mcp",
@@ -92,7 +82,7 @@ them with "nexus mcp watch --follow". "nexus mcp setup claude|cursor|codex" prin
 configuration.`,
 		Args: noArgsOrSubcommand,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.applyFlagEnv(cmd.Flags()); err != nil {
+			if err := a.applyFlagEnv(cmd.Flags(), ""); err != nil {
 				return err
 			}
 			var lvl slog.Level
@@ -100,21 +90,9 @@ configuration.`,
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			logger := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: lvl}))
-			if maxSessions < 1 {
-				return fmt.Errorf("--max-sessions is %d; it must be at least 1", maxSessions)
-			}
-			if idle < 0 {
-				return fmt.Errorf("--idle-timeout is %s; use 0 to disable idle reaping", idle)
-			}
-			if idle == 0 {
-				idle = -1 // session.Config: negative disables
-			}
-			var op policy.Operator
-			if policyFile != "" {
-				var err error
-				if op, err = policy.LoadOperatorFile(policyFile); err != nil {
-					return err
-				}
+			cfg, err := a.shellConfig(&sf)
+			if err != nil {
+				return err
 			}
 			if err := fsutil.MkdirPrivate(a.stateDir); err != nil {
 				return err
@@ -123,22 +101,7 @@ configuration.`,
 			if err != nil {
 				return err
 			}
-			cfg := session.Config{
-				Owner:       owner,
-				MaxSessions: maxSessions,
-				IdleTimeout: idle,
-				AuditDir:    a.orState(auditDir, "audit"),
-				ShadowDir:   a.orState(shadowDir, "checkpoints"),
-				Operator:    op,
-				SSH: session.SSHConfig{
-					KeyDir:             absPath(keyDir),
-					KnownHosts:         knownHostsFile(knownHosts),
-					HostKeyFingerprint: fingerprint,
-					ConfigFile:         absPath(sshConfig),
-					ConnectTimeout:     connectTimeout,
-				},
-				Now: a.env.Now,
-			}
+			cfg.Owner = owner
 			if a.env.Getenv("GOGC") == "" {
 				// The MCP SDK allocates about half a megabyte per tool call decoding JSON (a fresh
 				// decoder buffer per message). With the default GOGC and the server's small heap
@@ -150,8 +113,8 @@ configuration.`,
 			srv := mcp.New(mcp.Config{Session: cfg, Logger: logger, Version: a.env.Version})
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			logger.Info("nexus mcp: serving on stdio", "audit_dir", cfg.AuditDir, "max_sessions", maxSessions,
-				"idle_timeout", idleString(idle), "policy", policyFile)
+			logger.Info("nexus mcp: serving on stdio", "audit_dir", cfg.AuditDir, "max_sessions", cfg.MaxSessions,
+				"idle_timeout", idleString(cfg.IdleTimeout), "policy", sf.policyFile)
 			if f, ok := a.env.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) { //nolint:gosec // G115: a file descriptor fits in an int
 				fmt.Fprintln(a.env.Stderr, "nexus mcp speaks the Model Context Protocol on stdin/stdout and is meant to be started by an MCP client; "+
 					"see \"nexus mcp setup --help\". Press Ctrl-D to stop.")
@@ -164,20 +127,10 @@ configuration.`,
 			return err
 		},
 	})
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&auditDir, "audit-dir", "", "directory of the audit log, one <session_id>.jsonl per session (default <state>/audit)")
 	f := cmd.Flags()
-	f.StringVar(&keyDir, "key-dir", "", "directory of the SSH private keys session_create's key may name (unset: no keys)")
-	f.StringVar(&knownHosts, "known-hosts", "", `known_hosts file SSH host keys are checked against; unknown hosts are refused (default ~/.ssh/known_hosts when it exists; "none" for none)`)
-	f.StringVar(&fingerprint, "host-key-fingerprint", "", `pin the host key of every SSH session: "SHA256:..." as ssh-keygen -lf prints it`)
-	f.StringVar(&sshConfig, "ssh-config", "", `ssh_config file for host aliases (default ~/.ssh/config when it exists; "none" for none)`)
-	f.DurationVar(&connectTimeout, "connect-timeout", 0, "SSH connect timeout (0: the transport's default)")
-	f.IntVar(&maxSessions, "max-sessions", session.DefaultMaxSessions, "most agent shells open at once")
-	f.DurationVar(&idle, "idle-timeout", session.DefaultIdleTimeout, "close agent shells idle this long (0 disables)")
-	f.StringVar(&policyFile, "policy", "", `operator policy JSON file: {"allow": [...], "deny": [...], "deny_patterns": [...]}`)
-	f.StringVar(&shadowDir, "shadow-dir", "", "directory of the shadow git repositories of local checkpoints (default <state>/checkpoints)")
+	sf.bind(f, cmd.PersistentFlags())
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	cmd.AddCommand(a.mcpSetupCmd(), a.mcpWatchCmd(&auditDir))
+	cmd.AddCommand(a.mcpSetupCmd(), a.mcpWatchCmd(&sf.auditDir))
 	return cmd
 }
 
@@ -478,7 +431,7 @@ order across sessions. With --follow, keep printing new records as they are writ
 interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.applyFlagEnv(cmd.Flags()); err != nil {
+			if err := a.applyFlagEnv(cmd.Flags(), ""); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)

@@ -148,7 +148,7 @@ func TestApplyFlagEnv(t *testing.T) {
 	if err := fs.Parse([]string{"--key-dir", "/flag/keys"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.applyFlagEnv(fs); err != nil {
+	if err := a.applyFlagEnv(fs, ""); err != nil {
 		t.Fatal(err)
 	}
 	if *maxS != 9 || *idle != 5*time.Minute || *keys != "/flag/keys" {
@@ -157,7 +157,7 @@ func TestApplyFlagEnv(t *testing.T) {
 	env["NEXUS_MCP_MAX_SESSIONS"] = "many"
 	fs2 := pflag.NewFlagSet("y", pflag.ContinueOnError)
 	fs2.Int("max-sessions", 64, "")
-	if err := a.applyFlagEnv(fs2); err == nil {
+	if err := a.applyFlagEnv(fs2, ""); err == nil {
 		t.Error("a bad value was accepted")
 	}
 }

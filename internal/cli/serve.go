@@ -93,7 +93,13 @@ func (a *app) serveCmd() *cobra.Command {
 				Now:         a.env.Now,
 				Owner:       owner,
 			})
-			kind := &terminal.Kind{
+			reg := live.New(live.Config{
+				MaxSessions: maxSessions,
+				IdleTimeout: idle,
+				Retention:   retention,
+				Now:         a.env.Now,
+				Logger:      logger,
+			}, &terminal.Kind{
 				Shell:  shell,
 				Grace:  grace,
 				Shells: shells,
@@ -102,28 +108,7 @@ func (a *app) serveCmd() *cobra.Command {
 					p, err := projects.Get(id)
 					return p.Path, err
 				},
-			}
-			// Sessions and their events live in state/live, so the next gateway still answers
-			// for them (docs/live-sessions.md).
-			openRegistry := func(ctx context.Context) (live.Backend, error) {
-				store, err := live.OpenDiskStore(filepath.Join(a.stateDir, "live"), live.DiskOptions{Logger: logger})
-				if err != nil {
-					return nil, err
-				}
-				reg, err := live.New(ctx, live.Config{
-					MaxSessions: maxSessions,
-					IdleTimeout: idle,
-					Retention:   retention,
-					Store:       store,
-					Now:         a.env.Now,
-					Logger:      logger,
-				}, kind)
-				if err != nil {
-					_ = store.Close()
-					return nil, err
-				}
-				return reg, nil
-			}
+			})
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			serveErr := gateway.Serve(ctx, gateway.DaemonOptions{
@@ -131,7 +116,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Listen:       listen,
 				AllowedHosts: allowHosts,
 				Shells:       agents,
-				Open:         openRegistry,
+				Registry:     reg,
 				Chats:        conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger}),
 				Version:      a.env.Version,
 				Logger:       logger,

@@ -1,0 +1,116 @@
+package mcp_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/nexus-run/nexus/internal/procfs"
+	"github.com/nexus-run/nexus/internal/testkit"
+)
+
+// The agent shells a gateway serves at /v1/mcp belong to the gateway's owner: a `nexus serve`
+// killed with SIGKILL leaves none of their processes behind (its watchdog reaps them; a shell
+// outside the owner's groups would keep a plain background job alive, since a pipe shell gets
+// no SIGHUP when its parent dies). A clean stop closes them with reason shutdown.
+func TestGatewayMCPShellsDieWithTheGateway(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		testkit.SkipUnlessCI(t, "bash not found: local sessions run it")
+	}
+	bin := nexusBinary(t)
+	for _, stop := range []string{"SIGKILL", "SIGTERM"} {
+		t.Run(stop, func(t *testing.T) {
+			home, err := os.MkdirTemp("", "nxg") // a short path: the socket's must fit in sun_path
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(home) })
+			cmd := exec.Command(bin, "serve", "--mcp-idle-timeout", "0") //nolint:gosec // G204: the binary built by nexusBinary
+			cmd.Env = append(os.Environ(), "NEXUS_HOME="+home)
+			var stderr testkit.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-exited
+			})
+			stderr.WaitFor(t, "listening on")
+			sock := filepath.Join(home, "state", "gateway.sock")
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			}}}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			cs, err := sdk.NewClient(&sdk.Implementation{Name: "owner", Version: "v0"}, nil).
+				Connect(ctx, &sdk.StreamableClientTransport{Endpoint: "http://nexus/v1/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+			if err != nil {
+				t.Fatalf("connect: %v\n%s", err, stderr.String())
+			}
+			defer func() { _ = cs.Close() }()
+			e := &e2e{t: t, ctx: ctx, cs: cs}
+			var created struct {
+				SessionID string `json:"session_id"`
+			}
+			e.ok("session_create", map[string]any{"transport": "local", "cwd": home}, &created)
+			r := e.exec(created.SessionID, `sleep 320 & echo $!; nohup sleep 321 >/dev/null 2>&1 & echo $!; (trap '' HUP; exec sleep 322) & echo $!`, nil)
+			type proc struct {
+				pid   int
+				start uint64
+			}
+			var jobs []proc
+			for _, f := range strings.Fields(r.Stdout) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatalf("stdout %q", r.Stdout)
+				}
+				p, err := procfs.Stat(pid)
+				if err != nil {
+					t.Fatalf("job %d: %v", pid, err)
+				}
+				jobs = append(jobs, proc{pid, p.Start})
+			}
+			if len(jobs) != 3 {
+				t.Fatalf("jobs %v from %q", jobs, r.Stdout)
+			}
+			sig := os.Kill
+			if stop == "SIGTERM" {
+				sig = syscall.SIGTERM
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			err = <-exited
+			exited <- err // for the cleanup
+			if stop == "SIGTERM" && err != nil {
+				t.Fatalf("nexus serve after SIGTERM: %v\n%s", err, stderr.String())
+			}
+			for _, j := range jobs {
+				testkit.Eventually(t, fmt.Sprintf("job %d to be reaped after nexus serve got %s", j.pid, stop), func() bool {
+					p, err := procfs.Stat(j.pid)
+					return err != nil || p.Start != j.start || p.Dead()
+				})
+			}
+			if stop == "SIGTERM" {
+				data, err := os.ReadFile(filepath.Join(home, "state", "audit", created.SessionID+".jsonl"))
+				if err != nil || !bytes.Contains(data, []byte(`"event":"close","reason":"shutdown"`)) {
+					t.Fatalf("audit log: %s %v", data, err)
+				}
+			}
+		})
+	}
+}
