@@ -9,7 +9,7 @@ GOLANGCI_VERSION ?= v2.15.0
 # "go install" would put it; PREFIX=/usr/local installs it for everyone (run as root).
 PREFIX      ?= $(patsubst %/bin,%,$(GOBIN_DIR))
 
-.PHONY: build install run test test-short bench lint fuzz clean pi-deps
+.PHONY: build install run test test-short bench lint fuzz clean pi-deps mcp-client-deps
 
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -30,8 +30,9 @@ run: build
 	NEXUS_HOME=$(NEXUS_HOME) ./$(BIN) serve
 
 # The whole suite, as CI runs it. The pi interoperability test needs the
-# pinned pi coding agent from npm (tools/pi); it is installed when npm exists.
-test: pi-deps
+# pinned pi coding agent from npm (tools/pi), the MCP-over-HTTP test the pinned
+# MCP TypeScript SDK (tools/mcp-client); both are installed when npm exists.
+test: pi-deps mcp-client-deps
 	@echo "Vetting, then testing every package with the race detector (the first run compiles everything: several minutes)."
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 8m ./...
@@ -52,6 +53,13 @@ pi-deps:
 			echo "Installing the pinned pi coding agent into tools/pi (npm ci, once; the interoperability test runs it)"; \
 			npm ci --prefix tools/pi --no-audit --no-fund --loglevel=error; }; \
 	else echo "npm not found: the pi interoperability test will be skipped"; fi
+
+mcp-client-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+		test -d tools/mcp-client/node_modules/@modelcontextprotocol/sdk || { \
+			echo "Installing the pinned MCP TypeScript SDK into tools/mcp-client (npm ci, once; the MCP-over-HTTP test drives the gateway with it)"; \
+			npm ci --prefix tools/mcp-client --no-audit --no-fund --loglevel=error; }; \
+	else echo "npm not found: the TypeScript MCP client test will be skipped"; fi
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway
