@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/mcp"
 )
 
@@ -184,7 +185,11 @@ func idleString(d time.Duration) string {
 }
 
 func (a *app) mcpSetupCmd() *cobra.Command {
-	return textOutput(&cobra.Command{
+	var (
+		overHTTP bool
+		baseURL  string
+	)
+	cmd := textOutput(&cobra.Command{
 		Use:   "setup claude|cursor|codex",
 		Short: "Print the configuration that adds nexus to an MCP client",
 		Long: `Print what to paste into an MCP client's configuration so it starts this nexus binary as
@@ -198,11 +203,23 @@ what this invocation would use and an MCP client would not otherwise know: --sta
 --audit-dir when given, NEXUS_HOME when it moves the state directory away from ~/nexus/state, and
 every NEXUS_MCP_* variable set now (paths made absolute), as the client's "env" for the server.
 Codex starts servers with a reduced environment, so for Codex that table is the only way they
-arrive.`,
+arrive.
+
+With --http it prints instead the configuration that reaches the running gateway's MCP endpoint
+(/v1/mcp on its --listen address, or --url) with the bearer token of the state directory: the
+agent's shells are then the gateway's (listed by GET /v1/shells). The token is not printed:
+Claude Code's command line reads it from the token file, Cursor and Codex from NEXUS_TOKEN.`,
 		Args:              cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
 		ValidArgs:         []string{"claude", "cursor", "codex"},
 		ValidArgsFunction: cobra.FixedCompletions([]string{"claude", "cursor", "codex"}, cobra.ShellCompDirectiveNoFileComp),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if overHTTP || baseURL != "" {
+				u, err := a.gatewayMCPURL(baseURL)
+				if err != nil {
+					return err
+				}
+				return writeMCPHTTPSetup(a.env.Stdout, a.env.Stderr, args[0], mcpHTTPSetup{url: u, tokenFile: filepath.Join(a.stateDir, gateway.TokenFile)})
+			}
 			l, notes, err := a.mcpLaunch(cmd)
 			if err != nil {
 				return err
@@ -235,6 +252,9 @@ arrive.`,
 			return err
 		},
 	})
+	cmd.Flags().BoolVar(&overHTTP, "http", false, "configure the client for the running gateway's /v1/mcp (Streamable HTTP, bearer token) instead of starting nexus mcp")
+	cmd.Flags().StringVar(&baseURL, "url", "", "with --http: the gateway's address, http://HOST:PORT (default: the --listen address of the gateway running for the state directory)")
+	return cmd
 }
 
 // mcpLaunchConfig is how an MCP client starts `nexus mcp`: the binary, its arguments and the
