@@ -34,11 +34,14 @@ import (
 //	<id>/pinned.log             non-data events whose segment was dropped (see MemoryLog)
 //
 // Durability (docs/live-sessions.md states it for users):
-//   - Every event is written (write(2), to the kernel) before any reader can see it, and every
-//     record before the request that changed it is answered, so a killed process — kill -9
-//     included — loses nothing a client saw or was told.
-//   - fsync is batched: a flusher syncs what changed at most every SyncInterval (default 1 s),
-//     and closing the store syncs everything. A power loss or kernel crash may lose what was
+//   - Every event is written (write(2), to the kernel) before any reader can see it or its
+//     sequence number (the registry flushes a log before it reads from it), and every record
+//     before the request that changed it is answered, so a killed process — kill -9 included
+//     — loses nothing a client saw or was told. Events nobody has read yet wait in a buffer of
+//     up to writeBatch bytes, so a burst of output costs one write(2) per batch; a kill may
+//     lose those, at most the last SyncInterval's, and their numbers are given out again.
+//   - fsync is batched: a flusher syncs what changed every SyncInterval (default 1 s), and
+//     closing the store (a clean shutdown) syncs everything. A power loss or kernel crash may lose what was
 //     written in the last interval; a torn last record is detected (length and CRC-32C per
 //     record) and dropped.
 //   - Sequence numbers are reserved in blocks of seqBlock, the reservation synced before a
@@ -356,6 +359,7 @@ type diskLog struct {
 	mem      *MemoryLog
 	segs     []*segment // oldest first; the last is the one appended to
 	cur      *os.File   // the last segment's file, opened on the first append
+	pending  *[]byte    // framed events of the last segment not yet written (see Flush)
 	pinCount int
 	reserved uint64
 	broken   error // the first write error: the log carries on in memory only
@@ -366,7 +370,10 @@ type diskLog struct {
 	syncMu sync.Mutex // one sync at a time, and none while the files are being closed
 }
 
-// Append implements EventLog.
+// Append implements EventLog. The events are framed into a buffer and written (one write(2)
+// for many events) by Flush, which the registry calls before any reader can see them, or when
+// the buffer holds writeBatch bytes; so a producer printing faster than anyone reads pays one
+// system call per batch, not per event.
 func (l *diskLog) Append(events ...*Event) error {
 	if len(events) == 0 {
 		return nil
@@ -379,16 +386,26 @@ func (l *diskLog) Append(events ...*Event) error {
 	if l.broken != nil {
 		return fmt.Errorf("%w: %w", ErrNotDurable, l.broken)
 	}
-	if err := l.write(events); err != nil {
+	err := l.queue(events)
+	if err == nil {
+		err = l.prune()
+	}
+	if err != nil {
 		l.broken = err
+		l.dropPending()
 		return fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
 	}
 	return nil
 }
 
-func (l *diskLog) write(events []*Event) error {
+// writeBatch is how many framed bytes wait for a reader before they are written anyway.
+const writeBatch = 64 << 10
+
+// queue frames events into the pending buffer, in the current segment.
+func (l *diskLog) queue(events []*Event) error {
 	lastSeq := events[len(events)-1].Seq
 	if lastSeq > l.reserved {
+		// The numbers become visible once written; the reservation must be durable first.
 		if err := l.writeReservation(lastSeq+seqBlock, true); err != nil {
 			return err
 		}
@@ -396,19 +413,15 @@ func (l *diskLog) write(events []*Event) error {
 	if err := l.rotate(events[0].Seq); err != nil {
 		return err
 	}
-	bp := frameBufs.Get().(*[]byte)
-	buf, err := frameAll((*bp)[:0], events)
+	if l.pending == nil {
+		l.pending = frameBufs.Get().(*[]byte)
+	}
+	at := len(*l.pending)
+	buf, err := frameAll(*l.pending, events)
 	if err != nil {
 		return err
 	}
-	_, err = l.cur.Write(buf)
-	if cap(buf) <= 1<<20 {
-		*bp = buf
-		frameBufs.Put(bp)
-	}
-	if err != nil {
-		return fmt.Errorf("write event log: %w", err)
-	}
+	*l.pending = buf
 	nonData := 0
 	for _, e := range events {
 		if e.retained() {
@@ -421,10 +434,56 @@ func (l *diskLog) write(events []*Event) error {
 	}
 	seg.last = lastSeq
 	seg.count += len(events)
-	seg.bytes += len(buf)
+	seg.bytes += len(buf) - at
 	seg.nonData += nonData
-	l.dirty = true
-	return l.prune()
+	if len(buf) >= writeBatch {
+		return l.flushLocked()
+	}
+	return nil
+}
+
+// Flush implements Flusher: the pending events are written (to the kernel) when it returns.
+func (l *diskLog) Flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.broken != nil {
+		return nil // reported by the Append that broke it; the log lives on in memory
+	}
+	if err := l.flushLocked(); err != nil {
+		l.broken = err
+		l.dropPending()
+		return fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+	}
+	return nil
+}
+
+func (l *diskLog) flushLocked() error {
+	if l.pending == nil {
+		return nil
+	}
+	buf := *l.pending
+	var err error
+	if len(buf) > 0 {
+		_, err = l.cur.Write(buf)
+		l.dirty = true
+	}
+	l.dropPending()
+	if err != nil {
+		return fmt.Errorf("write event log: %w", err)
+	}
+	return nil
+}
+
+// dropPending gives the pending buffer back: an idle session keeps none.
+func (l *diskLog) dropPending() {
+	if l.pending == nil {
+		return
+	}
+	if cap(*l.pending) <= 2*writeBatch {
+		*l.pending = (*l.pending)[:0]
+		frameBufs.Put(l.pending)
+	}
+	l.pending = nil
 }
 
 // rotate makes sure an open segment with room is there for events from seq on.
@@ -433,6 +492,9 @@ func (l *diskLog) rotate(seq uint64) error {
 		seg := l.segs[len(l.segs)-1]
 		if seg.count < max(l.limits.Events/4, 1) && seg.bytes < max(l.limits.Bytes/4, 64<<10) {
 			return nil
+		}
+		if err := l.flushLocked(); err != nil { // what is pending belongs to this segment
+			return err
 		}
 		l.cur = nil // the segment keeps its file until it is synced or dropped
 	}
@@ -578,13 +640,15 @@ func (l *diskLog) LastSeq() uint64 { return l.mem.LastSeq() }
 // Read implements EventLog.
 func (l *diskLog) Read(after uint64, limit int) (Page, error) { return l.mem.Read(after, limit) }
 
-// Close implements EventLog: the session has ended; what it wrote is synced now, so a closed
-// session's events survive even a power loss that follows.
+// Close implements EventLog: the session has ended. The flusher syncs what it wrote with
+// everything else (closing a thousand sessions at a shutdown must not cost a thousand rounds
+// of fsyncs) and then lets go of its files.
 func (l *diskLog) Close() error {
+	err := l.Flush()
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
-	return l.sync()
+	return err
 }
 
 // sync makes what l wrote durable.
@@ -592,6 +656,14 @@ func (l *diskLog) sync() error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	l.mu.Lock()
+	var errs []error
+	if l.broken == nil {
+		if err := l.flushLocked(); err != nil {
+			l.broken = err
+			l.dropPending()
+			errs = append(errs, fmt.Errorf("session %s: %w", l.id, err))
+		}
+	}
 	var files, retired []*os.File
 	if l.dirty && l.cur != nil {
 		files = append(files, l.cur)
@@ -607,7 +679,6 @@ func (l *diskLog) sync() error {
 	closed := l.closed
 	l.mu.Unlock()
 
-	var errs []error
 	for _, f := range append(retired, files...) {
 		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
 			errs = append(errs, fmt.Errorf("sync %s: %w", f.Name(), err))
@@ -656,6 +727,7 @@ func (l *diskLog) releaseFiles() {
 		}
 	}
 	l.cur = nil
+	l.dropPending()
 }
 
 // release closes l's files without syncing (the store is done with the session).

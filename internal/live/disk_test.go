@@ -403,3 +403,38 @@ func flipLastByte(t *testing.T, path string) {
 	b[i] ^= 0x20
 	mustOK(t, os.WriteFile(path, b, 0o600))
 }
+
+// TestDiskWrittenBeforeSeen: whatever a reader can get — an event, or the number of the last
+// one — is in the files already (a kill -9 right after would not take it back), though output
+// nobody asked for may wait in a buffer.
+func TestDiskWrittenBeforeSeen(t *testing.T) {
+	d := newDiskRun(t)
+	d.start(bigLog)
+	id := d.create()
+	onDisk := func() []byte {
+		var all []byte
+		for _, seg := range d.segments(id) {
+			b, err := os.ReadFile(seg)
+			mustOK(t, err)
+			all = append(all, b...)
+		}
+		return all
+	}
+	for i := range 50 {
+		mark := fmt.Sprintf("<mark %d>", i)
+		d.emit(id, mark)
+		if i%2 == 0 {
+			b, err := d.reg.Read(context.Background(), id, 0, 0, 0)
+			mustOK(t, err)
+			if !strings.Contains(describe(b.Events), mark) {
+				t.Fatalf("read misses %s", mark)
+			}
+		} else {
+			_, err := d.reg.LastSeq(context.Background(), id)
+			mustOK(t, err)
+		}
+		if !bytes.Contains(onDisk(), []byte(mark)) {
+			t.Fatalf("%s was seen but is not written", mark)
+		}
+	}
+}

@@ -19,8 +19,9 @@ type EventLog interface {
 	// Append stores events whose sequence numbers the caller assigned: contiguous, following
 	// LastSeq. Once it returns, readers may be shown them, so an implementation that persists
 	// must have handed them to the operating system by then (a process kill loses nothing a
-	// reader saw). An error means the events were not stored, except one that wraps
-	// ErrNotDurable: then they are stored in memory but will not survive a restart.
+	// reader saw) — or implement Flusher, which the registry calls first. An error means the
+	// events were not stored, except one that wraps ErrNotDurable: then they are stored in
+	// memory but will not survive a restart.
 	Append(events ...*Event) error
 	// Read returns up to limit events (0: every one it holds) after sequence number after,
 	// and the range between after and the first of them that it no longer holds.
@@ -29,6 +30,13 @@ type EventLog interface {
 	LastSeq() uint64
 	// Close releases the log. A persisting log makes what it holds durable first.
 	Close() error
+}
+
+// Flusher is implemented by an EventLog whose Append may leave events in a write buffer: the
+// registry calls Flush before it reads from the log or tells anyone its last sequence number,
+// so no reader sees an event that was not written.
+type Flusher interface {
+	Flush() error
 }
 
 // ErrNotDurable marks an Append whose events a persisting log kept in memory only (a full disk).

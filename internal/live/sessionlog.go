@@ -9,13 +9,15 @@ import (
 // numbers, wakes waiting readers (by closing a broadcast channel, so a slow reader never blocks
 // another), knows when the session has ended, and paces output for followers (flow.go).
 type sessionLog struct {
-	mu     sync.Mutex
-	log    EventLog
-	limits LogLimits
-	last   uint64
-	wake   chan struct{}
-	closed bool
-	// failed reports an EventLog error; it is called once per kind of failure.
+	mu      sync.Mutex
+	log     EventLog
+	flusher Flusher // log's, when it buffers writes
+	limits  LogLimits
+	last    uint64
+	wake    chan struct{}
+	closed  bool
+	// failed reports an EventLog error: the first one of the session (a log that cannot write
+	// fails the same way every time).
 	failed   func(error)
 	reported bool
 
@@ -23,9 +25,21 @@ type sessionLog struct {
 }
 
 func newSessionLog(log EventLog, l LogLimits, failed func(error)) *sessionLog {
-	return &sessionLog{
+	sl := &sessionLog{
 		log: log, limits: l, last: log.LastSeq(), wake: make(chan struct{}), failed: failed,
 		flow: flowState{room: make(chan struct{}), followers: map[*follower]struct{}{}},
+	}
+	sl.flusher, _ = log.(Flusher)
+	return sl
+}
+
+// flushLocked writes what the log buffered: before anyone sees an event or a sequence number.
+func (l *sessionLog) flushLocked() {
+	if l.flusher == nil {
+		return
+	}
+	if err := l.flusher.Flush(); err != nil {
+		l.report(err)
 	}
 }
 
@@ -96,6 +110,7 @@ type readResult struct {
 func (l *sessionLog) read(after uint64, limit int) (readResult, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.flushLocked()
 	p, err := l.log.Read(after, limit)
 	if err != nil {
 		return readResult{}, err
@@ -106,5 +121,6 @@ func (l *sessionLog) read(after uint64, limit int) (readResult, error) {
 func (l *sessionLog) lastSeq() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.flushLocked()
 	return l.last
 }
