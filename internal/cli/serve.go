@@ -93,13 +93,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Now:         a.env.Now,
 				Owner:       owner,
 			})
-			reg := live.New(live.Config{
-				MaxSessions: maxSessions,
-				IdleTimeout: idle,
-				Retention:   retention,
-				Now:         a.env.Now,
-				Logger:      logger,
-			}, &terminal.Kind{
+			kind := &terminal.Kind{
 				Shell:  shell,
 				Grace:  grace,
 				Shells: shells,
@@ -108,7 +102,28 @@ func (a *app) serveCmd() *cobra.Command {
 					p, err := projects.Get(id)
 					return p.Path, err
 				},
-			})
+			}
+			// Sessions and their events live in state/live, so the next gateway still answers
+			// for them (docs/live-sessions.md).
+			openRegistry := func(ctx context.Context) (live.Backend, error) {
+				store, err := live.OpenDiskStore(filepath.Join(a.stateDir, "live"), live.DiskOptions{Logger: logger})
+				if err != nil {
+					return nil, err
+				}
+				reg, err := live.New(ctx, live.Config{
+					MaxSessions: maxSessions,
+					IdleTimeout: idle,
+					Retention:   retention,
+					Store:       store,
+					Now:         a.env.Now,
+					Logger:      logger,
+				}, kind)
+				if err != nil {
+					_ = store.Close()
+					return nil, err
+				}
+				return reg, nil
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			serveErr := gateway.Serve(ctx, gateway.DaemonOptions{
@@ -116,7 +131,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Listen:       listen,
 				AllowedHosts: allowHosts,
 				Shells:       agents,
-				Registry:     reg,
+				Open:         openRegistry,
 				Chats:        conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger}),
 				Version:      a.env.Version,
 				Logger:       logger,
