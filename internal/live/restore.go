@@ -51,7 +51,10 @@ func (r *Registry) restore(ctx context.Context) error {
 			}
 			continue
 		}
+		r.mu.Lock() // an Observer registered with New may already be looking
 		r.sessions[s.id] = s
+		r.changedLocked()
+		r.mu.Unlock()
 	}
 	return nil
 }
