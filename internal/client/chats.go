@@ -156,7 +156,7 @@ func (ch *Chats) History(ctx context.Context, ref string, opts conversation.Hist
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	resp, err := ch.c.open(ctx, http.MethodGet, p, nil, 0, "")
+	resp, err := ch.c.open(ctx, http.MethodGet, p, nil, 0, "") //nolint:bodyclose // the History returned owns the body; its Close closes it
 	if err != nil {
 		return nil, err
 	}

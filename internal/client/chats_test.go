@@ -18,6 +18,7 @@ import (
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/conversation/conversationtest"
 	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // serveChats serves a gateway handler with a conversation Service over opts on a unix socket
@@ -30,12 +31,7 @@ func serveChats(t *testing.T, opts conversation.Options, token string) *client.C
 		t.Cleanup(srv.Close)
 		return client.New(client.Target{URL: srv.URL, Token: token})
 	}
-	// A short directory: unix socket paths are limited to about 108 bytes.
-	dir, err := os.MkdirTemp("", "chats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := testkit.ShortTempDir(t)
 	sock := filepath.Join(dir, "gw.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {

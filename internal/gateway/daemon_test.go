@@ -21,6 +21,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/live/livetest"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // Serve changes the process umask for a moment, so these tests do not run in parallel.
@@ -83,12 +84,7 @@ func (d *daemon) stop(t *testing.T) {
 // shortDir returns a fresh state directory whose socket path fits in sun_path.
 func shortDir(t *testing.T) string {
 	t.Helper()
-	base, err := os.MkdirTemp("", "nx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	return filepath.Join(base, "state") // Serve creates it
+	return filepath.Join(testkit.ShortTempDir(t), "state") // Serve creates it
 }
 
 func mode(t *testing.T, path string) fs.FileMode {
@@ -351,13 +347,7 @@ func TestServeBadListenAddress(t *testing.T) {
 		t.Fatal("serve with an impossible --listen address succeeded")
 	}
 	// It cleaned up: no server left running, the socket is gone, the directory can be served again.
-	deadline := time.Now().Add(5 * time.Second)
-	for serveGoroutines() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a failed Serve left %d goroutines running", serveGoroutines())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, "a failed Serve's goroutines end", func() bool { return serveGoroutines() == 0 })
 	if _, err := os.Lstat(filepath.Join(dir, gateway.SocketFile)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("socket left behind after a failed start: %v", err)
 	}

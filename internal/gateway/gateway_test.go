@@ -21,6 +21,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/live/livetest"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // ---------------------------------------------------------------------------------------------
@@ -508,7 +509,11 @@ func TestStreamRoute(t *testing.T) {
 // An ephemeral session closes when the last connection holding it ends.
 func TestStreamHoldClosesEphemeral(t *testing.T) {
 	e := newEnv(t, "", live.Config{})
-	srv := httptest.NewServer(e.h)
+	// The gateway over a backend that says when a hold is released, so the test knows the
+	// first holder's release has happened before it checks that the session stayed open.
+	released := make(chan struct{}, 2)
+	h := gateway.Handler(gateway.Options{Registry: releaseSpy{Backend: e.reg, released: released}, Version: "v-test", Now: e.clock.Now, MaxWait: 2 * time.Second})
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	s := e.create(t, `{"type":"terminal","context":{"projectId":"p"},"ephemeral":true}`)
 	c := client.New(client.Target{URL: srv.URL})
@@ -523,12 +528,12 @@ func TestStreamHoldClosesEphemeral(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = a.Close()
-	time.Sleep(50 * time.Millisecond)
+	<-released
 	if got, _ := e.reg.Get(ctx, s.SessionID); got.Status != abi.StatusActive {
 		t.Fatalf("closed with a holder left: %s", got.Status)
 	}
 	_ = b.Abort()
-	waitUntil(t, 5*time.Second, func() bool { got, _ := e.reg.Get(ctx, s.SessionID); return got.Status == abi.StatusClosed })
+	testkit.Eventually(t, "the ephemeral session closes", func() bool { got, _ := e.reg.Get(ctx, s.SessionID); return got.Status == abi.StatusClosed })
 	got, _ := e.reg.Get(ctx, s.SessionID)
 	if got.Metadata["closeReason"] != abi.CloseEphemeral {
 		t.Fatalf("close reason %v", got.Metadata["closeReason"])
@@ -543,15 +548,18 @@ func TestStreamHoldClosesEphemeral(t *testing.T) {
 	}
 }
 
-func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(5 * time.Millisecond)
+// releaseSpy is a backend that reports each release of a hold on released.
+type releaseSpy struct {
+	live.Backend
+	released chan<- struct{}
+}
+
+func (b releaseSpy) Hold(ctx context.Context, id string) (func(), error) {
+	release, err := b.Backend.Hold(ctx, id)
+	if err != nil {
+		return nil, err
 	}
+	return func() { release(); b.released <- struct{}{} }, nil
 }
 
 // ---------------------------------------------------------------------------------------------

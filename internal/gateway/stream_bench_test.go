@@ -37,6 +37,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 }
 
 func benchFanout(b *testing.B, subs int, mode string) {
+	b.Helper()
 	// A terminal kind without a PTY: the benchmark publishes output through its sink, so what
 	// is measured is the registry and the gateway alone.
 	k := livetest.NewFakeKind(abi.TypeTerminal, false)

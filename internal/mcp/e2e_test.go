@@ -48,7 +48,8 @@ func nexusBinary(t testing.TB) string {
 		testkit.SkipUnlessCI(t, "go not found in PATH: the end-to-end test builds the nexus binary")
 	}
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "nexus-mcp-e2e-")
+		// One build shared by every test of the package, so not one test's TempDir.
+		buildDir, buildErr = os.MkdirTemp("", "nexus-mcp-e2e-") //nolint:usetesting // outlives the test that builds it
 		if buildErr != nil {
 			return
 		}

@@ -407,7 +407,8 @@ func TestSDKClientSurvivesMalformedLines(t *testing.T) {
 
 	var logs testkit.Buffer
 	client := sdk.NewClient(&sdk.Implementation{Name: "sdk-framing", Version: "v0"}, &sdk.ClientOptions{
-		LoggingMessageHandler: func(_ context.Context, r *sdk.LoggingMessageRequest) {
+		// Logging is deprecated from protocol 2026-07-28 but still served: this test checks it.
+		LoggingMessageHandler: func(_ context.Context, r *sdk.LoggingMessageRequest) { //nolint:staticcheck // see above
 			b, _ := json.Marshal(r.Params)
 			_, _ = logs.Write(append(b, '\n'))
 		},
@@ -430,7 +431,7 @@ func TestSDKClientSurvivesMalformedLines(t *testing.T) {
 	e := &e2e{t: t, ctx: ctx, cs: cs}
 	var info session.Info
 	// The client speaks a protocol version where the log level travels with each request.
-	p := &sdk.CallToolParams{Name: "session_create", Arguments: map[string]any{"transport": "local"}, Meta: sdk.Meta{sdk.MetaKeyLogLevel: "info"}}
+	p := &sdk.CallToolParams{Name: "session_create", Arguments: map[string]any{"transport": "local"}, Meta: sdk.Meta{sdk.MetaKeyLogLevel: "info"}} //nolint:staticcheck // the deprecated logging feature is what is tested
 	if res := e.callParams(p, &info); res.IsError || info.SessionID == "" {
 		t.Fatalf("session_create: %s", text(res))
 	}

@@ -31,11 +31,7 @@ func TestGatewayMCPShellsDieWithTheGateway(t *testing.T) {
 	bin := nexusBinary(t)
 	for _, stop := range []string{"SIGKILL", "SIGTERM"} {
 		t.Run(stop, func(t *testing.T) {
-			home, err := os.MkdirTemp("", "nxg") // a short path: the socket's must fit in sun_path
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(home) })
+			home := testkit.ShortTempDir(t)
 			cmd := exec.Command(bin, "serve", "--mcp-idle-timeout", "0") //nolint:gosec // G204: the binary built by nexusBinary
 			cmd.Env = append(os.Environ(), "NEXUS_HOME="+home)
 			var stderr testkit.Buffer
@@ -47,7 +43,7 @@ func TestGatewayMCPShellsDieWithTheGateway(t *testing.T) {
 			go func() { exited <- cmd.Wait() }()
 			t.Cleanup(func() {
 				_ = cmd.Process.Kill()
-				<-exited
+				t.Logf("gateway after the test: %v", <-exited)
 			})
 			stderr.WaitFor(t, "listening on")
 			sock := filepath.Join(home, "state", "gateway.sock")

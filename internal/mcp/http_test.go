@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -63,7 +64,12 @@ func TestHTTPServesTheSameTools(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- stdio.Run(ctx, st) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("stdio server: %v", err)
+		}
+	}()
 	local, err := sdk.NewClient(&sdk.Implementation{Name: "in-memory", Version: "v0"}, nil).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-// Package shell is the persistent shell engine for agents (seed 002): one long-lived shell per
+// Package shell is the persistent shell engine for agents (docs/agent-shells.md): one long-lived shell per
 // session over a transport (local, ssh, docker), commands framed so state persists and results
 // are structured, output cleaned, redacted and budgeted, commands checked against policy, and
 // the workspace checkpointed.

@@ -102,3 +102,16 @@ func SkipUnlessCI(tb testing.TB, reason string) {
 	}
 	tb.Skip(reason)
 }
+
+// ShortTempDir returns a fresh directory directly under the system's temporary directory,
+// removed when the test ends. t.TempDir's paths carry the test's name, and a unix socket
+// path must fit in sun_path (108 bytes): state directories that hold a socket live here.
+func ShortTempDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "nx") //nolint:usetesting // t.TempDir's path is too long for a socket
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}

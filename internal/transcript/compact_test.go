@@ -406,6 +406,7 @@ func TestCompactLines(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 5, 1, 10, 11, 12, 345e6, time.UTC)
 	build := func(t *testing.T, path string) map[string]string {
+		t.Helper()
 		s := &session{t: t, w: newWriter(t, path, testOpts(150)), ids: map[string]string{}}
 		s.add("u1", userMsg("one")).add("a1", assistantMsg("", call{"c1", "bash", ""}, call{"c2", "bash", ""})).
 			add("r1", toolResultMsg("c1", "x")).add("r2", toolResultMsg("c2", "y")).add("a2", assistantMsg("done")).

@@ -370,6 +370,7 @@ func TestV1CompactionAndV2Migration(t *testing.T) {
 			firstKept: "00000002",
 			roles:     []string{"compactionSummary", "assistant", "user", "custom"},
 			check: func(t *testing.T, f *File) {
+				t.Helper()
 				c := f.Entry("00000004")
 				if c == nil || c.Type != "compaction" {
 					t.Fatalf("compaction entry: %+v", c)

@@ -883,6 +883,7 @@ func TestWriterInteropPi(t *testing.T) {
 }
 
 func benchmarkAppend(b *testing.B, policy SyncPolicy) {
+	b.Helper()
 	path := filepath.Join(b.TempDir(), "s.jsonl")
 	opts := WriterOptions{Sync: policy}
 	w := try(Create(path, "/work/project", opts)).ok(b)

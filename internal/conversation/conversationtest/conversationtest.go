@@ -92,7 +92,10 @@ func (c *clock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func ctx(t *testing.T) context.Context { return t.Context() }
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	return t.Context()
+}
 
 // fixture writes a transcript of testdata into the source directory and returns its path.
 func (e *env) fixture(t *testing.T, name string) string {
@@ -185,7 +188,7 @@ func contextOf(t *testing.T, path, leaf string) (*transcript.Context, []string) 
 
 func readFile(t *testing.T, path string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // a path the contract suite itself built under its temporary directory
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +486,10 @@ func testHistory(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range h.Messages {
+	for _, err := range h.Messages {
+		if err != nil {
+			t.Fatal(err)
+		}
 		break
 	}
 	if err := h.Close(); err != nil {

@@ -116,6 +116,7 @@ func cpuTime() time.Duration {
 }
 
 func reportCPU(b *testing.B, cpu0 time.Duration, n int) {
+	b.Helper()
 	if d := cpuTime() - cpu0; d > 0 {
 		b.ReportMetric(float64(n)*float64(b.N)/1e6/d.Seconds(), "cpu-MB/s")
 	}

@@ -589,6 +589,7 @@ func runChunked(t testing.TB, b shell.Budget, lineCap int, in []byte, cuts []int
 // checkChunking compares one write with the given chunking for every test budget and a few
 // line caps, and checks invariants of the output.
 func checkChunking(t *testing.T, in []byte, cuts []int) {
+	t.Helper()
 	for _, lineCap := range []int{3, 16, 1 << 20} {
 		for _, b := range chunkBudgets {
 			t1, r1, tr1 := runChunked(t, b, lineCap, in, nil)

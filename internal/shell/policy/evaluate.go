@@ -308,7 +308,7 @@ func (fr *frame) targetString(s, text, who string, fromData, allowAll bool) {
 	if !fr.refName(name, text) {
 		return
 	}
-	if hasSub && !(allowAll && (sub == "@" || sub == "*")) && !arithLiteral(sub) {
+	if hasSub && (!allowAll || (sub != "@" && sub != "*")) && !arithLiteral(sub) {
 		fr.w.arithmetic(text, who+": the subscript ["+clip(sub)+"] is evaluated arithmetically")
 		return
 	}
