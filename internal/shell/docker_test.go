@@ -185,9 +185,7 @@ func writeDockerClient(t *testing.T, client, host, logDir string) string {
 		script += "printf '%s\\0' \"$@\" >" + shQuote(logDir) + "/\"$(date +%s%N)-$$\"\n"
 	}
 	script += "DOCKER_HOST=" + shQuote(host) + " exec " + shQuote(client) + " \"$@\"\n"
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil { //nolint:gosec // an executable
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, bin, script)
 	return bin
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -114,4 +115,18 @@ func ShortTempDir(tb testing.TB) string {
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
+}
+
+// WriteExecutable writes an executable script (mode 0700) that the test then runs. A process
+// forked by another goroutine while the file is open for writing keeps a writable descriptor
+// until it execs, and running the script meanwhile fails with "text file busy" (ETXTBSY):
+// holding syscall.ForkLock for reading keeps forks out of that window.
+func WriteExecutable(tb testing.TB, path, content string) {
+	tb.Helper()
+	syscall.ForkLock.RLock()
+	err := os.WriteFile(path, []byte(content), 0o700) //nolint:gosec // an executable for the test
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		tb.Fatal(err)
+	}
 }
