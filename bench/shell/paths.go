@@ -15,7 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/shell"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 // The two commands every path runs. bigCommand prints bigBytes bytes of 'x' and no newline.
@@ -113,14 +113,14 @@ func openManager(ctx context.Context, cfg config, env *benchEnv) (*path, error) 
 	if err != nil {
 		return nil, err
 	}
-	m := session.New(session.Config{
+	m := agentshell.New(agentshell.Config{
 		AuditDir:    filepath.Join(dir, "audit"),
 		ShadowDir:   filepath.Join(dir, "shadow"),
 		IdleTimeout: -1,
 		Env:         env.shellEnv,
 		RunPrefix:   "bench",
 	})
-	info, err := m.Create(ctx, session.CreateOptions{Transport: "local", Cwd: dir})
+	info, err := m.Create(ctx, agentshell.CreateOptions{Transport: "local", Cwd: dir})
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -128,7 +128,7 @@ func openManager(ctx context.Context, cfg config, env *benchEnv) (*path, error) 
 	mk := func(command string, budget *shell.Budget, wantChars int) sampler {
 		return func(ctx context.Context, row *Row) (time.Duration, error) {
 			t0 := time.Now()
-			res, err := m.Exec(ctx, info.SessionID, command, session.ExecOptions{Budget: budget, Timeout: sampleTimeout})
+			res, err := m.Exec(ctx, info.SessionID, command, agentshell.ExecOptions{Budget: budget, Timeout: sampleTimeout})
 			el := time.Since(t0)
 			if err != nil {
 				return el, err
@@ -208,7 +208,7 @@ func openMCP(ctx context.Context, cfg config, env *benchEnv) (*path, error) {
 		closeAll()
 		return nil, fmt.Errorf("session_create: tool error: %s", toolText(res))
 	}
-	var info session.Info
+	var info agentshell.Info
 	if err := decodeStructured(res, &info); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("session_create: %w", err)

@@ -19,7 +19,7 @@ import (
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/project"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -85,7 +85,7 @@ func (a *app) serveCmd() *cobra.Command {
 				agents = mcp.New(mcp.Config{Session: shellCfg, Logger: logger, Version: a.env.Version})
 			}
 			projects := project.NewStore(a.projectsPath(), a.env.Now)
-			shells := session.New(session.Config{
+			shells := agentshell.New(agentshell.Config{
 				MaxSessions: maxSessions,
 				IdleTimeout: -1, // a run shell lives as long as its terminal
 				RunPrefix:   prefixes[0],

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/shell/policy"
-	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
 // shellFlags are the operator's settings of agent shells: `nexus mcp` takes them as they are
@@ -40,39 +40,39 @@ func (sf *shellFlags) bind(f, audit *pflag.FlagSet) {
 	f.StringVar(&sf.fingerprint, n("host-key-fingerprint"), "", `pin the host key of every SSH session: "SHA256:..." as ssh-keygen -lf prints it`)
 	f.StringVar(&sf.sshConfig, n("ssh-config"), "", `ssh_config file for host aliases (default ~/.ssh/config when it exists; "none" for none)`)
 	f.DurationVar(&sf.connectTimeout, n("connect-timeout"), 0, "SSH connect timeout (0: the transport's default)")
-	f.IntVar(&sf.maxSessions, n("max-sessions"), session.DefaultMaxSessions, "most agent shells open at once")
-	f.DurationVar(&sf.idle, n("idle-timeout"), session.DefaultIdleTimeout, "close agent shells idle this long (0 disables)")
+	f.IntVar(&sf.maxSessions, n("max-sessions"), agentshell.DefaultMaxSessions, "most agent shells open at once")
+	f.DurationVar(&sf.idle, n("idle-timeout"), agentshell.DefaultIdleTimeout, "close agent shells idle this long (0 disables)")
 	f.StringVar(&sf.policyFile, n("policy"), "", `operator policy JSON file: {"allow": [...], "deny": [...], "deny_patterns": [...]}`)
 	f.StringVar(&sf.shadowDir, n("shadow-dir"), "", "directory of the shadow git repositories of local checkpoints (default <state>/checkpoints)")
 }
 
 // config checks the flags and builds the session manager's configuration (without its
 // owner, which the caller opens once the flags are known to be good).
-func (a *app) shellConfig(sf *shellFlags) (session.Config, error) {
+func (a *app) shellConfig(sf *shellFlags) (agentshell.Config, error) {
 	if sf.maxSessions < 1 {
-		return session.Config{}, fmt.Errorf("--%smax-sessions is %d; it must be at least 1", sf.prefix, sf.maxSessions)
+		return agentshell.Config{}, fmt.Errorf("--%smax-sessions is %d; it must be at least 1", sf.prefix, sf.maxSessions)
 	}
 	if sf.idle < 0 {
-		return session.Config{}, fmt.Errorf("--%sidle-timeout is %s; use 0 to disable idle reaping", sf.prefix, sf.idle)
+		return agentshell.Config{}, fmt.Errorf("--%sidle-timeout is %s; use 0 to disable idle reaping", sf.prefix, sf.idle)
 	}
 	idle := sf.idle
 	if idle == 0 {
-		idle = -1 // session.Config: negative disables
+		idle = -1 // agentshell.Config: negative disables
 	}
 	var op policy.Operator
 	if sf.policyFile != "" {
 		var err error
 		if op, err = policy.LoadOperatorFile(sf.policyFile); err != nil {
-			return session.Config{}, err //nolint:wrapcheck // it names the file and the problem
+			return agentshell.Config{}, err //nolint:wrapcheck // it names the file and the problem
 		}
 	}
-	return session.Config{
+	return agentshell.Config{
 		MaxSessions: sf.maxSessions,
 		IdleTimeout: idle,
 		AuditDir:    a.orState(sf.auditDir, "audit"),
 		ShadowDir:   a.orState(sf.shadowDir, "checkpoints"),
 		Operator:    op,
-		SSH: session.SSHConfig{
+		SSH: agentshell.SSHConfig{
 			KeyDir:             absPath(sf.keyDir),
 			KnownHosts:         knownHostsFile(sf.knownHosts),
 			HostKeyFingerprint: sf.fingerprint,

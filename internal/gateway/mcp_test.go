@@ -23,7 +23,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/shell"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -34,7 +34,7 @@ func newShells(t *testing.T) (*mcp.Server, string) {
 		testkit.SkipUnlessCI(t, "bash not found: local shells run it")
 	}
 	audit := t.TempDir()
-	s := mcp.New(mcp.Config{Session: session.Config{AuditDir: audit, IdleTimeout: -1}, ProgressInterval: 20 * time.Millisecond})
+	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: audit, IdleTimeout: -1}, ProgressInterval: 20 * time.Millisecond})
 	t.Cleanup(s.Close)
 	return s, audit
 }
@@ -100,7 +100,7 @@ func TestMCPOverUnixSocket(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect over the socket: %v", err)
 	}
-	var created session.Info
+	var created agentshell.Info
 	callTool(t, cs, "session_create", map[string]any{"transport": "local"}, &created)
 	id := created.SessionID
 	work := t.TempDir()
@@ -134,7 +134,7 @@ func TestMCPOverUnixSocket(t *testing.T) {
 	}
 	for i, e := range evs.Events {
 		var p gateway.ShellAuditPayload
-		var rec session.AuditRecord
+		var rec agentshell.AuditRecord
 		if e.Event != gateway.EventAudit || e.Seq != uint64(i+1) || e.SessionID != id || e.Timestamp == "" ||
 			json.Unmarshal(e.Payload, &p) != nil || p.Type != gateway.PayloadShellAudit || json.Unmarshal(p.Record, &rec) != nil {
 			t.Fatalf("event %d: %+v", i, e)
@@ -250,7 +250,7 @@ func TestMCPOverTCPNeedsToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect with the token: %v", err)
 	}
-	var created session.Info
+	var created agentshell.Info
 	callTool(t, cs, "session_create", map[string]any{"transport": "local"}, &created)
 	var r shell.ExecResult
 	callTool(t, cs, "session_exec", map[string]any{"session_id": created.SessionID, "command": "sleep 2; echo slept"}, &r)
@@ -320,7 +320,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		ProtocolVersion string          `json:"protocolVersion"`
 		Tools           []string        `json:"tools"`
 		ExecInputSchema json.RawMessage `json:"execInputSchema"`
-		Created         session.Info    `json:"created"`
+		Created         agentshell.Info `json:"created"`
 		State           struct {
 			Structured shell.ExecResult `json:"structured"`
 			Text       string           `json:"text"`

@@ -16,10 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
-// AuditLine is one line of a shell's audit log: a session.AuditRecord as written (redacted).
+// AuditLine is one line of a shell's audit log: a agentshell.AuditRecord as written (redacted).
 type AuditLine struct {
 	// Seq is the line's number in the log, from 1: stable for as long as the log exists.
 	Seq uint64
@@ -323,25 +323,25 @@ var ErrShellClosed = errors.New("shell closed")
 // Shell describes the open shell id as session_list does. For a shell that is not open it
 // returns ErrShellClosed when its audit log exists (with the reason of its close record when
 // it has one), else ErrUnknownSession.
-func (s *Server) Shell(id string) (session.Info, error) {
+func (s *Server) Shell(id string) (agentshell.Info, error) {
 	for _, in := range s.mgr.List() {
 		if in.SessionID == id {
 			return in, nil
 		}
 	}
 	if s.cfg.Session.AuditDir == "" {
-		return session.Info{}, s.unknownShell(id)
+		return agentshell.Info{}, s.unknownShell(id)
 	}
 	if err := checkID(id); err != nil {
-		return session.Info{}, err
+		return agentshell.Info{}, err
 	}
 	tail, err := readTail(filepath.Join(s.cfg.Session.AuditDir, id+".jsonl"), maxAuditLine)
 	if err != nil {
-		return session.Info{}, s.unknownShell(id)
+		return agentshell.Info{}, s.unknownShell(id)
 	}
-	var rec session.AuditRecord
+	var rec agentshell.AuditRecord
 	if json.Unmarshal(lastLine(tail), &rec) == nil && rec.Event == "close" {
-		return session.Info{}, fmt.Errorf("%w: shell %q was closed (%s) at %s; its audit log is still readable", ErrShellClosed, id, rec.Reason, rec.Time)
+		return agentshell.Info{}, fmt.Errorf("%w: shell %q was closed (%s) at %s; its audit log is still readable", ErrShellClosed, id, rec.Reason, rec.Time)
 	}
-	return session.Info{}, fmt.Errorf("%w: shell %q is not open here (its audit log has no close record: another server's shell, or one whose server died); its audit log is still readable", ErrShellClosed, id)
+	return agentshell.Info{}, fmt.Errorf("%w: shell %q is not open here (its audit log has no close record: another server's shell, or one whose server died); its audit log is still readable", ErrShellClosed, id)
 }

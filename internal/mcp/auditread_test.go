@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/mcp"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -28,16 +28,16 @@ func TestReadAudit(t *testing.T) {
 		testkit.SkipUnlessCI(t, "bash not found: local sessions run it")
 	}
 	audit := t.TempDir()
-	s := mcp.New(mcp.Config{Session: session.Config{AuditDir: audit, IdleTimeout: -1}})
+	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: audit, IdleTimeout: -1}})
 	defer s.Close()
 	ctx := t.Context()
 	m := s.Manager()
-	info, err := m.Create(ctx, session.CreateOptions{Transport: "local"})
+	info, err := m.Create(ctx, agentshell.CreateOptions{Transport: "local"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := info.SessionID
-	if _, err := m.Exec(ctx, id, "echo one", session.ExecOptions{}); err != nil {
+	if _, err := m.Exec(ctx, id, "echo one", agentshell.ExecOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -64,7 +64,7 @@ func TestReadAudit(t *testing.T) {
 		}
 		got <- b
 	}()
-	if _, err := m.Exec(ctx, id, "echo two", session.ExecOptions{}); err != nil {
+	if _, err := m.Exec(ctx, id, "echo two", agentshell.ExecOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if b := <-got; events(b) != "exec" || b.Next != 3 || !strings.Contains(string(b.Lines[0].Record), "echo two") {
@@ -93,7 +93,7 @@ func TestReadAudit(t *testing.T) {
 
 func TestReadAuditRefusals(t *testing.T) {
 	audit := t.TempDir()
-	s := mcp.New(mcp.Config{Session: session.Config{AuditDir: audit, IdleTimeout: -1}})
+	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: audit, IdleTimeout: -1}})
 	defer s.Close()
 	ctx := t.Context()
 	// A torn line keeps its number and is skipped.

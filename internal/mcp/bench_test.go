@@ -6,13 +6,13 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 // BenchmarkInMemoryExecTrue is session_exec "true" through the server and the SDK's client
 // over in-memory transports: the protocol's cost without the pipes.
 func BenchmarkInMemoryExecTrue(b *testing.B) {
-	s := New(Config{Session: session.Config{AuditDir: b.TempDir()}})
+	s := New(Config{Session: agentshell.Config{AuditDir: b.TempDir()}})
 	ct, st := sdk.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -22,7 +22,7 @@ func BenchmarkInMemoryExecTrue(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = cs.Close() }()
-	info, err := s.Manager().Create(ctx, session.CreateOptions{Transport: "local"})
+	info, err := s.Manager().Create(ctx, agentshell.CreateOptions{Transport: "local"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,15 +37,15 @@ func BenchmarkInMemoryExecTrue(b *testing.B) {
 
 // BenchmarkManagerExecTrue is the session manager alone, for comparison.
 func BenchmarkManagerExecTrue(b *testing.B) {
-	m := session.New(session.Config{AuditDir: b.TempDir()})
+	m := agentshell.New(agentshell.Config{AuditDir: b.TempDir()})
 	defer m.Close()
 	ctx := context.Background()
-	info, err := m.Create(ctx, session.CreateOptions{Transport: "local"})
+	info, err := m.Create(ctx, agentshell.CreateOptions{Transport: "local"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := m.Exec(ctx, info.SessionID, "true", session.ExecOptions{}); err != nil {
+		if _, err := m.Exec(ctx, info.SessionID, "true", agentshell.ExecOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/shell"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -253,7 +253,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 
 	// A local session; state persists.
-	var info session.Info
+	var info agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local"}, &info)
 	sid := info.SessionID
 	if !regexp.MustCompile(`^[0-9a-f]+-1_local$`).MatchString(sid) {
@@ -327,7 +327,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 
 	// A deny list: the command is refused, names the rule and does not run.
-	var denied session.Info
+	var denied agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local", "cwd": home, "deny": []string{"rm"}}, &denied)
 	victim := filepath.Join(home, "keep.txt")
 	if err := os.WriteFile(victim, []byte("x"), 0o600); err != nil {
@@ -343,7 +343,7 @@ func TestMCPEndToEnd(t *testing.T) {
 
 	// session_list.
 	var list struct {
-		Sessions []session.Info `json:"sessions"`
+		Sessions []agentshell.Info `json:"sessions"`
 	}
 	e.ok("session_list", map[string]any{}, &list)
 	if len(list.Sessions) != 2 || list.Sessions[0].SessionID != sid || list.Sessions[1].SessionID != denied.SessionID ||
@@ -363,7 +363,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 
 	// exit ends the shell and closes the session.
-	var ex session.Info
+	var ex agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local"}, &ex)
 	if r := e.exec(ex.SessionID, "exit 7", nil); !r.ShellExited {
 		t.Fatalf("exit: %+v", r)
@@ -426,7 +426,7 @@ func checkpointRoundTrip(t *testing.T, e *e2e, home string) {
 	if err := os.MkdirAll(ws, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var info session.Info
+	var info agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local", "cwd": ws, "workspace": ws}, &info)
 	id := info.SessionID
 	e.exec(id, "echo v1 > f.txt", nil)
@@ -498,15 +498,15 @@ func checkEnum(t *testing.T, schema any, want []string, path ...string) {
 	}
 }
 
-func readAudit(t *testing.T, path string) []session.AuditRecord {
+func readAudit(t *testing.T, path string) []agentshell.AuditRecord {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []session.AuditRecord
+	var out []agentshell.AuditRecord
 	for l := range strings.Lines(string(data)) {
-		var r session.AuditRecord
+		var r agentshell.AuditRecord
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("%s: %q: %v", path, l, err)
 		}
@@ -515,7 +515,7 @@ func readAudit(t *testing.T, path string) []session.AuditRecord {
 	return out
 }
 
-func eventsOf(rs []session.AuditRecord) []string {
+func eventsOf(rs []agentshell.AuditRecord) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = r.Event
@@ -539,7 +539,7 @@ func BenchmarkMCPExecTrue(b *testing.B) {
 	if err != nil || res.IsError {
 		b.Fatalf("create: %v %v", err, res)
 	}
-	var info session.Info
+	var info agentshell.Info
 	if err := remarshal(res.StructuredContent, &info); err != nil {
 		b.Fatal(err)
 	}

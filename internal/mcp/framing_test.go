@@ -17,7 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/mcp"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -244,7 +244,7 @@ func slicesContainsLog(notes []map[string]any, msg string) bool {
 
 // TestStdioSurvivesMalformedLines drives ServeStdio over pipes with raw bytes.
 func TestStdioSurvivesMalformedLines(t *testing.T) {
-	s := mcp.New(mcp.Config{Session: session.Config{AuditDir: t.TempDir(), IdleTimeout: -1}})
+	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: t.TempDir(), IdleTimeout: -1}})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
@@ -376,7 +376,7 @@ func (j *injector) inject(line string) {
 // TestSDKClientSurvivesMalformedLines: an official SDK client keeps working, with its
 // session, while malformed lines reach the server between its calls.
 func TestSDKClientSurvivesMalformedLines(t *testing.T) {
-	s := mcp.New(mcp.Config{Session: session.Config{AuditDir: t.TempDir(), IdleTimeout: -1}})
+	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: t.TempDir(), IdleTimeout: -1}})
 	srvInR, srvInW := io.Pipe()
 	srvOutR, srvOutW := io.Pipe()
 	cliInR, cliInW := io.Pipe()   // server -> client
@@ -429,7 +429,7 @@ func TestSDKClientSurvivesMalformedLines(t *testing.T) {
 		t.Errorf("resources/list: %v, want method not found", err)
 	}
 	e := &e2e{t: t, ctx: ctx, cs: cs}
-	var info session.Info
+	var info agentshell.Info
 	// The client speaks a protocol version where the log level travels with each request.
 	p := &sdk.CallToolParams{Name: "session_create", Arguments: map[string]any{"transport": "local"}, Meta: sdk.Meta{sdk.MetaKeyLogLevel: "info"}} //nolint:staticcheck // the deprecated logging feature is what is tested
 	if res := e.callParams(p, &info); res.IsError || info.SessionID == "" {

@@ -20,7 +20,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/mcp"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -31,7 +31,7 @@ func httpServer(t *testing.T) (*mcp.Server, *httptest.Server, string) {
 		testkit.SkipUnlessCI(t, "bash not found: local sessions run it")
 	}
 	audit := t.TempDir()
-	s := mcp.New(mcp.Config{Session: session.Config{AuditDir: audit, IdleTimeout: -1}})
+	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: audit, IdleTimeout: -1}})
 	ts := httptest.NewServer(s.HTTPHandler(mcp.HTTPOptions{}))
 	// The server first: it ends the clients' open event streams, which the test server's
 	// Close would otherwise wait for.
@@ -59,7 +59,7 @@ func TestHTTPServesTheSameTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdio := mcp.New(mcp.Config{Session: session.Config{IdleTimeout: -1}})
+	stdio := mcp.New(mcp.Config{Session: agentshell.Config{IdleTimeout: -1}})
 	ct, st := sdk.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -91,7 +91,7 @@ func TestHTTPServesTheSameTools(t *testing.T) {
 
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
 	dir := t.TempDir()
-	var created session.Info
+	var created agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	e.exec(created.SessionID, "cd "+dir+" && export NX_STATE=kept", nil)
 
@@ -169,7 +169,7 @@ func TestHTTPSurvivesMalformedBodies(t *testing.T) {
 	_, ts, _ := httpServer(t)
 	cs := httpClient(t, ts.URL, nil)
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
-	var created session.Info
+	var created agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	e.exec(created.SessionID, "export MARK=kept", nil)
 	version := cs.InitializeResult().ProtocolVersion
@@ -224,7 +224,7 @@ func TestHTTPDuplicateRequestID(t *testing.T) {
 	_, ts, _ := httpServer(t)
 	cs := httpClient(t, ts.URL, nil)
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
-	var created session.Info
+	var created agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	dir := t.TempDir()
 	fifo, started := filepath.Join(dir, "gate"), filepath.Join(dir, "started")
@@ -267,7 +267,7 @@ func TestHTTPCloseEndsStreams(t *testing.T) {
 	s, ts, _ := httpServer(t)
 	cs := httpClient(t, ts.URL, nil)
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
-	var created session.Info
+	var created agentshell.Info
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	s.Close()
 	ts.Close() // returns once every connection is idle: the streams ended

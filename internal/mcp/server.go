@@ -1,4 +1,4 @@
-// Package mcp is `nexus mcp`: agent shells (internal/shell/session) served as Model Context
+// Package mcp is `nexus mcp`: agent shells (internal/shell/agentshell) served as Model Context
 // Protocol tools over stdio, and `nexus mcp watch`, a readable transcript of every agent shell
 // built from the audit log.
 //
@@ -24,9 +24,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/shell/output"
 	"github.com/nexus-run/nexus/internal/shell/policy"
-	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
 // DefaultProgressInterval is how often a running session_exec reports progress to a client
@@ -37,7 +37,7 @@ const DefaultProgressInterval = time.Second
 type Config struct {
 	// Session configures the session manager: audit directory, shadow directory, SSH settings,
 	// cap, idle timeout, operator policy.
-	Session session.Config
+	Session agentshell.Config
 	// Logger receives the server's log (never stdout, which carries the protocol). Nil discards.
 	Logger *slog.Logger
 	// Version is reported to clients as the server's version.
@@ -50,7 +50,7 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
-	mgr *session.Manager
+	mgr *agentshell.Manager
 	srv *sdk.Server
 
 	http      httpState
@@ -77,7 +77,7 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, mgr: session.New(cfg.Session)}
+	s := &Server{cfg: cfg, log: log, mgr: agentshell.New(cfg.Session)}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "nexus", Title: "nexus agent shells", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: Instructions,
 		Logger:       slog.New(quieter{log.Handler()}),
@@ -169,7 +169,7 @@ func (s *Server) Close() {
 }
 
 // Manager is the server's session manager (for tests and embedding).
-func (s *Server) Manager() *session.Manager { return s.mgr }
+func (s *Server) Manager() *agentshell.Manager { return s.mgr }
 
 func boolPtr(b bool) *bool { return &b }
 
@@ -260,16 +260,16 @@ func (s *Server) addTools() {
 	}, s.restore)
 }
 
-func (s *Server) create(ctx context.Context, req *sdk.CallToolRequest, in CreateInput) (*sdk.CallToolResult, session.Info, error) {
+func (s *Server) create(ctx context.Context, req *sdk.CallToolRequest, in CreateInput) (*sdk.CallToolResult, agentshell.Info, error) {
 	o, err := in.options()
 	if err != nil {
-		return nil, session.Info{}, err
+		return nil, agentshell.Info{}, err
 	}
 	info, err := s.mgr.Create(ctx, o)
 	if err != nil {
 		err = toolError("session_create", "", err)
 		s.note(ctx, req, slog.LevelWarn, "session_create failed", "transport", s.mgr.Redact("", o.Transport), "err", s.mgr.Redact("", err.Error()))
-		return nil, session.Info{}, err
+		return nil, agentshell.Info{}, err
 	}
 	s.note(ctx, req, slog.LevelInfo, "session created", "session_id", info.SessionID, "transport", info.Transport)
 	return nil, info, nil
@@ -279,15 +279,15 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecInpu
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, shell.ExecResult{}, errors.New("command is empty: pass the shell command to run in command")
 	}
-	timeout := session.DefaultTimeout
+	timeout := agentshell.DefaultTimeout
 	if in.TimeoutSecs != 0 {
-		if in.TimeoutSecs < 1 || in.TimeoutSecs > int(session.MaxTimeout/time.Second) {
+		if in.TimeoutSecs < 1 || in.TimeoutSecs > int(agentshell.MaxTimeout/time.Second) {
 			return nil, shell.ExecResult{}, fmt.Errorf("timeout_secs is %d; it must be between 1 and %d (default %d)",
-				in.TimeoutSecs, int(session.MaxTimeout/time.Second), int(session.DefaultTimeout/time.Second))
+				in.TimeoutSecs, int(agentshell.MaxTimeout/time.Second), int(agentshell.DefaultTimeout/time.Second))
 		}
 		timeout = time.Duration(in.TimeoutSecs) * time.Second
 	}
-	opts := session.ExecOptions{Budget: in.Budget.budget(), Timeout: timeout}
+	opts := agentshell.ExecOptions{Budget: in.Budget.budget(), Timeout: timeout}
 
 	var stop func()
 	if req != nil && req.Params != nil && req.Session != nil {
@@ -305,7 +305,7 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecInpu
 		stop()
 	}
 	if err != nil {
-		blocked := errors.Is(err, session.ErrBlocked)
+		blocked := errors.Is(err, agentshell.ErrBlocked)
 		err = toolError("session_exec", in.SessionID, err)
 		if blocked {
 			s.note(ctx, req, slog.LevelWarn, "command refused by policy", "session_id", in.SessionID, "err", s.mgr.Redact(in.SessionID, err.Error()))
@@ -317,13 +317,13 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecInpu
 
 // ListOutput is session_list's result.
 type ListOutput struct {
-	Sessions []session.Info `json:"sessions" jsonschema:"the open sessions, oldest first"`
+	Sessions []agentshell.Info `json:"sessions" jsonschema:"the open sessions, oldest first"`
 }
 
 func (s *Server) list(_ context.Context, _ *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, ListOutput, error) {
 	ss := s.mgr.List()
 	if ss == nil {
-		ss = []session.Info{}
+		ss = []agentshell.Info{}
 	}
 	return nil, ListOutput{Sessions: ss}, nil
 }
@@ -435,14 +435,14 @@ func toolError(tool, id string, err error) error {
 	switch {
 	case errors.As(err, &v):
 		return fmt.Errorf("%s; the command did not run", redactFixed(v.Error()))
-	case errors.Is(err, session.ErrBlocked):
+	case errors.Is(err, agentshell.ErrBlocked):
 		return fmt.Errorf("%s; the command did not run", redactFixed(err.Error()))
-	case errors.Is(err, session.ErrNotFound):
+	case errors.Is(err, agentshell.ErrNotFound):
 		return fmt.Errorf("no session %q: it was destroyed, its shell exited, it was closed after idling, or it never existed; "+
 			"call session_list to see the open sessions or session_create to open a new one", id)
-	case errors.Is(err, session.ErrLimit):
+	case errors.Is(err, agentshell.ErrLimit):
 		return fmt.Errorf("%w; call session_list and session_destroy a session you no longer need, then retry", err)
-	case errors.Is(err, session.ErrClosed):
+	case errors.Is(err, agentshell.ErrClosed):
 		if id == "" {
 			return errors.New("the server is shutting down; no new sessions can be opened")
 		}
@@ -454,7 +454,7 @@ func toolError(tool, id string, err error) error {
 	case errors.Is(err, shell.ErrNoHostKeyCheck), errors.Is(err, shell.ErrHostKeyUnknown), errors.Is(err, shell.ErrHostKeyMismatch):
 		return fmt.Errorf("could not open the session: %w (host keys are checked against the operator's configuration, "+
 			"which no tool argument can change: ask the user)", err)
-	case errors.Is(err, session.ErrInvalid):
+	case errors.Is(err, agentshell.ErrInvalid):
 		return fmt.Errorf("%w; fix the argument and call %s again", err, tool)
 	}
 	switch tool {

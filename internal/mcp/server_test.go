@@ -19,8 +19,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/shell/policy"
-	"github.com/nexus-run/nexus/internal/shell/session"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -89,7 +89,7 @@ func createLocal(t *testing.T, cs *sdk.ClientSession, extra map[string]any) stri
 	if res.IsError {
 		t.Fatalf("session_create: %s", txt)
 	}
-	var info session.Info
+	var info agentshell.Info
 	b, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b, &info); err != nil || info.SessionID == "" {
 		t.Fatalf("session_create result %s: %v", b, err)
@@ -137,12 +137,12 @@ func TestToolError(t *testing.T) {
 		err      error
 		want     string
 	}{
-		{"session_exec", "x", fmt.Errorf("%w: %w", session.ErrBlocked, v), `^blocked by policy rule "deny: rm": the command would run rm; .*; the command did not run$`},
-		{"session_exec", "x", fmt.Errorf("%w %q", session.ErrNotFound, "x"), `^no session "x": .*call session_list .* session_create`},
-		{"session_create", "", fmt.Errorf("%w: 64 sessions open; destroy one with session_destroy", session.ErrLimit), `session_list and session_destroy a session you no longer need`},
-		{"session_exec", "x", fmt.Errorf("%w: budget: bad", session.ErrInvalid), `budget: bad; fix the argument and call session_exec again`},
-		{"session_exec", "x", session.ErrClosed, `session "x" is closed.*session_create`},
-		{"session_create", "", session.ErrClosed, `shutting down`},
+		{"session_exec", "x", fmt.Errorf("%w: %w", agentshell.ErrBlocked, v), `^blocked by policy rule "deny: rm": the command would run rm; .*; the command did not run$`},
+		{"session_exec", "x", fmt.Errorf("%w %q", agentshell.ErrNotFound, "x"), `^no session "x": .*call session_list .* session_create`},
+		{"session_create", "", fmt.Errorf("%w: 64 sessions open; destroy one with session_destroy", agentshell.ErrLimit), `session_list and session_destroy a session you no longer need`},
+		{"session_exec", "x", fmt.Errorf("%w: budget: bad", agentshell.ErrInvalid), `budget: bad; fix the argument and call session_exec again`},
+		{"session_exec", "x", agentshell.ErrClosed, `session "x" is closed.*session_create`},
+		{"session_create", "", agentshell.ErrClosed, `shutting down`},
 		{"session_restore", "x", fmt.Errorf("%w: abc1234", shell.ErrNoCheckpoint), `call session_checkpoints with session_id "x"`},
 		{"session_create", "", fmt.Errorf("open ssh session: %w: x", shell.ErrHostKeyUnknown), `operator's configuration.*ask the user`},
 		{"session_exec", "x", errors.New("run: broken pipe"), `could not be run: run: broken pipe; check the session with session_list`},
@@ -220,7 +220,7 @@ func TestProgressStopsOnSendError(t *testing.T) {
 
 func TestToolsInMemory(t *testing.T) {
 	audit := t.TempDir()
-	cs, _ := connect(t, Config{Session: session.Config{MaxSessions: 1, AuditDir: audit, IdleTimeout: -1}, ProgressInterval: 10 * time.Millisecond})
+	cs, _ := connect(t, Config{Session: agentshell.Config{MaxSessions: 1, AuditDir: audit, IdleTimeout: -1}, ProgressInterval: 10 * time.Millisecond})
 
 	mustFail(t, cs, "session_create", map[string]any{"transport": "telnet"}, `transport`)
 	mustFail(t, cs, "session_create", map[string]any{"transport": "local", "host": "example.com"}, `for ssh and docker sessions`)
@@ -279,7 +279,7 @@ func TestToolsInMemory(t *testing.T) {
 
 func TestRunClosesSessions(t *testing.T) {
 	audit := t.TempDir()
-	s := New(Config{Session: session.Config{AuditDir: audit}})
+	s := New(Config{Session: agentshell.Config{AuditDir: audit}})
 	ct, st := sdk.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -326,7 +326,7 @@ func TestFormatExecResult(t *testing.T) {
 // learned; the log messages sent to the client neither.
 func TestToolErrorsAreRedacted(t *testing.T) {
 	token := "ghp_" + strings.Repeat("K3j4", 9)
-	cs, _ := connect(t, Config{Session: session.Config{AuditDir: t.TempDir(), IdleTimeout: -1}})
+	cs, _ := connect(t, Config{Session: agentshell.Config{AuditDir: t.TempDir(), IdleTimeout: -1}})
 	for _, tc := range []struct {
 		tool string
 		args map[string]any

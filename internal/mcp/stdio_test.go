@@ -14,7 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -62,7 +62,7 @@ func TestMessageHeads(t *testing.T) {
 // every answer before the server stops.
 func TestServeStdioAnswersBeforeEOF(t *testing.T) {
 	audit := t.TempDir()
-	s := New(Config{Session: session.Config{AuditDir: audit}})
+	s := New(Config{Session: agentshell.Config{AuditDir: audit}})
 	in := strings.Join([]string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,

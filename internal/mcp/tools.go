@@ -9,8 +9,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/shell/output"
-	"github.com/nexus-run/nexus/internal/shell/session"
 )
 
 // Transports are the values of session_create's transport.
@@ -63,27 +63,27 @@ type CreateInput struct {
 	OutputBudget *BudgetInput `json:"output_budget,omitempty" jsonschema:"default output budget of every session_exec of this session (a call's budget overrides it field by field)"`
 }
 
-func (in CreateInput) options() (session.CreateOptions, error) {
+func (in CreateInput) options() (agentshell.CreateOptions, error) {
 	if in.Key != "" && (strings.ContainsAny(in.Key, "/\\") || in.Key == "." || in.Key == "..") {
-		return session.CreateOptions{}, fmt.Errorf("key %q is a path: give the name of a key file in the operator's key directory", in.Key)
+		return agentshell.CreateOptions{}, fmt.Errorf("key %q is a path: give the name of a key file in the operator's key directory", in.Key)
 	}
 	if in.Port < 0 || in.Port > 65535 {
-		return session.CreateOptions{}, fmt.Errorf("port %d is out of range: use 1 to 65535, or omit it for 22", in.Port)
+		return agentshell.CreateOptions{}, fmt.Errorf("port %d is out of range: use 1 to 65535, or omit it for 22", in.Port)
 	}
 	if in.Transport == "local" || in.Transport == "" {
 		if in.Host != "" || in.User != "" || in.Port != 0 || in.Password != "" || in.Key != "" || in.Container != "" {
-			return session.CreateOptions{}, errors.New("host, user, port, password, key and container are for ssh and docker sessions; " +
+			return agentshell.CreateOptions{}, errors.New("host, user, port, password, key and container are for ssh and docker sessions; " +
 				"drop them or set transport to ssh or docker")
 		}
 	}
-	o := session.CreateOptions{
+	o := agentshell.CreateOptions{
 		Transport: in.Transport, Host: in.Host, User: in.User, Port: in.Port, Password: in.Password, Key: in.Key,
 		Container: in.Container, Cwd: in.Cwd, Workspace: in.Workspace, Allow: in.Allow, Deny: in.Deny,
 		OutputBudget: in.OutputBudget.budget(),
 	}
 	if o.OutputBudget != nil {
 		if err := output.ValidateBudget(*o.OutputBudget); err != nil {
-			return session.CreateOptions{}, fmt.Errorf("output_budget: %w", err)
+			return agentshell.CreateOptions{}, fmt.Errorf("output_budget: %w", err)
 		}
 	}
 	return o, nil
@@ -130,8 +130,8 @@ func execSchema() *jsonschema.Schema {
 	return schemaFor[ExecInput](func(s *jsonschema.Schema) {
 		s.Properties["command"].MinLength = ptr(1)
 		t := s.Properties["timeout_secs"]
-		t.Minimum, t.Maximum = ptr(1.0), ptr(session.MaxTimeout.Seconds())
-		t.Default = json.RawMessage(fmt.Sprint(int(session.DefaultTimeout.Seconds())))
+		t.Minimum, t.Maximum = ptr(1.0), ptr(agentshell.MaxTimeout.Seconds())
+		t.Default = json.RawMessage(fmt.Sprint(int(agentshell.DefaultTimeout.Seconds())))
 		budgetSchema(s.Properties["budget"])
 	})
 }

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 // WatchOptions configure Watch.
@@ -245,7 +245,7 @@ func parseEvents(b []byte) (names []string, rescan, gone bool) {
 
 // auditLine is one parsed record with where it came from, for a stable order.
 type auditLine struct {
-	rec  session.AuditRecord
+	rec  agentshell.AuditRecord
 	at   time.Time
 	file string
 	seq  int
@@ -372,7 +372,7 @@ func (t *tailer) parse(name string, line []byte, tf *tailFile) (auditLine, bool)
 	if len(line) == 0 {
 		return auditLine{}, false
 	}
-	var r session.AuditRecord
+	var r agentshell.AuditRecord
 	if err := json.Unmarshal(line, &r); err != nil {
 		fmt.Fprintf(t.errW, "nexus: audit file %s: skipped a line that is not an audit record: %v\n", name, err)
 		return auditLine{}, false
@@ -406,7 +406,7 @@ var ruleRE = regexp.MustCompile(`rule ("(?:[^"\\]|\\.)*")`)
 //	→ exit <code> (<duration> ms) [timed out] [truncated]
 //	→ [blocked: <rule>]
 //	[<session_id>] [closed: <reason>]
-func (t *Transcript) Format(r session.AuditRecord) string {
+func (t *Transcript) Format(r agentshell.AuditRecord) string {
 	var b strings.Builder
 	id := "[" + oneLine(r.SessionID) + "] "
 	switch r.Event {
@@ -482,7 +482,7 @@ func (t *Transcript) Format(r session.AuditRecord) string {
 }
 
 // prompt writes "[id] <cwd> $ <command>", continuation lines of the command prefixed "> ".
-func (t *Transcript) prompt(b *strings.Builder, id string, r session.AuditRecord) {
+func (t *Transcript) prompt(b *strings.Builder, id string, r agentshell.AuditRecord) {
 	cwd, ok := t.cwd[r.SessionID]
 	if !ok {
 		cwd = r.Cwd

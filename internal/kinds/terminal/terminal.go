@@ -22,7 +22,7 @@ import (
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/reaper"
 	"github.com/nexus-run/nexus/internal/shell"
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 // ProjectDir resolves a project id to its directory.
@@ -38,7 +38,7 @@ type Kind struct {
 	// Env is the environment given to shells (nil means the gateway's own).
 	Env []string
 	// Shells runs `run` commands in an agent shell beside each terminal; nil disables run.
-	Shells *session.Manager
+	Shells *agentshell.Manager
 	// Owner answers for every process a terminal starts (its cgroup or process session,
 	// records for crash recovery). Nil means a private owner that tracks process sessions.
 	Owner *reaper.Owner
@@ -143,7 +143,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 }
 
 type term struct {
-	shells *session.Manager
+	shells *agentshell.Manager
 	owner  *reaper.Owner
 	sink   *live.Sink
 	dir    string
@@ -495,14 +495,14 @@ func (t *term) Run(ctx context.Context, req abi.RunRequest) (any, error) {
 			return nil, abi.Errorf(abi.CodeInvalidArgument, t.sink.SessionID(), "budget: %v", err)
 		}
 	}
-	if req.TimeoutSecs < 0 || req.TimeoutSecs > int(session.MaxTimeout/time.Second) {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, t.sink.SessionID(), "timeoutSecs must be between 1 and %d", int(session.MaxTimeout/time.Second))
+	if req.TimeoutSecs < 0 || req.TimeoutSecs > int(agentshell.MaxTimeout/time.Second) {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, t.sink.SessionID(), "timeoutSecs must be between 1 and %d", int(agentshell.MaxTimeout/time.Second))
 	}
 	t.mu.Lock()
 	id := t.runID
 	t.mu.Unlock()
 	if id == "" {
-		info, err := t.shells.Create(ctx, session.CreateOptions{Transport: "local", Cwd: t.dir})
+		info, err := t.shells.Create(ctx, agentshell.CreateOptions{Transport: "local", Cwd: t.dir})
 		if err != nil {
 			return nil, runErr(t.sink.SessionID(), err)
 		}
@@ -512,7 +512,7 @@ func (t *term) Run(ctx context.Context, req abi.RunRequest) (any, error) {
 		t.mu.Unlock()
 	}
 	t.sink.Output([]byte("\r\n[run] $ " + strings.ReplaceAll(req.Command, "\n", "\r\n") + "\r\n"))
-	res, err := t.shells.Exec(ctx, id, req.Command, session.ExecOptions{
+	res, err := t.shells.Exec(ctx, id, req.Command, agentshell.ExecOptions{
 		Budget:  budget,
 		Timeout: time.Duration(req.TimeoutSecs) * time.Second,
 		OnOutput: func(_ string, p []byte) {
@@ -533,9 +533,9 @@ func (t *term) Run(ctx context.Context, req abi.RunRequest) (any, error) {
 
 func runErr(id string, err error) error {
 	switch {
-	case errors.Is(err, session.ErrInvalid), errors.Is(err, session.ErrBlocked):
+	case errors.Is(err, agentshell.ErrInvalid), errors.Is(err, agentshell.ErrBlocked):
 		return abi.Errorf(abi.CodeInvalidArgument, id, "%v", err)
-	case errors.Is(err, session.ErrLimit):
+	case errors.Is(err, agentshell.ErrLimit):
 		return abi.Errorf(abi.CodeLimitExceeded, id, "%v", err)
 	}
 	return abi.Errorf(abi.CodeResourceUnavailable, id, "%v", err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nexus-run/nexus/internal/shell/session"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 // These tests run each bypass end to end: a real bash session under a
@@ -29,7 +29,7 @@ type bypassCase struct {
 
 func runBypasses(t *testing.T, cases []bypassCase) {
 	t.Helper()
-	m := session.New(session.Config{AuditDir: filepath.Join(t.TempDir(), "audit"), IdleTimeout: -1})
+	m := agentshell.New(agentshell.Config{AuditDir: filepath.Join(t.TempDir(), "audit"), IdleTimeout: -1})
 	t.Cleanup(m.Close)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,21 +38,21 @@ func runBypasses(t *testing.T, cases []bypassCase) {
 				deny = nil
 			}
 			dir, victim := victimDir(t)
-			id := create(t, m, session.CreateOptions{Cwd: dir, Allow: tc.allow, Deny: deny})
+			id := create(t, m, agentshell.CreateOptions{Cwd: dir, Allow: tc.allow, Deny: deny})
 			for _, step := range tc.steps[:len(tc.steps)-1] {
-				if _, err := m.Exec(ctx(t), id, step, session.ExecOptions{}); err != nil {
+				if _, err := m.Exec(ctx(t), id, step, agentshell.ExecOptions{}); err != nil {
 					t.Fatalf("setup %q: %v", step, err)
 				}
 			}
 			last := tc.steps[len(tc.steps)-1]
-			res, err := m.Exec(ctx(t), id, last, session.ExecOptions{})
-			if !errors.Is(err, session.ErrBlocked) {
+			res, err := m.Exec(ctx(t), id, last, agentshell.ExecOptions{})
+			if !errors.Is(err, agentshell.ErrBlocked) {
 				t.Errorf("%q: err %v (result %+v), want blocked", last, err, res)
 			}
 			if _, err := os.Stat(victim); err != nil {
 				t.Errorf("%q deleted victim under the policy", last)
 			}
-			if r, err := m.Exec(ctx(t), id, "echo alive", session.ExecOptions{}); err != nil || r.Stdout != "alive\n" {
+			if r, err := m.Exec(ctx(t), id, "echo alive", agentshell.ExecOptions{}); err != nil || r.Stdout != "alive\n" {
 				t.Errorf("session after %q: %+v %v", last, r, err)
 			}
 			_ = m.Destroy(ctx(t), id)
@@ -65,10 +65,10 @@ func runBypasses(t *testing.T, cases []bypassCase) {
 				}
 			}
 			dir, victim = victimDir(t)
-			id = create(t, m, session.CreateOptions{Cwd: dir})
+			id = create(t, m, agentshell.CreateOptions{Cwd: dir})
 			defer func() { _ = m.Destroy(ctx(t), id) }()
 			for _, step := range tc.steps {
-				if _, err := m.Exec(ctx(t), id, step, session.ExecOptions{Timeout: 30 * time.Second}); err != nil {
+				if _, err := m.Exec(ctx(t), id, step, agentshell.ExecOptions{Timeout: 30 * time.Second}); err != nil {
 					t.Fatalf("control %q: %v", step, err)
 				}
 			}
@@ -89,7 +89,7 @@ func victimDir(t *testing.T) (dir, victim string) {
 	return dir, victim
 }
 
-func create(t *testing.T, m *session.Manager, o session.CreateOptions) string {
+func create(t *testing.T, m *agentshell.Manager, o agentshell.CreateOptions) string {
 	t.Helper()
 	info, err := m.Create(ctx(t), o)
 	if err != nil {
@@ -144,7 +144,7 @@ func TestArithmeticBypassesEndToEnd(t *testing.T) {
 // loop. With a policy they are refused; without one they run, and neither
 // run code through the loop nor end the session.
 func TestEngineStateEndToEnd(t *testing.T) {
-	m := session.New(session.Config{AuditDir: filepath.Join(t.TempDir(), "audit"), IdleTimeout: -1})
+	m := agentshell.New(agentshell.Config{AuditDir: filepath.Join(t.TempDir(), "audit"), IdleTimeout: -1})
 	t.Cleanup(m.Close)
 	for _, tc := range []struct {
 		cmd     string
@@ -169,15 +169,15 @@ func TestEngineStateEndToEnd(t *testing.T) {
 					continue
 				}
 				dir, victim := victimDir(t)
-				id := create(t, m, session.CreateOptions{Cwd: dir, Deny: deny})
-				_, err := m.Exec(ctx(t), id, cmd, session.ExecOptions{})
+				id := create(t, m, agentshell.CreateOptions{Cwd: dir, Deny: deny})
+				_, err := m.Exec(ctx(t), id, cmd, agentshell.ExecOptions{})
 				switch {
-				case deny != nil && tc.blocked && !errors.Is(err, session.ErrBlocked):
+				case deny != nil && tc.blocked && !errors.Is(err, agentshell.ErrBlocked):
 					t.Errorf("deny %v: %v, want blocked", deny, err)
 				case (deny == nil || !tc.blocked) && err != nil:
 					t.Errorf("deny %v: %v", deny, err)
 				}
-				r, err := m.Exec(ctx(t), id, "echo alive", session.ExecOptions{})
+				r, err := m.Exec(ctx(t), id, "echo alive", agentshell.ExecOptions{})
 				if err != nil || r.Stdout != "alive\n" {
 					t.Errorf("deny %v: session after the command: %+v %v", deny, r, err)
 				}

@@ -1,7 +1,7 @@
-// Package session manages agent shells: self-identifying ids, the session cap, idle reaping,
+// Package agentshell manages agent shells: self-identifying ids, the session cap, idle reaping,
 // per-session policy, redaction and output budgets, automatic checkpoints and the audit log.
 // It is what `nexus mcp` and terminal sessions' `run` stand on.
-package session
+package agentshell
 
 import (
 	"context"
