@@ -445,7 +445,7 @@ func (m *Manager) exec(ctx context.Context, s *sess, command string, o ExecOptio
 	}()
 
 	redacted := s.red.Redact(command)
-	if s.ckpt != nil && !shell.ReadOnly(command) {
+	if s.ckpt != nil && !policy.ReadOnly(command) {
 		if _, err := s.ckpt.Snapshot(ctx, "", true, redacted); err != nil {
 			s.audit.record(auditRecord{Event: "checkpoint-error", Command: redacted, Reason: s.red.Redact(err.Error())})
 		}

@@ -212,4 +212,11 @@
 // with `shopt -s expand_aliases`, functions, traps, hash entries) is checked
 // when it is set, not when it is used, so it must be set through a checked
 // command; nothing set before the policy applied exists in a new session.
+//
+// # Read-only commands
+//
+// ReadOnly, a separate question answered with the same parser, tells the
+// agent-shell manager whether a command is provably read-only, so that it
+// can skip the automatic checkpoint before it. It never allows or refuses a
+// command.
 package policy
