@@ -24,6 +24,7 @@ import (
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/shell/audit"
 )
 
 // mcpEnv maps each operator flag of `nexus mcp` to the environment variable that sets it when
@@ -456,7 +457,7 @@ interrupted.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return mcp.Watch(ctx, mcp.WatchOptions{
+			return audit.Watch(ctx, audit.WatchOptions{
 				Dir: a.orState(*auditDir, "audit"), Session: sid, Follow: follow, Out: a.env.Stdout, Err: a.env.Stderr,
 			})
 		},

@@ -24,6 +24,7 @@ import (
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
+	"github.com/nexus-run/nexus/internal/shell/audit"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -33,10 +34,10 @@ func newShells(t *testing.T) (*mcp.Server, string) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		testkit.SkipUnlessCI(t, "bash not found: local shells run it")
 	}
-	audit := t.TempDir()
-	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: audit, IdleTimeout: -1}, ProgressInterval: 20 * time.Millisecond})
+	auditDir := t.TempDir()
+	s := mcp.New(mcp.Config{Session: agentshell.Config{AuditDir: auditDir, IdleTimeout: -1}, ProgressInterval: 20 * time.Millisecond})
 	t.Cleanup(s.Close)
-	return s, audit
+	return s, auditDir
 }
 
 func withShells(s *mcp.Server) func(*gateway.DaemonOptions) {
@@ -92,7 +93,7 @@ func callTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]
 // MCP over the unix socket needs no token; the gateway lists the shells it opened and streams
 // their audit lines, by long-poll and over a WebSocket, until the close record.
 func TestMCPOverUnixSocket(t *testing.T) {
-	shells, audit := newShells(t)
+	shells, auditDir := newShells(t)
 	dir := shortDir(t)
 	d := startDaemon(t, dir, "", withShells(shells))
 	sock := d.info.Socket
@@ -134,7 +135,7 @@ func TestMCPOverUnixSocket(t *testing.T) {
 	}
 	for i, e := range evs.Events {
 		var p gateway.ShellAuditPayload
-		var rec agentshell.AuditRecord
+		var rec audit.Record
 		if e.Event != gateway.EventAudit || e.Seq != uint64(i+1) || e.SessionID != id || e.Timestamp == "" ||
 			json.Unmarshal(e.Payload, &p) != nil || p.Type != gateway.PayloadShellAudit || json.Unmarshal(p.Record, &rec) != nil {
 			t.Fatalf("event %d: %+v", i, e)
@@ -197,14 +198,14 @@ func TestMCPOverUnixSocket(t *testing.T) {
 	if _, err := c.Shell(ctx, id); !client.IsCode(err, abi.CodeSessionClosed) || !strings.Contains(err.Error(), "destroyed") {
 		t.Fatalf("a destroyed shell: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(audit, id+".jsonl")); err != nil {
+	if _, err := os.Stat(filepath.Join(auditDir, id+".jsonl")); err != nil {
 		t.Fatal(err)
 	}
 
 	// Shutting the gateway down closes the shells (reason shutdown) and the MCP sessions' streams.
 	callTool(t, cs, "session_create", map[string]any{"transport": "local"}, &created)
 	d.stop(t)
-	data, err := os.ReadFile(filepath.Join(audit, created.SessionID+".jsonl"))
+	data, err := os.ReadFile(filepath.Join(auditDir, created.SessionID+".jsonl"))
 	if err != nil || !bytes.Contains(data, []byte(`"event":"close","reason":"shutdown"`)) {
 		t.Fatalf("audit log of a shell open at shutdown: %s %v", data, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/shell/audit"
 )
 
 // The events of a shell's audit stream: one per line of its audit log (docs/ABI.md).
@@ -32,13 +33,13 @@ type ShellAuditPayload struct {
 // shellError maps the shells' errors to the ABI's.
 func shellError(id string, err error) error {
 	switch {
-	case errors.Is(err, mcp.ErrUnknownSession):
+	case errors.Is(err, audit.ErrUnknownSession):
 		return abi.Errorf(abi.CodeSessionNotFound, id, "%v", err)
 	case errors.Is(err, mcp.ErrShellClosed):
 		return abi.Errorf(abi.CodeSessionClosed, id, "%v", err)
-	case errors.Is(err, mcp.ErrBadSessionID):
+	case errors.Is(err, audit.ErrBadSessionID):
 		return abi.Errorf(abi.CodeInvalidArgument, id, "%v", err)
-	case errors.Is(err, mcp.ErrNoAudit):
+	case errors.Is(err, audit.ErrNoAudit):
 		return abi.Errorf(abi.CodeCapabilityUnsupported, id, "this gateway keeps no audit log of its shells")
 	}
 	return abi.Errorf(abi.CodeInternal, id, "%v", err)
@@ -63,7 +64,7 @@ func (s *server) shellGet(w http.ResponseWriter, r *http.Request) {
 
 // auditEvent wraps one audit line in the event envelope. Its seq is the line's number in the
 // log, so a reader resumes with after= as with a live session's events.
-func auditEvent(id string, l mcp.AuditLine) ([]byte, error) {
+func auditEvent(id string, l audit.Line) ([]byte, error) {
 	payload, err := json.Marshal(ShellAuditPayload{Type: PayloadShellAudit, Record: l.Record})
 	if err != nil {
 		return nil, err //nolint:wrapcheck // a record read as JSON encodes again

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
+	"github.com/nexus-run/nexus/internal/shell/audit"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -498,15 +499,15 @@ func checkEnum(t *testing.T, schema any, want []string, path ...string) {
 	}
 }
 
-func readAudit(t *testing.T, path string) []agentshell.AuditRecord {
+func readAudit(t *testing.T, path string) []audit.Record {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []agentshell.AuditRecord
+	var out []audit.Record
 	for l := range strings.Lines(string(data)) {
-		var r agentshell.AuditRecord
+		var r audit.Record
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("%s: %q: %v", path, l, err)
 		}
@@ -515,7 +516,7 @@ func readAudit(t *testing.T, path string) []agentshell.AuditRecord {
 	return out
 }
 
-func eventsOf(rs []agentshell.AuditRecord) []string {
+func eventsOf(rs []audit.Record) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = r.Event

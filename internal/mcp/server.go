@@ -1,6 +1,7 @@
 // Package mcp is `nexus mcp`: agent shells (internal/shell/agentshell) served as Model Context
-// Protocol tools over stdio, and `nexus mcp watch`, a readable transcript of every agent shell
-// built from the audit log.
+// Protocol tools over stdio and over Streamable HTTP (the gateway's /v1/mcp). The audit log they
+// leave, and the transcript `nexus mcp watch` prints of it, are package audit's
+// (internal/shell/audit).
 //
 // The tools are those of docs/agent-shells.md: session_create, session_exec, session_list,
 // session_destroy, session_checkpoint, session_checkpoints and session_restore. Every
@@ -25,6 +26,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
+	"github.com/nexus-run/nexus/internal/shell/audit"
 	"github.com/nexus-run/nexus/internal/shell/output"
 	"github.com/nexus-run/nexus/internal/shell/policy"
 )
@@ -54,7 +56,7 @@ type Server struct {
 	srv *sdk.Server
 
 	http      httpState
-	audit     auditCache
+	audit     *audit.Reader
 	closeOnce sync.Once
 }
 
@@ -77,7 +79,7 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, mgr: agentshell.New(cfg.Session)}
+	s := &Server{cfg: cfg, log: log, mgr: agentshell.New(cfg.Session), audit: audit.NewReader(cfg.Session.AuditDir)}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "nexus", Title: "nexus agent shells", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: Instructions,
 		Logger:       slog.New(quieter{log.Handler()}),

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/reaper"
 	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/audit"
 	"github.com/nexus-run/nexus/internal/shell/output"
 	"github.com/nexus-run/nexus/internal/shell/policy"
 )
@@ -135,7 +136,7 @@ type sess struct {
 	ckpt      *shell.Checkpointer
 	workspace string
 	created   time.Time
-	audit     *auditLog
+	audit     *audit.Log
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -281,7 +282,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redac
 		s.ckpt = ck
 	}
 	if m.cfg.AuditDir != "" {
-		a, err := openAudit(m.cfg.AuditDir, id, m.cfg.Now)
+		a, err := audit.Open(m.cfg.AuditDir, id, m.cfg.Now)
 		if err != nil {
 			_ = sh.Close()
 			release()
@@ -293,7 +294,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redac
 	m.reserved--
 	m.sessions[id] = s
 	m.mu.Unlock()
-	s.audit.record(auditRecord{Event: "open", Transport: o.Transport, Cwd: red.Redact(sh.Cwd()), Allow: redactAll(red, pol.Allow()),
+	s.audit.Append(audit.Record{Event: "open", Transport: o.Transport, Cwd: red.Redact(sh.Cwd()), Allow: redactAll(red, pol.Allow()),
 		Deny: redactAll(red, pol.Deny()), Workspace: s.workspace})
 	return s.info(), nil
 }
@@ -428,7 +429,7 @@ func (m *Manager) exec(ctx context.Context, s *sess, command string, o ExecOptio
 			rv.Command, rv.Program, rv.Detail = s.red.Redact(rv.Command), s.red.Redact(rv.Program), s.red.Redact(rv.Detail)
 			err = &rv
 		}
-		s.audit.record(auditRecord{Event: "block", Command: s.red.Redact(command), Reason: s.red.Redact(err.Error())})
+		s.audit.Append(audit.Record{Event: "block", Command: s.red.Redact(command), Reason: s.red.Redact(err.Error())})
 		return shell.ExecResult{}, fmt.Errorf("%w: %w", ErrBlocked, err)
 	}
 	s.red.Learn(command)
@@ -447,7 +448,7 @@ func (m *Manager) exec(ctx context.Context, s *sess, command string, o ExecOptio
 	redacted := s.red.Redact(command)
 	if s.ckpt != nil && !policy.ReadOnly(command) {
 		if _, err := s.ckpt.Snapshot(ctx, "", true, redacted); err != nil {
-			s.audit.record(auditRecord{Event: "checkpoint-error", Command: redacted, Reason: s.red.Redact(err.Error())})
+			s.audit.Append(audit.Record{Event: "checkpoint-error", Command: redacted, Reason: s.red.Redact(err.Error())})
 		}
 	}
 	if o.OnOutput != nil {
@@ -469,7 +470,7 @@ func (m *Manager) exec(ctx context.Context, s *sess, command string, o ExecOptio
 	if o.Budget != nil || s.budget != nil || res.Truncated {
 		res.Budget = &shell.BudgetReport{Stdout: outRep, Stderr: errRep}
 	}
-	s.audit.record(auditRecord{Event: "exec", Command: redacted, Cwd: res.Cwd, ExitCode: &res.ExitCode, DurationMS: res.DurationMS,
+	s.audit.Append(audit.Record{Event: "exec", Command: redacted, Cwd: res.Cwd, ExitCode: &res.ExitCode, DurationMS: res.DurationMS,
 		Stdout: clip(res.Stdout), Stderr: clip(res.Stderr), TimedOut: res.TimedOut, Truncated: res.Truncated})
 	if rr.ShellExited {
 		m.drop(s, "shell exited")
@@ -506,8 +507,8 @@ func (m *Manager) drop(s *sess, reason string) {
 	delete(m.sessions, s.id)
 	m.mu.Unlock()
 	_ = s.sh.Close()
-	s.audit.record(auditRecord{Event: "close", Reason: reason})
-	s.audit.close()
+	s.audit.Append(audit.Record{Event: "close", Reason: reason})
+	s.audit.Close()
 }
 
 // Checkpoint snapshots a session's workspace.
@@ -518,7 +519,7 @@ func (m *Manager) Checkpoint(ctx context.Context, id, label string) (shell.Check
 	}
 	c, err := s.ckpt.Snapshot(ctx, s.red.Redact(label), false, "")
 	if err == nil {
-		s.audit.record(auditRecord{Event: "checkpoint", Checkpoint: c.ID, Reason: c.Label})
+		s.audit.Append(audit.Record{Event: "checkpoint", Checkpoint: c.ID, Reason: c.Label})
 	}
 	return c, redactErr(s.red, err)
 }
@@ -548,7 +549,7 @@ func (m *Manager) Restore(ctx context.Context, id, checkpointID string) (shell.R
 	if err != nil {
 		return r, redactErr(s.red, err)
 	}
-	s.audit.record(auditRecord{Event: "restore", Checkpoint: checkpointID})
+	s.audit.Append(audit.Record{Event: "restore", Checkpoint: checkpointID})
 	return r, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/shell"
+	"github.com/nexus-run/nexus/internal/shell/audit"
 	"github.com/nexus-run/nexus/internal/shell/output"
 	"github.com/nexus-run/nexus/internal/shell/policy"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -325,7 +326,7 @@ func TestAuditRecordsAreJSONLines(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	var events []string
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var r AuditRecord
+		var r audit.Record
 		if err := json.Unmarshal([]byte(line), &r); err != nil || r.SessionID != id {
 			t.Fatalf("bad audit line %q: %v", line, err)
 		}

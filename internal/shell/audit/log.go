@@ -1,4 +1,8 @@
-package agentshell
+// Package audit is the agent shells' audit log: one JSON line per event of a shell, in
+// <dir>/<session_id>.jsonl. The agent-shell manager writes it (Open, Log); the MCP server and
+// the gateway read it line by line (Reader), and `nexus mcp watch` prints it as a transcript
+// (Watch). Everything in it is redacted before it is written.
+package audit
 
 import (
 	"encoding/json"
@@ -13,8 +17,8 @@ import (
 	"github.com/nexus-run/nexus/internal/fsutil"
 )
 
-// AuditRecord is one line of state/audit/<session_id>.jsonl. Everything in it is redacted.
-type AuditRecord struct {
+// Record is one line of state/audit/<session_id>.jsonl. Everything in it is redacted.
+type Record struct {
 	Time       string   `json:"ts"`
 	SessionID  string   `json:"session_id"`
 	Event      string   `json:"event"` // open, exec, block, checkpoint, restore, close
@@ -34,16 +38,19 @@ type AuditRecord struct {
 	Deny       []string `json:"deny,omitempty"`
 }
 
-type auditRecord = AuditRecord
-
-type auditLog struct {
+// Log appends the records of one shell to its file. A nil *Log (the audit log is off) takes
+// records and drops them.
+type Log struct {
 	mu  sync.Mutex
 	f   *os.File
 	id  string
 	now func() time.Time
 }
 
-func openAudit(dir, id string, now func() time.Time) (*auditLog, error) {
+// Open creates or appends to dir/<id>.jsonl (the directory private, the file 0600, neither
+// through a symbolic link). The caller vouches for id: it names a file in dir. now stamps
+// each record.
+func Open(dir, id string, now func() time.Time) (*Log, error) {
 	if err := fsutil.MkdirPrivate(dir); err != nil {
 		return nil, err
 	}
@@ -52,12 +59,13 @@ func openAudit(dir, id string, now func() time.Time) (*auditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open audit log %s: %w", path, err)
 	}
-	return &auditLog{f: f, id: id, now: now}, nil
+	return &Log{f: f, id: id, now: now}, nil
 }
 
-// record appends one line; one write per record, so a reader never sees half a line unless the
-// process dies mid-write, and then only the last one.
-func (a *auditLog) record(r AuditRecord) {
+// Append writes r as one line, stamped with the time and the shell's id; one write per record,
+// so a reader never sees half a line unless the process dies mid-write, and then only the last
+// one. A record that cannot be written is dropped: the shell's work goes on.
+func (a *Log) Append(r Record) {
 	if a == nil {
 		return
 	}
@@ -74,7 +82,8 @@ func (a *auditLog) record(r AuditRecord) {
 	}
 }
 
-func (a *auditLog) close() {
+// Close closes the file; later records are dropped.
+func (a *Log) Close() {
 	if a == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package mcp
+package audit
 
 import (
 	"bytes"
@@ -15,12 +15,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
-// AuditLine is one line of a shell's audit log: a agentshell.AuditRecord as written (redacted).
-type AuditLine struct {
+// Line is one line of a shell's audit log: a Record as written (redacted).
+type Line struct {
 	// Seq is the line's number in the log, from 1: stable for as long as the log exists.
 	Seq uint64
 	// Time is the record's timestamp.
@@ -31,61 +29,72 @@ type AuditLine struct {
 	Record json.RawMessage
 }
 
-// AuditBatch is what ReadAudit returns.
-type AuditBatch struct {
-	Lines []AuditLine
+// Batch is what Read returns.
+type Batch struct {
+	Lines []Line
 	// Next is the sequence to read after next time.
 	Next uint64
 	// Closed is true once the log's close record has been returned: nothing follows.
 	Closed bool
 }
 
-// Errors of ReadAudit.
+// Errors of Read and Last.
 var (
-	// ErrNoAudit: the server keeps no audit log (Config.Session.AuditDir is empty).
+	// ErrNoAudit: the reader has no audit directory (the server keeps no audit log).
 	ErrNoAudit = errors.New("the audit log is off")
 	// ErrBadSessionID: the id could not name a log (a path separator, "." or "..").
 	ErrBadSessionID = errors.New("not a session id")
+	// ErrUnknownSession: the audit directory holds no log of the session.
+	ErrUnknownSession = errors.New("unknown session")
 )
 
-// maxAuditBatch bounds the lines of one ReadAudit.
-const maxAuditBatch = 512
+// maxBatch bounds the lines of one Read.
+const maxBatch = 512
 
-// ReadAudit returns the lines of shell id's audit log after line after (at most limit, 0
-// meaning 512), waiting up to wait for the first one when there is none yet. Any shell with a
-// log in the server's audit directory can be read, open or closed, including shells of other
-// servers sharing the directory, as `nexus mcp watch` shows them. A log without the line a
-// reader asked for (truncated or replaced) is read from its start again. A line that is not a
-// record (a torn last write) keeps its number but is skipped.
-func (s *Server) ReadAudit(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (AuditBatch, error) {
-	dir := s.cfg.Session.AuditDir
-	if dir == "" {
-		return AuditBatch{}, ErrNoAudit
+// Reader reads the audit logs of one directory. It remembers where each log's next line
+// starts, so a reader following a long log does not read it from the start on every poll.
+type Reader struct {
+	dir   string
+	cache auditCache
+}
+
+// NewReader reads the logs in dir; an empty dir means the audit log is off.
+func NewReader(dir string) *Reader { return &Reader{dir: dir} }
+
+// Read returns the lines of shell id's audit log after line after (at most limit, 0 meaning
+// 512), waiting up to wait for the first one when there is none yet. Any shell with a log in
+// the directory can be read, open or closed, including shells of other servers sharing the
+// directory, as `nexus mcp watch` shows them. A log without the line a reader asked for
+// (truncated or replaced) is read from its start again. A line that is not a record (a torn
+// last write) keeps its number but is skipped.
+func (r *Reader) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (Batch, error) {
+	if r.dir == "" {
+		return Batch{}, ErrNoAudit
 	}
 	if err := checkID(id); err != nil {
-		return AuditBatch{}, err
+		return Batch{}, err
 	}
-	if limit <= 0 || limit > maxAuditBatch {
-		limit = maxAuditBatch
+	if limit <= 0 || limit > maxBatch {
+		limit = maxBatch
 	}
-	path := filepath.Join(dir, id+".jsonl")
+	path := filepath.Join(r.dir, id+".jsonl")
 	var in *os.File
 	if wait > 0 {
 		// The watch is in place before the read, so a line appended in between wakes the wait.
 		var err error
 		if in, err = watchFile(path); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return AuditBatch{}, s.unknownShell(id)
+				return Batch{}, r.unknown(id)
 			}
-			return AuditBatch{}, err
+			return Batch{}, err
 		}
 		defer func() { _ = in.Close() }()
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		b, err := s.audit.read(path, after, limit)
+		b, err := r.cache.read(path, after, limit)
 		if errors.Is(err, fs.ErrNotExist) {
-			return AuditBatch{}, s.unknownShell(id)
+			return Batch{}, r.unknown(id)
 		}
 		if err != nil || len(b.Lines) > 0 || b.Closed || in == nil {
 			return b, err
@@ -96,6 +105,27 @@ func (s *Server) ReadAudit(ctx context.Context, id string, after uint64, limit i
 	}
 }
 
+// Last returns the record of the last line of shell id's audit log, the zero Record when that
+// line is not one (a torn write). A shell without a log, or a reader without a directory,
+// is ErrUnknownSession.
+func (r *Reader) Last(id string) (Record, error) {
+	if r.dir == "" {
+		return Record{}, r.unknown(id)
+	}
+	if err := checkID(id); err != nil {
+		return Record{}, err
+	}
+	tail, err := readTail(filepath.Join(r.dir, id+".jsonl"), maxAuditLine)
+	if err != nil {
+		return Record{}, r.unknown(id)
+	}
+	var rec Record
+	if json.Unmarshal(lastLine(tail), &rec) != nil {
+		return Record{}, nil
+	}
+	return rec, nil
+}
+
 // checkID refuses an id that could not name a log in the audit directory.
 func checkID(id string) error {
 	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
@@ -104,24 +134,26 @@ func checkID(id string) error {
 	return nil
 }
 
-// unknownShell names the audit directory and says where the ids are.
-func (s *Server) unknownShell(id string) error {
-	return fmt.Errorf("%w %q: no audit log of it in %s (see the open shells with session_list)", ErrUnknownSession, id, s.cfg.Session.AuditDir)
+// unknown names the audit directory and says where the ids are.
+func (r *Reader) unknown(id string) error {
+	return fmt.Errorf("%w %q: no audit log of it in %s (see the open shells with session_list)", ErrUnknownSession, id, r.dir)
 }
 
 // watchFile returns an inotify descriptor, as a pollable file, that becomes readable when
-// path is written to or goes away.
+// path is written to or goes away. A missing path is an error that is fs.ErrNotExist.
 func watchFile(path string) (*os.File, error) {
+	return newInotify(path, unix.IN_MODIFY|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_DONT_FOLLOW)
+}
+
+// newInotify watches path for the events of mask. The non-blocking descriptor becomes a
+// pollable *os.File: Read waits in the runtime's poller and a read deadline interrupts it.
+func newInotify(path string, mask uint32) (*os.File, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
-	mask := uint32(unix.IN_MODIFY | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_DONT_FOLLOW)
 	if _, err := unix.InotifyAddWatch(fd, path, mask); err != nil {
 		_ = unix.Close(fd)
-		if errors.Is(err, unix.ENOENT) {
-			return nil, fs.ErrNotExist
-		}
 		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
 	return os.NewFile(uintptr(fd), "inotify:"+path), nil
@@ -137,8 +169,7 @@ func waitChange(ctx context.Context, in *os.File, deadline time.Time) bool {
 	return err == nil && n > 0 && ctx.Err() == nil
 }
 
-// auditCache remembers where each log's next line starts, so a reader following a long log
-// does not read it from the start on every poll.
+// auditCache remembers where each log's next line starts.
 type auditCache struct {
 	mu  sync.Mutex
 	pos map[string]auditPos
@@ -170,30 +201,30 @@ func (c *auditCache) put(path string, p auditPos) {
 }
 
 // read returns up to limit complete lines after line after.
-func (c *auditCache) read(path string, after uint64, limit int) (AuditBatch, error) {
+func (c *auditCache) read(path string, after uint64, limit int) (Batch, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0) //nolint:gosec // G304: a log of the operator's audit directory, named by a checked id
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
-			return AuditBatch{}, fmt.Errorf("audit log %s is a symbolic link: refused", path)
+			return Batch{}, fmt.Errorf("audit log %s is a symbolic link: refused", path)
 		}
-		return AuditBatch{}, err //nolint:wrapcheck // the caller tells fs.ErrNotExist apart
+		return Batch{}, err //nolint:wrapcheck // the caller tells fs.ErrNotExist apart
 	}
 	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
-		return AuditBatch{}, fmt.Errorf("audit log %s: %w", path, err)
+		return Batch{}, fmt.Errorf("audit log %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return AuditBatch{}, fmt.Errorf("audit log %s is not a regular file", path)
+		return Batch{}, fmt.Errorf("audit log %s is not a regular file", path)
 	}
 	start := c.get(path)
 	if start.seq > after || start.off > fi.Size() {
 		start = auditPos{}
 	}
 	if _, err := f.Seek(start.off, io.SeekStart); err != nil {
-		return AuditBatch{}, fmt.Errorf("audit log %s: %w", path, err)
+		return Batch{}, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	b := AuditBatch{Next: after}
+	b := Batch{Next: after}
 	seq, off := start.seq, start.off
 	var last []byte // the last complete line scanned
 	r := newLineReader(f)
@@ -221,7 +252,7 @@ func (c *auditCache) read(path string, after uint64, limit int) (AuditBatch, err
 		if json.Unmarshal(rec, &head) != nil {
 			continue
 		}
-		b.Lines = append(b.Lines, AuditLine{Seq: seq, Time: head.Time, Event: head.Event, Record: append(json.RawMessage(nil), rec...)})
+		b.Lines = append(b.Lines, Line{Seq: seq, Time: head.Time, Event: head.Event, Record: append(json.RawMessage(nil), rec...)})
 		if head.Event == "close" {
 			// A session's close is its log's last record.
 			b.Closed = true
@@ -314,34 +345,4 @@ func (l *lineReader) next() ([]byte, error) {
 			return nil, err //nolint:wrapcheck // the caller names the file
 		}
 	}
-}
-
-// ErrShellClosed is returned by Shell for a shell that is no longer open but whose audit log
-// is still there.
-var ErrShellClosed = errors.New("shell closed")
-
-// Shell describes the open shell id as session_list does. For a shell that is not open it
-// returns ErrShellClosed when its audit log exists (with the reason of its close record when
-// it has one), else ErrUnknownSession.
-func (s *Server) Shell(id string) (agentshell.Info, error) {
-	for _, in := range s.mgr.List() {
-		if in.SessionID == id {
-			return in, nil
-		}
-	}
-	if s.cfg.Session.AuditDir == "" {
-		return agentshell.Info{}, s.unknownShell(id)
-	}
-	if err := checkID(id); err != nil {
-		return agentshell.Info{}, err
-	}
-	tail, err := readTail(filepath.Join(s.cfg.Session.AuditDir, id+".jsonl"), maxAuditLine)
-	if err != nil {
-		return agentshell.Info{}, s.unknownShell(id)
-	}
-	var rec agentshell.AuditRecord
-	if json.Unmarshal(lastLine(tail), &rec) == nil && rec.Event == "close" {
-		return agentshell.Info{}, fmt.Errorf("%w: shell %q was closed (%s) at %s; its audit log is still readable", ErrShellClosed, id, rec.Reason, rec.Time)
-	}
-	return agentshell.Info{}, fmt.Errorf("%w: shell %q is not open here (its audit log has no close record: another server's shell, or one whose server died); its audit log is still readable", ErrShellClosed, id)
 }

@@ -1,4 +1,4 @@
-package mcp
+package audit
 
 import (
 	"bytes"
@@ -11,15 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 func intp(i int) *int { return &i }
 
 func TestTranscriptFormat(t *testing.T) {
-	tr := NewTranscript()
-	recs := []agentshell.AuditRecord{
+	tr := newTranscript()
+	recs := []Record{
 		{SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/home/u", Deny: []string{"rm"}, Workspace: "/home/u/w"},
 		{SessionID: "a-1_local", Event: "exec", Command: "cd /tmp && ls x", Cwd: "/tmp", ExitCode: intp(2), DurationMS: 3,
 			Stdout: "one\ntwo", Stderr: "ls: x: No such file\n"},
@@ -36,7 +35,7 @@ func TestTranscriptFormat(t *testing.T) {
 	}
 	var b strings.Builder
 	for _, r := range recs {
-		b.WriteString(tr.Format(r))
+		b.WriteString(tr.format(r))
 	}
 	want := `[a-1_local] [opened local] /home/u (workspace /home/u/w; deny: rm)
 [a-1_local] /home/u $ cd /tmp && ls x
@@ -87,7 +86,7 @@ func TestPrintable(t *testing.T) {
 	}
 }
 
-func auditLineJSON(t *testing.T, r agentshell.AuditRecord) string {
+func auditLineJSON(t *testing.T, r Record) string {
 	t.Helper()
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -113,14 +112,14 @@ func appendFile(t *testing.T, path, s string) {
 func TestWatchOrdersAcrossFiles(t *testing.T) {
 	dir := t.TempDir()
 	appendFile(t, filepath.Join(dir, "a-1_local.jsonl"),
-		auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/a"})+
-			auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:02.000Z", SessionID: "a-1_local", Event: "exec", Command: "echo a", Cwd: "/a", ExitCode: intp(0), Stdout: "a\n"})+
+		auditLineJSON(t, Record{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/a"})+
+			auditLineJSON(t, Record{Time: "2026-01-01T00:00:02.000Z", SessionID: "a-1_local", Event: "exec", Command: "echo a", Cwd: "/a", ExitCode: intp(0), Stdout: "a\n"})+
 			"not json\n"+
 			// An unterminated last line is complete enough when not following.
-			strings.TrimSuffix(auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:04.000Z", SessionID: "a-1_local", Event: "close", Reason: "idle"}), "\n"))
+			strings.TrimSuffix(auditLineJSON(t, Record{Time: "2026-01-01T00:00:04.000Z", SessionID: "a-1_local", Event: "close", Reason: "idle"}), "\n"))
 	appendFile(t, filepath.Join(dir, "b-2_local.jsonl"),
-		auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:01.000Z", SessionID: "b-2_local", Event: "open", Transport: "local", Cwd: "/b"})+
-			auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:03.000Z", SessionID: "b-2_local", Event: "exec", Command: "echo b", Cwd: "/b", ExitCode: intp(1), Stderr: "b\n"}))
+		auditLineJSON(t, Record{Time: "2026-01-01T00:00:01.000Z", SessionID: "b-2_local", Event: "open", Transport: "local", Cwd: "/b"})+
+			auditLineJSON(t, Record{Time: "2026-01-01T00:00:03.000Z", SessionID: "b-2_local", Event: "exec", Command: "echo b", Cwd: "/b", ExitCode: intp(1), Stderr: "b\n"}))
 	appendFile(t, filepath.Join(dir, "notes.txt"), "ignored\n")
 
 	var out, errs bytes.Buffer
@@ -200,15 +199,15 @@ func TestWatchFollow(t *testing.T) {
 	waitReady(t, ready, done)
 
 	a := filepath.Join(dir, "a-1_local.jsonl")
-	appendFile(t, a, auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/w"}))
+	appendFile(t, a, auditLineJSON(t, Record{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/w"}))
 	out.WaitFor(t, "[a-1_local] [opened local] /w\n")
 
 	// A line written in two pieces is printed once it is complete, and only then.
-	line := auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:01.000Z", SessionID: "a-1_local", Event: "exec", Command: "make", Cwd: "/w", ExitCode: intp(0), DurationMS: 5, Stdout: "built\n"})
+	line := auditLineJSON(t, Record{Time: "2026-01-01T00:00:01.000Z", SessionID: "a-1_local", Event: "exec", Command: "make", Cwd: "/w", ExitCode: intp(0), DurationMS: 5, Stdout: "built\n"})
 	appendFile(t, a, line[:20])
 	// A new file's line is a later event: once it shows, the partial line must not have.
 	b := filepath.Join(dir, "b-2_docker_web.jsonl")
-	appendFile(t, b, auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:02.000Z", SessionID: "b-2_docker_web", Event: "open", Transport: "docker", Cwd: "/"}))
+	appendFile(t, b, auditLineJSON(t, Record{Time: "2026-01-01T00:00:02.000Z", SessionID: "b-2_docker_web", Event: "open", Transport: "docker", Cwd: "/"}))
 	out.WaitFor(t, "[b-2_docker_web] [opened docker] /\n")
 	if strings.Contains(out.String(), "make") {
 		t.Fatalf("a partial line was printed:\n%s", out.String())
@@ -217,15 +216,15 @@ func TestWatchFollow(t *testing.T) {
 	out.WaitFor(t, "[a-1_local] /w $ make\nbuilt\n→ exit 0 (5 ms)\n")
 
 	// Several records at once come out whole and in order.
-	appendFile(t, b, auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:03.000Z", SessionID: "b-2_docker_web", Event: "exec", Command: "id", Cwd: "/", ExitCode: intp(0), Stdout: "root\n"})+
-		auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:04.000Z", SessionID: "b-2_docker_web", Event: "close", Reason: "destroyed"}))
+	appendFile(t, b, auditLineJSON(t, Record{Time: "2026-01-01T00:00:03.000Z", SessionID: "b-2_docker_web", Event: "exec", Command: "id", Cwd: "/", ExitCode: intp(0), Stdout: "root\n"})+
+		auditLineJSON(t, Record{Time: "2026-01-01T00:00:04.000Z", SessionID: "b-2_docker_web", Event: "close", Reason: "destroyed"}))
 	out.WaitFor(t, "[b-2_docker_web] / $ id\nroot\n→ exit 0 (0 ms)\n[b-2_docker_web] [closed: destroyed]\n")
 
 	// Not an audit file: ignored.
 	appendFile(t, filepath.Join(dir, "x.tmp"), "junk\n")
 
 	// A file replaced by a shorter one is read from its start.
-	if err := os.WriteFile(a, []byte(auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:05.000Z", SessionID: "a-1_local", Event: "close", Reason: "idle"})), 0o600); err != nil {
+	if err := os.WriteFile(a, []byte(auditLineJSON(t, Record{Time: "2026-01-01T00:00:05.000Z", SessionID: "a-1_local", Event: "close", Reason: "idle"})), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out.WaitFor(t, "[a-1_local] [closed: idle]\n")
@@ -249,8 +248,8 @@ func TestWatchFollow(t *testing.T) {
 
 func TestWatchFollowSessionFilterAndBacklog(t *testing.T) {
 	dir := t.TempDir()
-	appendFile(t, filepath.Join(dir, "a-1_local.jsonl"), auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/a"}))
-	appendFile(t, filepath.Join(dir, "b-2_local.jsonl"), auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:00.000Z", SessionID: "b-2_local", Event: "open", Transport: "local", Cwd: "/b"}))
+	appendFile(t, filepath.Join(dir, "a-1_local.jsonl"), auditLineJSON(t, Record{Time: "2026-01-01T00:00:00.000Z", SessionID: "a-1_local", Event: "open", Transport: "local", Cwd: "/a"}))
+	appendFile(t, filepath.Join(dir, "b-2_local.jsonl"), auditLineJSON(t, Record{Time: "2026-01-01T00:00:00.000Z", SessionID: "b-2_local", Event: "open", Transport: "local", Cwd: "/b"}))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var out testkit.Buffer
@@ -261,8 +260,8 @@ func TestWatchFollowSessionFilterAndBacklog(t *testing.T) {
 	}()
 	waitReady(t, ready, done)
 	out.WaitFor(t, "[b-2_local] [opened local] /b\n")
-	appendFile(t, filepath.Join(dir, "a-1_local.jsonl"), auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:01.000Z", SessionID: "a-1_local", Event: "close", Reason: "x"}))
-	appendFile(t, filepath.Join(dir, "b-2_local.jsonl"), auditLineJSON(t, agentshell.AuditRecord{Time: "2026-01-01T00:00:02.000Z", SessionID: "b-2_local", Event: "close", Reason: "y"}))
+	appendFile(t, filepath.Join(dir, "a-1_local.jsonl"), auditLineJSON(t, Record{Time: "2026-01-01T00:00:01.000Z", SessionID: "a-1_local", Event: "close", Reason: "x"}))
+	appendFile(t, filepath.Join(dir, "b-2_local.jsonl"), auditLineJSON(t, Record{Time: "2026-01-01T00:00:02.000Z", SessionID: "b-2_local", Event: "close", Reason: "y"}))
 	out.WaitFor(t, "[b-2_local] [closed: y]\n")
 	cancel()
 	if err := <-done; err != nil {

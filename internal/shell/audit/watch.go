@@ -1,4 +1,4 @@
-package mcp
+package audit
 
 import (
 	"bytes"
@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
-	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 // WatchOptions configure Watch.
@@ -61,12 +60,12 @@ func Watch(ctx context.Context, o WatchOptions) error {
 		}
 	}
 	t := &tailer{dir: o.Dir, session: o.Session, files: map[string]*tailFile{}, errW: o.Err}
-	tr := NewTranscript()
-	emit := func(recs []auditLine) error {
+	tr := newTranscript()
+	emit := func(recs []tailLine) error {
 		sortLines(recs)
 		var b strings.Builder
 		for _, r := range recs {
-			b.WriteString(tr.Format(r.rec))
+			b.WriteString(tr.format(r.rec))
 		}
 		if b.Len() == 0 {
 			return nil
@@ -91,7 +90,8 @@ func Watch(ctx context.Context, o WatchOptions) error {
 	if err := fsutil.MkdirPrivate(o.Dir); err != nil {
 		return fmt.Errorf("audit directory: %w", err)
 	}
-	in, err := newInotify(o.Dir)
+	// Appends, new files and files moved in, and the directory's own removal.
+	in, err := newInotify(o.Dir, unix.IN_MODIFY|unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func Watch(ctx context.Context, o WatchOptions) error {
 		if gone {
 			return fmt.Errorf("watch %s: the audit directory was removed or moved", o.Dir)
 		}
-		var recs []auditLine
+		var recs []tailLine
 		if rescan {
 			recs, err = t.scan(false)
 			if err != nil {
@@ -149,9 +149,6 @@ func Watch(ctx context.Context, o WatchOptions) error {
 		}
 	}
 }
-
-// ErrUnknownSession is returned by Watch for a session the audit directory has no log of.
-var ErrUnknownSession = errors.New("unknown session")
 
 // maxListed bounds the session ids an unknown-session error lists.
 const maxListed = 10
@@ -202,22 +199,6 @@ func knownSession(dir, id string) error {
 		ErrUnknownSession, id, dir, strings.Join(ids, ", "), more)
 }
 
-// newInotify watches dir for appends, new files and files moved in, and for its own removal.
-func newInotify(dir string) (*os.File, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("inotify: %w", err)
-	}
-	mask := uint32(unix.IN_MODIFY | unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF)
-	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
-		_ = unix.Close(fd)
-		return nil, fmt.Errorf("watch %s: %w", dir, err)
-	}
-	// A non-blocking descriptor becomes a pollable *os.File: Read waits in the runtime's poller
-	// and a read deadline interrupts it.
-	return os.NewFile(uintptr(fd), "inotify:"+dir), nil
-}
-
 // parseEvents returns the file names of a buffer of inotify events, whether the kernel's
 // queue overflowed (every file must be rescanned) and whether the directory itself went away.
 func parseEvents(b []byte) (names []string, rescan, gone bool) {
@@ -243,16 +224,16 @@ func parseEvents(b []byte) (names []string, rescan, gone bool) {
 	return names, rescan, gone
 }
 
-// auditLine is one parsed record with where it came from, for a stable order.
-type auditLine struct {
-	rec  agentshell.AuditRecord
+// tailLine is one parsed record with where it came from, for a stable order.
+type tailLine struct {
+	rec  Record
 	at   time.Time
 	file string
 	seq  int
 }
 
 // sortLines orders records by time, then by file and position for equal times.
-func sortLines(ls []auditLine) {
+func sortLines(ls []tailLine) {
 	sort.SliceStable(ls, func(i, j int) bool {
 		if !ls[i].at.Equal(ls[j].at) {
 			return ls[i].at.Before(ls[j].at)
@@ -287,7 +268,7 @@ func (t *tailer) wants(name string) bool {
 
 // scan reads every audit file of the directory. final also parses an unterminated last line
 // (when not following, a line still being written is as complete as it will get).
-func (t *tailer) scan(final bool) ([]auditLine, error) {
+func (t *tailer) scan(final bool) ([]tailLine, error) {
 	ents, err := os.ReadDir(t.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -295,7 +276,7 @@ func (t *tailer) scan(final bool) ([]auditLine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit directory: %w", err)
 	}
-	var out []auditLine
+	var out []tailLine
 	for _, e := range ents {
 		if e.Type().IsRegular() && t.wants(e.Name()) {
 			out = append(out, t.read(e.Name(), final)...)
@@ -305,7 +286,7 @@ func (t *tailer) scan(final bool) ([]auditLine, error) {
 }
 
 // read returns the records appended to name since the last read.
-func (t *tailer) read(name string, final bool) []auditLine {
+func (t *tailer) read(name string, final bool) []tailLine {
 	tf := t.files[name]
 	if tf == nil {
 		tf = &tailFile{}
@@ -342,7 +323,7 @@ func (t *tailer) read(name string, final bool) []auditLine {
 	}
 	data = append(tf.partial, data...)
 	tf.partial = nil
-	var out []auditLine
+	var out []tailLine
 	for len(data) > 0 {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
@@ -367,37 +348,37 @@ func (t *tailer) read(name string, final bool) []auditLine {
 	return out
 }
 
-func (t *tailer) parse(name string, line []byte, tf *tailFile) (auditLine, bool) {
+func (t *tailer) parse(name string, line []byte, tf *tailFile) (tailLine, bool) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
-		return auditLine{}, false
+		return tailLine{}, false
 	}
-	var r agentshell.AuditRecord
+	var r Record
 	if err := json.Unmarshal(line, &r); err != nil {
 		fmt.Fprintf(t.errW, "nexus: audit file %s: skipped a line that is not an audit record: %v\n", name, err)
-		return auditLine{}, false
+		return tailLine{}, false
 	}
 	if r.SessionID == "" {
 		r.SessionID = strings.TrimSuffix(name, ".jsonl")
 	}
 	at, _ := time.Parse(time.RFC3339Nano, r.Time)
 	tf.seq++
-	return auditLine{rec: r, at: at, file: name, seq: tf.seq}, true
+	return tailLine{rec: r, at: at, file: name, seq: tf.seq}, true
 }
 
-// Transcript formats audit records as a terminal transcript. It remembers each session's
+// transcript formats audit records as a terminal transcript. It remembers each session's
 // working directory, so a command is shown with the directory it ran in (an exec record holds
 // the directory after the command).
-type Transcript struct {
+type transcript struct {
 	cwd map[string]string
 }
 
-// NewTranscript returns a formatter that has seen no records yet.
-func NewTranscript() *Transcript { return &Transcript{cwd: map[string]string{}} }
+// newTranscript returns a formatter that has seen no records yet.
+func newTranscript() *transcript { return &transcript{cwd: map[string]string{}} }
 
 var ruleRE = regexp.MustCompile(`rule ("(?:[^"\\]|\\.)*")`)
 
-// Format renders one record as one or more lines, each ending in a newline:
+// format renders one record as one or more lines, each ending in a newline:
 //
 //	[<session_id>] [opened local] <cwd>
 //	[<session_id>] <cwd> $ <command>
@@ -406,7 +387,7 @@ var ruleRE = regexp.MustCompile(`rule ("(?:[^"\\]|\\.)*")`)
 //	→ exit <code> (<duration> ms) [timed out] [truncated]
 //	→ [blocked: <rule>]
 //	[<session_id>] [closed: <reason>]
-func (t *Transcript) Format(r agentshell.AuditRecord) string {
+func (t *transcript) format(r Record) string {
 	var b strings.Builder
 	id := "[" + oneLine(r.SessionID) + "] "
 	switch r.Event {
@@ -482,7 +463,7 @@ func (t *Transcript) Format(r agentshell.AuditRecord) string {
 }
 
 // prompt writes "[id] <cwd> $ <command>", continuation lines of the command prefixed "> ".
-func (t *Transcript) prompt(b *strings.Builder, id string, r agentshell.AuditRecord) {
+func (t *transcript) prompt(b *strings.Builder, id string, r Record) {
 	cwd, ok := t.cwd[r.SessionID]
 	if !ok {
 		cwd = r.Cwd
