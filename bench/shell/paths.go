@@ -14,6 +14,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
@@ -208,7 +209,7 @@ func openMCP(ctx context.Context, cfg config, env *benchEnv) (*path, error) {
 		closeAll()
 		return nil, fmt.Errorf("session_create: tool error: %s", toolText(res))
 	}
-	var info agentshell.Info
+	var info abi.Shell
 	if err := decodeStructured(res, &info); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("session_create: %w", err)

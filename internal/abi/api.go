@@ -79,3 +79,18 @@ type RunRequest struct {
 	// Budget shapes the output: {grep{pattern,context}, keep, lines, max_chars}.
 	Budget json.RawMessage `json:"budget,omitempty"`
 }
+
+// Shell describes an agent shell (docs/agent-shells.md): an entry of GET /v1/shells, the body
+// of GET /v1/shells/{id}, and what the MCP tools session_create and session_list return. Its
+// keys are snake_case, the MCP tools' shape, so one object serves both.
+type Shell struct {
+	SessionID string   `json:"session_id"`
+	Transport string   `json:"transport"`
+	Cwd       string   `json:"cwd"`
+	Workspace string   `json:"workspace,omitempty"`
+	Created   string   `json:"created"`
+	LastUsed  string   `json:"last_used"`
+	Execs     int      `json:"execs"`
+	Allow     []string `json:"allow,omitempty"`
+	Deny      []string `json:"deny,omitempty"`
+}

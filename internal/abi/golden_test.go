@@ -125,6 +125,8 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"control_request", abi.ControlRequest{Command: abi.CommandResize, Width: 80, Height: 24}},
 		{"version_response", abi.VersionResponse{Version: "v0.1.0", ABIVersion: abi.Version, PID: 1234}},
 		{"client_message", abi.ClientMessage{Op: "resize", Width: 120, Height: 40}},
+		{"shell", abi.Shell{SessionID: "a1b2c3-1_local", Transport: "local", Cwd: "/home/u/demo", Workspace: "/home/u/demo",
+			Created: goldenStamp, LastUsed: goldenStamp, Execs: 3, Deny: []string{"rm"}}},
 	}
 	for _, code := range abi.Codes() {
 		err := abi.Errorf(code, "sess-terminal", "something about %s", code)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 // The gateway's agent shells (docs/agent-shells.md, "MCP over HTTP"): the shells its /v1/mcp
@@ -17,9 +16,9 @@ import (
 func shellPath(id, rest string) string { return "/shells/" + url.PathEscape(id) + rest }
 
 // Shells returns the open agent shells of the gateway, as session_list describes them.
-func (c *Client) Shells(ctx context.Context) ([]agentshell.Info, error) {
+func (c *Client) Shells(ctx context.Context) ([]abi.Shell, error) {
 	var out struct {
-		Sessions []agentshell.Info `json:"sessions"`
+		Sessions []abi.Shell `json:"sessions"`
 	}
 	err := c.do(ctx, http.MethodGet, "/shells", nil, &out)
 	return out.Sessions, err
@@ -27,8 +26,8 @@ func (c *Client) Shells(ctx context.Context) ([]agentshell.Info, error) {
 
 // Shell returns one open shell; a closed one is SESSION_CLOSED, an unknown one
 // SESSION_NOT_FOUND.
-func (c *Client) Shell(ctx context.Context, id string) (agentshell.Info, error) {
-	var out agentshell.Info
+func (c *Client) Shell(ctx context.Context, id string) (abi.Shell, error) {
+	var out abi.Shell
 	err := c.do(ctx, http.MethodGet, shellPath(id, ""), nil, &out)
 	return out, err
 }

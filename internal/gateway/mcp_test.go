@@ -101,7 +101,7 @@ func TestMCPOverUnixSocket(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect over the socket: %v", err)
 	}
-	var created agentshell.Info
+	var created abi.Shell
 	callTool(t, cs, "session_create", map[string]any{"transport": "local"}, &created)
 	id := created.SessionID
 	work := t.TempDir()
@@ -251,7 +251,7 @@ func TestMCPOverTCPNeedsToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect with the token: %v", err)
 	}
-	var created agentshell.Info
+	var created abi.Shell
 	callTool(t, cs, "session_create", map[string]any{"transport": "local"}, &created)
 	var r shell.ExecResult
 	callTool(t, cs, "session_exec", map[string]any{"session_id": created.SessionID, "command": "sleep 2; echo slept"}, &r)
@@ -321,7 +321,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		ProtocolVersion string          `json:"protocolVersion"`
 		Tools           []string        `json:"tools"`
 		ExecInputSchema json.RawMessage `json:"execInputSchema"`
-		Created         agentshell.Info `json:"created"`
+		Created         abi.Shell       `json:"created"`
 		State           struct {
 			Structured shell.ExecResult `json:"structured"`
 			Text       string           `json:"text"`

@@ -17,8 +17,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/shell"
-	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/shell/audit"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
@@ -254,7 +254,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 
 	// A local session; state persists.
-	var info agentshell.Info
+	var info abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local"}, &info)
 	sid := info.SessionID
 	if !regexp.MustCompile(`^[0-9a-f]+-1_local$`).MatchString(sid) {
@@ -328,7 +328,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 
 	// A deny list: the command is refused, names the rule and does not run.
-	var denied agentshell.Info
+	var denied abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local", "cwd": home, "deny": []string{"rm"}}, &denied)
 	victim := filepath.Join(home, "keep.txt")
 	if err := os.WriteFile(victim, []byte("x"), 0o600); err != nil {
@@ -344,7 +344,7 @@ func TestMCPEndToEnd(t *testing.T) {
 
 	// session_list.
 	var list struct {
-		Sessions []agentshell.Info `json:"sessions"`
+		Sessions []abi.Shell `json:"sessions"`
 	}
 	e.ok("session_list", map[string]any{}, &list)
 	if len(list.Sessions) != 2 || list.Sessions[0].SessionID != sid || list.Sessions[1].SessionID != denied.SessionID ||
@@ -364,7 +364,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 
 	// exit ends the shell and closes the session.
-	var ex agentshell.Info
+	var ex abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local"}, &ex)
 	if r := e.exec(ex.SessionID, "exit 7", nil); !r.ShellExited {
 		t.Fatalf("exit: %+v", r)
@@ -427,7 +427,7 @@ func checkpointRoundTrip(t *testing.T, e *e2e, home string) {
 	if err := os.MkdirAll(ws, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var info agentshell.Info
+	var info abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local", "cwd": ws, "workspace": ws}, &info)
 	id := info.SessionID
 	e.exec(id, "echo v1 > f.txt", nil)
@@ -540,7 +540,7 @@ func BenchmarkMCPExecTrue(b *testing.B) {
 	if err != nil || res.IsError {
 		b.Fatalf("create: %v %v", err, res)
 	}
-	var info agentshell.Info
+	var info abi.Shell
 	if err := remarshal(res.StructuredContent, &info); err != nil {
 		b.Fatal(err)
 	}

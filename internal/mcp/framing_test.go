@@ -16,6 +16,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -429,7 +430,7 @@ func TestSDKClientSurvivesMalformedLines(t *testing.T) {
 		t.Errorf("resources/list: %v, want method not found", err)
 	}
 	e := &e2e{t: t, ctx: ctx, cs: cs}
-	var info agentshell.Info
+	var info abi.Shell
 	// The client speaks a protocol version where the log level travels with each request.
 	p := &sdk.CallToolParams{Name: "session_create", Arguments: map[string]any{"transport": "local"}, Meta: sdk.Meta{sdk.MetaKeyLogLevel: "info"}} //nolint:staticcheck // the deprecated logging feature is what is tested
 	if res := e.callParams(p, &info); res.IsError || info.SessionID == "" {

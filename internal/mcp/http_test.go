@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -91,7 +92,7 @@ func TestHTTPServesTheSameTools(t *testing.T) {
 
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
 	dir := t.TempDir()
-	var created agentshell.Info
+	var created abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	e.exec(created.SessionID, "cd "+dir+" && export NX_STATE=kept", nil)
 
@@ -169,7 +170,7 @@ func TestHTTPSurvivesMalformedBodies(t *testing.T) {
 	_, ts, _ := httpServer(t)
 	cs := httpClient(t, ts.URL, nil)
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
-	var created agentshell.Info
+	var created abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	e.exec(created.SessionID, "export MARK=kept", nil)
 	version := cs.InitializeResult().ProtocolVersion
@@ -224,7 +225,7 @@ func TestHTTPDuplicateRequestID(t *testing.T) {
 	_, ts, _ := httpServer(t)
 	cs := httpClient(t, ts.URL, nil)
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
-	var created agentshell.Info
+	var created abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	dir := t.TempDir()
 	fifo, started := filepath.Join(dir, "gate"), filepath.Join(dir, "started")
@@ -267,7 +268,7 @@ func TestHTTPCloseEndsStreams(t *testing.T) {
 	s, ts, _ := httpServer(t)
 	cs := httpClient(t, ts.URL, nil)
 	e := &e2e{t: t, ctx: t.Context(), cs: cs}
-	var created agentshell.Info
+	var created abi.Shell
 	e.ok("session_create", map[string]any{"transport": "local"}, &created)
 	s.Close()
 	ts.Close() // returns once every connection is idle: the streams ended

@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/shell/audit"
@@ -262,16 +263,16 @@ func (s *Server) addTools() {
 	}, s.restore)
 }
 
-func (s *Server) create(ctx context.Context, req *sdk.CallToolRequest, in CreateInput) (*sdk.CallToolResult, agentshell.Info, error) {
+func (s *Server) create(ctx context.Context, req *sdk.CallToolRequest, in CreateInput) (*sdk.CallToolResult, abi.Shell, error) {
 	o, err := in.options()
 	if err != nil {
-		return nil, agentshell.Info{}, err
+		return nil, abi.Shell{}, err
 	}
 	info, err := s.mgr.Create(ctx, o)
 	if err != nil {
 		err = toolError("session_create", "", err)
 		s.note(ctx, req, slog.LevelWarn, "session_create failed", "transport", s.mgr.Redact("", o.Transport), "err", s.mgr.Redact("", err.Error()))
-		return nil, agentshell.Info{}, err
+		return nil, abi.Shell{}, err
 	}
 	s.note(ctx, req, slog.LevelInfo, "session created", "session_id", info.SessionID, "transport", info.Transport)
 	return nil, info, nil
@@ -319,13 +320,13 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecInpu
 
 // ListOutput is session_list's result.
 type ListOutput struct {
-	Sessions []agentshell.Info `json:"sessions" jsonschema:"the open sessions, oldest first"`
+	Sessions []abi.Shell `json:"sessions" jsonschema:"the open sessions, oldest first"`
 }
 
 func (s *Server) list(_ context.Context, _ *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, ListOutput, error) {
 	ss := s.mgr.List()
 	if ss == nil {
-		ss = []agentshell.Info{}
+		ss = []abi.Shell{}
 	}
 	return nil, ListOutput{Sessions: ss}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/shell/policy"
@@ -89,7 +90,7 @@ func createLocal(t *testing.T, cs *sdk.ClientSession, extra map[string]any) stri
 	if res.IsError {
 		t.Fatalf("session_create: %s", txt)
 	}
-	var info agentshell.Info
+	var info abi.Shell
 	b, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b, &info); err != nil || info.SessionID == "" {
 		t.Fatalf("session_create result %s: %v", b, err)

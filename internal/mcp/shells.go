@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nexus-run/nexus/internal/shell/agentshell"
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/shell/audit"
 )
 
@@ -23,7 +23,7 @@ var ErrShellClosed = errors.New("shell closed")
 // Shell describes the open shell id as session_list does. For a shell that is not open it
 // returns ErrShellClosed when its audit log exists (with the reason of its close record when
 // it has one), else audit.ErrUnknownSession.
-func (s *Server) Shell(id string) (agentshell.Info, error) {
+func (s *Server) Shell(id string) (abi.Shell, error) {
 	for _, in := range s.mgr.List() {
 		if in.SessionID == id {
 			return in, nil
@@ -31,10 +31,10 @@ func (s *Server) Shell(id string) (agentshell.Info, error) {
 	}
 	rec, err := s.audit.Last(id)
 	if err != nil {
-		return agentshell.Info{}, err //nolint:wrapcheck // the reader names the log
+		return abi.Shell{}, err //nolint:wrapcheck // the reader names the log
 	}
 	if rec.Event == "close" {
-		return agentshell.Info{}, fmt.Errorf("%w: shell %q was closed (%s) at %s; its audit log is still readable", ErrShellClosed, id, rec.Reason, rec.Time)
+		return abi.Shell{}, fmt.Errorf("%w: shell %q was closed (%s) at %s; its audit log is still readable", ErrShellClosed, id, rec.Reason, rec.Time)
 	}
-	return agentshell.Info{}, fmt.Errorf("%w: shell %q is not open here (its audit log has no close record: another server's shell, or one whose server died); its audit log is still readable", ErrShellClosed, id)
+	return abi.Shell{}, fmt.Errorf("%w: shell %q is not open here (its audit log has no close record: another server's shell, or one whose server died); its audit log is still readable", ErrShellClosed, id)
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/reaper"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/audit"
@@ -87,19 +88,6 @@ type CreateOptions struct {
 	Allow        []string      `json:"allow,omitempty"`
 	Deny         []string      `json:"deny,omitempty"`
 	OutputBudget *shell.Budget `json:"output_budget,omitempty"`
-}
-
-// Info describes a session.
-type Info struct {
-	SessionID string   `json:"session_id"`
-	Transport string   `json:"transport"`
-	Cwd       string   `json:"cwd"`
-	Workspace string   `json:"workspace,omitempty"`
-	Created   string   `json:"created"`
-	LastUsed  string   `json:"last_used"`
-	Execs     int      `json:"execs"`
-	Allow     []string `json:"allow,omitempty"`
-	Deny      []string `json:"deny,omitempty"`
 }
 
 // Errors a caller can tell apart.
@@ -204,7 +192,7 @@ func (c Config) builtinTransport(o CreateOptions) (shell.Transport, error) {
 // Create opens a session. The slot is reserved before connecting, so concurrent creates never
 // exceed the cap, and released if the connection fails. An error's text is redacted (it may
 // quote an argument); errors.Is and errors.As still see what it wraps.
-func (m *Manager) Create(ctx context.Context, o CreateOptions) (Info, error) {
+func (m *Manager) Create(ctx context.Context, o CreateOptions) (abi.Shell, error) {
 	red := output.NewRedactor()
 	if o.Password != "" {
 		red.LearnLiteral(o.Password)
@@ -213,37 +201,37 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (Info, error) {
 	return info, redactErr(red, err)
 }
 
-func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redactor) (Info, error) {
+func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redactor) (abi.Shell, error) {
 	if o.Transport == "" {
 		o.Transport = "local"
 	}
 	pol, err := policy.New(o.Allow, o.Deny, m.cfg.Operator)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return abi.Shell{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if o.OutputBudget != nil {
 		if err := output.ValidateBudget(*o.OutputBudget); err != nil {
-			return Info{}, fmt.Errorf("%w: output_budget: %w", ErrInvalid, err)
+			return abi.Shell{}, fmt.Errorf("%w: output_budget: %w", ErrInvalid, err)
 		}
 	}
 	if o.Cwd != "" && o.Transport == "local" {
 		if fi, err := os.Stat(o.Cwd); err != nil || !fi.IsDir() {
-			return Info{}, fmt.Errorf("%w: cwd %q is not a directory", ErrInvalid, o.Cwd)
+			return abi.Shell{}, fmt.Errorf("%w: cwd %q is not a directory", ErrInvalid, o.Cwd)
 		}
 	}
 	tr, err := m.cfg.Transport(o)
 	if err != nil {
-		return Info{}, err
+		return abi.Shell{}, err
 	}
 
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return Info{}, ErrClosed
+		return abi.Shell{}, ErrClosed
 	}
 	if len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
 		m.mu.Unlock()
-		return Info{}, fmt.Errorf("%w: %d sessions open; destroy one with session_destroy", ErrLimit, m.cfg.MaxSessions)
+		return abi.Shell{}, fmt.Errorf("%w: %d sessions open; destroy one with session_destroy", ErrLimit, m.cfg.MaxSessions)
 	}
 	m.reserved++
 	m.counter++
@@ -263,7 +251,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redac
 	sh, err := shell.Start(ctx, tr, env)
 	if err != nil {
 		release()
-		return Info{}, fmt.Errorf("open %s session: %w", o.Transport, err)
+		return abi.Shell{}, fmt.Errorf("open %s session: %w", o.Transport, err)
 	}
 	now := m.cfg.Now()
 	s := &sess{id: id, transport: o.Transport, sh: sh, pol: pol, red: red, budget: o.OutputBudget, created: now, lastUsed: now}
@@ -277,7 +265,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redac
 		if err != nil {
 			_ = sh.Close()
 			release()
-			return Info{}, fmt.Errorf("%w: workspace: %w", ErrInvalid, err)
+			return abi.Shell{}, fmt.Errorf("%w: workspace: %w", ErrInvalid, err)
 		}
 		s.ckpt = ck
 	}
@@ -286,7 +274,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redac
 		if err != nil {
 			_ = sh.Close()
 			release()
-			return Info{}, err
+			return abi.Shell{}, err
 		}
 		s.audit = a
 	}
@@ -301,10 +289,10 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, red *output.Redac
 
 // info describes the session; what an agent or a shell chose (cwd, workspace, lists) is
 // redacted, as in every other sink.
-func (s *sess) info() Info {
+func (s *sess) info() abi.Shell {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Info{
+	return abi.Shell{
 		SessionID: s.id, Transport: s.transport, Cwd: s.red.Redact(s.sh.Cwd()), Workspace: s.workspace,
 		Created: s.created.UTC().Format(time.RFC3339), LastUsed: s.lastUsed.UTC().Format(time.RFC3339),
 		Execs: s.execs, Allow: redactAll(s.red, s.pol.Allow()), Deny: redactAll(s.red, s.pol.Deny()),
@@ -366,14 +354,14 @@ func (m *Manager) get(id string) (*sess, error) {
 }
 
 // List returns the open sessions, oldest first.
-func (m *Manager) List() []Info {
+func (m *Manager) List() []abi.Shell {
 	m.mu.Lock()
 	ss := make([]*sess, 0, len(m.sessions))
 	for _, s := range m.sessions {
 		ss = append(ss, s)
 	}
 	m.mu.Unlock()
-	out := make([]Info, 0, len(ss))
+	out := make([]abi.Shell, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, s.info())
 	}

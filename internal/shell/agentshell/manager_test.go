@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/shell"
 	"github.com/nexus-run/nexus/internal/shell/audit"
 	"github.com/nexus-run/nexus/internal/shell/output"
@@ -38,7 +39,7 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func mustCreate(t *testing.T, m *Manager, o CreateOptions) Info {
+func mustCreate(t *testing.T, m *Manager, o CreateOptions) abi.Shell {
 	t.Helper()
 	if o.Cwd == "" {
 		o.Cwd = t.TempDir()
