@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/charmbracelet/x/ansi"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/cli"
 	"github.com/nexus-run/nexus/internal/procfs"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -388,7 +388,9 @@ func terminalText(events string) (string, error) {
 		}
 		raw = append(raw, b...)
 	}
-	s := ansi.Strip(string(raw))
+	// The ABI's own stripping: charmbracelet/x/ansi would link go-runewidth, whose tables cost
+	// every nexus the scripts run a quarter of a second at start under the race detector.
+	s := abi.StripANSI(raw)
 	s = strings.ReplaceAll(s, "\r\n", "\n")
 	return strings.ReplaceAll(s, "\r", "\n"), nil
 }
