@@ -36,6 +36,7 @@ var mcpEnv = []struct{ flag, env string }{
 	{"host-key-fingerprint", "NEXUS_MCP_HOST_KEY_FINGERPRINT"},
 	{"ssh-config", "NEXUS_MCP_SSH_CONFIG"},
 	{"connect-timeout", "NEXUS_MCP_CONNECT_TIMEOUT"},
+	{"start-timeout", "NEXUS_MCP_START_TIMEOUT"},
 	{"max-sessions", "NEXUS_MCP_MAX_SESSIONS"},
 	{"idle-timeout", "NEXUS_MCP_IDLE_TIMEOUT"},
 	{"policy", "NEXUS_MCP_POLICY"},
@@ -75,7 +76,7 @@ session_checkpoints and session_restore.
 
 Everything here is operator configuration, which no tool call can change. Each flag can also be
 set by its environment variable (NEXUS_MCP_AUDIT_DIR, NEXUS_MCP_KEY_DIR, NEXUS_MCP_KNOWN_HOSTS,
-NEXUS_MCP_HOST_KEY_FINGERPRINT, NEXUS_MCP_SSH_CONFIG, NEXUS_MCP_CONNECT_TIMEOUT, NEXUS_MCP_MAX_SESSIONS, NEXUS_MCP_IDLE_TIMEOUT,
+NEXUS_MCP_HOST_KEY_FINGERPRINT, NEXUS_MCP_SSH_CONFIG, NEXUS_MCP_CONNECT_TIMEOUT, NEXUS_MCP_START_TIMEOUT, NEXUS_MCP_MAX_SESSIONS, NEXUS_MCP_IDLE_TIMEOUT,
 NEXUS_MCP_POLICY, NEXUS_MCP_SHADOW_DIR, NEXUS_MCP_LOG_LEVEL); a flag wins over its variable.
 Logs go to stderr; stdout carries only the protocol.
 

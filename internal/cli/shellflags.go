@@ -24,6 +24,7 @@ type shellFlags struct {
 	fingerprint    string
 	sshConfig      string
 	connectTimeout time.Duration
+	startTimeout   time.Duration
 	maxSessions    int
 	idle           time.Duration
 	policyFile     string
@@ -40,6 +41,7 @@ func (sf *shellFlags) bind(f, audit *pflag.FlagSet) {
 	f.StringVar(&sf.fingerprint, n("host-key-fingerprint"), "", `pin the host key of every SSH session: "SHA256:..." as ssh-keygen -lf prints it`)
 	f.StringVar(&sf.sshConfig, n("ssh-config"), "", `ssh_config file for host aliases (default ~/.ssh/config when it exists; "none" for none)`)
 	f.DurationVar(&sf.connectTimeout, n("connect-timeout"), 0, "SSH connect timeout (0: the transport's default)")
+	f.DurationVar(&sf.startTimeout, n("start-timeout"), 0, "how long a new SSH or Docker shell may take to answer its handshake, the remote user's startup files included (0: 30s)")
 	f.IntVar(&sf.maxSessions, n("max-sessions"), agentshell.DefaultMaxSessions, "most agent shells open at once")
 	f.DurationVar(&sf.idle, n("idle-timeout"), agentshell.DefaultIdleTimeout, "close agent shells idle this long (0 disables)")
 	f.StringVar(&sf.policyFile, n("policy"), "", `operator policy JSON file: {"allow": [...], "deny": [...], "deny_patterns": [...]}`)
@@ -54,6 +56,9 @@ func (a *app) shellConfig(sf *shellFlags) (agentshell.Config, error) {
 	}
 	if sf.idle < 0 {
 		return agentshell.Config{}, fmt.Errorf("--%sidle-timeout is %s; use 0 to disable idle reaping", sf.prefix, sf.idle)
+	}
+	if sf.connectTimeout < 0 || sf.startTimeout < 0 {
+		return agentshell.Config{}, fmt.Errorf("--%sconnect-timeout and --%sstart-timeout must not be negative (0: the default)", sf.prefix, sf.prefix)
 	}
 	idle := sf.idle
 	if idle == 0 {
@@ -78,6 +83,7 @@ func (a *app) shellConfig(sf *shellFlags) (agentshell.Config, error) {
 			HostKeyFingerprint: sf.fingerprint,
 			ConfigFile:         absPath(sf.sshConfig),
 			ConnectTimeout:     sf.connectTimeout,
+			StartTimeout:       sf.startTimeout,
 		},
 		Now: a.env.Now,
 	}, nil

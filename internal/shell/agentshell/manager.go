@@ -68,6 +68,9 @@ type SSHConfig struct {
 	HostKeyFingerprint string
 	ConfigFile         string
 	ConnectTimeout     time.Duration
+	// StartTimeout bounds the wait for a new SSH or Docker shell's handshake (zero:
+	// shell.DefaultStartTimeout); over SSH it includes the user's startup files.
+	StartTimeout time.Duration
 }
 
 // CreateOptions are an agent's choices for a new session.

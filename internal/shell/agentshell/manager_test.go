@@ -446,3 +446,28 @@ func TestBadBudgetNamedOnce(t *testing.T) {
 		t.Errorf("create: %v", err)
 	}
 }
+
+// The operator's start timeout reaches the transports: a container whose shell never answers
+// fails session creation with the transport's start error once it has passed, instead of
+// holding the call. The docker client here answers the running check and then hangs, as an
+// overloaded daemon's exec does.
+func TestStartTimeoutReachesTransports(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "docker")
+	// The first exec (the session's shell) hangs; later ones (the close's cleanup) return.
+	testkit.WriteExecutable(t, bin, `#!/bin/sh
+case $1 in
+inspect) echo "true false" ;;
+*) [ -e '`+dir+`/started' ] && exit 0; : >'`+dir+`/started'; exec sleep 600 ;;
+esac
+`)
+	m := newManager(t, Config{DockerBinary: bin, SSH: SSHConfig{StartTimeout: 200 * time.Millisecond}})
+	_, err := m.Create(t.Context(), CreateOptions{Transport: "docker", Container: "c1"})
+	if err == nil || !strings.Contains(err.Error(), "the shell in container c1") {
+		t.Fatalf("create with a shell that never answers: %v", err)
+	}
+	ssh, err := newSSH(Config{SSH: SSHConfig{StartTimeout: 7 * time.Second}}, CreateOptions{Host: "h"})
+	if err != nil || ssh.(*shell.SSH).StartTimeout != 7*time.Second {
+		t.Fatalf("ssh transport: %+v, %v", ssh, err)
+	}
+}

@@ -25,10 +25,11 @@ func newSSH(c Config, o CreateOptions) (shell.Transport, error) {
 		KnownHostsFile:     c.SSH.KnownHosts,
 		HostKeyFingerprint: c.SSH.HostKeyFingerprint,
 		ConnectTimeout:     c.SSH.ConnectTimeout,
+		StartTimeout:       c.SSH.StartTimeout,
 		SSHConfigFile:      c.SSH.ConfigFile,
 	}, nil
 }
 
 func newDocker(c Config, o CreateOptions) (shell.Transport, error) {
-	return &shell.Docker{Container: o.Container, Binary: c.DockerBinary}, nil
+	return &shell.Docker{Container: o.Container, Binary: c.DockerBinary, StartTimeout: c.SSH.StartTimeout}, nil
 }
