@@ -368,12 +368,15 @@ func TestRoutesHappyPath(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &er); err != nil || len(er.Events) != 2 || er.Events[0].Seq != 2 || er.Next != 3 {
 		t.Fatalf("after=1 limit=2: %s", rec.Body)
 	}
-	// A long-poll returns as soon as an event arrives.
+	// A long-poll returns as soon as an event arrives: the event is published once the poll
+	// has reached the backend's Read (through a handler over a backend that says so).
+	polling := make(chan struct{}, 1)
+	poll := &env{h: gateway.Handler(gateway.Options{Registry: readSpy{Backend: e.reg, reading: polling}, Version: "v-test", Now: e.clock.Now, MaxWait: 2 * time.Second})}
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		<-polling
 		sinkOf(t, e.terminal, s.SessionID).Output([]byte("late"))
 	}()
-	rec = e.do(t, http.MethodGet, fmt.Sprintf("/v1/sessions/%s/events?after=%d&wait=10s", s.SessionID, last.Seq), "")
+	rec = poll.do(t, http.MethodGet, fmt.Sprintf("/v1/sessions/%s/events?after=%d&wait=10s", s.SessionID, last.Seq), "")
 	if err := json.Unmarshal(rec.Body.Bytes(), &er); err != nil || len(er.Events) != 1 || !strings.Contains(string(er.Events[0].Payload), "late") {
 		t.Fatalf("long-poll: %s", rec.Body)
 	}
@@ -546,6 +549,22 @@ func TestStreamHoldClosesEphemeral(t *testing.T) {
 	if err := c.Stream(ctx, s.SessionID, client.StreamOptions{Follow: true}, func(abi.Event) error { n++; return nil }); err != nil || n == 0 {
 		t.Fatalf("replay of a closed session: %d events, %v", n, err)
 	}
+}
+
+// readSpy is a backend that reports each long-poll (a Read that may wait) on reading.
+type readSpy struct {
+	live.Backend
+	reading chan<- struct{}
+}
+
+func (b readSpy) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (live.Batch, error) {
+	if wait > 0 {
+		select {
+		case b.reading <- struct{}{}:
+		default:
+		}
+	}
+	return b.Backend.Read(ctx, id, after, limit, wait)
 }
 
 // releaseSpy is a backend that reports each release of a hold on released.
