@@ -1,0 +1,282 @@
+package source
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Codex reads Codex's rollouts: $CODEX_HOME/sessions/YYYY/MM/DD/rollout-<ts>-<uuid>.jsonl
+// (CODEX_HOME defaults to ~/.codex). Lines are {timestamp, type, payload}.
+type Codex struct{}
+
+// Name implements Source.
+func (Codex) Name() string { return "codex" }
+
+// DefaultRoots implements Source.
+func (Codex) DefaultRoots(env Env) []string {
+	home := env.get("CODEX_HOME")
+	if home == "" {
+		home = filepath.Join(env.Home, ".codex")
+	}
+	return []string{filepath.Join(home, "sessions")}
+}
+
+// Discover implements Source.
+func (Codex) Discover(ctx context.Context, roots []string) ([]string, error) {
+	return discover(ctx, roots, func(_, name string) bool {
+		return strings.HasPrefix(name, "rollout-") && strings.HasSuffix(name, ".jsonl")
+	})
+}
+
+type cxLine struct {
+	Timestamp string          `json:"timestamp"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+type cxPayload struct {
+	Type string `json:"type"`
+	// session_meta
+	ID             string          `json:"id"`
+	Cwd            string          `json:"cwd"`
+	Timestamp      string          `json:"timestamp"`
+	ParentThreadID string          `json:"parent_thread_id"`
+	ForkedFromID   string          `json:"forked_from_id"`
+	Source         json.RawMessage `json:"source"`
+	// turn_context
+	Model string `json:"model"`
+	// response_item message
+	Role    string `json:"role"`
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	// function_call and friends
+	Name      string          `json:"name"`
+	CallID    string          `json:"call_id"`
+	Arguments json.RawMessage `json:"arguments"`
+	Input     json.RawMessage `json:"input"`
+	Action    json.RawMessage `json:"action"`
+	Status    string          `json:"status"`
+	Output    json.RawMessage `json:"output"`
+	// event_msg token_count
+	Info *struct {
+		Total *struct {
+			Input     int64 `json:"input_tokens"`
+			Cached    int64 `json:"cached_input_tokens"`
+			Output    int64 `json:"output_tokens"`
+			Reasoning int64 `json:"reasoning_output_tokens"`
+		} `json:"total_token_usage"`
+	} `json:"info"`
+}
+
+// cxKnown are the record and item types Codex writes that hold no message or tool call.
+var cxKnown = map[string]bool{
+	"reasoning": true, "ghost_snapshot": true, "compaction": true, "other": true,
+}
+
+// cxCalls are the response items that call a tool, and cxOutputs those that answer one.
+var (
+	cxCalls = map[string]bool{
+		"function_call": true, "custom_tool_call": true, "local_shell_call": true,
+		"tool_search_call": true, "web_search_call": true, "image_generation_call": true,
+	}
+	cxOutputs = map[string]bool{
+		"function_call_output": true, "custom_tool_call_output": true, "tool_search_output": true,
+	}
+)
+
+// cxContextPrefixes start the user messages Codex injects itself (environment, instructions):
+// they are kept as user messages but do not start a turn.
+var cxContextPrefixes = []string{"<environment_context>", "<user_instructions>", "# AGENTS.md",
+	"<permissions instructions>", "<turn_aborted>", "<user_shell_command>"}
+
+// Parse implements Source. Assistant replies are output_text (input_text is the user's);
+// function_call and function_call_output pair by call_id; a subagent's session_meta names its
+// parent in parent_thread_id; a spawn_agent output names the child's thread.
+func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64) (*Result, error) {
+	res := &Result{Session: Session{Source: c.Name(), Path: path}, UsageCumulative: true}
+	pair := newPairing(res)
+	turn := 0
+	lastAssistant := ""
+	err := lines(ctx, r, offset, res, func(line []byte, start int64) {
+		var l cxLine
+		if !decodeObject(line, &l, res) {
+			return
+		}
+		ts := parseTime(l.Timestamp)
+		res.seen(ts)
+		var p cxPayload
+		if len(l.Payload) > 0 && json.Unmarshal(l.Payload, &p) != nil {
+			res.skip(ReasonMalformed)
+			return
+		}
+		switch l.Type {
+		case "session_meta":
+			c.meta(&p, res)
+		case "turn_context":
+			if p.Model != "" {
+				res.Session.Model = p.Model
+			}
+		case "event_msg":
+			if p.Type == "token_count" && p.Info != nil && p.Info.Total != nil {
+				t := p.Info.Total
+				// input_tokens includes the cached part: split it so Total is not inflated.
+				res.Usage = Usage{Input: t.Input - t.Cached, CacheRead: t.Cached, Output: t.Output,
+					Reasoning: t.Reasoning}
+			}
+		case "compacted":
+		case "response_item":
+			switch {
+			case p.Type == "message":
+				var text []string
+				for _, b := range p.Content {
+					if b.Text != "" {
+						text = append(text, b.Text)
+					}
+				}
+				joined := strings.Join(text, "\n")
+				if p.Role == "user" && !cxInjected(joined) {
+					turn++
+				}
+				id := lineID(start)
+				if p.Role == "assistant" {
+					lastAssistant = id
+				}
+				res.Messages = append(res.Messages, Message{ID: id, Role: p.Role, Text: joined,
+					Timestamp: ts, Seq: len(res.Messages), Turn: turn, Model: c.model(p.Role, res)})
+			case cxCalls[p.Type]:
+				params := p.Arguments
+				if len(params) == 0 {
+					params = p.Input
+				}
+				if len(params) == 0 {
+					params = p.Action
+				}
+				name := p.Name
+				if name == "" {
+					name = strings.TrimSuffix(p.Type, "_call")
+				}
+				tc := ToolCall{ID: p.CallID, Name: name, Params: rawText(params), MessageID: lastAssistant}
+				if p.CallID == "" {
+					// Web searches have no id and no output item: their status is their result.
+					tc.Status = cxStatus(p.Status)
+				}
+				pair.call(tc)
+			case cxOutputs[p.Type]:
+				out := rawText(p.Output)
+				tc := pair.result(p.CallID, out, false)
+				if child := cxChild(out); child != "" {
+					tc.ChildSession = child
+				}
+			case cxKnown[p.Type]:
+			default:
+				res.unknown("response_item/" + p.Type)
+			}
+		default:
+			res.unknown(l.Type)
+		}
+	})
+	if err != nil {
+		return res, fmt.Errorf("codex: %s: %w", path, err)
+	}
+	if res.Session.ID == "" {
+		res.Session.ID = cxIDFromName(path)
+	}
+	return res, nil
+}
+
+func (Codex) meta(p *cxPayload, res *Result) {
+	if p.ID != "" {
+		res.Session.ID = p.ID
+	}
+	if p.Cwd != "" {
+		res.Session.Project = p.Cwd
+	}
+	res.seen(parseTime(p.Timestamp))
+	parent := p.ParentThreadID
+	if parent == "" && len(p.Source) > 0 && p.Source[0] == '{' {
+		var src struct {
+			Subagent struct {
+				ThreadSpawn struct {
+					ParentThreadID string `json:"parent_thread_id"`
+				} `json:"thread_spawn"`
+			} `json:"subagent"`
+		}
+		if json.Unmarshal(p.Source, &src) == nil {
+			parent = src.Subagent.ThreadSpawn.ParentThreadID
+		}
+	}
+	if parent != "" {
+		res.Session.ParentSession = parent
+		res.Session.IsSubagent = true
+	}
+	if p.ForkedFromID != "" {
+		res.Session.ForkOrigin = p.ForkedFromID
+	}
+}
+
+func (Codex) model(role string, res *Result) string {
+	if role == "assistant" {
+		return res.Session.Model
+	}
+	return ""
+}
+
+func cxInjected(text string) bool {
+	for _, p := range cxContextPrefixes {
+		if strings.HasPrefix(text, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func cxStatus(s string) string {
+	switch s {
+	case "completed":
+		return StatusOK
+	case "failed", "incomplete":
+		return StatusError
+	}
+	return StatusPending
+}
+
+// cxChild is the thread a spawn_agent output names ({"agent_id": ...}).
+func cxChild(out string) string {
+	if !strings.HasPrefix(out, "{") || !strings.Contains(out, `"agent_id"`) {
+		return ""
+	}
+	var v struct {
+		AgentID string `json:"agent_id"`
+	}
+	if json.Unmarshal([]byte(out), &v) != nil {
+		return ""
+	}
+	return v.AgentID
+}
+
+// rawText is a JSON string's value, or the raw JSON of anything else (arguments objects,
+// structured outputs).
+func rawText(raw json.RawMessage) string {
+	if s, ok := jsonString(raw); ok {
+		return s
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	return string(raw)
+}
+
+var cxUUID = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// cxIDFromName is the thread id at the end of a rollout's name, for a parse that starts after
+// the session_meta line.
+func cxIDFromName(path string) string {
+	return cxUUID.FindString(stem(path))
+}

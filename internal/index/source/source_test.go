@@ -1,0 +1,464 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// testdata is the repository's transcript samples (testdata/transcripts/README.md and the
+// README of each source's directory).
+const testdata = "../../../testdata/transcripts"
+
+// want is what a sample holds. Every figure was counted on the file with jq, not taken from
+// this package's output; the rules the counts follow:
+//   - roles: Claude Code: user lines with string content or a non-empty text block, and
+//     distinct assistant message.id; Codex: response_item messages by payload.role; pi:
+//     message entries by role, toolResult and bashExecution not being messages.
+//   - turns: user prompts (Claude Code: not isMeta; Codex: not the environment or
+//     instructions Codex injects itself).
+//   - ok/errs/pending: tool calls by status; orphans: results whose call is not in the file.
+//   - usage: Claude Code the last snapshot per message.id+requestId, summed; pi the sum over
+//     assistant messages; Codex the last token_count's total_token_usage (input less cached).
+type want struct {
+	source, file              string
+	id, parent, project       string
+	model, title              string
+	subagent                  bool
+	roles                     map[string]int
+	turns                     int
+	ok, errs, pending, orphan int
+	children                  []string
+	usage                     Usage
+	skipped                   map[string]int
+}
+
+var samples = []want{
+	{
+		source: "claude-code", file: "claude-code/feipi/8a283a61-e3f0-4e8f-ba06-6711e2fcf2ed.jsonl",
+		id: "8a283a61-e3f0-4e8f-ba06-6711e2fcf2ed", project: "/Users/zhehan/Documents/tools/llm/feipi-agent-kit",
+		model: "qwen3.7-plus", title: "Optimize readme for end users",
+		// 12 assistant lines are 4 replies; counting every snapshot would give 24572*... input.
+		roles: map[string]int{"user": 1, "assistant": 4}, turns: 1, ok: 5,
+		usage: Usage{Input: 24, Output: 1932, CacheRead: 80050, CacheWrite: 32076},
+	},
+	{
+		source: "claude-code", file: "claude-code/pai-hv/agent-af374ee.jsonl",
+		id: "agent-af374ee", parent: "7de1dd02-d3f9-49aa-8911-7d5b98666a03", subagent: true,
+		project: "/home/jenkins/Personal_AI_Infrastructure", model: "claude-opus-4-5-20251101",
+		roles: map[string]int{"user": 1, "assistant": 1}, turns: 1,
+		usage: Usage{Input: 1528, Output: 3},
+	},
+	{
+		source: "claude-code", file: "claude-code/pai-hv/d3d4e0f8-bcb2-4597-8d7e-3fbcb2d9402b.jsonl",
+		id: "d3d4e0f8-bcb2-4597-8d7e-3fbcb2d9402b", title: "Observability Skill Setup and Dashboard Launch",
+		roles: map[string]int{},
+	},
+	{
+		source: "claude-code", file: "claude-code/pai-sa/eca51c57-7b92-423f-8ad6-52f996c9a8e1.jsonl",
+		id: "eca51c57-7b92-423f-8ad6-52f996c9a8e1", project: "/Users/pretor/Documents/PAI - TPOS",
+		model: "claude-opus-4-5-20251101",
+		roles: map[string]int{"user": 5, "assistant": 30}, turns: 4, ok: 26, errs: 3, orphan: 1,
+		usage: Usage{Input: 214, Output: 8792, CacheRead: 2980341, CacheWrite: 315327},
+	},
+	{
+		source: "claude-code", file: "claude-code/mclaude/b8d44276-1f04-4220-98c0-b410f7c58ff5.jsonl",
+		id: "b8d44276-1f04-4220-98c0-b410f7c58ff5", project: "/Users/[USER]", model: "claude-opus-4-5-20251101",
+		roles: map[string]int{"user": 7, "assistant": 6}, turns: 6, ok: 1, pending: 1,
+		usage:   Usage{Input: 50, Output: 21, CacheRead: 114702, CacheWrite: 7040},
+		skipped: map[string]int{ReasonMalformed: 1},
+	},
+	{
+		source: "codex", file: "codex/feipi/rollout-2026-06-19T12-29-48-019ede24-67de-7b11-b46f-7922530907a9.jsonl",
+		id: "019ede24-67de-7b11-b46f-7922530907a9", project: "/Users/zhehan/Documents/tools/llm/feipi-session-browser",
+		model: "gpt-5.5",
+		roles: map[string]int{"user": 4, "developer": 1, "assistant": 1}, turns: 3, ok: 5,
+		children: []string{"019ede26-ff03-7a82-bb34-cfab716a498a", "019ede26-fff1-7790-ad39-a8a29eda9af4"},
+		usage:    Usage{Input: 147475 - 16384, CacheRead: 16384, Output: 1425, Reasoning: 663},
+	},
+	{
+		source: "codex", file: "codex/feipi/rollout-2026-06-19T12-32-38-019ede26-ff03-7a82-bb34-cfab716a498a.jsonl",
+		id: "019ede26-ff03-7a82-bb34-cfab716a498a", parent: "019ede24-67de-7b11-b46f-7922530907a9", subagent: true,
+		project: "/Users/zhehan/Documents/tools/llm/feipi-session-browser", model: "gpt-5.5",
+		roles: map[string]int{"user": 2, "developer": 1, "assistant": 1}, turns: 1, ok: 1,
+		usage: Usage{Input: 48597, Output: 235, Reasoning: 114},
+	},
+	{
+		source: "codex", file: "codex/moonmind/rollout-2025-11-12T17-48-11-019a7ae6-1945-7c63-98f2-210adb922af9.jsonl",
+		id: "019a7ae6-1945-7c63-98f2-210adb922af9", project: "/mnt/d/ai/MoonMind", model: "gpt-5-codex",
+		// 84 function_call and 13 custom_tool_call, each answered.
+		roles: map[string]int{"user": 8, "assistant": 5}, turns: 6, ok: 97,
+		usage: Usage{Input: 671406 - 537856, CacheRead: 537856, Output: 13743, Reasoning: 4928},
+	},
+	{
+		source: "codex", file: "codex/tfw/rollout-2026-01-30T14-16-50-019c0f0c-9c5d-7081-99a9-f4829741831a.jsonl",
+		id: "019c0f0c-9c5d-7081-99a9-f4829741831a", project: "/home/edouard/test-framework", model: "gpt-5.2-codex",
+		// 45 paired function calls and 14 completed web searches (no id, no output item).
+		roles: map[string]int{"user": 41, "developer": 1, "assistant": 39}, turns: 39, ok: 59,
+		usage: Usage{Input: 3639295 - 3472256, CacheRead: 3472256, Output: 40969, Reasoning: 10688},
+	},
+	{
+		source: "codex", file: "codex/opk/rollout-2025-10-31T18-36-16-fa1ac8bf-348e-4b9a-a06d-767050fa1e10.jsonl",
+		id: "fa1ac8bf-348e-4b9a-a06d-767050fa1e10", project: "/home/randy/projects/python-3/OpenPrintKit",
+		roles: map[string]int{"user": 1},
+	},
+	{
+		source: "pi", file: "pi/pi-mono-large-session-v1.jsonl",
+		id: "d703a1a9-1b7b-4fb1-b512-c9738b1fe617", project: "/Users/badlogic/workspaces/pi-mono",
+		model: "claude-sonnet-4-5",
+		// 391 tool calls: 373 answered (19 of them errors), 18 never answered.
+		roles: map[string]int{"user": 88, "assistant": 453}, turns: 88, ok: 354, errs: 19, pending: 18,
+		usage: Usage{Input: 1049, Output: 83156, CacheRead: 43229469, CacheWrite: 4296232},
+	},
+	{
+		source: "pi", file: "pi/getspecstory-fields.jsonl",
+		id: "fields-uuid", project: "/test/proj",
+		// One toolCall and its result, and one bashExecution (exit code 0).
+		roles: map[string]int{"user": 2, "assistant": 2, "branchSummary": 1, "compactionSummary": 1, "custom": 1},
+		turns: 2, ok: 2,
+		usage: Usage{Input: 300, Output: 70, CacheRead: 10, CacheWrite: 5},
+	},
+	{
+		source: "pi", file: "openclaw/volvox/94272ff2-523b-45de-8f72-988b595dd872.jsonl",
+		id: "94272ff2-523b-45de-8f72-988b595dd872", project: "/home/bill",
+		roles: map[string]int{"user": 6, "assistant": 35}, turns: 6, ok: 52,
+		usage: Usage{Input: 388904, Output: 5776, CacheRead: 639552},
+	},
+	{
+		source: "pi", file: "openclaw/volvox/c2133e05-5254-42af-a26d-49828235021d.jsonl",
+		id:    "c2133e05-5254-42af-a26d-49828235021d", // no header: the file's name
+		roles: map[string]int{"assistant": 2}, ok: 1,
+		usage: Usage{Input: 158055, Output: 513, CacheRead: 24064},
+	},
+}
+
+func TestSamples(t *testing.T) {
+	for _, w := range samples {
+		t.Run(w.file, func(t *testing.T) {
+			src, ok := ByName(w.source)
+			if !ok {
+				t.Fatalf("no source %q", w.source)
+			}
+			path := filepath.Join(testdata, w.file)
+			res, err := ParseFile(context.Background(), src, path, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := res.Session
+			if s.Source != w.source || s.ID != w.id || s.ParentSession != w.parent || s.IsSubagent != w.subagent ||
+				s.Project != w.project || s.Title != w.title {
+				t.Errorf("session = %+v", s)
+			}
+			if w.model != "" && s.Model != w.model {
+				t.Errorf("model = %q, want %q", s.Model, w.model)
+			}
+			if got := roles(res); !reflect.DeepEqual(got, w.roles) {
+				t.Errorf("roles = %v, want %v", got, w.roles)
+			}
+			if got := lastTurn(res); got != w.turns {
+				t.Errorf("turns = %d, want %d", got, w.turns)
+			}
+			var ok2, errs, pending, orphan int
+			var children []string
+			for _, tc := range res.ToolCalls {
+				switch tc.Status {
+				case StatusOK:
+					ok2++
+				case StatusError:
+					errs++
+				case StatusPending:
+					pending++
+				}
+				if tc.Name == "" {
+					orphan++
+				}
+				if tc.ChildSession != "" {
+					children = append(children, tc.ChildSession)
+				}
+			}
+			if ok2 != w.ok || errs != w.errs || pending != w.pending || orphan != w.orphan {
+				t.Errorf("tool calls ok/error/pending/orphan = %d/%d/%d/%d, want %d/%d/%d/%d",
+					ok2, errs, pending, orphan, w.ok, w.errs, w.pending, w.orphan)
+			}
+			if !reflect.DeepEqual(children, w.children) {
+				t.Errorf("children = %v, want %v", children, w.children)
+			}
+			if res.Usage != w.usage {
+				t.Errorf("usage = %+v, want %+v", res.Usage, w.usage)
+			}
+			if len(res.Skipped) != 0 || len(w.skipped) != 0 {
+				if !reflect.DeepEqual(res.Skipped, w.skipped) {
+					t.Errorf("skipped = %v, want %v", res.Skipped, w.skipped)
+				}
+			}
+			info, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Offset != info.Size() || res.Pending != 0 {
+				t.Errorf("offset %d pending %d, want the whole file (%d)", res.Offset, res.Pending, info.Size())
+			}
+			for i, m := range res.Messages {
+				if m.Seq != i || m.ID == "" {
+					t.Fatalf("message %d: seq %d id %q", i, m.Seq, m.ID)
+				}
+			}
+		})
+	}
+}
+
+// TestSubagentLink: the Codex parent names its child's thread in a spawn_agent result, and the
+// child names the parent in its session_meta.
+func TestSubagentLink(t *testing.T) {
+	ctx := context.Background()
+	parent, err := ParseFile(ctx, Codex{}, filepath.Join(testdata, samples[5].file), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := ParseFile(ctx, Codex{}, filepath.Join(testdata, samples[6].file), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if child.Session.ParentSession != parent.Session.ID {
+		t.Fatalf("child's parent %q, parent %q", child.Session.ParentSession, parent.Session.ID)
+	}
+	var spawn *ToolCall
+	for i := range parent.ToolCalls {
+		if parent.ToolCalls[i].ChildSession == child.Session.ID {
+			spawn = &parent.ToolCalls[i]
+		}
+	}
+	if spawn == nil || spawn.Name != "spawn_agent" || spawn.ID != "call_WXDapWp0rdv8wbYvzV0Uaul6" {
+		t.Fatalf("spawning call = %+v", spawn)
+	}
+}
+
+func roles(res *Result) map[string]int {
+	m := map[string]int{}
+	for _, msg := range res.Messages {
+		m[msg.Role]++
+	}
+	return m
+}
+
+func lastTurn(res *Result) int {
+	if len(res.Messages) == 0 {
+		return 0
+	}
+	return res.Messages[len(res.Messages)-1].Turn
+}
+
+// Synthetic lines, one per source, for the edge cases no real file has.
+var (
+	ccUser = `{"type":"user","sessionId":"s1","uuid":"u1","timestamp":"2026-01-01T00:00:00Z","message":{"role":"user","content":"hello"}}`
+	ccAsst = `{"type":"assistant","sessionId":"s1","uuid":"a1","requestId":"r1","timestamp":"2026-01-01T00:00:01Z","message":{"id":"m1","role":"assistant","model":"claude-x","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":5}}}`
+	cxMeta = `{"timestamp":"2026-01-01T00:00:00Z","type":"session_meta","payload":{"id":"t1","cwd":"/w"}}`
+	cxUser = `{"timestamp":"2026-01-01T00:00:01Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"hello"}]}}`
+	cxAsst = `{"timestamp":"2026-01-01T00:00:02Z","type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}}`
+	piHead = `{"type":"session","version":3,"id":"p1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}`
+	piUser = `{"type":"message","id":"aaaaaaaa","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":"hello","timestamp":1}}`
+	piAsst = `{"type":"message","id":"bbbbbbbb","parentId":"aaaaaaaa","timestamp":"2026-01-01T00:00:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input":3,"output":5}}}`
+)
+
+type edge struct {
+	source                   string
+	head, user, asst, record string // a header (may be ""), a user line, an assistant line, a line of an unknown type
+	unknownReason            string
+}
+
+var edges = []edge{
+	{"claude-code", "", ccUser, ccAsst, `{"type":"brand-new-kind","sessionId":"s1"}`, ReasonUnknownType + ": brand-new-kind"},
+	{"codex", cxMeta, cxUser, cxAsst, `{"timestamp":"2026-01-01T00:00:03Z","type":"brand_new_kind","payload":{}}`, ReasonUnknownType + ": brand_new_kind"},
+	{"pi", piHead, piUser, piAsst, `{"type":"brand_new_kind","id":"cccccccc","parentId":"bbbbbbbb"}`, ReasonUnknownType + ": brand_new_kind"},
+}
+
+func parseBytes(t *testing.T, src Source, data []byte, offset int64) *Result {
+	t.Helper()
+	res, err := src.Parse(context.Background(), bytes.NewReader(data[offset:]), "/x/"+src.Name()+".jsonl", offset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func join(lines ...string) []byte {
+	var b []byte
+	for _, l := range lines {
+		if l != "" {
+			b = append(append(b, l...), '\n')
+		}
+	}
+	return b
+}
+
+// TestTornLastLine: a last line cut mid-write is not consumed: the offset stops before it and
+// its bytes are pending; once the line is complete, a parse from that offset reads it.
+func TestTornLastLine(t *testing.T) {
+	for _, e := range edges {
+		t.Run(e.source, func(t *testing.T) {
+			src, _ := ByName(e.source)
+			whole := join(e.head, e.user, e.asst)
+			cut := len(whole) - 1 - len(e.asst)/2
+			res := parseBytes(t, src, whole[:cut], 0)
+			complete := int64(len(join(e.head, e.user)))
+			if res.Offset != complete || res.Pending != int64(cut)-complete {
+				t.Fatalf("offset %d pending %d, want %d and %d", res.Offset, res.Pending, complete, int64(cut)-complete)
+			}
+			if got := roles(res); !reflect.DeepEqual(got, map[string]int{"user": 1}) || len(res.Skipped) != 0 {
+				t.Fatalf("roles %v skipped %v", got, res.Skipped)
+			}
+			rest := parseBytes(t, src, whole, res.Offset)
+			if got := roles(rest); !reflect.DeepEqual(got, map[string]int{"assistant": 1}) || rest.Offset != int64(len(whole)) {
+				t.Fatalf("the rest: roles %v offset %d", got, rest.Offset)
+			}
+		})
+	}
+}
+
+// TestBadLines: a malformed line, a line that is not an object and a record of an unknown
+// type are counted, and the session and its other messages are kept.
+func TestBadLines(t *testing.T) {
+	for _, e := range edges {
+		t.Run(e.source, func(t *testing.T) {
+			src, _ := ByName(e.source)
+			data := join(e.head, e.user, `{"type":"user","message":{"ro`, e.record, `[1,2]`, "", e.asst)
+			res := parseBytes(t, src, data, 0)
+			want := map[string]int{ReasonMalformed: 1, e.unknownReason: 1, ReasonNoRecord: 1}
+			if !reflect.DeepEqual(res.Skipped, want) {
+				t.Errorf("skipped = %v, want %v", res.Skipped, want)
+			}
+			if got := roles(res); !reflect.DeepEqual(got, map[string]int{"user": 1, "assistant": 1}) {
+				t.Errorf("roles = %v", got)
+			}
+			if res.Session.ID == "" || res.Offset != int64(len(data)) {
+				t.Errorf("session %q offset %d of %d", res.Session.ID, res.Offset, len(data))
+			}
+		})
+	}
+}
+
+// TestIncremental: on each real sample, a parse from any line boundary equals a parse of the
+// remaining bytes as a file of their own, and the two parses together read every line once.
+func TestIncremental(t *testing.T) {
+	for _, w := range samples {
+		t.Run(w.file, func(t *testing.T) {
+			src, _ := ByName(w.source)
+			path := filepath.Join(testdata, w.file)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			full := parseBytes(t, src, data, 0)
+			for _, frac := range []int{3, 2} {
+				cut := bytes.IndexByte(data[len(data)/frac:], '\n')
+				if cut < 0 {
+					continue
+				}
+				off := int64(len(data)/frac + cut + 1)
+				head := parseBytes(t, src, data[:off], 0)
+				tail, err := ParseFile(context.Background(), src, path, off)
+				if err != nil {
+					t.Fatal(err)
+				}
+				alone, err := src.Parse(context.Background(), bytes.NewReader(data[off:]), path, off)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(tail, alone) {
+					t.Fatalf("from offset %d: the file and the bytes differ", off)
+				}
+				if head.Offset > off || tail.Offset != full.Offset {
+					t.Fatalf("offsets: head %d (cut %d), tail %d, full %d", head.Offset, off, tail.Offset, full.Offset)
+				}
+				if head.Offset == off && head.Lines+tail.Lines != full.Lines {
+					t.Fatalf("lines: %d + %d != %d", head.Lines, tail.Lines, full.Lines)
+				}
+			}
+		})
+	}
+}
+
+// TestDiscover: each adapter finds its files under an overridden root and nothing else; a
+// missing root is not an error.
+func TestDiscover(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]bool{
+		"claude/-w/s1.jsonl":                         true,
+		"claude/-w/s1/subagents/agent-a1.jsonl":      true,
+		"claude/-w/notes.txt":                        false,
+		"codex/2026/01/02/rollout-2026-x-t1.jsonl":   true,
+		"codex/2026/01/02/other.jsonl":               false,
+		"pi/--w--/2026-01-01T00-00-00-000Z_p1.jsonl": true,
+	}
+	for name := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, "claude/-w/s1.jsonl"), filepath.Join(root, "claude/-w/link.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		src Source
+		dir string
+	}{{ClaudeCode{}, "claude"}, {Codex{}, "codex"}, {Pi{}, "pi"}} {
+		got, err := tc.src.Discover(context.Background(), []string{filepath.Join(root, tc.dir), filepath.Join(root, "missing")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for name, keep := range files {
+			if keep && strings.HasPrefix(name, tc.dir+"/") {
+				want = append(want, filepath.Join(root, name))
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: found %v, want %v", tc.src.Name(), got, want)
+		}
+		for _, p := range want {
+			if !contains(got, p) {
+				t.Fatalf("%s: %s not found in %v", tc.src.Name(), p, got)
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDefaultRoots: each root follows its tool's environment variable, else the home directory.
+func TestDefaultRoots(t *testing.T) {
+	env := func(vars map[string]string) Env {
+		return Env{Home: "/h", Getenv: func(k string) string { return vars[k] }}
+	}
+	for _, tc := range []struct {
+		src  Source
+		vars map[string]string
+		want string
+	}{
+		{Pi{}, nil, "/h/.pi/agent/sessions"},
+		{Pi{}, map[string]string{"PI_CODING_AGENT_DIR": "/p"}, "/p/sessions"},
+		{ClaudeCode{}, nil, "/h/.claude/projects"},
+		{ClaudeCode{}, map[string]string{"CLAUDE_CONFIG_DIR": "/c"}, "/c/projects"},
+		{Codex{}, nil, "/h/.codex/sessions"},
+		{Codex{}, map[string]string{"CODEX_HOME": "/x"}, "/x/sessions"},
+	} {
+		if got := tc.src.DefaultRoots(env(tc.vars)); !reflect.DeepEqual(got, []string{tc.want}) {
+			t.Errorf("%s %v: %v, want %s", tc.src.Name(), tc.vars, got, tc.want)
+		}
+	}
+}
