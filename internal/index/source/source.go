@@ -199,7 +199,7 @@ type Source interface {
 }
 
 // All returns every adapter.
-func All() []Source { return []Source{Pi{}, ClaudeCode{}, Codex{}} }
+func All() []Source { return []Source{Pi{}, OpenClaw{}, ClaudeCode{}, Codex{}} }
 
 // ByName returns the adapter called name.
 func ByName(name string) (Source, bool) {
@@ -406,9 +406,14 @@ func parseTime(s string) time.Time {
 	return t.UTC()
 }
 
-// stem is a file name without its directory and its .jsonl suffix.
+// stem is a file name without its directory and from its .jsonl suffix on (so an archive,
+// <id>.jsonl.deleted.<ts>, has its session's stem).
 func stem(path string) string {
-	return strings.TrimSuffix(filepath.Base(path), ".jsonl")
+	name := filepath.Base(path)
+	if i := strings.Index(name, ".jsonl"); i > 0 {
+		return name[:i]
+	}
+	return name
 }
 
 // pairing indexes a parse's tool calls by id so results find their call.

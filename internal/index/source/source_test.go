@@ -123,13 +123,20 @@ var samples = []want{
 		usage: Usage{Input: 300, Output: 70, CacheRead: 10, CacheWrite: 5},
 	},
 	{
-		source: "pi", file: "openclaw/volvox/94272ff2-523b-45de-8f72-988b595dd872.jsonl",
+		source: "openclaw", file: "openclaw/volvox/94272ff2-523b-45de-8f72-988b595dd872.jsonl",
 		id: "94272ff2-523b-45de-8f72-988b595dd872", project: "/home/bill",
 		roles: map[string]int{"user": 6, "assistant": 35}, turns: 6, ok: 52,
 		usage: Usage{Input: 388904, Output: 5776, CacheRead: 639552},
 	},
 	{
-		source: "pi", file: "openclaw/volvox/c2133e05-5254-42af-a26d-49828235021d.jsonl",
+		source: "openclaw", file: "openclaw/volvox/da1e385f-f176-476c-afab-18ce18805741.jsonl",
+		id: "da1e385f-f176-476c-afab-18ce18805741", project: "/home/bill/.openclaw/workspace", model: "glm-5",
+		title: "Cron: Morning Digest", // the label of its sessions.json entry
+		roles: map[string]int{"user": 1, "assistant": 11}, turns: 1, ok: 41, errs: 1,
+		usage: Usage{Input: 112262, Output: 3068, CacheRead: 239040},
+	},
+	{
+		source: "openclaw", file: "openclaw/volvox/c2133e05-5254-42af-a26d-49828235021d.jsonl",
 		id:    "c2133e05-5254-42af-a26d-49828235021d", // no header: the file's name
 		roles: map[string]int{"assistant": 2}, ok: 1,
 		usage: Usage{Input: 158055, Output: 513, CacheRead: 24064},
@@ -387,12 +394,16 @@ func TestIncremental(t *testing.T) {
 func TestDiscover(t *testing.T) {
 	root := t.TempDir()
 	files := map[string]bool{
-		"claude/-w/s1.jsonl":                         true,
-		"claude/-w/s1/subagents/agent-a1.jsonl":      true,
-		"claude/-w/notes.txt":                        false,
-		"codex/2026/01/02/rollout-2026-x-t1.jsonl":   true,
-		"codex/2026/01/02/other.jsonl":               false,
-		"pi/--w--/2026-01-01T00-00-00-000Z_p1.jsonl": true,
+		"claude/-w/s1.jsonl":                                               true,
+		"claude/-w/s1/subagents/agent-a1.jsonl":                            true,
+		"claude/-w/notes.txt":                                              false,
+		"codex/2026/01/02/rollout-2026-x-t1.jsonl":                         true,
+		"codex/2026/01/02/other.jsonl":                                     false,
+		"pi/--w--/2026-01-01T00-00-00-000Z_p1.jsonl":                       true,
+		"openclaw/main/sessions/o1.jsonl":                                  true,
+		"openclaw/main/sessions/o0.jsonl.deleted.2026-01-01T00-00-00.000Z": true,
+		"openclaw/main/sessions/sessions.json":                             false,
+		"openclaw/main/other/o2.jsonl":                                     false,
 	}
 	for name := range files {
 		p := filepath.Join(root, name)
@@ -409,7 +420,7 @@ func TestDiscover(t *testing.T) {
 	for _, tc := range []struct {
 		src Source
 		dir string
-	}{{ClaudeCode{}, "claude"}, {Codex{}, "codex"}, {Pi{}, "pi"}} {
+	}{{ClaudeCode{}, "claude"}, {Codex{}, "codex"}, {Pi{}, "pi"}, {OpenClaw{}, "openclaw"}} {
 		got, err := tc.src.Discover(context.Background(), []string{filepath.Join(root, tc.dir), filepath.Join(root, "missing")})
 		if err != nil {
 			t.Fatal(err)
@@ -456,8 +467,9 @@ func TestDefaultRoots(t *testing.T) {
 		{ClaudeCode{}, map[string]string{"CLAUDE_CONFIG_DIR": "/c"}, "/c/projects"},
 		{Codex{}, nil, "/h/.codex/sessions"},
 		{Codex{}, map[string]string{"CODEX_HOME": "/x"}, "/x/sessions"},
+		{OpenClaw{}, nil, "/h/.openclaw/agents /h/.clawdbot/agents"},
 	} {
-		if got := tc.src.DefaultRoots(env(tc.vars)); !reflect.DeepEqual(got, []string{tc.want}) {
+		if got := tc.src.DefaultRoots(env(tc.vars)); !reflect.DeepEqual(got, strings.Fields(tc.want)) {
 			t.Errorf("%s %v: %v, want %s", tc.src.Name(), tc.vars, got, tc.want)
 		}
 	}

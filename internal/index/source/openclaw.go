@@ -1,0 +1,144 @@
+package source
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// OpenClaw reads OpenClaw's (formerly clawdbot's) transcripts: pi JSONL under
+// ~/.openclaw/agents/<agentId>/sessions/ (older: ~/.clawdbot/agents/...), with the session store
+// sessions.json beside them naming each session's key, label, model and subagent links.
+// Archived transcripts (<file>.deleted.<ts>, .reset.<ts>, .bak.<ts>) are sessions too.
+type OpenClaw struct{}
+
+// Name implements Source.
+func (OpenClaw) Name() string { return "openclaw" }
+
+// DefaultRoots implements Source.
+func (OpenClaw) DefaultRoots(env Env) []string {
+	return []string{filepath.Join(env.Home, ".openclaw", "agents"), filepath.Join(env.Home, ".clawdbot", "agents")}
+}
+
+// Discover implements Source.
+func (OpenClaw) Discover(ctx context.Context, roots []string) ([]string, error) {
+	return discover(ctx, roots, func(rel, name string) bool {
+		return filepath.Base(filepath.Dir(rel)) == "sessions" && isTranscriptName(name)
+	})
+}
+
+// isTranscriptName: <id>.jsonl, or an archive of one (<id>.jsonl.deleted.<ts> and the like).
+func isTranscriptName(name string) bool {
+	if strings.HasSuffix(name, ".jsonl") {
+		return true
+	}
+	for _, kind := range []string{".jsonl.deleted.", ".jsonl.reset.", ".jsonl.bak."} {
+		if strings.Contains(name, kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// ocStoreMax bounds the sessions.json read for metadata: a store bloated past it (a known
+// upstream problem) is skipped rather than read into memory.
+const ocStoreMax = 64 << 20
+
+// ocEntry is the part of a sessions.json entry the index uses (docs/conversations.md names
+// the fields nexus shares with OpenClaw).
+type ocEntry struct {
+	SessionID           string `json:"sessionId"`
+	SessionFile         string `json:"sessionFile"`
+	SpawnedBy           string `json:"spawnedBy"`
+	Model               string `json:"model"`
+	Label               string `json:"label"`
+	DisplayName         string `json:"displayName"`
+	ParentSessionID     string `json:"parentSessionId"`
+	ParentMessageID     string `json:"parentMessageId"`
+	ToolCallID          string `json:"toolCallId"`
+	IsSubagent          bool   `json:"isSubagent"`
+	ForkedFromSessionID string `json:"forkedFromSessionId"`
+	Project             string `json:"project"`
+}
+
+// Parse implements Source: the pi adapter's parse, then the session's sessions.json entry (by
+// sessionId, or by sessionFile naming this file) for what the transcript does not say.
+func (o OpenClaw) Parse(ctx context.Context, r io.Reader, path string, offset int64) (*Result, error) {
+	res, err := Pi{}.Parse(ctx, r, path, offset)
+	if res != nil {
+		res.Session.Source = o.Name()
+	}
+	if err != nil {
+		return res, fmt.Errorf("openclaw: %w", err)
+	}
+	key, e, err := ocLookup(filepath.Join(filepath.Dir(path), "sessions.json"), res.Session.ID, path)
+	if err != nil {
+		return res, fmt.Errorf("openclaw: %w", err)
+	}
+	if e == nil {
+		return res, nil
+	}
+	s := &res.Session
+	if s.Title == "" {
+		s.Title = e.Label
+		if s.Title == "" {
+			s.Title = e.DisplayName
+		}
+	}
+	if s.Model == "" {
+		s.Model = e.Model
+	}
+	if s.Project == "" {
+		s.Project = e.Project
+	}
+	s.ParentSession = e.ParentSessionID
+	if s.ParentSession == "" {
+		s.ParentSession = e.SpawnedBy // a session key, not an id
+	}
+	s.ParentMessage, s.ToolCallID = e.ParentMessageID, e.ToolCallID
+	s.IsSubagent = e.IsSubagent || strings.Contains(key, ":subagent:") || e.SpawnedBy != ""
+	if e.ForkedFromSessionID != "" {
+		s.ForkOrigin = e.ForkedFromSessionID
+	}
+	return res, nil
+}
+
+// ocLookup finds the entry of session id (or of the file at path) in the store at storePath. A
+// missing store is no entry, not an error; an unreadable or malformed one is an error.
+func ocLookup(storePath, id, path string) (string, *ocEntry, error) {
+	f, err := os.Open(storePath) //nolint:gosec // beside the transcript being read
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil, nil
+		}
+		return "", nil, fmt.Errorf("session store: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	info, err := f.Stat()
+	if err != nil || !info.Mode().IsRegular() || info.Size() > ocStoreMax {
+		return "", nil, nil
+	}
+	var store map[string]ocEntry
+	if err := json.NewDecoder(f).Decode(&store); err != nil {
+		return "", nil, fmt.Errorf("session store %s: %w", storePath, err)
+	}
+	base := filepath.Base(path)
+	bestKey := ""
+	var best *ocEntry
+	for key, e := range store {
+		if (id != "" && e.SessionID == id) || (e.SessionFile != "" && filepath.Base(e.SessionFile) == base) {
+			// Several keys may name one session (a cron job and its run): the shortest key,
+			// the job's own, wins, so the choice does not depend on map order.
+			if best == nil || len(key) < len(bestKey) || (len(key) == len(bestKey) && key < bestKey) {
+				bestKey, best = key, &e
+			}
+		}
+	}
+	return bestKey, best, nil
+}
