@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,6 +44,26 @@ type ccLine struct {
 	AITitle     string     `json:"aiTitle"`
 	CustomTitle string     `json:"customTitle"`
 	Message     *ccMessage `json:"message"`
+	// ToolUseResult is the tool's own account of a result; a Task result names the subagent
+	// it ran (agentId), whose transcript is agent-<agentId>.jsonl.
+	ToolUseResult ccToolUseResult `json:"toolUseResult"`
+}
+
+type ccToolUseResult struct{ AgentID string }
+
+// UnmarshalJSON reads agentId from an object and ignores anything else: the field is a string
+// in some versions and often holds whole files, so it is decoded only when it names an agent.
+func (r *ccToolUseResult) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '{' || !bytes.Contains(b, []byte(`"agentId"`)) {
+		return nil
+	}
+	var v struct {
+		AgentID string `json:"agentId"`
+	}
+	if json.Unmarshal(b, &v) == nil {
+		r.AgentID = v.AgentID
+	}
+	return nil
 }
 
 type ccMessage struct {
@@ -129,7 +150,7 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 				res.skip(ReasonMalformed)
 				return
 			}
-			text := c.userLine(l.Message.Content, pair)
+			text := c.userLine(l.Message.Content, l.ToolUseResult.AgentID, pair)
 			if text == "" {
 				return
 			}
@@ -198,6 +219,10 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 	if res.Session.ID == "" {
 		res.Session.ID = name
 	}
+	if dir := filepath.Dir(path); res.Session.IsSubagent && res.Session.ParentSession == "" && filepath.Base(dir) == "subagents" {
+		// <session>/subagents/agent-*.jsonl: the directory names the parent.
+		res.Session.ParentSession = filepath.Base(filepath.Dir(dir))
+	}
 	for i, byReq := range usage {
 		var u Usage
 		for _, s := range byReq {
@@ -211,11 +236,15 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 	return res, nil
 }
 
-// userLine returns the text of a user line and pairs its tool results with their calls.
-func (ClaudeCode) userLine(content json.RawMessage, pair *pairing) string {
+// userLine returns the text of a user line and pairs its tool results with their calls; a
+// result that ran a subagent links its call to the subagent's session.
+func (ClaudeCode) userLine(content json.RawMessage, agentID string, pair *pairing) string {
 	return ccText(content, func(b *ccBlock) {
 		if b.Type == "tool_result" {
-			pair.result(b.ToolUseID, blockText(b.Content), b.IsError)
+			tc := pair.result(b.ToolUseID, blockText(b.Content), b.IsError)
+			if agentID != "" {
+				tc.ChildSession = "agent-" + agentID
+			}
 		}
 	})
 }

@@ -474,3 +474,59 @@ func TestDefaultRoots(t *testing.T) {
 		}
 	}
 }
+
+// TestClaudeSubagentLink: a Task result that names its agent links the call to the subagent's
+// session, and a subagent file under <session>/subagents/ names its parent, from its lines or
+// else from its directory. (No public sample has the parent side: these lines follow the
+// format of Claude Code 2.x's toolUseResult.)
+func TestClaudeSubagentLink(t *testing.T) {
+	parent := join(
+		`{"type":"user","sessionId":"s1","uuid":"u1","message":{"role":"user","content":"research this"}}`,
+		`{"type":"assistant","sessionId":"s1","uuid":"a1","message":{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Task","input":{"prompt":"go"}}]}}`,
+		`{"type":"user","sessionId":"s1","uuid":"u2","toolUseResult":{"status":"completed","agentId":"ab12cd","content":[]},"message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"done"}]}]}}`,
+		`{"type":"user","sessionId":"s1","uuid":"u3","toolUseResult":"Error: no agent","message":{"role":"user","content":"thanks"}}`,
+	)
+	res := parseBytes(t, ClaudeCode{}, parent, 0)
+	if len(res.ToolCalls) != 1 || res.ToolCalls[0].ChildSession != "agent-ab12cd" || res.ToolCalls[0].Result != "done" ||
+		len(res.Messages) != 3 || len(res.Skipped) != 0 {
+		t.Fatalf("calls %+v messages %d skipped %v", res.ToolCalls, len(res.Messages), res.Skipped)
+	}
+	child := []byte(`{"type":"assistant","isSidechain":true,"uuid":"a1","message":{"id":"m9","role":"assistant","content":"ok"}}` + "\n")
+	sub, err := ClaudeCode{}.Parse(context.Background(), bytes.NewReader(child), "/p/-w/s1/subagents/agent-ab12cd.jsonl", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Session.ID != "agent-ab12cd" || sub.Session.ParentSession != "s1" || !sub.Session.IsSubagent {
+		t.Fatalf("subagent session %+v", sub.Session)
+	}
+}
+
+// TestUnterminated: what happens to the bytes after the last newline. A whole JSON object is
+// consumed (its writer finished it; only the newline is missing), a cut one is not; a
+// pretty-printed record (lines from a lone "{" to a lone "}") is one record, and one cut before
+// its "}" is not consumed either.
+func TestUnterminated(t *testing.T) {
+	pretty := "{\n  \"timestamp\": \"2026-01-01T00:00:01Z\",\n  \"type\": \"response_item\",\n  \"payload\": {\"type\": \"message\", \"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"hello\"}]}\n}"
+	for _, tc := range []struct {
+		name     string
+		data     string
+		consumed int // bytes consumed
+		users    int
+	}{
+		{"whole object", cxMeta + "\n" + cxUser, len(cxMeta) + 1 + len(cxUser), 1},
+		{"cut object", cxMeta + "\n" + cxUser[:40], len(cxMeta) + 1, 0},
+		{"pretty record", cxMeta + "\n" + pretty + "\n", len(cxMeta) + 1 + len(pretty) + 1, 1},
+		{"pretty record, last brace unterminated", cxMeta + "\n" + pretty, len(cxMeta) + 1 + len(pretty), 1},
+		{"pretty record cut", cxMeta + "\n" + pretty[:60] + "\n", len(cxMeta) + 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := parseBytes(t, Codex{}, []byte(tc.data), 0)
+			if res.Offset != int64(tc.consumed) || res.Pending != int64(len(tc.data)-tc.consumed) {
+				t.Fatalf("offset %d pending %d, want %d and %d", res.Offset, res.Pending, tc.consumed, len(tc.data)-tc.consumed)
+			}
+			if got := roles(res)["user"]; got != tc.users || len(res.Skipped) != 0 {
+				t.Fatalf("users %d skipped %v", got, res.Skipped)
+			}
+		})
+	}
+}
