@@ -60,7 +60,7 @@ func BenchmarkParse(b *testing.B) {
 			var sb strings.Builder
 			sb.Grow(benchSize + 1<<16)
 			name := src.Name()
-			if name == "openclaw" {
+			if name == "openclaw" || name == "nexus" {
 				name = "pi" // the same format
 			}
 			for i := 0; sb.Len() < benchSize; i++ {

@@ -50,9 +50,9 @@ func isTranscriptName(name string) bool {
 // upstream problem) is skipped rather than read into memory.
 const ocStoreMax = 64 << 20
 
-// ocEntry is the part of a sessions.json entry the index uses (docs/conversations.md names
-// the fields nexus shares with OpenClaw).
-type ocEntry struct {
+// storeEntry is the part of a sessions.json entry the index uses: OpenClaw's fields and the
+// ones nexus adds (docs/conversations.md).
+type storeEntry struct {
 	SessionID           string `json:"sessionId"`
 	SessionFile         string `json:"sessionFile"`
 	SpawnedBy           string `json:"spawnedBy"`
@@ -70,12 +70,9 @@ type ocEntry struct {
 // Parse implements Source: the pi adapter's parse, then the session's sessions.json entry (by
 // sessionId, or by sessionFile naming this file) for what the transcript does not say.
 func (o OpenClaw) Parse(ctx context.Context, r io.Reader, path string, offset int64) (*Result, error) {
-	res, err := Pi{}.Parse(ctx, r, path, offset)
-	if res != nil {
-		res.Session.Source = o.Name()
-	}
+	res, err := parsePiAs(ctx, o.Name(), r, path, offset)
 	if err != nil {
-		return res, fmt.Errorf("openclaw: %w", err)
+		return res, err
 	}
 	key, e, err := ocLookup(filepath.Join(filepath.Dir(path), "sessions.json"), res.Session.ID, path)
 	if err != nil {
@@ -84,7 +81,12 @@ func (o OpenClaw) Parse(ctx context.Context, r io.Reader, path string, offset in
 	if e == nil {
 		return res, nil
 	}
-	s := &res.Session
+	e.apply(&res.Session, key)
+	return res, nil
+}
+
+// apply fills what the transcript did not say from the store entry of key.
+func (e *storeEntry) apply(s *Session, key string) {
 	if s.Title == "" {
 		s.Title = e.Label
 		if s.Title == "" {
@@ -106,12 +108,11 @@ func (o OpenClaw) Parse(ctx context.Context, r io.Reader, path string, offset in
 	if e.ForkedFromSessionID != "" {
 		s.ForkOrigin = e.ForkedFromSessionID
 	}
-	return res, nil
 }
 
 // ocLookup finds the entry of session id (or of the file at path) in the store at storePath. A
 // missing store is no entry, not an error; an unreadable or malformed one is an error.
-func ocLookup(storePath, id, path string) (string, *ocEntry, error) {
+func ocLookup(storePath, id, path string) (string, *storeEntry, error) {
 	f, err := os.Open(storePath) //nolint:gosec // beside the transcript being read
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -124,13 +125,13 @@ func ocLookup(storePath, id, path string) (string, *ocEntry, error) {
 	if err != nil || !info.Mode().IsRegular() || info.Size() > ocStoreMax {
 		return "", nil, nil
 	}
-	var store map[string]ocEntry
+	var store map[string]storeEntry
 	if err := json.NewDecoder(f).Decode(&store); err != nil {
 		return "", nil, fmt.Errorf("session store %s: %w", storePath, err)
 	}
 	base := filepath.Base(path)
 	bestKey := ""
-	var best *ocEntry
+	var best *storeEntry
 	for key, e := range store {
 		if (id != "" && e.SessionID == id) || (e.SessionFile != "" && filepath.Base(e.SessionFile) == base) {
 			// Several keys may name one session (a cron job and its run): the shortest key,

@@ -199,3 +199,15 @@ func num(n json.Number) int64 {
 	}
 	return v
 }
+
+// parsePiAs is the pi parse of a tool that writes pi transcripts under another name.
+func parsePiAs(ctx context.Context, name string, r io.Reader, path string, offset int64) (*Result, error) {
+	res, err := Pi{}.Parse(ctx, r, path, offset)
+	if res != nil {
+		res.Session.Source = name
+	}
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", name, err)
+	}
+	return res, nil
+}

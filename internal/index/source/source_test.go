@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nexus-run/nexus/internal/chatstore"
 )
 
 // testdata is the repository's transcript samples (testdata/transcripts/README.md and the
@@ -420,7 +422,7 @@ func TestDiscover(t *testing.T) {
 	for _, tc := range []struct {
 		src Source
 		dir string
-	}{{ClaudeCode{}, "claude"}, {Codex{}, "codex"}, {Pi{}, "pi"}, {OpenClaw{}, "openclaw"}} {
+	}{{ClaudeCode{}, "claude"}, {Codex{}, "codex"}, {Pi{}, "pi"}, {OpenClaw{}, "openclaw"}, {Nexus{}, "nexus"}} {
 		got, err := tc.src.Discover(context.Background(), []string{filepath.Join(root, tc.dir), filepath.Join(root, "missing")})
 		if err != nil {
 			t.Fatal(err)
@@ -468,6 +470,8 @@ func TestDefaultRoots(t *testing.T) {
 		{Codex{}, nil, "/h/.codex/sessions"},
 		{Codex{}, map[string]string{"CODEX_HOME": "/x"}, "/x/sessions"},
 		{OpenClaw{}, nil, "/h/.openclaw/agents /h/.clawdbot/agents"},
+		{Nexus{}, nil, "/h/nexus/state/sessions"},
+		{Nexus{}, map[string]string{"NEXUS_HOME": "/n"}, "/n/state/sessions"},
 	} {
 		if got := tc.src.DefaultRoots(env(tc.vars)); !reflect.DeepEqual(got, strings.Fields(tc.want)) {
 			t.Errorf("%s %v: %v, want %s", tc.src.Name(), tc.vars, got, tc.want)
@@ -528,5 +532,49 @@ func TestUnterminated(t *testing.T) {
 				t.Fatalf("users %d skipped %v", got, res.Skipped)
 			}
 		})
+	}
+}
+
+// TestNexusStore: a nexus transcript's session takes the label, model, project, subagent and
+// fork fields of its sessions.json entry, written here by internal/chatstore itself; a
+// transcript the store does not name is still read.
+func TestNexusStore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := chatstore.Open(dir, chatstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "agent:main:subagent:0190aaaa-0000-7000-8000-000000000001"
+	e, err := store.Create(ctx, key, map[string]any{"label": "Fix the build", "parentSessionId": "p-1",
+		"parentMessageId": "m-1", "toolCallId": "call-1", "project": "/w", "forkedFromSessionId": "f-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := strings.Replace(piHead, `"id":"p1"`, `"id":"`+e.SessionID+`"`, 1)
+	path := store.TranscriptPath(e.SessionID)
+	if err := os.WriteFile(path, join(head, piUser, piAsst), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ParseFile(ctx, Nexus{}, path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Session{Source: "nexus", ID: e.SessionID, Path: path, Project: "/w", Title: "Fix the build",
+		ParentSession: "p-1", ParentMessage: "m-1", ToolCallID: "call-1", IsSubagent: true, ForkOrigin: "f-1",
+		Created: res.Session.Created, Updated: res.Session.Updated}
+	if res.Session != want {
+		t.Fatalf("session = %+v\nwant %+v", res.Session, want)
+	}
+	if got := roles(res); !reflect.DeepEqual(got, map[string]int{"user": 1, "assistant": 1}) || res.Usage != (Usage{Input: 3, Output: 5}) {
+		t.Fatalf("roles %v usage %+v", got, res.Usage)
+	}
+	other := filepath.Join(dir, "0190bbbb-0000-7000-8000-000000000002.jsonl")
+	if err := os.WriteFile(other, join(piUser), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err = ParseFile(ctx, Nexus{}, other, 0)
+	if err != nil || res.Session.ID != "0190bbbb-0000-7000-8000-000000000002" || res.Session.Title != "" || len(res.Messages) != 1 {
+		t.Fatalf("unnamed transcript: %v %+v", err, res)
 	}
 }
