@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nexus-run/nexus/internal/chatstore"
 )
@@ -37,11 +38,13 @@ type want struct {
 	children                  []string
 	usage                     Usage
 	skipped                   map[string]int
+	// span is the first and last timestamp of the file (whole seconds), "" for none.
+	span string
 }
 
 var samples = []want{
 	{
-		source: "claude-code", file: "claude-code/feipi/8a283a61-e3f0-4e8f-ba06-6711e2fcf2ed.jsonl",
+		source: "claude-code", file: "claude-code/feipi/8a283a61-e3f0-4e8f-ba06-6711e2fcf2ed.jsonl", span: "2026-06-13T07:26:41Z 2026-06-13T07:30:48Z",
 		id: "8a283a61-e3f0-4e8f-ba06-6711e2fcf2ed", project: "/Users/zhehan/Documents/tools/llm/feipi-agent-kit",
 		model: "qwen3.7-plus", title: "Optimize readme for end users",
 		// 12 assistant lines are 4 replies; counting every snapshot would give 24572*... input.
@@ -49,7 +52,7 @@ var samples = []want{
 		usage: Usage{Input: 24, Output: 1932, CacheRead: 80050, CacheWrite: 32076},
 	},
 	{
-		source: "claude-code", file: "claude-code/pai-hv/agent-af374ee.jsonl",
+		source: "claude-code", file: "claude-code/pai-hv/agent-af374ee.jsonl", span: "2025-12-17T01:46:45Z 2025-12-17T01:47:41Z",
 		id: "agent-af374ee", parent: "7de1dd02-d3f9-49aa-8911-7d5b98666a03", subagent: true,
 		project: "/home/jenkins/Personal_AI_Infrastructure", model: "claude-opus-4-5-20251101",
 		roles: map[string]int{"user": 1, "assistant": 1}, turns: 1,
@@ -61,21 +64,21 @@ var samples = []want{
 		roles: map[string]int{},
 	},
 	{
-		source: "claude-code", file: "claude-code/pai-sa/eca51c57-7b92-423f-8ad6-52f996c9a8e1.jsonl",
+		source: "claude-code", file: "claude-code/pai-sa/eca51c57-7b92-423f-8ad6-52f996c9a8e1.jsonl", span: "2025-12-03T09:04:39Z 2025-12-03T10:36:11Z",
 		id: "eca51c57-7b92-423f-8ad6-52f996c9a8e1", project: "/Users/pretor/Documents/PAI - TPOS",
 		model: "claude-opus-4-5-20251101",
 		roles: map[string]int{"user": 5, "assistant": 30}, turns: 4, ok: 26, errs: 3, orphan: 1,
 		usage: Usage{Input: 214, Output: 8792, CacheRead: 2980341, CacheWrite: 315327},
 	},
 	{
-		source: "claude-code", file: "claude-code/mclaude/b8d44276-1f04-4220-98c0-b410f7c58ff5.jsonl",
+		source: "claude-code", file: "claude-code/mclaude/b8d44276-1f04-4220-98c0-b410f7c58ff5.jsonl", span: "2026-01-17T03:39:23Z 2026-01-17T03:41:26Z",
 		id: "b8d44276-1f04-4220-98c0-b410f7c58ff5", project: "/Users/[USER]", model: "claude-opus-4-5-20251101",
 		roles: map[string]int{"user": 7, "assistant": 6}, turns: 6, ok: 1, pending: 1,
 		usage:   Usage{Input: 50, Output: 21, CacheRead: 114702, CacheWrite: 7040},
 		skipped: map[string]int{ReasonMalformed: 1},
 	},
 	{
-		source: "codex", file: "codex/feipi/rollout-2026-06-19T12-29-48-019ede24-67de-7b11-b46f-7922530907a9.jsonl",
+		source: "codex", file: "codex/feipi/rollout-2026-06-19T12-29-48-019ede24-67de-7b11-b46f-7922530907a9.jsonl", span: "2026-06-19T04:29:48Z 2026-06-19T04:32:55Z",
 		id: "019ede24-67de-7b11-b46f-7922530907a9", project: "/Users/zhehan/Documents/tools/llm/feipi-session-browser",
 		model: "gpt-5.5",
 		roles: map[string]int{"user": 4, "developer": 1, "assistant": 1}, turns: 3, ok: 5,
@@ -83,33 +86,33 @@ var samples = []want{
 		usage:    Usage{Input: 147475 - 16384, CacheRead: 16384, Output: 1425, Reasoning: 663},
 	},
 	{
-		source: "codex", file: "codex/feipi/rollout-2026-06-19T12-32-38-019ede26-ff03-7a82-bb34-cfab716a498a.jsonl",
+		source: "codex", file: "codex/feipi/rollout-2026-06-19T12-32-38-019ede26-ff03-7a82-bb34-cfab716a498a.jsonl", span: "2026-06-19T04:32:38Z 2026-06-19T04:32:49Z",
 		id: "019ede26-ff03-7a82-bb34-cfab716a498a", parent: "019ede24-67de-7b11-b46f-7922530907a9", subagent: true,
 		project: "/Users/zhehan/Documents/tools/llm/feipi-session-browser", model: "gpt-5.5",
 		roles: map[string]int{"user": 2, "developer": 1, "assistant": 1}, turns: 1, ok: 1,
 		usage: Usage{Input: 48597, Output: 235, Reasoning: 114},
 	},
 	{
-		source: "codex", file: "codex/moonmind/rollout-2025-11-12T17-48-11-019a7ae6-1945-7c63-98f2-210adb922af9.jsonl",
+		source: "codex", file: "codex/moonmind/rollout-2025-11-12T17-48-11-019a7ae6-1945-7c63-98f2-210adb922af9.jsonl", span: "2025-11-13T01:48:11Z 2025-11-13T06:23:20Z",
 		id: "019a7ae6-1945-7c63-98f2-210adb922af9", project: "/mnt/d/ai/MoonMind", model: "gpt-5-codex",
 		// 84 function_call and 13 custom_tool_call, each answered.
 		roles: map[string]int{"user": 8, "assistant": 5}, turns: 6, ok: 97,
 		usage: Usage{Input: 671406 - 537856, CacheRead: 537856, Output: 13743, Reasoning: 4928},
 	},
 	{
-		source: "codex", file: "codex/tfw/rollout-2026-01-30T14-16-50-019c0f0c-9c5d-7081-99a9-f4829741831a.jsonl",
+		source: "codex", file: "codex/tfw/rollout-2026-01-30T14-16-50-019c0f0c-9c5d-7081-99a9-f4829741831a.jsonl", span: "2026-01-30T13:16:50Z 2026-01-30T14:14:06Z",
 		id: "019c0f0c-9c5d-7081-99a9-f4829741831a", project: "/home/edouard/test-framework", model: "gpt-5.2-codex",
 		// 45 paired function calls and 14 completed web searches (no id, no output item).
 		roles: map[string]int{"user": 41, "developer": 1, "assistant": 39}, turns: 39, ok: 59,
 		usage: Usage{Input: 3639295 - 3472256, CacheRead: 3472256, Output: 40969, Reasoning: 10688},
 	},
 	{
-		source: "codex", file: "codex/opk/rollout-2025-10-31T18-36-16-fa1ac8bf-348e-4b9a-a06d-767050fa1e10.jsonl",
+		source: "codex", file: "codex/opk/rollout-2025-10-31T18-36-16-fa1ac8bf-348e-4b9a-a06d-767050fa1e10.jsonl", span: "2025-11-01T00:36:16Z 2025-11-01T00:36:16Z",
 		id: "fa1ac8bf-348e-4b9a-a06d-767050fa1e10", project: "/home/randy/projects/python-3/OpenPrintKit",
 		roles: map[string]int{"user": 1},
 	},
 	{
-		source: "pi", file: "pi/pi-mono-large-session-v1.jsonl",
+		source: "pi", file: "pi/pi-mono-large-session-v1.jsonl", span: "2025-11-20T23:33:01Z 2025-11-21T02:14:02Z",
 		id: "d703a1a9-1b7b-4fb1-b512-c9738b1fe617", project: "/Users/badlogic/workspaces/pi-mono",
 		model: "claude-sonnet-4-5",
 		// 391 tool calls: 373 answered (19 of them errors), 18 never answered.
@@ -117,7 +120,7 @@ var samples = []want{
 		usage: Usage{Input: 1049, Output: 83156, CacheRead: 43229469, CacheWrite: 4296232},
 	},
 	{
-		source: "pi", file: "pi/getspecstory-fields.jsonl",
+		source: "pi", file: "pi/getspecstory-fields.jsonl", span: "2026-07-09T10:00:00Z 2026-07-09T10:00:08Z",
 		id: "fields-uuid", project: "/test/proj",
 		// One toolCall and its result, and one bashExecution (exit code 0).
 		roles: map[string]int{"user": 2, "assistant": 2, "branchSummary": 1, "compactionSummary": 1, "custom": 1},
@@ -125,20 +128,20 @@ var samples = []want{
 		usage: Usage{Input: 300, Output: 70, CacheRead: 10, CacheWrite: 5},
 	},
 	{
-		source: "openclaw", file: "openclaw/volvox/94272ff2-523b-45de-8f72-988b595dd872.jsonl",
+		source: "openclaw", file: "openclaw/volvox/94272ff2-523b-45de-8f72-988b595dd872.jsonl", span: "2026-02-18T20:15:40Z 2026-02-18T20:27:37Z",
 		id: "94272ff2-523b-45de-8f72-988b595dd872", project: "/home/bill",
 		roles: map[string]int{"user": 6, "assistant": 35}, turns: 6, ok: 52,
 		usage: Usage{Input: 388904, Output: 5776, CacheRead: 639552},
 	},
 	{
-		source: "openclaw", file: "openclaw/volvox/da1e385f-f176-476c-afab-18ce18805741.jsonl",
+		source: "openclaw", file: "openclaw/volvox/da1e385f-f176-476c-afab-18ce18805741.jsonl", span: "2026-02-17T14:00:00Z 2026-02-17T14:04:44Z",
 		id: "da1e385f-f176-476c-afab-18ce18805741", project: "/home/bill/.openclaw/workspace", model: "glm-5",
 		title: "Cron: Morning Digest", // the label of its sessions.json entry
 		roles: map[string]int{"user": 1, "assistant": 11}, turns: 1, ok: 41, errs: 1,
 		usage: Usage{Input: 112262, Output: 3068, CacheRead: 239040},
 	},
 	{
-		source: "openclaw", file: "openclaw/volvox/c2133e05-5254-42af-a26d-49828235021d.jsonl",
+		source: "openclaw", file: "openclaw/volvox/c2133e05-5254-42af-a26d-49828235021d.jsonl", span: "2026-02-18T20:05:54Z 2026-02-18T20:06:24Z",
 		id:    "c2133e05-5254-42af-a26d-49828235021d", // no header: the file's name
 		roles: map[string]int{"assistant": 2}, ok: 1,
 		usage: Usage{Input: 158055, Output: 513, CacheRead: 24064},
@@ -161,6 +164,9 @@ func TestSamples(t *testing.T) {
 			if s.Source != w.source || s.ID != w.id || s.ParentSession != w.parent || s.IsSubagent != w.subagent ||
 				s.Project != w.project || s.Title != w.title {
 				t.Errorf("session = %+v", s)
+			}
+			if got := span(s); got != w.span {
+				t.Errorf("created, updated = %q, want %q", got, w.span)
 			}
 			if w.model != "" && s.Model != w.model {
 				t.Errorf("model = %q, want %q", s.Model, w.model)
@@ -244,6 +250,13 @@ func TestSubagentLink(t *testing.T) {
 	if spawn == nil || spawn.Name != "spawn_agent" || spawn.ID != "call_WXDapWp0rdv8wbYvzV0Uaul6" {
 		t.Fatalf("spawning call = %+v", spawn)
 	}
+}
+
+func span(s Session) string {
+	if s.Created.IsZero() && s.Updated.IsZero() {
+		return ""
+	}
+	return s.Created.Truncate(time.Second).Format(time.RFC3339) + " " + s.Updated.Truncate(time.Second).Format(time.RFC3339)
 }
 
 func roles(res *Result) map[string]int {
