@@ -591,3 +591,57 @@ func TestNexusStore(t *testing.T) {
 		t.Fatalf("unnamed transcript: %v %+v", err, res)
 	}
 }
+
+// TestContent: the text, parameters and results the index will search are the ones in the
+// file (each expected string read from the file with jq): Codex's output_text is kept, tool
+// parameters are the call's arguments, results are the start of the output, no longer than
+// ResultExcerptMax.
+func TestContent(t *testing.T) {
+	for _, tc := range []struct {
+		source, file           string
+		assistantText          string // the first assistant message with text starts so
+		callID, name           string
+		paramsPrefix, resultPf string
+	}{
+		{"codex", "codex/feipi/rollout-2026-06-19T12-32-38-019ede26-ff03-7a82-bb34-cfab716a498a.jsonl",
+			"PASS：已写入并验证 `tmp/subagent-proof-a.md`", "call_7BjPOqFW5SBNNMRchUmIqrvS", "exec_command",
+			`{"cmd":"printf 'PASS: subagent`, "Chunk ID: 1ca3b1\nWall time: 0.0000 seconds"},
+		{"claude-code", "claude-code/feipi/8a283a61-e3f0-4e8f-ba06-6711e2fcf2ed.jsonl",
+			"", "toolu_c20e391b57a640c1ac962594", "Read",
+			`{"file_path":"/Users/zhehan/Documents/tools/llm/feipi-agent-`, "1\t# Feipi Agent Kit\n2\t\n3\t> **定位**"},
+		{"pi", "pi/getspecstory-fields.jsonl", "", "", "bash", `{"command":"echo hi"}`, "hi"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			src, _ := ByName(tc.source)
+			res, err := ParseFile(context.Background(), src, filepath.Join(testdata, tc.file), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.assistantText != "" {
+				found := false
+				for _, m := range res.Messages {
+					if m.Role == "assistant" && m.Text != "" {
+						found = strings.HasPrefix(m.Text, tc.assistantText)
+						break
+					}
+				}
+				if !found {
+					t.Errorf("no assistant text starting %q", tc.assistantText)
+				}
+			}
+			var call *ToolCall
+			for i := range res.ToolCalls {
+				c := &res.ToolCalls[i]
+				if len(c.Result) > ResultExcerptMax {
+					t.Errorf("call %s: result of %d bytes", c.ID, len(c.Result))
+				}
+				if c.Name == tc.name && (tc.callID == "" || c.ID == tc.callID) {
+					call = c
+				}
+			}
+			if call == nil || !strings.HasPrefix(call.Params, tc.paramsPrefix) || !strings.HasPrefix(call.Result, tc.resultPf) {
+				t.Fatalf("call = %+v", call)
+			}
+		})
+	}
+}
