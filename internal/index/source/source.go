@@ -271,6 +271,8 @@ type lineReader struct {
 	pending int64
 	// inBlock says a pretty-printed record is open, so a last line "}" closes it.
 	inBlock bool
+	// start is where the line next returned last begins.
+	start int64
 }
 
 func newLineReader(r io.Reader, offset int64) *lineReader {
@@ -281,6 +283,7 @@ func newLineReader(r io.Reader, offset int64) *lineReader {
 // The slice is valid until the next call. ok is false at the end.
 func (l *lineReader) next() (line []byte, ok bool, err error) {
 	l.buf = l.buf[:0]
+	l.start = l.offset
 	for {
 		chunk, err := l.br.ReadSlice('\n')
 		switch {
@@ -346,7 +349,7 @@ func lines(ctx context.Context, r io.Reader, offset int64, res *Result, fn func(
 			// A one-line record inside a block: the block was torn.
 			res.skip(ReasonMalformed)
 			lr.inBlock, blockStart = false, -1
-			start = lr.offset - int64(len(line)) - 1
+			start = lr.start
 			res.Offset = lr.offset
 			fn(line, start)
 		case blockStart >= 0:

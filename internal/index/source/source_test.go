@@ -645,3 +645,17 @@ func TestContent(t *testing.T) {
 		})
 	}
 }
+
+// TestTornBlock: a pretty-printed record cut short and followed by one-line records is counted
+// as malformed, and the records after it are read from where they start.
+func TestTornBlock(t *testing.T) {
+	data := join(cxMeta, "{", `  "timestamp": "2026-01-01T00:00:01Z",`, cxUser, cxAsst)
+	res := parseBytes(t, Codex{}, data, 0)
+	if got := roles(res); !reflect.DeepEqual(got, map[string]int{"user": 1, "assistant": 1}) ||
+		!reflect.DeepEqual(res.Skipped, map[string]int{ReasonMalformed: 1}) || res.Offset != int64(len(data)) {
+		t.Fatalf("roles %v skipped %v offset %d of %d", got, res.Skipped, res.Offset, len(data))
+	}
+	if want := lineID(int64(len(join(cxMeta, "{", `  "timestamp": "2026-01-01T00:00:01Z",`)))); res.Messages[0].ID != want {
+		t.Fatalf("user message id %q, want %q", res.Messages[0].ID, want)
+	}
+}
