@@ -3,20 +3,16 @@ package mcp_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/nexus-run/nexus/internal/procfs"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -63,26 +59,7 @@ func TestGatewayMCPShellsDieWithTheGateway(t *testing.T) {
 				SessionID string `json:"session_id"`
 			}
 			e.ok("session_create", map[string]any{"transport": "local", "cwd": home}, &created)
-			r := e.exec(created.SessionID, `sleep 320 & echo $!; nohup sleep 321 >/dev/null 2>&1 & echo $!; (trap '' HUP; exec sleep 322) & echo $!`, nil)
-			type proc struct {
-				pid   int
-				start uint64
-			}
-			var jobs []proc
-			for _, f := range strings.Fields(r.Stdout) {
-				pid, err := strconv.Atoi(f)
-				if err != nil {
-					t.Fatalf("stdout %q", r.Stdout)
-				}
-				p, err := procfs.Stat(pid)
-				if err != nil {
-					t.Fatalf("job %d: %v", pid, err)
-				}
-				jobs = append(jobs, proc{pid, p.Start})
-			}
-			if len(jobs) != 3 {
-				t.Fatalf("jobs %v from %q", jobs, r.Stdout)
-			}
+			jobs := startJobs(e, created.SessionID, 320)
 			sig := os.Kill
 			if stop == "SIGTERM" {
 				sig = syscall.SIGTERM
@@ -95,12 +72,7 @@ func TestGatewayMCPShellsDieWithTheGateway(t *testing.T) {
 			if stop == "SIGTERM" && err != nil {
 				t.Fatalf("nexus serve after SIGTERM: %v\n%s", err, stderr.String())
 			}
-			for _, j := range jobs {
-				testkit.Eventually(t, fmt.Sprintf("job %d to be reaped after nexus serve got %s", j.pid, stop), func() bool {
-					p, err := procfs.Stat(j.pid)
-					return err != nil || p.Start != j.start || p.Dead()
-				})
-			}
+			jobs.waitReaped(t, "nexus serve got "+stop)
 			if stop == "SIGTERM" {
 				data, err := os.ReadFile(filepath.Join(home, "state", "audit", created.SessionID+".jsonl"))
 				if err != nil || !bytes.Contains(data, []byte(`"event":"close","reason":"shutdown"`)) {

@@ -40,38 +40,57 @@ func TestKilledMCPLeavesNoProcess(t *testing.T) {
 		SessionID string `json:"session_id"`
 	}
 	e.ok("session_create", map[string]any{"transport": "local", "cwd": home}, &created)
-	r := e.exec(created.SessionID, `sleep 310 & echo $!; nohup sleep 311 >/dev/null 2>&1 & echo $!; (trap '' HUP; exec sleep 312) & echo $!`, nil)
-	type proc struct {
-		pid   int
-		start uint64
-	}
-	var jobs []proc
-	for _, f := range strings.Fields(r.Stdout) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatalf("stdout %q", r.Stdout)
-		}
-		p, err := procfs.Stat(pid)
-		if err != nil {
-			t.Fatalf("job %d: %v", pid, err)
-		}
-		jobs = append(jobs, proc{pid, p.Start})
-	}
-	if len(jobs) != 3 {
-		t.Fatalf("jobs %v from %q", jobs, r.Stdout)
-	}
+	jobs := startJobs(e, created.SessionID, 310)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cs.Close()
-	for _, j := range jobs {
-		testkit.Eventually(t, fmt.Sprintf("job %d to be reaped after nexus mcp was killed", j.pid), func() bool {
-			p, err := procfs.Stat(j.pid)
-			return err != nil || p.Start != j.start || p.Dead()
-		})
-	}
+	jobs.waitReaped(t, "nexus mcp was killed")
 	testkit.Eventually(t, "the owner records to be removed", func() bool {
 		entries, _ := os.ReadDir(filepath.Join(home, "state", "owners"))
 		return len(entries) == 0
 	})
+}
+
+// jobs are background jobs of an agent shell, each a process id and its start time (so a
+// reused pid is not taken for the job).
+type job struct {
+	pid   int
+	start uint64
+}
+
+type jobs []job
+
+// startJobs starts three jobs in shell id that a plain close would not end: one in the
+// background, one under nohup, one ignoring SIGHUP; sleeps of base, base+1 and base+2 seconds.
+func startJobs(e *e2e, id string, base int) jobs {
+	e.t.Helper()
+	r := e.exec(id, fmt.Sprintf(`sleep %d & echo $!; nohup sleep %d >/dev/null 2>&1 & echo $!; (trap '' HUP; exec sleep %d) & echo $!`, base, base+1, base+2), nil)
+	var js jobs
+	for _, f := range strings.Fields(r.Stdout) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			e.t.Fatalf("stdout %q", r.Stdout)
+		}
+		p, err := procfs.Stat(pid)
+		if err != nil {
+			e.t.Fatalf("job %d: %v", pid, err)
+		}
+		js = append(js, job{pid, p.Start})
+	}
+	if len(js) != 3 {
+		e.t.Fatalf("jobs %v from %q", js, r.Stdout)
+	}
+	return js
+}
+
+// waitReaped waits until every job is gone (after what).
+func (js jobs) waitReaped(t *testing.T, after string) {
+	t.Helper()
+	for _, j := range js {
+		testkit.Eventually(t, fmt.Sprintf("job %d to be reaped after %s", j.pid, after), func() bool {
+			p, err := procfs.Stat(j.pid)
+			return err != nil || p.Start != j.start || p.Dead()
+		})
+	}
 }
