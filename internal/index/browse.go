@@ -1,0 +1,385 @@
+package index
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// SessionInfo is one indexed session.
+type SessionInfo struct {
+	Source        string `json:"source"`
+	ID            string `json:"id"`
+	Path          string `json:"path"`
+	Project       string `json:"project,omitempty"`
+	Model         string `json:"model,omitempty"`
+	Created       string `json:"created,omitempty"`
+	Updated       string `json:"updated,omitempty"`
+	Title         string `json:"title,omitempty"`
+	Messages      int    `json:"messages"`
+	Turns         int    `json:"turns"`
+	ParentSession string `json:"parent_session,omitempty"`
+	ParentMessage string `json:"parent_message,omitempty"`
+	ToolCallID    string `json:"tool_call_id,omitempty"`
+	Task          string `json:"task,omitempty"`
+	TaskStatus    string `json:"task_status,omitempty"`
+	IsSubagent    bool   `json:"is_subagent,omitempty"`
+	ContextLimit  int64  `json:"context_limit,omitempty"`
+	ForkOrigin    string `json:"fork_origin,omitempty"`
+	Tokens        Tokens `json:"tokens"`
+	Deleted       bool   `json:"deleted,omitempty"`
+	Show          string `json:"show"`
+	Resume        string `json:"resume,omitempty"`
+
+	rowid int64
+}
+
+// Tokens is a token count.
+type Tokens struct {
+	Input      int64 `json:"input"`
+	Output     int64 `json:"output"`
+	CacheRead  int64 `json:"cache_read"`
+	CacheWrite int64 `json:"cache_write"`
+	Reasoning  int64 `json:"reasoning,omitempty"`
+	Total      int64 `json:"total"`
+}
+
+const sessionColumns = `s.id, s.source, s.sid, s.path, s.project, s.model, s.created, s.updated, s.title,
+	s.message_count, s.turn_count, s.parent_session, s.parent_message, s.tool_call_id, s.task, s.task_status,
+	s.is_subagent, s.context_limit, s.fork_origin, s.input_tokens, s.output_tokens, s.cache_read, s.cache_write,
+	s.reasoning, s.deleted`
+
+func scanSession(sc interface{ Scan(...any) error }) (SessionInfo, error) {
+	var s SessionInfo
+	var created, updated int64
+	err := sc.Scan(&s.rowid, &s.Source, &s.ID, &s.Path, &s.Project, &s.Model, &created, &updated, &s.Title,
+		&s.Messages, &s.Turns, &s.ParentSession, &s.ParentMessage, &s.ToolCallID, &s.Task, &s.TaskStatus,
+		&s.IsSubagent, &s.ContextLimit, &s.ForkOrigin, &s.Tokens.Input, &s.Tokens.Output, &s.Tokens.CacheRead,
+		&s.Tokens.CacheWrite, &s.Tokens.Reasoning, &s.Deleted)
+	if err != nil {
+		return s, err //nolint:wrapcheck // wrapped by the callers
+	}
+	s.Created, s.Updated = stamp(created), stamp(updated)
+	s.Tokens.Total = s.Tokens.Input + s.Tokens.Output + s.Tokens.CacheRead + s.Tokens.CacheWrite
+	s.Show, s.Resume = commands(s.Source, s.ID, "", s.Project, s.Path)
+	return s, nil
+}
+
+// SessionsOptions filters a listing.
+type SessionsOptions struct {
+	Sources []string
+	Project string
+	Limit   int
+}
+
+// Sessions lists sessions, most recently updated first.
+func (ix *Index) Sessions(ctx context.Context, o SessionsOptions) ([]SessionInfo, error) {
+	if _, err := Sources(o.Sources); err != nil {
+		return nil, err
+	}
+	where, args := sessionFilter(SearchOptions{Sources: o.Sources, Project: o.Project}, []string{"1"}, nil)
+	args = append(args, limit(o.Limit))
+	//nolint:gosec // the conditions are this package's constants; values are bound
+	rows, err := ix.db.QueryContext(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY s.updated DESC, s.id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []SessionInfo
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return nil, queryError(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(err)
+	}
+	return out, nil
+}
+
+// Message is one indexed message.
+type Message struct {
+	ID        string     `json:"id"`
+	Role      string     `json:"role"`
+	Text      string     `json:"text"`
+	Timestamp string     `json:"timestamp,omitempty"`
+	Seq       int64      `json:"seq"`
+	Turn      int        `json:"turn"`
+	Model     string     `json:"model,omitempty"`
+	Tokens    *Tokens    `json:"tokens,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// ToolCall is one indexed tool call.
+type ToolCall struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Params       string `json:"params,omitempty"`
+	Result       string `json:"result,omitempty"`
+	Status       string `json:"status"`
+	ChildSession string `json:"child_session,omitempty"`
+}
+
+// ShowOptions selects a session and the part of it to show.
+type ShowOptions struct {
+	Session string
+	Source  string
+	// Around shows the messages within Context of this message id (default: all).
+	Around  string
+	Context int
+}
+
+// DefaultContext is how many messages around --around are shown on each side.
+const DefaultContext = 5
+
+// SessionDetail is a session with its messages.
+type SessionDetail struct {
+	Session  SessionInfo `json:"session"`
+	Messages []Message   `json:"messages"`
+	// Children are the subagent sessions this one started.
+	Children []string `json:"children,omitempty"`
+}
+
+// FindSession resolves a session id (or a unique prefix of one) to its session.
+func (ix *Index) FindSession(ctx context.Context, id, src string) (SessionInfo, error) {
+	if strings.TrimSpace(id) == "" {
+		return SessionInfo{}, abi.Errorf(abi.CodeInvalidArgument, "", "index: a session id is required")
+	}
+	q := `SELECT ` + sessionColumns + ` FROM sessions s WHERE (s.sid = ?1 OR (length(?1) >= 4 AND substr(s.sid, 1, length(?1)) = ?1))
+		AND (?2 = '' OR s.source = ?2) ORDER BY s.sid = ?1 DESC LIMIT 3`
+	rows, err := ix.db.QueryContext(ctx, q, id, src)
+	if err != nil {
+		return SessionInfo{}, queryError(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var found []SessionInfo
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return SessionInfo{}, queryError(err)
+		}
+		found = append(found, s)
+	}
+	if err := rows.Err(); err != nil {
+		return SessionInfo{}, queryError(err)
+	}
+	switch {
+	case len(found) == 0:
+		return SessionInfo{}, abi.Errorf(abi.CodeSessionNotFound, id, "index: no indexed session %q", id)
+	case found[0].ID == id && (len(found) == 1 || found[1].ID != id):
+		return found[0], nil
+	case len(found) == 1:
+		return found[0], nil
+	}
+	var names []string
+	for _, s := range found {
+		names = append(names, s.Source+":"+s.ID)
+	}
+	return SessionInfo{}, abi.Errorf(abi.CodeInvalidArgument, id, "index: %q names more than one session (%s): give more of the id or --source",
+		id, strings.Join(names, ", "))
+}
+
+// Show returns a session and its messages, with their tool calls.
+func (ix *Index) Show(ctx context.Context, o ShowOptions) (*SessionDetail, error) {
+	s, err := ix.FindSession(ctx, o.Session, o.Source)
+	if err != nil {
+		return nil, err
+	}
+	from, to := int64(-1<<62), int64(1<<62)
+	if o.Around != "" {
+		n := o.Context
+		if n <= 0 {
+			n = DefaultContext
+		}
+		var seq int64
+		err := ix.db.QueryRowContext(ctx, `SELECT seq FROM messages WHERE session = ? AND mid = ?`, s.rowid, o.Around).Scan(&seq)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, s.ID, "index: session %s has no message %q", s.ID, o.Around)
+		}
+		if err != nil {
+			return nil, queryError(err)
+		}
+		// n messages on each side, counted in messages (seqs may have gaps).
+		if err := ix.db.QueryRowContext(ctx, `SELECT coalesce(min(seq), ?2) FROM (SELECT seq FROM messages WHERE session = ?1 AND seq <= ?2 ORDER BY seq DESC LIMIT ?3)`,
+			s.rowid, seq, n+1).Scan(&from); err != nil {
+			return nil, queryError(err)
+		}
+		if err := ix.db.QueryRowContext(ctx, `SELECT coalesce(max(seq), ?2) FROM (SELECT seq FROM messages WHERE session = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3)`,
+			s.rowid, seq, n+1).Scan(&to); err != nil {
+			return nil, queryError(err)
+		}
+	}
+	d := &SessionDetail{Session: s, Messages: []Message{}}
+	rows, err := ix.db.QueryContext(ctx, `SELECT mid, role, text, ts, seq, turn, model, input, output, cache_read, cache_write, reasoning
+		FROM messages WHERE session = ? AND seq BETWEEN ? AND ? ORDER BY seq`, s.rowid, from, to)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	idx := map[string]int{}
+	for rows.Next() {
+		var m Message
+		var ts int64
+		var t Tokens
+		if err := rows.Scan(&m.ID, &m.Role, &m.Text, &ts, &m.Seq, &m.Turn, &m.Model, &t.Input, &t.Output, &t.CacheRead, &t.CacheWrite, &t.Reasoning); err != nil {
+			_ = rows.Close()
+			return nil, queryError(err)
+		}
+		m.Timestamp = stamp(ts)
+		if t != (Tokens{}) {
+			t.Total = t.Input + t.Output + t.CacheRead + t.CacheWrite
+			m.Tokens = &t
+		}
+		idx[m.ID] = len(d.Messages)
+		d.Messages = append(d.Messages, m)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, queryError(err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(err)
+	}
+	tr, err := ix.db.QueryContext(ctx, `SELECT mid, cid, name, params, result, status, child_session FROM tool_calls WHERE session = ? ORDER BY id`, s.rowid)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	defer func() { _ = tr.Close() }()
+	for tr.Next() {
+		var mid string
+		var tc ToolCall
+		if err := tr.Scan(&mid, &tc.ID, &tc.Name, &tc.Params, &tc.Result, &tc.Status, &tc.ChildSession); err != nil {
+			return nil, queryError(err)
+		}
+		if i, ok := idx[mid]; ok {
+			d.Messages[i].ToolCalls = append(d.Messages[i].ToolCalls, tc)
+		}
+		if tc.ChildSession != "" {
+			d.Children = append(d.Children, tc.ChildSession)
+		}
+	}
+	if err := tr.Err(); err != nil {
+		return nil, queryError(err)
+	}
+	return d, nil
+}
+
+// StatsRow is the tokens and counts of one group.
+type StatsRow struct {
+	Key      string `json:"key"`
+	Sessions int    `json:"sessions"`
+	Messages int    `json:"messages"`
+	Tokens   Tokens `json:"tokens"`
+}
+
+// Stats is the index's contents and token use, by source, model, project and day.
+type Stats struct {
+	Sessions     int            `json:"sessions"`
+	Deleted      int            `json:"deleted_sessions"`
+	Messages     int            `json:"messages"`
+	ToolCalls    int            `json:"tool_calls"`
+	Files        int            `json:"files"`
+	SkippedLines map[string]int `json:"skipped_lines,omitempty"`
+	Tokens       Tokens         `json:"tokens"`
+	BySource     []StatsRow     `json:"by_source"`
+	ByModel      []StatsRow     `json:"by_model"`
+	ByProject    []StatsRow     `json:"by_project"`
+	ByDay        []StatsRow     `json:"by_day"`
+}
+
+// usageRows is every counted token once, with its session's source and project, the model
+// and the day: per message for the tools that count per reply, per session for those that
+// keep a running total (Codex), dated by the session's last update.
+const usageRows = `
+	SELECT s.source AS source, s.project AS project, coalesce(nullif(m.model, ''), s.model) AS model,
+		strftime('%Y-%m-%d', coalesce(nullif(m.ts, 0), s.updated) / 1000, 'unixepoch') AS day,
+		m.session AS session, 1 AS msgs, m.input AS input, m.output AS output, m.cache_read AS cache_read,
+		m.cache_write AS cache_write, m.reasoning AS reasoning
+	FROM messages m JOIN sessions s ON s.id = m.session WHERE s.cumulative = 0
+	UNION ALL
+	SELECT s.source, s.project, s.model, strftime('%Y-%m-%d', s.updated / 1000, 'unixepoch'),
+		s.id, s.message_count, s.input_tokens, s.output_tokens, s.cache_read, s.cache_write, s.reasoning
+	FROM sessions s WHERE s.cumulative = 1`
+
+// Stats counts the index.
+func (ix *Index) Stats(ctx context.Context) (*Stats, error) {
+	st := &Stats{}
+	if err := ix.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM sessions WHERE deleted = 1),
+		(SELECT count(*) FROM messages), (SELECT count(*) FROM tool_calls), (SELECT count(*) FROM files)`).
+		Scan(&st.Sessions, &st.Deleted, &st.Messages, &st.ToolCalls, &st.Files); err != nil {
+		return nil, queryError(err)
+	}
+	rows, err := ix.db.QueryContext(ctx, `SELECT source, skipped FROM files WHERE skipped <> ''`)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	for rows.Next() {
+		var src, sk string
+		if err := rows.Scan(&src, &sk); err != nil {
+			_ = rows.Close()
+			return nil, queryError(err)
+		}
+		if err := addSkipped(&st.SkippedLines, src, sk); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, queryError(err)
+	}
+	for _, g := range []struct {
+		col string
+		out *[]StatsRow
+	}{{"source", &st.BySource}, {"model", &st.ByModel}, {"project", &st.ByProject}, {"day", &st.ByDay}} {
+		//nolint:gosec // g.col is one of the four column names above
+		rows, err := ix.db.QueryContext(ctx, `SELECT `+g.col+`, count(DISTINCT session), sum(msgs), sum(input), sum(output),
+			sum(cache_read), sum(cache_write), sum(reasoning) FROM (`+usageRows+`) GROUP BY 1 ORDER BY 1`)
+		if err != nil {
+			return nil, queryError(err)
+		}
+		*g.out = []StatsRow{}
+		for rows.Next() {
+			var r StatsRow
+			var key sql.NullString
+			t := &r.Tokens
+			if err := rows.Scan(&key, &r.Sessions, &r.Messages, &t.Input, &t.Output, &t.CacheRead, &t.CacheWrite, &t.Reasoning); err != nil {
+				_ = rows.Close()
+				return nil, queryError(err)
+			}
+			r.Key = key.String
+			t.Total = t.Input + t.Output + t.CacheRead + t.CacheWrite
+			*g.out = append(*g.out, r)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, queryError(err)
+		}
+	}
+	for _, r := range st.BySource {
+		st.Tokens.Input += r.Tokens.Input
+		st.Tokens.Output += r.Tokens.Output
+		st.Tokens.CacheRead += r.Tokens.CacheRead
+		st.Tokens.CacheWrite += r.Tokens.CacheWrite
+		st.Tokens.Reasoning += r.Tokens.Reasoning
+		st.Tokens.Total += r.Tokens.Total
+	}
+	return st, nil
+}
+
+func addSkipped(into *map[string]int, src, js string) error {
+	var m map[string]int
+	if err := jsonUnmarshal(js, &m); err != nil {
+		return fmt.Errorf("index: skipped lines of a %s file: %w", src, err)
+	}
+	if *into == nil {
+		*into = map[string]int{}
+	}
+	for k, v := range m {
+		(*into)[src+": "+k] += v
+	}
+	return nil
+}

@@ -1,0 +1,309 @@
+// Package index is the history index (docs/history.md): every agent tool's transcripts on the
+// machine, read by the adapters of internal/index/source, in one SQLite database
+// (state/index.db, WAL) with FTS5 full-text search ranked by BM25.
+//
+// A sync reads each transcript from where the last one stopped: a watermark per file (size,
+// mtime, inode, byte offset and a hash of the bytes before that offset) tells an unchanged
+// file (skipped), an appended one (read from the offset) and a rewritten one (re-read whole).
+// Rows are upserted by the tools' own ids, so reading a line twice never counts it twice.
+// Secrets are redacted before anything is written.
+package index
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/shell/output"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite": pure Go, with FTS5
+)
+
+// FileName is the index's file in the state directory.
+const FileName = "index.db"
+
+// schemaVersion is stored in user_version; an index of another version is rebuilt from the
+// transcripts, which are the truth (the index is a cache of them).
+const schemaVersion = 1
+
+// Options configures Open.
+type Options struct {
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Redactor redacts text before it enters the index (default: output.NewRedactor()).
+	Redactor *output.Redactor
+	// CacheMiB is SQLite's page cache per connection (default 32).
+	CacheMiB int
+}
+
+// Index is an open history index. Safe for concurrent use; syncs are serialized.
+type Index struct {
+	db     *sql.DB
+	path   string
+	now    func() time.Time
+	redact *output.Redactor
+	// syncMu serializes syncs in this process (other processes wait on SQLite's lock).
+	syncMu sync.Mutex
+}
+
+// Open opens (creating if needed) the index at path. The file is created 0600 in a 0700
+// directory; a symlink in its place is refused.
+func Open(ctx context.Context, path string, opts Options) (*Index, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Redactor == nil {
+		opts.Redactor = output.NewRedactor()
+	}
+	if opts.CacheMiB <= 0 {
+		opts.CacheMiB = 32
+	}
+	if err := fsutil.MkdirPrivate(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("index: %w", err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("index: %w", err)
+		case !fi.Mode().IsRegular():
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "index: %s is not a regular file", p)
+		}
+	}
+	// SQLite creates the WAL and shared-memory files with the database file's mode, so
+	// creating the database 0600 ourselves keeps all three private.
+	if f, err := fsutil.CreateExclusive(path); err == nil {
+		_ = f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("index: create %s: %w", path, err)
+	}
+	dsn := "file:" + path + "?_txlock=immediate" +
+		"&_pragma=busy_timeout(30000)" +
+		"&_pragma=journal_mode(WAL)" +
+		"&_pragma=synchronous(NORMAL)" +
+		"&_pragma=temp_store(MEMORY)" +
+		fmt.Sprintf("&_pragma=cache_size(-%d)", opts.CacheMiB*1024)
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("index: open %s: %w", path, err)
+	}
+	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor}
+	if err := ix.migrate(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return ix, nil
+}
+
+// Path is the database file.
+func (ix *Index) Path() string { return ix.path }
+
+// Close closes the database.
+func (ix *Index) Close() error {
+	if err := ix.db.Close(); err != nil {
+		return fmt.Errorf("index: close: %w", err)
+	}
+	return nil
+}
+
+func (ix *Index) migrate(ctx context.Context) error {
+	var v int
+	if err := ix.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("index: read version: %w", err)
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	tx, err := ix.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("index: migrate: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if v != 0 {
+		for _, t := range []string{"message_fts", "tool_fts", "turns", "tool_calls", "messages", "files", "sessions", "meta"} {
+			if _, err := tx.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
+				return fmt.Errorf("index: drop %s: %w", t, err)
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("index: create schema: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+		return fmt.Errorf("index: set version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("index: migrate: %w", err)
+	}
+	return nil
+}
+
+// schema: times are Unix milliseconds (UTC), 0 when unknown. The FTS tables are external
+// content tables over messages and tool_calls, kept in step by triggers, so text is stored
+// once and snippets read it from the row.
+const schema = `
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO meta VALUES ('gen', 0);
+
+CREATE TABLE sessions (
+	id             INTEGER PRIMARY KEY,
+	source         TEXT NOT NULL,
+	sid            TEXT NOT NULL,
+	path           TEXT NOT NULL DEFAULT '',
+	project        TEXT NOT NULL DEFAULT '',
+	model          TEXT NOT NULL DEFAULT '',
+	created        INTEGER NOT NULL DEFAULT 0,
+	updated        INTEGER NOT NULL DEFAULT 0,
+	title          TEXT NOT NULL DEFAULT '',
+	message_count  INTEGER NOT NULL DEFAULT 0,
+	turn_count     INTEGER NOT NULL DEFAULT 0,
+	parent_session TEXT NOT NULL DEFAULT '',
+	parent_message TEXT NOT NULL DEFAULT '',
+	tool_call_id   TEXT NOT NULL DEFAULT '',
+	task           TEXT NOT NULL DEFAULT '',
+	task_status    TEXT NOT NULL DEFAULT '',
+	is_subagent    INTEGER NOT NULL DEFAULT 0,
+	context_limit  INTEGER NOT NULL DEFAULT 0,
+	fork_origin    TEXT NOT NULL DEFAULT '',
+	cumulative     INTEGER NOT NULL DEFAULT 0,
+	input_tokens   INTEGER NOT NULL DEFAULT 0,
+	output_tokens  INTEGER NOT NULL DEFAULT 0,
+	cache_read     INTEGER NOT NULL DEFAULT 0,
+	cache_write    INTEGER NOT NULL DEFAULT 0,
+	reasoning      INTEGER NOT NULL DEFAULT 0,
+	deleted        INTEGER NOT NULL DEFAULT 0,
+	gen            INTEGER NOT NULL DEFAULT 0,
+	UNIQUE (source, sid)
+);
+CREATE INDEX sessions_updated ON sessions (updated DESC);
+CREATE INDEX sessions_sid ON sessions (sid);
+CREATE INDEX sessions_gen ON sessions (gen);
+
+CREATE TABLE files (
+	id        INTEGER PRIMARY KEY,
+	source    TEXT NOT NULL,
+	path      TEXT NOT NULL UNIQUE,
+	size      INTEGER NOT NULL DEFAULT 0,
+	mtime_ns  INTEGER NOT NULL DEFAULT 0,
+	inode     INTEGER NOT NULL DEFAULT 0,
+	offset    INTEGER NOT NULL DEFAULT 0,
+	tail_hash BLOB,
+	session   INTEGER NOT NULL DEFAULT 0,
+	lines     INTEGER NOT NULL DEFAULT 0,
+	skipped   TEXT NOT NULL DEFAULT '',
+	deleted   INTEGER NOT NULL DEFAULT 0,
+	synced    INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX files_source ON files (source);
+
+CREATE TABLE messages (
+	id          INTEGER PRIMARY KEY,
+	session     INTEGER NOT NULL,
+	mid         TEXT NOT NULL,
+	file        INTEGER NOT NULL DEFAULT 0,
+	role        TEXT NOT NULL DEFAULT '',
+	text        TEXT NOT NULL DEFAULT '',
+	ts          INTEGER NOT NULL DEFAULT 0,
+	seq         INTEGER NOT NULL DEFAULT 0,
+	turn        INTEGER NOT NULL DEFAULT 0,
+	model       TEXT NOT NULL DEFAULT '',
+	input       INTEGER NOT NULL DEFAULT 0,
+	output      INTEGER NOT NULL DEFAULT 0,
+	cache_read  INTEGER NOT NULL DEFAULT 0,
+	cache_write INTEGER NOT NULL DEFAULT 0,
+	reasoning   INTEGER NOT NULL DEFAULT 0,
+	gen         INTEGER NOT NULL DEFAULT 0,
+	UNIQUE (session, mid)
+);
+CREATE INDEX messages_seq ON messages (session, seq);
+CREATE INDEX messages_turn ON messages (session, turn, seq);
+CREATE INDEX messages_gen ON messages (gen);
+
+CREATE TABLE turns (
+	session  INTEGER NOT NULL,
+	turn     INTEGER NOT NULL,
+	prompt   INTEGER NOT NULL DEFAULT 0,
+	response INTEGER NOT NULL DEFAULT 0,
+	started  INTEGER NOT NULL DEFAULT 0,
+	ended    INTEGER NOT NULL DEFAULT 0,
+	gen      INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (session, turn)
+) WITHOUT ROWID;
+CREATE INDEX turns_gen ON turns (gen);
+
+CREATE TABLE tool_calls (
+	id            INTEGER PRIMARY KEY,
+	session       INTEGER NOT NULL,
+	cid           TEXT NOT NULL,
+	mid           TEXT NOT NULL DEFAULT '',
+	file          INTEGER NOT NULL DEFAULT 0,
+	name          TEXT NOT NULL DEFAULT '',
+	params        TEXT NOT NULL DEFAULT '',
+	result        TEXT NOT NULL DEFAULT '',
+	status        TEXT NOT NULL DEFAULT '',
+	child_session TEXT NOT NULL DEFAULT '',
+	gen           INTEGER NOT NULL DEFAULT 0,
+	UNIQUE (session, cid)
+);
+CREATE INDEX tool_calls_child ON tool_calls (child_session) WHERE child_session <> '';
+CREATE INDEX tool_calls_gen ON tool_calls (gen);
+CREATE INDEX tool_calls_mid ON tool_calls (session, mid);
+
+CREATE VIRTUAL TABLE message_fts USING fts5 (
+	text, content = 'messages', content_rowid = 'id',
+	tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+	INSERT INTO message_fts (rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+	INSERT INTO message_fts (message_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+CREATE TRIGGER messages_au AFTER UPDATE OF text ON messages WHEN old.text <> new.text BEGIN
+	INSERT INTO message_fts (message_fts, rowid, text) VALUES ('delete', old.id, old.text);
+	INSERT INTO message_fts (rowid, text) VALUES (new.id, new.text);
+END;
+
+CREATE VIRTUAL TABLE tool_fts USING fts5 (
+	name, params, result, content = 'tool_calls', content_rowid = 'id',
+	tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER tool_calls_ai AFTER INSERT ON tool_calls BEGIN
+	INSERT INTO tool_fts (rowid, name, params, result) VALUES (new.id, new.name, new.params, new.result);
+END;
+CREATE TRIGGER tool_calls_ad AFTER DELETE ON tool_calls BEGIN
+	INSERT INTO tool_fts (tool_fts, rowid, name, params, result)
+	VALUES ('delete', old.id, old.name, old.params, old.result);
+END;
+CREATE TRIGGER tool_calls_au AFTER UPDATE OF name, params, result ON tool_calls
+WHEN old.name <> new.name OR old.params <> new.params OR old.result <> new.result BEGIN
+	INSERT INTO tool_fts (tool_fts, rowid, name, params, result)
+	VALUES ('delete', old.id, old.name, old.params, old.result);
+	INSERT INTO tool_fts (rowid, name, params, result) VALUES (new.id, new.name, new.params, new.result);
+END;
+`
+
+// ms is t in Unix milliseconds, 0 for the zero time.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMS is the inverse of ms.
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}

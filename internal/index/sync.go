@@ -1,0 +1,869 @@
+package index
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/index/source"
+)
+
+// SyncOptions says what a sync reads.
+type SyncOptions struct {
+	// Sources are the adapters' names to sync; empty means all.
+	Sources []string
+	// Roots overrides a source's directories (by source name); a source without an entry
+	// reads its DefaultRoots.
+	Roots map[string][]string
+	// Env finds the default roots (default: the process's home and environment).
+	Env *source.Env
+	// Workers parse files in parallel (default GOMAXPROCS); one writer writes.
+	Workers int
+	// Progress, if set, is called after each file is written.
+	Progress func(Progress)
+}
+
+// Progress is how far a sync is.
+type Progress struct {
+	Files      int   `json:"files"`
+	FilesTotal int   `json:"files_total"`
+	Bytes      int64 `json:"bytes"`
+}
+
+// Summary is what a sync did.
+type Summary struct {
+	Gen       int64 `json:"gen"`
+	Files     int   `json:"files"`
+	Unchanged int   `json:"unchanged"`
+	New       int   `json:"new"`
+	Appended  int   `json:"appended"`
+	Rewritten int   `json:"rewritten"`
+	Deleted   int   `json:"deleted"`
+	// Bytes is what was read: only the new bytes of an appended file.
+	Bytes     int64 `json:"bytes"`
+	Sessions  int   `json:"sessions"`
+	Messages  int   `json:"messages"`
+	ToolCalls int   `json:"tool_calls"`
+	// Skipped counts the lines the adapters left out, by reason.
+	Skipped    map[string]int `json:"skipped_lines,omitempty"`
+	Errors     []FileError    `json:"errors,omitempty"`
+	DurationMS int64          `json:"duration_ms"`
+}
+
+// FileError is a file a sync could not read; the others were still indexed.
+type FileError struct {
+	Source string `json:"source"`
+	Path   string `json:"path"`
+	Error  string `json:"error"`
+}
+
+// Sources returns the adapters named (all when names is empty), or INVALID_ARGUMENT naming
+// the known ones.
+func Sources(names []string) ([]source.Source, error) {
+	if len(names) == 0 {
+		return source.All(), nil
+	}
+	var out []source.Source
+	for _, n := range names {
+		s, ok := source.ByName(n)
+		if !ok {
+			var known []string
+			for _, s := range source.All() {
+				known = append(known, s.Name())
+			}
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown source %q (sources: %s)", n, strings.Join(known, ", "))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Roots resolves each source's directories: opts.Roots, else the adapter's defaults.
+func (o SyncOptions) roots(srcs []source.Source) (map[string][]string, error) {
+	env := o.Env
+	if env == nil {
+		e, err := source.OSEnv()
+		if err != nil {
+			return nil, err
+		}
+		env = &e
+	}
+	out := map[string][]string{}
+	for _, s := range srcs {
+		if r, ok := o.Roots[s.Name()]; ok {
+			out[s.Name()] = r
+			continue
+		}
+		out[s.Name()] = s.DefaultRoots(*env)
+	}
+	return out, nil
+}
+
+// target is a file to sync and the adapter that reads it.
+type target struct {
+	src  source.Source
+	path string
+}
+
+// Sync reads every source's transcripts into the index: new and changed files, and marks
+// deleted the files (and sessions) that are gone from a root.
+func (ix *Index) Sync(ctx context.Context, opts SyncOptions) (*Summary, error) {
+	srcs, err := Sources(opts.Sources)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := opts.roots(srcs)
+	if err != nil {
+		return nil, err
+	}
+	var targets []target
+	seen := map[string]bool{}
+	for _, s := range srcs {
+		files, err := s.Discover(ctx, roots[s.Name()])
+		if err != nil {
+			return nil, fmt.Errorf("index: %w", err)
+		}
+		for _, f := range files {
+			if !seen[f] {
+				seen[f] = true
+				targets = append(targets, target{s, f})
+			}
+		}
+	}
+	// Files indexed under these roots that discovery no longer finds are gone.
+	gone, err := ix.goneFiles(ctx, srcs, roots, seen)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range gone {
+		targets = append(targets, target{g.src, g.path})
+	}
+	return ix.syncTargets(ctx, targets, opts)
+}
+
+// SyncPaths syncs the given files (a watcher's changed paths); a path that no longer exists
+// is marked deleted.
+func (ix *Index) SyncPaths(ctx context.Context, paths map[string]source.Source, opts SyncOptions) (*Summary, error) {
+	targets := make([]target, 0, len(paths))
+	for p, s := range paths {
+		targets = append(targets, target{s, p})
+	}
+	sort.Slice(targets, func(i, j int) bool { return targets[i].path < targets[j].path })
+	return ix.syncTargets(ctx, targets, opts)
+}
+
+func (ix *Index) goneFiles(ctx context.Context, srcs []source.Source, roots map[string][]string, seen map[string]bool) ([]target, error) {
+	var out []target
+	for _, s := range srcs {
+		rows, err := ix.db.QueryContext(ctx, "SELECT path FROM files WHERE source = ? AND deleted = 0", s.Name())
+		if err != nil {
+			return nil, fmt.Errorf("index: files: %w", err)
+		}
+		for rows.Next() {
+			var p string
+			if err := rows.Scan(&p); err != nil {
+				_ = rows.Close()
+				return nil, fmt.Errorf("index: files: %w", err)
+			}
+			if !seen[p] && under(p, roots[s.Name()]) {
+				out = append(out, target{s, p})
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return nil, fmt.Errorf("index: files: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func under(p string, roots []string) bool {
+	for _, r := range roots {
+		if rel, err := filepath.Rel(r, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return true
+		}
+	}
+	return false
+}
+
+// watermark is what the index knows of a file from its last sync.
+type watermark struct {
+	id      int64
+	size    int64
+	mtimeNS int64
+	inode   uint64
+	offset  int64
+	hash    []byte
+	deleted bool
+}
+
+// Kinds of file change a sync finds.
+const (
+	changeUnchanged = iota
+	changeNew
+	changeAppended
+	changeRewritten
+	changeDeleted
+)
+
+// job is one file read by a worker, for the writer.
+type job struct {
+	src    source.Source
+	path   string
+	wm     *watermark
+	change int
+	res    *source.Result
+	size   int64
+	mtime  int64
+	inode  uint64
+	hash   []byte
+	read   int64
+	err    error
+}
+
+func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOptions) (*Summary, error) {
+	ix.syncMu.Lock()
+	defer ix.syncMu.Unlock()
+	start := ix.now()
+	marks, err := ix.watermarks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan target)
+	out := make(chan *job, workers*2)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for t := range in {
+				j := ix.read(ctx, t, marks[t.path])
+				select {
+				case out <- j:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	go func() {
+		defer close(in)
+		for _, t := range targets {
+			select {
+			case in <- t:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(out) }()
+
+	w, err := ix.newWriter(ctx)
+	if err != nil {
+		cancel()
+		for range out { //nolint:revive // drain so the workers end
+		}
+		return nil, err
+	}
+	sum := &Summary{Gen: w.gen, Files: len(targets)}
+	prog := Progress{FilesTotal: len(targets)}
+	var werr error
+	for j := range out {
+		if werr != nil {
+			continue
+		}
+		if err := w.write(ctx, j, sum); err != nil {
+			werr = err
+			cancel()
+			continue
+		}
+		prog.Files++
+		prog.Bytes += j.read
+		if opts.Progress != nil {
+			opts.Progress(prog)
+		}
+	}
+	if werr == nil {
+		werr = ctx.Err()
+	}
+	if werr != nil {
+		w.abort()
+		return nil, werr
+	}
+	if err := w.finish(ctx); err != nil {
+		return nil, err
+	}
+	sum.DurationMS = ix.now().Sub(start).Milliseconds()
+	return sum, nil
+}
+
+func (ix *Index) watermarks(ctx context.Context) (map[string]*watermark, error) {
+	rows, err := ix.db.QueryContext(ctx, "SELECT id, path, size, mtime_ns, inode, offset, tail_hash, deleted FROM files")
+	if err != nil {
+		return nil, fmt.Errorf("index: watermarks: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := map[string]*watermark{}
+	for rows.Next() {
+		var w watermark
+		var p string
+		var inode int64
+		if err := rows.Scan(&w.id, &p, &w.size, &w.mtimeNS, &inode, &w.offset, &w.hash, &w.deleted); err != nil {
+			return nil, fmt.Errorf("index: watermarks: %w", err)
+		}
+		w.inode = uint64(inode) //nolint:gosec // stored from a uint64
+		out[p] = &w
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("index: watermarks: %w", err)
+	}
+	return out, nil
+}
+
+// hashWindow is how much of a file's start and of the bytes before its offset the watermark
+// hashes: enough to see a rewrite of the header or of the last record, without reading the
+// file again.
+const hashWindow = 4096
+
+// fileHash hashes the first and the last hashWindow bytes before offset.
+func fileHash(f *os.File, offset int64) ([]byte, error) {
+	h := sha256.New()
+	head := min(offset, hashWindow)
+	buf := make([]byte, hashWindow)
+	if _, err := f.ReadAt(buf[:head], 0); err != nil {
+		return nil, fmt.Errorf("hash: %w", err)
+	}
+	h.Write(buf[:head])
+	if offset > head {
+		from := max(head, offset-hashWindow)
+		n := offset - from
+		if _, err := f.ReadAt(buf[:n], from); err != nil {
+			return nil, fmt.Errorf("hash: %w", err)
+		}
+		h.Write(buf[:n])
+	}
+	return h.Sum(nil), nil
+}
+
+// read decides what changed in one file and parses what is new.
+func (ix *Index) read(ctx context.Context, t target, wm *watermark) *job {
+	j := &job{src: t.src, path: t.path, wm: wm}
+	fi, err := os.Lstat(t.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if wm == nil || wm.deleted {
+			j.change = changeUnchanged
+		} else {
+			j.change = changeDeleted
+		}
+		return j
+	}
+	if err != nil {
+		j.err = err
+		return j
+	}
+	if !fi.Mode().IsRegular() {
+		j.err = fmt.Errorf("not a regular file")
+		return j
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	j.size, j.mtime = fi.Size(), fi.ModTime().UnixNano()
+	if st != nil {
+		j.inode = st.Ino
+	}
+	if wm != nil && !wm.deleted && wm.size == j.size && wm.mtimeNS == j.mtime && wm.inode == j.inode {
+		j.change = changeUnchanged
+		return j
+	}
+	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		j.err = err
+		return j
+	}
+	defer func() { _ = f.Close() }()
+	j.change = changeNew
+	var offset int64
+	if wm != nil {
+		j.change = changeRewritten
+		if wm.inode == j.inode && j.size >= wm.offset {
+			h, err := fileHash(f, wm.offset)
+			if err != nil {
+				j.err = err
+				return j
+			}
+			if bytes.Equal(h, wm.hash) {
+				j.change, offset = changeAppended, wm.offset
+			}
+		}
+	}
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			j.err = err
+			return j
+		}
+	}
+	res, err := t.src.Parse(ctx, f, t.path, offset)
+	if err != nil {
+		j.err = err
+		return j
+	}
+	j.read = res.Offset - offset + res.Pending
+	if j.hash, err = fileHash(f, res.Offset); err != nil {
+		j.err = err
+		return j
+	}
+	ix.redactResult(res)
+	j.res = res
+	return j
+}
+
+// redactResult redacts every text a parse found before it reaches the index.
+func (ix *Index) redactResult(res *source.Result) {
+	r := ix.redact
+	res.Session.Title = r.Redact(res.Session.Title)
+	for i := range res.Messages {
+		res.Messages[i].Text = r.Redact(res.Messages[i].Text)
+	}
+	for i := range res.ToolCalls {
+		tc := &res.ToolCalls[i]
+		tc.Params = r.Redact(tc.Params)
+		tc.Result = r.Redact(tc.Result)
+	}
+}
+
+// writer writes jobs in batched transactions.
+type writer struct {
+	ix       *Index
+	gen      int64
+	tx       *sql.Tx
+	st       map[string]*sql.Stmt
+	batch    int   // files in the open transaction
+	batchLen int64 // bytes in the open transaction
+	// touched are the sessions written since the last finish, for the subagent links.
+	touched map[int64]bool
+}
+
+// Batches: a transaction is committed after this many files or bytes, so a long first sync
+// shows its progress to readers and a crash loses little.
+const (
+	batchFiles = 512
+	batchBytes = 64 << 20
+)
+
+func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
+	w := &writer{ix: ix, touched: map[int64]bool{}}
+	if err := w.begin(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.tx.QueryRowContext(ctx, "UPDATE meta SET value = value + 1 WHERE key = 'gen' RETURNING value").Scan(&w.gen); err != nil {
+		w.abort()
+		return nil, fmt.Errorf("index: next generation: %w", err)
+	}
+	return w, nil
+}
+
+var statements = map[string]string{
+	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+		ON CONFLICT (path) DO UPDATE SET source = excluded.source, size = excluded.size,
+			mtime_ns = excluded.mtime_ns, inode = excluded.inode, offset = excluded.offset,
+			tail_hash = excluded.tail_hash, lines = excluded.lines, skipped = excluded.skipped,
+			deleted = 0, synced = excluded.synced
+		RETURNING id, session`,
+	"session": `INSERT INTO sessions (source, sid, path, project, model, created, updated, title,
+			parent_session, parent_message, tool_call_id, is_subagent, fork_origin, cumulative, gen)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (source, sid) DO UPDATE SET
+			path = excluded.path,
+			project = coalesce(nullif(excluded.project, ''), project),
+			model = coalesce(nullif(excluded.model, ''), model),
+			created = CASE WHEN created = 0 OR (excluded.created <> 0 AND excluded.created < created) THEN excluded.created ELSE created END,
+			updated = max(updated, excluded.updated),
+			title = coalesce(nullif(title, ''), excluded.title),
+			parent_session = coalesce(nullif(excluded.parent_session, ''), parent_session),
+			parent_message = coalesce(nullif(excluded.parent_message, ''), parent_message),
+			tool_call_id = coalesce(nullif(excluded.tool_call_id, ''), tool_call_id),
+			is_subagent = max(is_subagent, excluded.is_subagent),
+			fork_origin = coalesce(nullif(excluded.fork_origin, ''), fork_origin),
+			cumulative = max(cumulative, excluded.cumulative),
+			deleted = 0, gen = excluded.gen
+		RETURNING id, message_count, turn_count`,
+	"nextSeq": `SELECT coalesce(max(seq) + 1, 0) FROM messages WHERE session = ?`,
+	// A reply split over lines (and so over two syncs) arrives as the same id again: its
+	// text is the parts joined, its usage the final snapshot's.
+	"message": `INSERT INTO messages (session, mid, file, role, text, ts, seq, turn, model,
+			input, output, cache_read, cache_write, reasoning, gen)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (session, mid) DO UPDATE SET
+			file = excluded.file,
+			role = coalesce(nullif(excluded.role, ''), role),
+			text = CASE WHEN text = '' THEN excluded.text WHEN excluded.text = '' OR instr(text, excluded.text) > 0 THEN text
+				WHEN instr(excluded.text, text) = 1 THEN excluded.text ELSE text || char(10) || excluded.text END,
+			ts = CASE WHEN ts = 0 THEN excluded.ts ELSE ts END,
+			model = coalesce(nullif(excluded.model, ''), model),
+			input = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.input ELSE input END,
+			output = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.output ELSE output END,
+			cache_read = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.cache_read ELSE cache_read END,
+			cache_write = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.cache_write ELSE cache_write END,
+			reasoning = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.reasoning ELSE reasoning END,
+			gen = excluded.gen`,
+	// A result whose call was read in an earlier sync (or another file) completes it.
+	"tool": `INSERT INTO tool_calls (session, cid, mid, file, name, params, result, status, child_session, gen)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (session, cid) DO UPDATE SET
+			mid = coalesce(nullif(excluded.mid, ''), mid),
+			file = excluded.file,
+			name = coalesce(nullif(excluded.name, ''), name),
+			params = coalesce(nullif(excluded.params, ''), params),
+			result = CASE WHEN excluded.status <> 'pending' THEN excluded.result ELSE result END,
+			status = CASE WHEN excluded.status <> 'pending' THEN excluded.status ELSE status END,
+			child_session = coalesce(nullif(excluded.child_session, ''), child_session),
+			gen = excluded.gen`,
+	"turns": `INSERT INTO turns (session, turn, prompt, response, started, ended, gen)
+		SELECT m.session, m.turn,
+			coalesce((SELECT id FROM messages p WHERE p.session = m.session AND p.turn = m.turn AND p.role = 'user' ORDER BY p.seq LIMIT 1), 0),
+			coalesce((SELECT id FROM messages r WHERE r.session = m.session AND r.turn = m.turn AND r.role = 'assistant' AND r.text <> '' ORDER BY r.seq DESC LIMIT 1), 0),
+			min(nullif(m.ts, 0)), max(m.ts), ?
+		FROM messages m WHERE m.session = ? AND m.turn >= ? GROUP BY m.turn
+		ON CONFLICT (session, turn) DO UPDATE SET prompt = excluded.prompt, response = excluded.response,
+			started = coalesce(excluded.started, 0), ended = excluded.ended, gen = excluded.gen`,
+	"counts": `UPDATE sessions SET
+			message_count = (SELECT count(*) FROM messages WHERE session = ?1),
+			turn_count = (SELECT coalesce(max(turn), 0) FROM messages WHERE session = ?1)
+		WHERE id = ?1`,
+	"usageSum": `UPDATE sessions SET (input_tokens, output_tokens, cache_read, cache_write, reasoning) =
+			(SELECT coalesce(sum(input), 0), coalesce(sum(output), 0), coalesce(sum(cache_read), 0),
+				coalesce(sum(cache_write), 0), coalesce(sum(reasoning), 0) FROM messages WHERE session = ?1)
+		WHERE id = ?1`,
+	"usageSet":    `UPDATE sessions SET input_tokens = ?, output_tokens = ?, cache_read = ?, cache_write = ?, reasoning = ? WHERE id = ?`,
+	"title":       `UPDATE sessions SET title = ? WHERE id = ? AND title = ''`,
+	"fileSession": `UPDATE files SET session = ? WHERE id = ?`,
+	"clearFile":   `DELETE FROM messages WHERE file = ?1`,
+	"clearTools":  `DELETE FROM tool_calls WHERE file = ?1`,
+	"deleteFile":  `UPDATE files SET deleted = 1, synced = ? WHERE path = ? RETURNING session`,
+	"deleteSession": `UPDATE sessions SET deleted = 1, gen = ?1 WHERE id = ?2
+		AND NOT EXISTS (SELECT 1 FROM files WHERE session = ?2 AND deleted = 0)`,
+}
+
+func (w *writer) begin(ctx context.Context) error {
+	tx, err := w.ix.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("index: begin: %w", err)
+	}
+	w.tx, w.st = tx, map[string]*sql.Stmt{}
+	w.batch, w.batchLen = 0, 0
+	return nil
+}
+
+func (w *writer) stmt(ctx context.Context, name string) (*sql.Stmt, error) {
+	if s, ok := w.st[name]; ok {
+		return s, nil
+	}
+	s, err := w.tx.PrepareContext(ctx, statements[name])
+	if err != nil {
+		return nil, fmt.Errorf("index: prepare %s: %w", name, err)
+	}
+	w.st[name] = s
+	return s, nil
+}
+
+func (w *writer) exec(ctx context.Context, name string, args ...any) error {
+	s, err := w.stmt(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, err := s.ExecContext(ctx, args...); err != nil {
+		return fmt.Errorf("index: %s: %w", name, err)
+	}
+	return nil
+}
+
+func (w *writer) commit(ctx context.Context) error {
+	if err := w.linkSubagents(ctx); err != nil {
+		return err
+	}
+	for _, s := range w.st {
+		_ = s.Close()
+	}
+	if err := w.tx.Commit(); err != nil {
+		return fmt.Errorf("index: commit: %w", err)
+	}
+	w.tx = nil
+	return nil
+}
+
+func (w *writer) abort() {
+	if w.tx != nil {
+		for _, s := range w.st {
+			_ = s.Close()
+		}
+		_ = w.tx.Rollback()
+		w.tx = nil
+	}
+}
+
+func (w *writer) finish(ctx context.Context) error { return w.commit(ctx) }
+
+// linkSubagents fills a subagent session's task, status and parent from the call that
+// started it, in whichever order the two were read.
+func (w *writer) linkSubagents(ctx context.Context) error {
+	if len(w.touched) == 0 {
+		return nil
+	}
+	_, err := w.tx.ExecContext(ctx, `UPDATE sessions SET
+			task = coalesce(CASE WHEN json_valid(tc.params) THEN coalesce(json_extract(tc.params, '$.description'),
+				json_extract(tc.params, '$.task'), json_extract(tc.params, '$.message'), json_extract(tc.params, '$.prompt')) END, sessions.task),
+			task_status = tc.status,
+			tool_call_id = coalesce(nullif(sessions.tool_call_id, ''), tc.cid),
+			parent_session = coalesce(nullif(sessions.parent_session, ''), p.sid),
+			parent_message = coalesce(nullif(sessions.parent_message, ''), tc.mid),
+			is_subagent = 1
+		FROM tool_calls tc JOIN sessions p ON p.id = tc.session
+		WHERE tc.child_session = sessions.sid AND tc.child_session <> '' AND (tc.gen = ?1 OR sessions.gen = ?1)`, w.gen)
+	if err != nil {
+		return fmt.Errorf("index: link subagents: %w", err)
+	}
+	clear(w.touched)
+	return nil
+}
+
+func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
+	if j.err != nil {
+		sum.Errors = append(sum.Errors, FileError{Source: j.src.Name(), Path: j.path, Error: j.err.Error()})
+		return nil
+	}
+	if w.tx == nil {
+		if err := w.begin(ctx); err != nil {
+			return err
+		}
+	}
+	switch j.change {
+	case changeUnchanged:
+		sum.Unchanged++
+		return nil
+	case changeDeleted:
+		sum.Deleted++
+		return w.markDeleted(ctx, j)
+	case changeNew:
+		sum.New++
+	case changeAppended:
+		sum.Appended++
+	case changeRewritten:
+		sum.Rewritten++
+	}
+	sum.Bytes += j.read
+	for k, v := range j.res.Skipped {
+		if sum.Skipped == nil {
+			sum.Skipped = map[string]int{}
+		}
+		sum.Skipped[j.src.Name()+": "+k] += v
+	}
+	if err := w.writeFile(ctx, j, sum); err != nil {
+		return fmt.Errorf("%s: %w", j.path, err)
+	}
+	w.batch++
+	w.batchLen += j.read
+	if w.batch >= batchFiles || w.batchLen >= batchBytes {
+		return w.commit(ctx)
+	}
+	return nil
+}
+
+func (w *writer) markDeleted(ctx context.Context, j *job) error {
+	s, err := w.stmt(ctx, "deleteFile")
+	if err != nil {
+		return err
+	}
+	var sess int64
+	err = s.QueryRowContext(ctx, ms(w.ix.now()), j.path).Scan(&sess)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("index: mark %s deleted: %w", j.path, err)
+	}
+	if sess != 0 {
+		return w.exec(ctx, "deleteSession", w.gen, sess)
+	}
+	return nil
+}
+
+func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
+	res := j.res
+	skipped := ""
+	if len(res.Skipped) > 0 {
+		b, _ := json.Marshal(res.Skipped)
+		skipped = string(b)
+	}
+	fs, err := w.stmt(ctx, "file")
+	if err != nil {
+		return err
+	}
+	lines := res.Lines
+	var fileID, prevSession int64
+	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
+		res.Offset, j.hash, lines, skipped, ms(w.ix.now())).Scan(&fileID, &prevSession); err != nil {
+		return fmt.Errorf("index: file: %w", err)
+	}
+	if j.change == changeRewritten {
+		if err := w.exec(ctx, "clearFile", fileID); err != nil {
+			return err
+		}
+		if err := w.exec(ctx, "clearTools", fileID); err != nil {
+			return err
+		}
+	}
+	s := res.Session
+	if s.ID == "" {
+		if len(res.Messages) == 0 && len(res.ToolCalls) == 0 && prevSession == 0 {
+			return nil // nothing yet: an empty file, or only a partial first line
+		}
+		s.ID = j.path
+	}
+	ss, err := w.stmt(ctx, "session")
+	if err != nil {
+		return err
+	}
+	var sessID int64
+	var msgCount, turnBase int
+	if err := ss.QueryRowContext(ctx, j.src.Name(), s.ID, j.path, s.Project, s.Model, ms(s.Created), ms(s.Updated),
+		s.Title, s.ParentSession, s.ParentMessage, s.ToolCallID, s.IsSubagent, s.ForkOrigin,
+		res.UsageCumulative, w.gen).Scan(&sessID, &msgCount, &turnBase); err != nil {
+		return fmt.Errorf("index: session: %w", err)
+	}
+	sum.Sessions++
+	w.touched[sessID] = true
+	if j.change == changeRewritten {
+		turnBase = 0 // the file is read again from its start
+	}
+	var seqBase int64
+	if msgCount > 0 && j.change != changeRewritten {
+		st, err := w.stmt(ctx, "nextSeq")
+		if err != nil {
+			return err
+		}
+		if err := st.QueryRowContext(ctx, sessID).Scan(&seqBase); err != nil {
+			return fmt.Errorf("index: next seq: %w", err)
+		}
+	}
+	firstTurn := -1
+	for i := range res.Messages {
+		m := &res.Messages[i]
+		// A parse counts turns from its own first prompt; what comes before it continues
+		// the session's last turn.
+		turn := turnBase + m.Turn
+		if firstTurn < 0 {
+			firstTurn = turn
+		}
+		if err := w.exec(ctx, "message", sessID, m.ID, fileID, m.Role, m.Text, ms(m.Timestamp), seqBase+int64(m.Seq), turn,
+			m.Model, m.Usage.Input, m.Usage.Output, m.Usage.CacheRead, m.Usage.CacheWrite, m.Usage.Reasoning, w.gen); err != nil {
+			return err
+		}
+	}
+	sum.Messages += len(res.Messages)
+	for i := range res.ToolCalls {
+		tc := &res.ToolCalls[i]
+		cid := tc.ID
+		if cid == "" {
+			cid = fmt.Sprintf("%s#%d", tc.MessageID, i)
+		}
+		if err := w.exec(ctx, "tool", sessID, cid, tc.MessageID, fileID, tc.Name, tc.Params, tc.Result, tc.Status, tc.ChildSession, w.gen); err != nil {
+			return err
+		}
+	}
+	sum.ToolCalls += len(res.ToolCalls)
+	if firstTurn >= 0 {
+		if err := w.exec(ctx, "turns", w.gen, sessID, firstTurn); err != nil {
+			return err
+		}
+	}
+	if len(res.Messages) > 0 || j.change == changeRewritten {
+		if err := w.exec(ctx, "counts", sessID); err != nil {
+			return err
+		}
+	}
+	if res.UsageCumulative {
+		u := res.Usage
+		if u.Total()+u.Reasoning > 0 {
+			if err := w.exec(ctx, "usageSet", u.Input, u.Output, u.CacheRead, u.CacheWrite, u.Reasoning, sessID); err != nil {
+				return err
+			}
+		}
+	} else if len(res.Messages) > 0 || j.change == changeRewritten {
+		if err := w.exec(ctx, "usageSum", sessID); err != nil {
+			return err
+		}
+	}
+	if s.Title == "" {
+		if t := fallbackTitle(res.Messages); t != "" {
+			if err := w.exec(ctx, "title", t, sessID); err != nil {
+				return err
+			}
+		}
+	}
+	if prevSession != sessID {
+		return w.exec(ctx, "fileSession", sessID, fileID)
+	}
+	return nil
+}
+
+// titleMax bounds a title taken from a first prompt.
+const titleMax = 100
+
+// fallbackTitle is a session's first user prompt's first line, for tools that keep no title.
+func fallbackTitle(msgs []source.Message) string {
+	for i := range msgs {
+		if msgs[i].Role != "user" {
+			continue
+		}
+		t := strings.TrimSpace(msgs[i].Text)
+		if t == "" {
+			continue
+		}
+		if k := strings.IndexByte(t, '\n'); k >= 0 {
+			t = strings.TrimSpace(t[:k])
+		}
+		if len(t) > titleMax {
+			t = strings.TrimRight(excerptUTF8(t, titleMax), " ") + "…"
+		}
+		return t
+	}
+	return ""
+}
+
+// excerptUTF8 cuts s to at most n bytes on a rune boundary.
+func excerptUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// Gen is the index's current generation: the number of syncs that wrote, the cursor of the
+// newest rows (Export).
+func (ix *Index) Gen(ctx context.Context) (int64, error) {
+	var g int64
+	if err := ix.db.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'gen'").Scan(&g); err != nil {
+		return 0, fmt.Errorf("index: generation: %w", err)
+	}
+	return g, nil
+}
