@@ -32,7 +32,7 @@ const FileName = "index.db"
 
 // schemaVersion is stored in user_version; an index of another version is rebuilt from the
 // transcripts, which are the truth (the index is a cache of them).
-const schemaVersion = 1
+const schemaVersion = 3
 
 // Options configures Open.
 type Options struct {
@@ -64,7 +64,7 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 		opts.Redactor = output.NewRedactor()
 	}
 	if opts.CacheMiB <= 0 {
-		opts.CacheMiB = 32
+		opts.CacheMiB = 128
 	}
 	if err := fsutil.MkdirPrivate(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("index: %w", err)
@@ -88,7 +88,6 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	}
 	dsn := "file:" + path + "?_txlock=immediate" +
 		"&_pragma=busy_timeout(30000)" +
-		"&_pragma=journal_mode(WAL)" +
 		"&_pragma=synchronous(NORMAL)" +
 		"&_pragma=temp_store(MEMORY)" +
 		fmt.Sprintf("&_pragma=cache_size(-%d)", opts.CacheMiB*1024)
@@ -123,13 +122,28 @@ func (ix *Index) migrate(ctx context.Context) error {
 	if v == schemaVersion {
 		return nil
 	}
-	tx, err := ix.db.BeginTx(ctx, nil)
+	conn, err := ix.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("index: migrate: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	if v == 0 {
+		// A new database: large pages mean fewer, larger writes of FTS segments and text. The
+		// page size is fixed once a table exists, and WAL mode (persistent) fixes it too, so
+		// both are set here, in this order, on the connection that creates the schema.
+		for _, p := range []string{"PRAGMA page_size = 16384", "PRAGMA journal_mode = WAL"} {
+			if _, err := conn.ExecContext(ctx, p); err != nil {
+				return fmt.Errorf("index: %s: %w", p, err)
+			}
+		}
+	}
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("index: migrate: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	if v != 0 {
-		for _, t := range []string{"message_fts", "tool_fts", "turns", "tool_calls", "messages", "files", "sessions", "meta"} {
+		for _, t := range []string{"message_fts", "tool_fts", "fts_stale", "turns", "tool_calls", "messages", "files", "sessions", "meta"} {
 			if _, err := tx.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
 				return fmt.Errorf("index: drop %s: %w", t, err)
 			}
@@ -148,8 +162,8 @@ func (ix *Index) migrate(ctx context.Context) error {
 }
 
 // schema: times are Unix milliseconds (UTC), 0 when unknown. The FTS tables are external
-// content tables over messages and tool_calls, kept in step by triggers, so text is stored
-// once and snippets read it from the row.
+// content tables over messages and tool_calls, so text is stored once and snippets read it
+// from the row; fts says whether a row's current text is in its FTS table.
 const schema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 INSERT INTO meta VALUES ('gen', 0);
@@ -222,8 +236,10 @@ CREATE TABLE messages (
 	cache_write INTEGER NOT NULL DEFAULT 0,
 	reasoning   INTEGER NOT NULL DEFAULT 0,
 	gen         INTEGER NOT NULL DEFAULT 0,
+	fts         INTEGER NOT NULL DEFAULT 0,
 	UNIQUE (session, mid)
 );
+CREATE INDEX messages_unindexed ON messages (id) WHERE fts = 0;
 CREATE INDEX messages_seq ON messages (session, seq);
 CREATE INDEX messages_turn ON messages (session, turn, seq);
 CREATE INDEX messages_gen ON messages (gen);
@@ -252,8 +268,10 @@ CREATE TABLE tool_calls (
 	status        TEXT NOT NULL DEFAULT '',
 	child_session TEXT NOT NULL DEFAULT '',
 	gen           INTEGER NOT NULL DEFAULT 0,
+	fts           INTEGER NOT NULL DEFAULT 0,
 	UNIQUE (session, cid)
 );
+CREATE INDEX tool_calls_unindexed ON tool_calls (id) WHERE fts = 0;
 CREATE INDEX tool_calls_child ON tool_calls (child_session) WHERE child_session <> '';
 CREATE INDEX tool_calls_gen ON tool_calls (gen);
 CREATE INDEX tool_calls_mid ON tool_calls (session, mid);
@@ -262,34 +280,20 @@ CREATE VIRTUAL TABLE message_fts USING fts5 (
 	text, content = 'messages', content_rowid = 'id',
 	tokenize = 'unicode61 remove_diacritics 2'
 );
-CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
-	INSERT INTO message_fts (rowid, text) VALUES (new.id, new.text);
-END;
-CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
-	INSERT INTO message_fts (message_fts, rowid, text) VALUES ('delete', old.id, old.text);
-END;
-CREATE TRIGGER messages_au AFTER UPDATE OF text ON messages WHEN old.text <> new.text BEGIN
-	INSERT INTO message_fts (message_fts, rowid, text) VALUES ('delete', old.id, old.text);
-	INSERT INTO message_fts (rowid, text) VALUES (new.id, new.text);
-END;
-
+INSERT INTO message_fts (message_fts, rank) VALUES ('hashsize', 33554432);
 CREATE VIRTUAL TABLE tool_fts USING fts5 (
 	name, params, result, content = 'tool_calls', content_rowid = 'id',
 	tokenize = 'unicode61 remove_diacritics 2'
 );
-CREATE TRIGGER tool_calls_ai AFTER INSERT ON tool_calls BEGIN
-	INSERT INTO tool_fts (rowid, name, params, result) VALUES (new.id, new.name, new.params, new.result);
-END;
-CREATE TRIGGER tool_calls_ad AFTER DELETE ON tool_calls BEGIN
-	INSERT INTO tool_fts (tool_fts, rowid, name, params, result)
-	VALUES ('delete', old.id, old.name, old.params, old.result);
-END;
-CREATE TRIGGER tool_calls_au AFTER UPDATE OF name, params, result ON tool_calls
-WHEN old.name <> new.name OR old.params <> new.params OR old.result <> new.result BEGIN
-	INSERT INTO tool_fts (tool_fts, rowid, name, params, result)
-	VALUES ('delete', old.id, old.name, old.params, old.result);
-	INSERT INTO tool_fts (rowid, name, params, result) VALUES (new.id, new.name, new.params, new.result);
-END;
+INSERT INTO tool_fts (tool_fts, rank) VALUES ('hashsize', 33554432);
+
+-- The FTS tables are brought up to date once per write transaction (writer.indexText), not
+-- row by row: FTS5 flushes its pending terms to a new segment at every statement savepoint,
+-- so triggers writing it row by row would make a tiny segment per row and spend the sync
+-- merging them (and triggers give every upsert a statement journal). A row whose text changes
+-- or goes after it was indexed leaves its old text here first (the writer does it), which is
+-- what an external-content table needs to remove it.
+CREATE TABLE fts_stale (kind INTEGER NOT NULL, id INTEGER NOT NULL, a TEXT, b TEXT, c TEXT);
 `
 
 // ms is t in Unix milliseconds, 0 for the zero time.

@@ -455,8 +455,10 @@ type writer struct {
 	st       map[string]*sql.Stmt
 	batch    int   // files in the open transaction
 	batchLen int64 // bytes in the open transaction
-	// touched are the sessions written since the last finish, for the subagent links.
+	// touched are the sessions written since the last commit, for the subagent links; seen
+	// those written by this sync.
 	touched map[int64]bool
+	seen    map[int64]bool
 }
 
 // Batches: a transaction is committed after this many files or bytes, so a long first sync
@@ -467,7 +469,7 @@ const (
 )
 
 func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
-	w := &writer{ix: ix, touched: map[int64]bool{}}
+	w := &writer{ix: ix, touched: map[int64]bool{}, seen: map[int64]bool{}}
 	if err := w.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -522,7 +524,13 @@ var statements = map[string]string{
 			cache_read = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.cache_read ELSE cache_read END,
 			cache_write = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.cache_write ELSE cache_write END,
 			reasoning = CASE WHEN excluded.input + excluded.output + excluded.cache_read + excluded.cache_write > 0 THEN excluded.reasoning ELSE reasoning END,
-			gen = excluded.gen`,
+			gen = excluded.gen, fts = 0`,
+	// Before a row that may be indexed already is rewritten or deleted, its old text is kept
+	// for removing it from the FTS table (indexText).
+	"staleMessage":   `INSERT INTO fts_stale SELECT 0, id, text, NULL, NULL FROM messages WHERE session = ? AND mid = ? AND fts = 1`,
+	"staleTool":      `INSERT INTO fts_stale SELECT 1, id, name, params, result FROM tool_calls WHERE session = ? AND cid = ? AND fts = 1`,
+	"staleFile":      `INSERT INTO fts_stale SELECT 0, id, text, NULL, NULL FROM messages WHERE file = ?1 AND fts = 1`,
+	"staleFileTools": `INSERT INTO fts_stale SELECT 1, id, name, params, result FROM tool_calls WHERE file = ?1 AND fts = 1`,
 	// A result whose call was read in an earlier sync (or another file) completes it.
 	"tool": `INSERT INTO tool_calls (session, cid, mid, file, name, params, result, status, child_session, gen)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -534,7 +542,7 @@ var statements = map[string]string{
 			result = CASE WHEN excluded.status <> 'pending' THEN excluded.result ELSE result END,
 			status = CASE WHEN excluded.status <> 'pending' THEN excluded.status ELSE status END,
 			child_session = coalesce(nullif(excluded.child_session, ''), child_session),
-			gen = excluded.gen`,
+			gen = excluded.gen, fts = 0`,
 	"turns": `INSERT INTO turns (session, turn, prompt, response, started, ended, gen)
 		SELECT m.session, m.turn,
 			coalesce((SELECT id FROM messages p WHERE p.session = m.session AND p.turn = m.turn AND p.role = 'user' ORDER BY p.seq LIMIT 1), 0),
@@ -594,8 +602,30 @@ func (w *writer) exec(ctx context.Context, name string, args ...any) error {
 	return nil
 }
 
+// indexText brings the FTS tables up to date with the rows this transaction wrote: the old
+// text of changed and deleted rows out, the new text in, a few statements per transaction.
+func (w *writer) indexText(ctx context.Context) error {
+	for _, q := range []string{
+		`INSERT INTO message_fts (message_fts, rowid, text) SELECT 'delete', id, a FROM fts_stale WHERE kind = 0`,
+		`INSERT INTO tool_fts (tool_fts, rowid, name, params, result) SELECT 'delete', id, a, b, c FROM fts_stale WHERE kind = 1`,
+		`DELETE FROM fts_stale`,
+		`INSERT INTO message_fts (rowid, text) SELECT id, text FROM messages WHERE fts = 0`,
+		`UPDATE messages SET fts = 1 WHERE fts = 0`,
+		`INSERT INTO tool_fts (rowid, name, params, result) SELECT id, name, params, result FROM tool_calls WHERE fts = 0`,
+		`UPDATE tool_calls SET fts = 1 WHERE fts = 0`,
+	} {
+		if _, err := w.tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("index: full-text index: %w", err)
+		}
+	}
+	return nil
+}
+
 func (w *writer) commit(ctx context.Context) error {
 	if err := w.linkSubagents(ctx); err != nil {
+		return err
+	}
+	if err := w.indexText(ctx); err != nil {
 		return err
 	}
 	for _, s := range w.st {
@@ -722,6 +752,11 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		return fmt.Errorf("index: file: %w", err)
 	}
 	if j.change == changeRewritten {
+		for _, st := range []string{"staleFile", "staleFileTools"} {
+			if err := w.exec(ctx, st, fileID); err != nil {
+				return err
+			}
+		}
 		if err := w.exec(ctx, "clearFile", fileID); err != nil {
 			return err
 		}
@@ -748,7 +783,11 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		return fmt.Errorf("index: session: %w", err)
 	}
 	sum.Sessions++
+	// A session seen before (in an earlier sync, or another file of this one) may already
+	// hold rows with these ids.
+	existing := msgCount > 0 || w.touched[sessID] || w.seen[sessID]
 	w.touched[sessID] = true
+	w.seen[sessID] = true
 	if j.change == changeRewritten {
 		turnBase = 0 // the file is read again from its start
 	}
@@ -771,6 +810,11 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		if firstTurn < 0 {
 			firstTurn = turn
 		}
+		if existing {
+			if err := w.exec(ctx, "staleMessage", sessID, m.ID); err != nil {
+				return err
+			}
+		}
 		if err := w.exec(ctx, "message", sessID, m.ID, fileID, m.Role, m.Text, ms(m.Timestamp), seqBase+int64(m.Seq), turn,
 			m.Model, m.Usage.Input, m.Usage.Output, m.Usage.CacheRead, m.Usage.CacheWrite, m.Usage.Reasoning, w.gen); err != nil {
 			return err
@@ -782,6 +826,11 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		cid := tc.ID
 		if cid == "" {
 			cid = fmt.Sprintf("%s#%d", tc.MessageID, i)
+		}
+		if existing {
+			if err := w.exec(ctx, "staleTool", sessID, cid); err != nil {
+				return err
+			}
 		}
 		if err := w.exec(ctx, "tool", sessID, cid, tc.MessageID, fileID, tc.Name, tc.Params, tc.Result, tc.Status, tc.ChildSession, w.gen); err != nil {
 			return err
