@@ -1,0 +1,130 @@
+// Command history is the benchmark of the history index (internal/index): it generates a
+// corpus of agent transcripts in the five formats internal/index/source reads and measures
+// searching it. This far it has the corpus and the ripgrep baseline:
+//
+//	go run ./bench/history -gen /tmp/histcorpus -size 1073741824 -seed 1   # write a corpus
+//	go run ./bench/history -corpus /tmp/histcorpus -rg -runs 3            # rg over its queries
+//
+// -gen and -rg combine. ripgrep comes from PATH (apt-get install ripgrep) or -rg-path.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+type config struct {
+	gen    string
+	size   int64
+	seed   int64
+	corpus string
+	rg     bool
+	rgPath string
+	runs   int
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.gen, "gen", "", "generate a corpus into this directory (empty or new)")
+	flag.Int64Var(&cfg.size, "size", 1<<30, "corpus size in bytes, for -gen")
+	flag.Int64Var(&cfg.seed, "seed", 1, "corpus seed, for -gen")
+	flag.StringVar(&cfg.corpus, "corpus", "", "use the corpus generated earlier in this directory")
+	flag.BoolVar(&cfg.rg, "rg", false, "search the corpus's suggested queries with ripgrep")
+	flag.StringVar(&cfg.rgPath, "rg-path", "", "ripgrep binary (default: rg on PATH)")
+	flag.IntVar(&cfg.runs, "runs", 3, "ripgrep runs per query (the median is shown)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "history:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config, w io.Writer) error {
+	var c *Corpus
+	switch {
+	case cfg.gen != "" && cfg.corpus != "":
+		return errors.New("-gen and -corpus exclude each other")
+	case cfg.gen != "":
+		t0 := time.Now()
+		var err error
+		if c, err = Generate(ctx, cfg.gen, cfg.size, cfg.seed); err != nil {
+			return err
+		}
+		el := time.Since(t0)
+		printCorpus(w, c)
+		fmt.Fprintf(w, "generated in %.1fs (%.0f MB/s)\n", el.Seconds(), float64(c.Total().Bytes)/1e6/el.Seconds())
+	case cfg.corpus != "":
+		var err error
+		if c, err = LoadCorpus(cfg.corpus); err != nil {
+			return err
+		}
+		printCorpus(w, c)
+	default:
+		return errors.New("nothing to do: pass -gen DIR or -corpus DIR")
+	}
+	if cfg.rg {
+		return runRipgrep(ctx, cfg, c, w)
+	}
+	return nil
+}
+
+func printCorpus(w io.Writer, c *Corpus) {
+	fmt.Fprintf(w, "corpus %s (seed %d)\n", c.Dir, c.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "source\tfiles\tsubagents\tmessages\ttool calls\tMB\ttext MB\tsecrets\t")
+	row := func(name string, st SourceStats) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%d\t\n", name, st.Files, st.Subagents, st.Messages,
+			st.ToolCalls, float64(st.Bytes)/1e6, float64(st.TextBytes)/1e6, st.Secrets)
+	}
+	for _, name := range SourceNames() {
+		if st := c.Sources[name]; st != nil {
+			row(name, *st)
+		}
+	}
+	row("total", c.Total())
+	_ = tw.Flush()
+}
+
+func runRipgrep(ctx context.Context, cfg config, c *Corpus, w io.Writer) error {
+	rg := cfg.rgPath
+	if rg == "" {
+		var err error
+		if rg, err = FindRipgrep(); err != nil {
+			return err
+		}
+	}
+	runs := max(cfg.runs, 1)
+	fmt.Fprintf(w, "\nripgrep over %d roots, median of %d runs (page cache warm after the first)\n", len(c.Roots()), runs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "kind\tquery\thits\tplanted\tms\tmax RSS MB\t")
+	for _, q := range c.Suggested {
+		var walls []time.Duration
+		var last RgResult
+		for range runs {
+			res, err := RipgrepRun(ctx, rg, c.Roots(), q.Text)
+			if err != nil {
+				return err
+			}
+			walls = append(walls, res.Wall)
+			last = res
+		}
+		slices.Sort(walls)
+		planted := "-"
+		if q.Planted >= 0 {
+			planted = fmt.Sprint(q.Planted)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.0f\t%.1f\t\n", q.Kind, q.Text, last.Hits, planted,
+			float64(walls[len(walls)/2])/1e6, float64(last.MaxRSS)/(1<<20))
+	}
+	return tw.Flush()
+}
