@@ -64,7 +64,7 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 		opts.Redactor = output.NewRedactor()
 	}
 	if opts.CacheMiB <= 0 {
-		opts.CacheMiB = 128
+		opts.CacheMiB = 32
 	}
 	if err := fsutil.MkdirPrivate(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("index: %w", err)
@@ -280,12 +280,12 @@ CREATE VIRTUAL TABLE message_fts USING fts5 (
 	text, content = 'messages', content_rowid = 'id',
 	tokenize = 'unicode61 remove_diacritics 2'
 );
-INSERT INTO message_fts (message_fts, rank) VALUES ('hashsize', 33554432);
+INSERT INTO message_fts (message_fts, rank) VALUES ('hashsize', 8388608);
 CREATE VIRTUAL TABLE tool_fts USING fts5 (
 	name, params, result, content = 'tool_calls', content_rowid = 'id',
 	tokenize = 'unicode61 remove_diacritics 2'
 );
-INSERT INTO tool_fts (tool_fts, rank) VALUES ('hashsize', 33554432);
+INSERT INTO tool_fts (tool_fts, rank) VALUES ('hashsize', 8388608);
 
 -- The FTS tables are brought up to date once per write transaction (writer.indexText), not
 -- row by row: FTS5 flushes its pending terms to a new segment at every statement savepoint,

@@ -465,7 +465,7 @@ type writer struct {
 // shows its progress to readers and a crash loses little.
 const (
 	batchFiles = 512
-	batchBytes = 64 << 20
+	batchBytes = 16 << 20
 )
 
 func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
