@@ -42,6 +42,8 @@ type Options struct {
 	Redactor *output.Redactor
 	// CacheMiB is SQLite's page cache per connection (default 32).
 	CacheMiB int
+	// RankWindow is how many of a query's newest matches are ranked (default RankWindow).
+	RankWindow int
 }
 
 // Index is an open history index. Safe for concurrent use; syncs are serialized.
@@ -50,6 +52,7 @@ type Index struct {
 	path   string
 	now    func() time.Time
 	redact *output.Redactor
+	window int
 	// syncMu serializes syncs in this process (other processes wait on SQLite's lock).
 	syncMu sync.Mutex
 }
@@ -62,6 +65,9 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	}
 	if opts.Redactor == nil {
 		opts.Redactor = output.NewRedactor()
+	}
+	if opts.RankWindow <= 0 {
+		opts.RankWindow = RankWindow
 	}
 	if opts.CacheMiB <= 0 {
 		opts.CacheMiB = 32
@@ -95,7 +101,7 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("index: open %s: %w", path, err)
 	}
-	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor}
+	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor, window: opts.RankWindow}
 	if err := ix.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err

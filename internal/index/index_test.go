@@ -622,3 +622,36 @@ func TestStateFiles(t *testing.T) {
 		t.Fatalf("followed a symlink: %+v", h)
 	}
 }
+
+// TestRankWindow: a query matching more rows than the window ranks the newest matches only,
+// and a filter that the newest matches fail widens the window until it finds its hits.
+func TestRankWindow(t *testing.T) {
+	dir := t.TempDir()
+	ix, err := index.Open(t.Context(), filepath.Join(dir, index.FileName), index.Options{RankWindow: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ix.Close() })
+	e := &env{t: t, ix: ix, home: filepath.Join(dir, "home"), roots: map[string][]string{"claude-code": {filepath.Join(dir, "cc")}}}
+	// The oldest message is the best match, and its session's project is the only "old" one.
+	write(t, e.path("claude-code", "-old/a.jsonl"), lines(
+		strings.Replace(ccUser("a", "u0", "2026-01-01T00:00:00Z", "gecko gecko gecko"), "/work/proj", "/old", 1)))
+	e.sync("claude-code")
+	var ls []string
+	for i := range 8 {
+		ls = append(ls, ccUser("b", fmt.Sprintf("u%d", i+1), "2026-01-02T00:00:00Z", "gecko "+strings.Repeat("filler ", 20)))
+	}
+	write(t, e.path("claude-code", "-new/b.jsonl"), lines(ls...))
+	e.sync("claude-code")
+	hits := mustSearch(t, ix, index.SearchOptions{Query: "gecko"})
+	var ids []string
+	for _, h := range hits {
+		ids = append(ids, h.MessageID)
+	}
+	if fmt.Sprint(ids) != "[u6 u7 u8]" {
+		t.Fatalf("window of 3: %v", ids)
+	}
+	if hits := mustSearch(t, ix, index.SearchOptions{Query: "gecko", Project: "/old"}); len(hits) != 1 || hits[0].MessageID != "u0" {
+		t.Fatalf("a filter widens the window: %+v", hits)
+	}
+}

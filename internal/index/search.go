@@ -124,45 +124,77 @@ func sessionFilter(o SearchOptions, where []string, args []any) ([]string, []any
 	return where, args
 }
 
+// RankWindow bounds the work of ranking a query that matches a large part of the index: when
+// more than this many rows match, the newest RankWindow matches (by index order, which is the
+// order they were read) are ranked, so a word found in half of a million messages costs what
+// one found in RankWindow does. BM25's statistics stay those of the whole index. With filters
+// the window widens until enough hits pass them or it holds every match.
+const RankWindow = 10000
+
+// ranked runs a ranked search on one FTS table: fts is its name, score its BM25 expression,
+// cols the rest of a Hit's columns over alias r (the content row) and s (its session).
+func (ix *Index) ranked(ctx context.Context, kind, fts, score, from, cols string, match string, where []string, args []any, n int) ([]Hit, error) {
+	filtered := len(where) > 0
+	for window := ix.window; ; window *= 4 {
+		// The rowid the window starts at: the window-th newest match, if there are more.
+		var floor int64
+		err := ix.db.QueryRowContext(ctx, `SELECT rowid FROM `+fts+` WHERE `+fts+` MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?`,
+			match, window-1).Scan(&floor)
+		all := errors.Is(err, sql.ErrNoRows)
+		if err != nil && !all {
+			return nil, queryError(err)
+		}
+		var q string
+		qargs := []any{match}
+		if filtered {
+			//nolint:gosec // the conditions are this file's constants; values are bound
+			q = `SELECT r.id, ` + score + ` AS score, ` + cols + ` FROM ` + fts + ` JOIN ` + from + ` ON r.id = ` + fts + `.rowid
+				JOIN sessions s ON s.id = r.session WHERE ` + fts + ` MATCH ? AND ` + fts + `.rowid >= ? AND ` + strings.Join(where, " AND ") +
+				` ORDER BY score LIMIT ?`
+			qargs = append(append(append(qargs, floor), args...), n)
+		} else {
+			// Rank in the FTS table alone, then join the few rows kept.
+			//nolint:gosec // the conditions are this file's constants; values are bound
+			q = `SELECT r.id, f.score, ` + cols + ` FROM (SELECT rowid AS id, ` + score + ` AS score FROM ` + fts +
+				` WHERE ` + fts + ` MATCH ? AND rowid >= ? ORDER BY score LIMIT ?) f
+				JOIN ` + from + ` ON r.id = f.id JOIN sessions s ON s.id = r.session ORDER BY f.score`
+			qargs = append(qargs, floor, n)
+		}
+		hits, err := ix.hits(ctx, kind, q, qargs)
+		if err != nil || all || len(hits) >= n || !filtered {
+			return hits, err
+		}
+	}
+}
+
 func (ix *Index) searchMessages(ctx context.Context, match string, o SearchOptions, n int) ([]Hit, error) {
-	where := []string{"message_fts MATCH ?"}
-	args := []any{match}
-	where, args = sessionFilter(o, where, args)
+	where, args := sessionFilter(o, nil, nil)
 	if o.Role != "" {
-		where = append(where, "m.role = ?")
+		where = append(where, "r.role = ?")
 		args = append(args, o.Role)
 	}
 	if !o.Since.IsZero() {
-		where = append(where, "m.ts >= ?")
+		where = append(where, "r.ts >= ?")
 		args = append(args, ms(o.Since))
 	}
-	//nolint:gosec // the conditions are this file's constants; values are bound
-	q := `SELECT m.id, bm25(message_fts) AS score, m.mid, m.role, '', '', m.ts, s.source, s.sid, s.project, s.title, s.path, s.deleted
-		FROM message_fts JOIN messages m ON m.id = message_fts.rowid JOIN sessions s ON s.id = m.session
-		WHERE ` + strings.Join(where, " AND ") + ` ORDER BY score LIMIT ?`
-	return ix.hits(ctx, "message", q, append(args, n))
+	return ix.ranked(ctx, "message", "message_fts", "bm25(message_fts)", "messages r",
+		`r.mid, r.role, '', '', r.ts, s.source, s.sid, s.project, s.title, s.path, s.deleted`, match, where, args, n)
 }
 
 func (ix *Index) searchTools(ctx context.Context, match string, o SearchOptions, n int) ([]Hit, error) {
-	where := []string{"tool_fts MATCH ?"}
-	args := []any{match}
-	where, args = sessionFilter(o, where, args)
+	where, args := sessionFilter(o, nil, nil)
 	if o.Tool != "" {
-		where = append(where, "t.name = ?")
+		where = append(where, "r.name = ?")
 		args = append(args, o.Tool)
 	}
 	if !o.Since.IsZero() {
 		// A call has no time of its own: its message's.
-		where = append(where, "coalesce((SELECT ts FROM messages m WHERE m.session = t.session AND m.mid = t.mid), s.updated) >= ?")
+		where = append(where, "coalesce((SELECT ts FROM messages m WHERE m.session = r.session AND m.mid = r.mid), s.updated) >= ?")
 		args = append(args, ms(o.Since))
 	}
-	//nolint:gosec // the conditions are this file's constants; values are bound
-	q := `SELECT t.id, bm25(tool_fts, 2.0, 1.0, 1.0) AS score, t.mid, 'tool', t.cid, t.name,
-			coalesce((SELECT ts FROM messages m WHERE m.session = t.session AND m.mid = t.mid), 0),
-			s.source, s.sid, s.project, s.title, s.path, s.deleted
-		FROM tool_fts JOIN tool_calls t ON t.id = tool_fts.rowid JOIN sessions s ON s.id = t.session
-		WHERE ` + strings.Join(where, " AND ") + ` ORDER BY score LIMIT ?`
-	return ix.hits(ctx, "tool_call", q, append(args, n))
+	return ix.ranked(ctx, "tool_call", "tool_fts", "bm25(tool_fts, 2.0, 1.0, 1.0)", "tool_calls r",
+		`r.mid, 'tool', r.cid, r.name, coalesce((SELECT ts FROM messages m WHERE m.session = r.session AND m.mid = r.mid), 0),
+			s.source, s.sid, s.project, s.title, s.path, s.deleted`, match, where, args, n)
 }
 
 // hits runs a search query whose columns are a Hit's.
