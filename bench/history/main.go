@@ -5,7 +5,14 @@
 //	go run ./bench/history -gen /tmp/histcorpus -size 1073741824 -seed 1   # write a corpus
 //	go run ./bench/history -corpus /tmp/histcorpus -rg -runs 3            # rg over its queries
 //
+//	go run ./bench/history -corpus /tmp/histcorpus -index                 # the index against rg
+//
 // -gen and -rg combine. ripgrep comes from PATH (apt-get install ripgrep) or -rg-path.
+// -index measures, each in a child process: a full sync into a new index (throughput, peak RSS),
+// every suggested query (p50/p95 over -search-runs, peak RSS) against ripgrep's median over the
+// raw files, sessions --limit 20, the time from appending a line to finding it while a watcher
+// runs (-watch-n appends), and the CPU of a watcher over -idle-files small sessions while
+// nothing changes (-idle-seconds). It prints a table and writes JSON to bench/results/.
 package main
 
 import (
@@ -29,6 +36,17 @@ type config struct {
 	rg     bool
 	rgPath string
 	runs   int
+
+	index       bool
+	work        string
+	phase       string
+	db          string
+	searchRuns  int
+	watchN      int
+	idleFiles   int
+	idleDirs    int
+	idleSeconds float64
+	out         string
 }
 
 func main() {
@@ -40,9 +58,26 @@ func main() {
 	flag.BoolVar(&cfg.rg, "rg", false, "search the corpus's suggested queries with ripgrep")
 	flag.StringVar(&cfg.rgPath, "rg-path", "", "ripgrep binary (default: rg on PATH)")
 	flag.IntVar(&cfg.runs, "runs", 3, "ripgrep runs per query (the median is shown)")
+	flag.BoolVar(&cfg.index, "index", false, "measure the history index against ripgrep on the corpus")
+	flag.StringVar(&cfg.work, "work", "", "directory for the index files (default: a new temporary one)")
+	flag.StringVar(&cfg.phase, "phase", "", "internal: run one measurement (ingest, search, watch) in this process")
+	flag.StringVar(&cfg.db, "db", "", "internal: the index file of -phase")
+	flag.IntVar(&cfg.searchRuns, "search-runs", 20, "timed runs of each query")
+	flag.IntVar(&cfg.watchN, "watch-n", 20, "appends timed while a watcher runs")
+	flag.IntVar(&cfg.idleFiles, "idle-files", 15000, "session files the idle watcher follows")
+	flag.IntVar(&cfg.idleDirs, "idle-dirs", 300, "directories they are spread over")
+	flag.Float64Var(&cfg.idleSeconds, "idle-seconds", 30, "how long the idle watcher's CPU is measured")
+	flag.StringVar(&cfg.out, "out", "bench/results", "where the JSON results go")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if cfg.phase != "" {
+		if err := phase(ctx, cfg.phase, cfg.corpus, cfg.db, cfg.searchRuns); err != nil {
+			fmt.Fprintln(os.Stderr, "history:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "history:", err)
 		os.Exit(1)
@@ -73,7 +108,12 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return errors.New("nothing to do: pass -gen DIR or -corpus DIR")
 	}
 	if cfg.rg {
-		return runRipgrep(ctx, cfg, c, w)
+		if err := runRipgrep(ctx, cfg, c, w); err != nil {
+			return err
+		}
+	}
+	if cfg.index {
+		return runIndex(ctx, cfg, c, w)
 	}
 	return nil
 }
@@ -95,13 +135,18 @@ func printCorpus(w io.Writer, c *Corpus) {
 	_ = tw.Flush()
 }
 
+// ripgrep is -rg-path, else rg on PATH.
+func ripgrep(cfg config) (string, error) {
+	if cfg.rgPath != "" {
+		return cfg.rgPath, nil
+	}
+	return FindRipgrep()
+}
+
 func runRipgrep(ctx context.Context, cfg config, c *Corpus, w io.Writer) error {
-	rg := cfg.rgPath
-	if rg == "" {
-		var err error
-		if rg, err = FindRipgrep(); err != nil {
-			return err
-		}
+	rg, err := ripgrep(cfg)
+	if err != nil {
+		return err
 	}
 	runs := max(cfg.runs, 1)
 	fmt.Fprintf(w, "\nripgrep over %d roots, median of %d runs (page cache warm after the first)\n", len(c.Roots()), runs)

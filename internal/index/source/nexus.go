@@ -2,22 +2,16 @@ package source
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/nexus-run/nexus/internal/chatstore"
 )
 
 // Nexus reads nexus's own conversations (docs/conversations.md): pi v3 transcripts in
 // state/sessions ($NEXUS_HOME/state, NEXUS_HOME defaulting to ~/nexus), archives included,
-// with their sessions.json entries read through internal/chatstore (origin, model, subagent
-// and fork fields).
-type Nexus struct{}
+// with their sessions.json entries (origin, model, subagent and fork fields).
+type Nexus struct{ stores *stores }
 
 // Name implements Source.
 func (Nexus) Name() string { return "nexus" }
@@ -39,33 +33,20 @@ func (Nexus) Discover(ctx context.Context, roots []string) ([]string, error) {
 	})
 }
 
-// Parse implements Source: the pi adapter's parse, then the session's entry in the store of
-// the file's directory, if the directory has one.
+// Parse implements Source: the pi adapter's parse, then the session's entry in the
+// sessions.json of the file's directory, if it has one (chatstore's format, OpenClaw's
+// fields and nexus's additions; read through the adapter's cache of stores).
 func (n Nexus) Parse(ctx context.Context, r io.Reader, path string, offset int64) (*Result, error) {
 	res, err := parsePiAs(ctx, n.Name(), r, path, offset)
 	if err != nil {
 		return res, err
 	}
-	dir := filepath.Dir(path)
-	//nolint:gosec // the store beside the transcript being read
-	if _, err := os.Lstat(filepath.Join(dir, "sessions.json")); errors.Is(err, fs.ErrNotExist) {
-		return res, nil
-	}
-	store, err := chatstore.Open(dir, chatstore.Options{})
+	key, e, err := n.stores.lookup(filepath.Join(filepath.Dir(path), "sessions.json"), res.Session.ID, path)
 	if err != nil {
 		return res, fmt.Errorf("nexus: %w", err)
 	}
-	key, e, err := store.Lookup(res.Session.ID)
-	if errors.Is(err, chatstore.ErrNotFound) {
-		return res, nil // a session the store does not name is still a session
+	if e != nil {
+		e.apply(&res.Session, key)
 	}
-	if err != nil {
-		return res, fmt.Errorf("nexus: %w", err)
-	}
-	se := storeEntry{SessionID: e.SessionID, SessionFile: e.SessionFile, SpawnedBy: e.SpawnedBy,
-		Model: e.Model, Label: e.Label, DisplayName: e.DisplayName, ParentSessionID: e.ParentSessionID,
-		ParentMessageID: e.ParentMessageID, ToolCallID: e.ToolCallID, IsSubagent: e.IsSubagent,
-		ForkedFromSessionID: e.ForkedFromSessionID, Project: e.Project}
-	se.apply(&res.Session, key)
 	return res, nil
 }

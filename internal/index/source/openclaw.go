@@ -2,12 +2,8 @@ package source
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 )
@@ -16,7 +12,7 @@ import (
 // ~/.openclaw/agents/<agentId>/sessions/ (older: ~/.clawdbot/agents/...), with the session store
 // sessions.json beside them naming each session's key, label, model and subagent links.
 // Archived transcripts (<file>.deleted.<ts>, .reset.<ts>, .bak.<ts>) are sessions too.
-type OpenClaw struct{}
+type OpenClaw struct{ stores *stores }
 
 // Name implements Source.
 func (OpenClaw) Name() string { return "openclaw" }
@@ -74,7 +70,7 @@ func (o OpenClaw) Parse(ctx context.Context, r io.Reader, path string, offset in
 	if err != nil {
 		return res, err
 	}
-	key, e, err := ocLookup(filepath.Join(filepath.Dir(path), "sessions.json"), res.Session.ID, path)
+	key, e, err := o.stores.lookup(filepath.Join(filepath.Dir(path), "sessions.json"), res.Session.ID, path)
 	if err != nil {
 		return res, fmt.Errorf("openclaw: %w", err)
 	}
@@ -108,38 +104,4 @@ func (e *storeEntry) apply(s *Session, key string) {
 	if e.ForkedFromSessionID != "" {
 		s.ForkOrigin = e.ForkedFromSessionID
 	}
-}
-
-// ocLookup finds the entry of session id (or of the file at path) in the store at storePath. A
-// missing store is no entry, not an error; an unreadable or malformed one is an error.
-func ocLookup(storePath, id, path string) (string, *storeEntry, error) {
-	f, err := os.Open(storePath) //nolint:gosec // beside the transcript being read
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", nil, nil
-		}
-		return "", nil, fmt.Errorf("session store: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	info, err := f.Stat()
-	if err != nil || !info.Mode().IsRegular() || info.Size() > ocStoreMax {
-		return "", nil, nil
-	}
-	var store map[string]storeEntry
-	if err := json.NewDecoder(f).Decode(&store); err != nil {
-		return "", nil, fmt.Errorf("session store %s: %w", storePath, err)
-	}
-	base := filepath.Base(path)
-	bestKey := ""
-	var best *storeEntry
-	for key, e := range store {
-		if (id != "" && e.SessionID == id) || (e.SessionFile != "" && filepath.Base(e.SessionFile) == base) {
-			// Several keys may name one session (a cron job and its run): the shortest key,
-			// the job's own, wins, so the choice does not depend on map order.
-			if best == nil || len(key) < len(bestKey) || (len(key) == len(bestKey) && key < bestKey) {
-				bestKey, best = key, &e
-			}
-		}
-	}
-	return bestKey, best, nil
 }

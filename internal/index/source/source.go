@@ -199,7 +199,9 @@ type Source interface {
 }
 
 // All returns every adapter.
-func All() []Source { return []Source{Nexus{}, Pi{}, OpenClaw{}, ClaudeCode{}, Codex{}} }
+func All() []Source {
+	return []Source{Nexus{stores: newStores()}, Pi{}, OpenClaw{stores: newStores()}, ClaudeCode{}, Codex{}}
+}
 
 // ByName returns the adapter called name.
 func ByName(name string) (Source, bool) {

@@ -652,3 +652,39 @@ func TestTornBlock(t *testing.T) {
 		t.Fatalf("user message id %q, want %q", res.Messages[0].ID, want)
 	}
 }
+
+// TestStoreCache: an adapter from All decodes a directory's sessions.json once and reads it
+// again when it changes; a subagent's parent key (spawnedBy) is resolved to its session id.
+func TestStoreCache(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "agents", "main", "sessions")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeStore := func(label string) {
+		t.Helper()
+		store := `{"agent:main:main":{"sessionId":"parent-1"},` +
+			`"agent:main:subagent:x":{"sessionId":"child-1","spawnedBy":"agent:main:main","label":"` + label + `"}}`
+		if err := os.WriteFile(filepath.Join(dir, "sessions.json"), []byte(store), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeStore("first label")
+	path := filepath.Join(dir, "child-1.jsonl")
+	head := strings.Replace(piHead, `"id":"p1"`, `"id":"child-1"`, 1)
+	if err := os.WriteFile(path, join(head, piUser), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src, _ := ByName("openclaw")
+	res, err := ParseFile(ctx, src, path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Session.ParentSession != "parent-1" || !res.Session.IsSubagent || res.Session.Title != "first label" {
+		t.Fatalf("session %+v", res.Session)
+	}
+	writeStore("a second, longer label")
+	if res, err = ParseFile(ctx, src, path, 0); err != nil || res.Session.Title != "a second, longer label" {
+		t.Fatalf("after the store changed: %v %+v", err, res.Session)
+	}
+}
