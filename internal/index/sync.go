@@ -104,11 +104,19 @@ func (o SyncOptions) roots(srcs []source.Source) (map[string][]string, error) {
 	}
 	out := map[string][]string{}
 	for _, s := range srcs {
-		if r, ok := o.Roots[s.Name()]; ok {
-			out[s.Name()] = r
-			continue
+		rs, ok := o.Roots[s.Name()]
+		if !ok {
+			rs = s.DefaultRoots(*env)
 		}
-		out[s.Name()] = s.DefaultRoots(*env)
+		// Absolute and clean, so a file has one path in the index whatever the working
+		// directory of the sync that found it.
+		for _, r := range rs {
+			abs, err := filepath.Abs(r)
+			if err != nil {
+				return nil, fmt.Errorf("index: root %s: %w", r, err)
+			}
+			out[s.Name()] = append(out[s.Name()], abs)
+		}
 	}
 	return out, nil
 }
