@@ -129,7 +129,7 @@ func sessionFilter(o SearchOptions, where []string, args []any) ([]string, []any
 // order they were read) are ranked, so a word found in half of a million messages costs what
 // one found in RankWindow does. BM25's statistics stay those of the whole index. With filters
 // the window widens until enough hits pass them or it holds every match.
-const RankWindow = 10000
+const RankWindow = 4000
 
 // ranked runs a ranked search on one FTS table: fts is its name, score its BM25 expression,
 // cols the rest of a Hit's columns over alias r (the content row) and s (its session).
