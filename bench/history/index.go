@@ -276,19 +276,23 @@ func measureWatch(ctx context.Context, c *Corpus, db string, n int) (WatchResult
 		return WatchResult{}, err
 	}
 	defer func() { _ = ix.Close() }()
-	// A Claude Code transcript of the corpus, grown by one user line each time.
-	src, _ := source.ByName("claude-code")
-	files, err := src.Discover(ctx, c.Sources["claude-code"].Roots)
-	if err != nil || len(files) == 0 {
-		return WatchResult{}, fmt.Errorf("no claude-code file to append to: %w", err)
+	// A new Claude Code transcript beside the corpus's, grown by one user line each time and
+	// removed at the end, so the corpus stays as generated.
+	roots := c.Sources["claude-code"].Roots
+	if len(roots) == 0 {
+		return WatchResult{}, errors.New("the corpus has no claude-code root")
 	}
-	path := files[len(files)/2]
+	path := filepath.Join(roots[0], "-watch-probe", "watch-probe.jsonl")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return WatchResult{}, err
+	}
+	defer func() { _ = os.RemoveAll(filepath.Dir(path)) }()
 	var ds []time.Duration
 	for i := range n {
 		word := fmt.Sprintf("watchprobe%dx%d", time.Now().UnixNano(), i)
 		line := fmt.Sprintf(`{"type":"user","sessionId":"watch-probe","uuid":"probe-%s","timestamp":%q,"message":{"role":"user","content":"%s"}}`+"\n",
 			word, time.Now().UTC().Format(time.RFC3339Nano), word)
-		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0) //nolint:gosec // a file of the generated corpus
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600) //nolint:gosec // the probe's own file
 		if err != nil {
 			return WatchResult{}, err
 		}
