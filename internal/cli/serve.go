@@ -33,6 +33,8 @@ func (a *app) serveCmd() *cobra.Command {
 		logLevel    string
 		allowHosts  []string
 		serveMCP    bool
+		noIndex     bool
+		indexRoots  []string
 		agentShells = shellFlags{prefix: "mcp-"}
 	)
 	// Its stdout stays empty (logs go to stderr): errors are reported on stderr only.
@@ -58,6 +60,21 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			if maxSessions < 1 {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--max-sessions %d: it must be at least 1", maxSessions)
+			}
+			// The history index the gateway keeps fresh and serves (/v1/index), unless --no-index.
+			var historyIndex *gateway.IndexOptions
+			if !noIndex {
+				roots, err := parseIndexRoots("index-root", indexRoots)
+				if err != nil {
+					return err
+				}
+				syncOpts, err := a.indexSyncOptions(nil, roots)
+				if err != nil {
+					return err
+				}
+				historyIndex = &gateway.IndexOptions{Sync: syncOpts}
+			} else if len(indexRoots) > 0 {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "--index-root with --no-index: there is no index to read into")
 			}
 			logger := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: lvl}))
 			if idle == 0 {
@@ -133,6 +150,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Shells:       agents,
 				Open:         openRegistry,
 				Chats:        conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger}),
+				Index:        historyIndex,
 				Version:      a.env.Version,
 				Logger:       logger,
 				Ready: func(in gateway.Info) {
@@ -165,6 +183,8 @@ func (a *app) serveCmd() *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringSliceVar(&allowHosts, "allow-host", nil, "a host name the TCP listener answers to besides IP addresses and localhost (repeatable; guards against DNS rebinding)")
 	f.BoolVar(&serveMCP, "mcp", true, "serve agent shells over MCP (Streamable HTTP) at /v1/mcp, listed under /v1/shells; the --mcp-* flags are those of nexus mcp")
+	f.BoolVar(&noIndex, "no-index", false, "do not keep the history index (state/index.db) fresh nor serve it under /v1/index")
+	f.StringArrayVar(&indexRoots, "index-root", nil, "read SOURCE's transcripts into the index from DIR instead of its default directories (SOURCE=DIR, repeatable)")
 	agentShells.bind(f, f)
 	return cmd
 }

@@ -39,11 +39,15 @@ func checkRef(ref string) error {
 // segment whatever it holds (keys have ':', labels may have '/', '?', '%'...): escaped, and
 // a ref of dots only spelled with %2E, which no router may take for a relative path.
 func ChatPath(ref, rest string) string {
-	seg := url.PathEscape(ref)
-	if strings.Trim(ref, ".") == "" {
-		seg = strings.Repeat("%2E", len(ref))
+	return "/chats/" + pathSegment(ref) + rest
+}
+
+// pathSegment is s as one path segment, escaped, with a name of dots only spelled with %2E.
+func pathSegment(s string) string {
+	if strings.Trim(s, ".") == "" {
+		return strings.Repeat("%2E", len(s))
 	}
-	return "/chats/" + seg + rest
+	return url.PathEscape(s)
 }
 
 // open sends a request and returns the response of a success; an answer with an error status

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/index"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
 )
@@ -69,6 +70,10 @@ type DaemonOptions struct {
 	// Shells, when set, serves agent shells on every listener (Options.Shells); Serve closes
 	// it (its shells, then its MCP sessions) after the live sessions, before the listeners.
 	Shells *mcp.Server
+	// Index, when set, makes Serve keep the history index (state/index.db) fresh for its
+	// lifetime with index.Watch and serve it under /v1/index on every listener; the watch
+	// stops and the database closes before Serve returns.
+	Index *IndexOptions
 }
 
 // ErrAlreadyRunning is returned when another gateway holds the state directory.
@@ -108,6 +113,16 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 		}()
 	}
 
+	var ix *index.Index
+	if o.Index != nil {
+		var stopIndex func()
+		ix, stopIndex, err = startIndex(ctx, o.StateDir, o.Index, o.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopIndex()
+	}
+
 	sock := filepath.Join(o.StateDir, SocketFile)
 	// We hold the lock, so a socket file left here belongs to a gateway that died.
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -138,7 +153,11 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 		}
 	}
 	var streams atomic.Int64
-	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+	var indexSync index.SyncOptions
+	if o.Index != nil {
+		indexSync = o.Index.Sync
+	}
+	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 	servers := []*http.Server{local}
 	errc := make(chan error, 2)
 	go func() { errc <- local.Serve(ul) }()
@@ -156,7 +175,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 		info.Listen = tl.Addr().String()
-		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 		servers = append(servers, remote)
 		gl := guard(tl, o.MaxUnauthenticated)
 		go func() { errc <- remote.Serve(gl) }()

@@ -356,11 +356,20 @@ func TestServeBadListenAddress(t *testing.T) {
 
 // serveGoroutines counts the goroutines gateway.Serve started that are still running.
 func serveGoroutines() int {
+	return goroutinesCreatedBy("github.com/nexus-run/nexus/internal/gateway.Serve")
+}
+
+// goroutinesCreatedBy counts the running goroutines that the functions named created.
+func goroutinesCreatedBy(funcs ...string) int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := goruntime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "created by github.com/nexus-run/nexus/internal/gateway.Serve")
+			count := 0
+			for _, f := range funcs {
+				count += strings.Count(string(buf[:n]), "created by "+f)
+			}
+			return count
 		}
 		buf = make([]byte, 2*len(buf))
 	}

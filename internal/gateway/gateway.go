@@ -24,6 +24,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/index"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
 )
@@ -37,6 +38,10 @@ type Options struct {
 	Chats conversation.API
 	// Shells, when set, serves agent shells: MCP at /v1/mcp and /v1/shells (mcp.go, shells.go).
 	Shells *mcp.Server
+	// Index, when set, is the history index served under /v1/index (index.go); IndexSync is
+	// what POST /v1/index/sync reads.
+	Index     *index.Index
+	IndexSync index.SyncOptions
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
 	Token   string
 	Version string
@@ -93,6 +98,7 @@ func Handler(opt Options) http.Handler {
 	mux.HandleFunc("GET "+p+"/sessions/{id}/stream", s.stream)
 	s.chatRoutes(mux)
 	s.shellRoutes(mux)
+	s.indexRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "no route %s %s (the API lives under %s/)", r.Method, r.URL.Path, abi.APIPrefix), http.StatusNotFound)
 	})
