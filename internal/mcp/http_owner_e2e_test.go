@@ -28,7 +28,8 @@ func TestGatewayMCPShellsDieWithTheGateway(t *testing.T) {
 	for _, stop := range []string{"SIGKILL", "SIGTERM"} {
 		t.Run(stop, func(t *testing.T) {
 			home := testkit.ShortTempDir(t)
-			cmd := exec.Command(bin, "serve", "--mcp-idle-timeout", "0") //nolint:gosec // G204: the binary built by nexusBinary
+			// --no-index: the gateway must not index the machine's own transcripts (its HOME).
+			cmd := exec.Command(bin, "serve", "--no-index", "--mcp-idle-timeout", "0") //nolint:gosec // G204: the binary built by nexusBinary
 			cmd.Env = append(os.Environ(), "NEXUS_HOME="+home)
 			var stderr testkit.Buffer
 			cmd.Stderr = &stderr
