@@ -45,7 +45,8 @@ func (h *indexHome) args(args ...string) []string { return append(args, "--state
 
 // ccLine is a Claude Code user line.
 func ccLine(sid, uuid, text string) string {
-	return fmt.Sprintf(`{"type":"user","sessionId":%q,"uuid":%q,"timestamp":"2026-01-01T00:00:00Z","cwd":"/work/p","message":{"role":"user","content":%q}}`+"\n", sid, uuid, text)
+	content, _ := json.Marshal(text)
+	return fmt.Sprintf(`{"type":"user","sessionId":%q,"uuid":%q,"timestamp":"2026-01-01T00:00:00Z","cwd":"/work/p","message":{"role":"user","content":%s}}`+"\n", sid, uuid, content)
 }
 
 func appendTo(t *testing.T, path, data string) {
@@ -147,5 +148,34 @@ func TestIndexSyncWatch(t *testing.T) {
 	}
 	if stderr.Len() != 0 {
 		t.Fatalf("stderr %q", stderr.String())
+	}
+}
+
+// TestIndexSearchBoldOnTerminal: on a terminal (a real PTY) the table shows the matches in bold;
+// elsewhere the markers stay as they are.
+func TestIndexSearchBoldOnTerminal(t *testing.T) {
+	h := newIndexHome(t)
+	appendTo(t, filepath.Join(h.project, "b.jsonl"), ccLine("b1", "u1", "a bold \x1b[2J walrus"))
+	if code := cli.Main(t.Context(), h.args("index", "sync"), h.env(io.Discard, io.Discard)); code != 0 {
+		t.Fatalf("sync exit %d", code)
+	}
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		testkit.SkipUnlessCI(t, "no pseudo-terminal: "+err.Error())
+	}
+	defer func() { _ = ptmx.Close() }()
+	var term testkit.Buffer
+	go func() { _, _ = io.Copy(&term, ptmx) }()
+	code := cli.Main(t.Context(), h.args("index", "search", "walrus", "--format", "table"), h.env(tty, io.Discard))
+	_ = tty.Close()
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	// The transcript's own escape is a space; only the bold is sent.
+	term.WaitFor(t, "a bold [2J \x1b[1mwalrus\x1b[22m")
+	var plain testkit.Buffer
+	if code := cli.Main(t.Context(), h.args("index", "search", "walrus", "--format", "table"), h.env(&plain, io.Discard)); code != 0 ||
+		!strings.Contains(plain.String(), "a bold [2J **walrus**\n") {
+		t.Fatalf("exit %d, not a terminal: %q", code, plain.String())
 	}
 }
