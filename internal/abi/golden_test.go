@@ -127,6 +127,19 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"client_message", abi.ClientMessage{Op: "resize", Width: 120, Height: 40}},
 		{"shell", abi.Shell{SessionID: "a1b2c3-1_local", Transport: "local", Cwd: "/home/u/demo", Workspace: "/home/u/demo",
 			Created: goldenStamp, LastUsed: goldenStamp, Execs: 3, Deny: []string{"rm"}}},
+		{"index_hit", abi.IndexHit{Kind: "message", Source: "claude-code", Session: "s1", Project: "/w", Title: "t",
+			MessageID: "m1", Role: "user", Timestamp: goldenStamp, Snippet: "a \ue000match\ue001 here", Score: -1.5,
+			Show: "nexus index show s1 --source claude-code --around m1", Resume: "cd /w && claude --resume s1"}},
+		{"index_session_detail", abi.IndexSessionDetail{Session: indexSession(), Children: []string{"agent-1"},
+			Messages: []abi.IndexMessage{{ID: "m1", Role: "assistant", Text: "hi", Timestamp: goldenStamp, Seq: 1, Turn: 1, Model: "claude-x",
+				Tokens:    &abi.IndexTokens{Input: 1, Output: 2, Total: 3},
+				ToolCalls: []abi.IndexToolCall{{ID: "toolu_1", Name: "Task", Params: `{"description":"d"}`, Result: "done", Status: "ok", ChildSession: "agent-1"}}}}}},
+		{"index_stats", abi.IndexStats{Sessions: 1, Messages: 2, ToolCalls: 1, Files: 1, SkippedLines: map[string]int{"claude-code: malformed line": 1},
+			Tokens: abi.IndexTokens{Input: 1, Output: 2, Total: 3}, BySource: []abi.IndexStatsRow{{Key: "claude-code", Sessions: 1, Messages: 2,
+				Tokens: abi.IndexTokens{Input: 1, Output: 2, Total: 3}}}, ByModel: []abi.IndexStatsRow{}, ByProject: []abi.IndexStatsRow{}, ByDay: []abi.IndexStatsRow{}}},
+		{"index_summary", abi.IndexSummary{Gen: 2, Files: 3, New: 1, Appended: 1, Unchanged: 1, Bytes: 4096, Sessions: 2, Messages: 5,
+			ToolCalls: 1, Skipped: map[string]int{"codex: unknown type: x": 1}, Errors: []abi.IndexFileError{{Source: "pi", Path: "/p/x.jsonl", Error: "permission denied"}},
+			DurationMS: 12}},
 	}
 	for _, code := range abi.Codes() {
 		err := abi.Errorf(code, "sess-terminal", "something about %s", code)
@@ -316,4 +329,11 @@ func TestSessionShapePerType(t *testing.T) {
 			}
 		})
 	}
+}
+
+func indexSession() abi.IndexSession {
+	return abi.IndexSession{Source: "claude-code", ID: "agent-1", Path: "/p/s1/subagents/agent-1.jsonl", Project: "/w", Model: "claude-x",
+		Created: goldenStamp, Updated: goldenStamp, Title: "find the bug", Messages: 1, Turns: 1, ParentSession: "s1",
+		ParentMessage: "m1", ToolCallID: "toolu_1", Task: "find the bug", TaskStatus: "ok", IsSubagent: true,
+		Tokens: abi.IndexTokens{Input: 1, Output: 2, Total: 3}, Show: "nexus index show agent-1 --source claude-code"}
 }

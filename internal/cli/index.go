@@ -433,37 +433,23 @@ func shortID(id string) string {
 	return string([]rune(id)[:shortIDLen-1]) + "…"
 }
 
-// renderMarks turns the snippet's match markers into ANSI bold when bold is set.
+// renderMarks renders the snippet's match markers: ANSI bold when bold is set, else **.
 func renderMarks(s string, bold bool) string {
-	if !bold || index.MarkOpen == "" {
-		return s
+	if !bold {
+		return plainMarks.Replace(s)
 	}
-	var b strings.Builder
-	open := false
-	for {
-		mark := index.MarkOpen
-		if open {
-			mark = index.MarkClose
-		}
-		i := strings.Index(s, mark)
-		if i < 0 {
-			break
-		}
-		b.WriteString(s[:i])
-		if open {
-			b.WriteString("\x1b[22m")
-		} else {
-			b.WriteString("\x1b[1m")
-		}
-		open = !open
-		s = s[i+len(mark):]
-	}
-	b.WriteString(s)
+	open := strings.Count(s, index.MarkOpen) > strings.Count(s, index.MarkClose)
+	s = boldMarks.Replace(s)
 	if open {
-		b.WriteString("\x1b[22m")
+		s += "\x1b[22m" // a snippet cut inside a match still ends the bold
 	}
-	return b.String()
+	return s
 }
+
+var (
+	plainMarks = strings.NewReplacer(index.MarkOpen, "**", index.MarkClose, "**")            //nolint:gochecknoglobals // immutable
+	boldMarks  = strings.NewReplacer(index.MarkOpen, "\x1b[1m", index.MarkClose, "\x1b[22m") //nolint:gochecknoglobals // immutable
+)
 
 func (a *app) indexSessionsCmd() *cobra.Command {
 	var (

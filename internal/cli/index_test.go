@@ -40,10 +40,12 @@ func TestParseIndexSince(t *testing.T) {
 
 func TestRenderMarks(t *testing.T) {
 	for _, tc := range []struct{ in, plain, bold string }{
-		{"a **b** c", "a **b** c", "a \x1b[1mb\x1b[22m c"},
-		{"**x** and **y**", "**x** and **y**", "\x1b[1mx\x1b[22m and \x1b[1my\x1b[22m"},
+		{"a \ue000b\ue001 c", "a **b** c", "a \x1b[1mb\x1b[22m c"},
+		{"\ue000x\ue001 and \ue000y\ue001", "**x** and **y**", "\x1b[1mx\x1b[22m and \x1b[1my\x1b[22m"},
 		// A snippet cut inside a match still ends the bold.
-		{"cut **ma…", "cut **ma…", "cut \x1b[1mma…\x1b[22m"},
+		{"cut \ue000ma…", "cut **ma…", "cut \x1b[1mma…\x1b[22m"},
+		// Markdown in the text is text.
+		{"use **bold** for \ue000emphasis\ue001", "use **bold** for **emphasis**", "use **bold** for \x1b[1memphasis\x1b[22m"},
 		{"none", "none", "none"},
 	} {
 		if got := renderMarks(tc.in, false); got != tc.plain {
@@ -83,7 +85,7 @@ func TestPrintable(t *testing.T) {
 
 func TestHitsTableBold(t *testing.T) {
 	hits := []index.Hit{{Kind: "message", Source: "pi", Session: "0123456789abcdefghij", Role: "user",
-		Timestamp: "2026-01-01T00:00:00.000Z", Snippet: "a **walrus**\x1b[2J\nhere", Show: "nexus index show x", Resume: "pi --session /x"}}
+		Timestamp: "2026-01-01T00:00:00.000Z", Snippet: "a \ue000walrus\ue001\x1b[2J\nhere", Show: "nexus index show x", Resume: "pi --session /x"}}
 	var plain, bold bytes.Buffer
 	if err := hitsTable(&plain, hits, false); err != nil {
 		t.Fatal(err)

@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/index"
 )
 
 // The gateway's history index (docs/ABI.md, History index): search, sessions, one session,
 // counts and a sync on demand, answered with the index package's types.
 
 // IndexSearch returns the best hits for o.Query, best first.
-func (c *Client) IndexSearch(ctx context.Context, o index.SearchOptions) ([]index.Hit, error) {
+func (c *Client) IndexSearch(ctx context.Context, o abi.IndexSearch) ([]abi.IndexHit, error) {
 	q := url.Values{"q": {o.Query}}
 	for k, v := range map[string]string{"project": o.Project, "role": o.Role, "tool": o.Tool} {
 		if v != "" {
@@ -29,19 +28,19 @@ func (c *Client) IndexSearch(ctx context.Context, o index.SearchOptions) ([]inde
 	}
 	addLimit(q, "limit", o.Limit)
 	var out struct {
-		Hits []index.Hit `json:"hits"`
+		Hits []abi.IndexHit `json:"hits"`
 	}
 	if err := c.do(ctx, http.MethodGet, "/index/search?"+q.Encode(), nil, &out); err != nil {
 		return nil, err
 	}
 	if out.Hits == nil {
-		out.Hits = []index.Hit{}
+		out.Hits = []abi.IndexHit{}
 	}
 	return out.Hits, nil
 }
 
 // IndexSessions lists the indexed sessions, most recently updated first.
-func (c *Client) IndexSessions(ctx context.Context, o index.SessionsOptions) ([]index.SessionInfo, error) {
+func (c *Client) IndexSessions(ctx context.Context, o abi.IndexSessions) ([]abi.IndexSession, error) {
 	q := url.Values{}
 	if o.Project != "" {
 		q.Set("project", o.Project)
@@ -49,19 +48,19 @@ func (c *Client) IndexSessions(ctx context.Context, o index.SessionsOptions) ([]
 	addSources(q, o.Sources)
 	addLimit(q, "limit", o.Limit)
 	var out struct {
-		Sessions []index.SessionInfo `json:"sessions"`
+		Sessions []abi.IndexSession `json:"sessions"`
 	}
 	if err := c.do(ctx, http.MethodGet, withQuery("/index/sessions", q), nil, &out); err != nil {
 		return nil, err
 	}
 	if out.Sessions == nil {
-		out.Sessions = []index.SessionInfo{}
+		out.Sessions = []abi.IndexSession{}
 	}
 	return out.Sessions, nil
 }
 
 // IndexShow returns an indexed session (by id or a unique prefix of one) with its messages.
-func (c *Client) IndexShow(ctx context.Context, o index.ShowOptions) (*index.SessionDetail, error) {
+func (c *Client) IndexShow(ctx context.Context, o abi.IndexShow) (*abi.IndexSessionDetail, error) {
 	switch {
 	case strings.TrimSpace(o.Session) == "":
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "index: a session id is required")
@@ -75,7 +74,7 @@ func (c *Client) IndexShow(ctx context.Context, o index.ShowOptions) (*index.Ses
 		}
 	}
 	addLimit(q, "context", o.Context)
-	var out index.SessionDetail
+	var out abi.IndexSessionDetail
 	if err := c.do(ctx, http.MethodGet, withQuery("/index/sessions/"+pathSegment(o.Session), q), nil, &out); err != nil {
 		return nil, err
 	}
@@ -83,8 +82,8 @@ func (c *Client) IndexShow(ctx context.Context, o index.ShowOptions) (*index.Ses
 }
 
 // IndexStats counts the index.
-func (c *Client) IndexStats(ctx context.Context) (*index.Stats, error) {
-	var out index.Stats
+func (c *Client) IndexStats(ctx context.Context) (*abi.IndexStats, error) {
+	var out abi.IndexStats
 	if err := c.do(ctx, http.MethodGet, "/index/stats", nil, &out); err != nil {
 		return nil, err
 	}
@@ -93,11 +92,11 @@ func (c *Client) IndexStats(ctx context.Context) (*index.Stats, error) {
 
 // IndexSync makes the gateway sync its index now (the sources named, all when none) and
 // returns what the sync did. The directories read are the gateway's.
-func (c *Client) IndexSync(ctx context.Context, sources ...string) (*index.Summary, error) {
+func (c *Client) IndexSync(ctx context.Context, sources ...string) (*abi.IndexSummary, error) {
 	body := struct {
 		Sources []string `json:"sources,omitempty"`
 	}{sources}
-	var out index.Summary
+	var out abi.IndexSummary
 	if err := c.do(ctx, http.MethodPost, "/index/sync", body, &out); err != nil {
 		return nil, err
 	}

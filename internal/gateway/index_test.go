@@ -112,7 +112,7 @@ func TestIndexRoutes(t *testing.T) {
 	e := newIndexEnv(t)
 	var search struct{ Hits []index.Hit }
 	decodeBody(t, e.do(t, "GET", "/v1/index/search?q=walruses&source=claude-code&source=codex&limit=5&since=2025-12-31T00:00:00Z", ""), &search)
-	if len(search.Hits) != 1 || search.Hits[0].MessageID != "u1" || search.Hits[0].Snippet != "where do **walruses** live?" ||
+	if len(search.Hits) != 1 || search.Hits[0].MessageID != "u1" || search.Hits[0].Snippet != "where do "+index.MarkOpen+"walruses"+index.MarkClose+" live?" ||
 		search.Hits[0].Show != "nexus index show "+indexSession+" --source claude-code --around u1" {
 		t.Fatalf("search: %+v", search.Hits)
 	}

@@ -10,71 +10,42 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 )
 
-// SessionInfo is one indexed session.
-type SessionInfo struct {
-	Source        string `json:"source"`
-	ID            string `json:"id"`
-	Path          string `json:"path"`
-	Project       string `json:"project,omitempty"`
-	Model         string `json:"model,omitempty"`
-	Created       string `json:"created,omitempty"`
-	Updated       string `json:"updated,omitempty"`
-	Title         string `json:"title,omitempty"`
-	Messages      int    `json:"messages"`
-	Turns         int    `json:"turns"`
-	ParentSession string `json:"parent_session,omitempty"`
-	ParentMessage string `json:"parent_message,omitempty"`
-	ToolCallID    string `json:"tool_call_id,omitempty"`
-	Task          string `json:"task,omitempty"`
-	TaskStatus    string `json:"task_status,omitempty"`
-	IsSubagent    bool   `json:"is_subagent,omitempty"`
-	ContextLimit  int64  `json:"context_limit,omitempty"`
-	ForkOrigin    string `json:"fork_origin,omitempty"`
-	Tokens        Tokens `json:"tokens"`
-	Deleted       bool   `json:"deleted,omitempty"`
-	Show          string `json:"show"`
-	Resume        string `json:"resume,omitempty"`
+// SessionInfo is abi.IndexSession.
+type SessionInfo = abi.IndexSession
 
-	rowid int64
-}
-
-// Tokens is a token count.
-type Tokens struct {
-	Input      int64 `json:"input"`
-	Output     int64 `json:"output"`
-	CacheRead  int64 `json:"cache_read"`
-	CacheWrite int64 `json:"cache_write"`
-	Reasoning  int64 `json:"reasoning,omitempty"`
-	Total      int64 `json:"total"`
-}
+// Tokens is abi.IndexTokens.
+type Tokens = abi.IndexTokens
 
 const sessionColumns = `s.id, s.source, s.sid, s.path, s.project, s.model, s.created, s.updated, s.title,
 	s.message_count, s.turn_count, s.parent_session, s.parent_message, s.tool_call_id, s.task, s.task_status,
 	s.is_subagent, s.context_limit, s.fork_origin, s.input_tokens, s.output_tokens, s.cache_read, s.cache_write,
 	s.reasoning, s.deleted`
 
-func scanSession(sc interface{ Scan(...any) error }) (SessionInfo, error) {
-	var s SessionInfo
+// row is a session and its row id.
+type row struct {
+	SessionInfo
+	rowid int64
+}
+
+func scanSession(sc interface{ Scan(...any) error }) (row, error) {
+	var r row
+	s := &r.SessionInfo
 	var created, updated int64
-	err := sc.Scan(&s.rowid, &s.Source, &s.ID, &s.Path, &s.Project, &s.Model, &created, &updated, &s.Title,
+	err := sc.Scan(&r.rowid, &s.Source, &s.ID, &s.Path, &s.Project, &s.Model, &created, &updated, &s.Title,
 		&s.Messages, &s.Turns, &s.ParentSession, &s.ParentMessage, &s.ToolCallID, &s.Task, &s.TaskStatus,
 		&s.IsSubagent, &s.ContextLimit, &s.ForkOrigin, &s.Tokens.Input, &s.Tokens.Output, &s.Tokens.CacheRead,
 		&s.Tokens.CacheWrite, &s.Tokens.Reasoning, &s.Deleted)
 	if err != nil {
-		return s, err //nolint:wrapcheck // wrapped by the callers
+		return r, err //nolint:wrapcheck // wrapped by the callers
 	}
 	s.Created, s.Updated = stamp(created), stamp(updated)
 	s.Tokens.Total = s.Tokens.Input + s.Tokens.Output + s.Tokens.CacheRead + s.Tokens.CacheWrite
 	s.Show, s.Resume = commands(s.Source, s.ID, "", s.Project, s.Path)
-	return s, nil
+	return r, nil
 }
 
-// SessionsOptions filters a listing.
-type SessionsOptions struct {
-	Sources []string
-	Project string
-	Limit   int
-}
+// SessionsOptions is abi.IndexSessions.
+type SessionsOptions = abi.IndexSessions
 
 // Sessions lists sessions, most recently updated first.
 func (ix *Index) Sessions(ctx context.Context, o SessionsOptions) ([]SessionInfo, error) {
@@ -96,7 +67,7 @@ func (ix *Index) Sessions(ctx context.Context, o SessionsOptions) ([]SessionInfo
 		if err != nil {
 			return nil, queryError(err)
 		}
-		out = append(out, s)
+		out = append(out, s.SessionInfo)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, queryError(err)
@@ -104,75 +75,52 @@ func (ix *Index) Sessions(ctx context.Context, o SessionsOptions) ([]SessionInfo
 	return out, nil
 }
 
-// Message is one indexed message.
-type Message struct {
-	ID        string     `json:"id"`
-	Role      string     `json:"role"`
-	Text      string     `json:"text"`
-	Timestamp string     `json:"timestamp,omitempty"`
-	Seq       int64      `json:"seq"`
-	Turn      int        `json:"turn"`
-	Model     string     `json:"model,omitempty"`
-	Tokens    *Tokens    `json:"tokens,omitempty"`
-	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
-}
+// Message is abi.IndexMessage.
+type Message = abi.IndexMessage
 
-// ToolCall is one indexed tool call.
-type ToolCall struct {
-	ID           string `json:"id"`
-	Name         string `json:"name"`
-	Params       string `json:"params,omitempty"`
-	Result       string `json:"result,omitempty"`
-	Status       string `json:"status"`
-	ChildSession string `json:"child_session,omitempty"`
-}
+// ToolCall is abi.IndexToolCall.
+type ToolCall = abi.IndexToolCall
 
-// ShowOptions selects a session and the part of it to show.
-type ShowOptions struct {
-	Session string
-	Source  string
-	// Around shows the messages within Context of this message id (default: all).
-	Around  string
-	Context int
-}
+// ShowOptions is abi.IndexShow.
+type ShowOptions = abi.IndexShow
 
 // DefaultContext is how many messages around --around are shown on each side.
 const DefaultContext = 5
 
-// SessionDetail is a session with its messages.
-type SessionDetail struct {
-	Session  SessionInfo `json:"session"`
-	Messages []Message   `json:"messages"`
-	// Children are the subagent sessions this one started.
-	Children []string `json:"children,omitempty"`
-}
+// SessionDetail is abi.IndexSessionDetail.
+type SessionDetail = abi.IndexSessionDetail
 
 // FindSession resolves a session id (or a unique prefix of one) to its session.
 func (ix *Index) FindSession(ctx context.Context, id, src string) (SessionInfo, error) {
+	r, err := ix.findSession(ctx, id, src)
+	return r.SessionInfo, err
+}
+
+func (ix *Index) findSession(ctx context.Context, id, src string) (row, error) {
 	if strings.TrimSpace(id) == "" {
-		return SessionInfo{}, abi.Errorf(abi.CodeInvalidArgument, "", "index: a session id is required")
+		return row{}, abi.Errorf(abi.CodeInvalidArgument, "", "index: a session id is required")
 	}
 	q := `SELECT ` + sessionColumns + ` FROM sessions s WHERE (s.sid = ?1 OR (length(?1) >= 4 AND substr(s.sid, 1, length(?1)) = ?1))
 		AND (?2 = '' OR s.source = ?2) ORDER BY s.sid = ?1 DESC LIMIT 3`
 	rows, err := ix.db.QueryContext(ctx, q, id, src)
 	if err != nil {
-		return SessionInfo{}, queryError(err)
+		return row{}, queryError(err)
 	}
 	defer func() { _ = rows.Close() }()
-	var found []SessionInfo
+	var found []row
 	for rows.Next() {
 		s, err := scanSession(rows)
 		if err != nil {
-			return SessionInfo{}, queryError(err)
+			return row{}, queryError(err)
 		}
 		found = append(found, s)
 	}
 	if err := rows.Err(); err != nil {
-		return SessionInfo{}, queryError(err)
+		return row{}, queryError(err)
 	}
 	switch {
 	case len(found) == 0:
-		return SessionInfo{}, abi.Errorf(abi.CodeSessionNotFound, id, "index: no indexed session %q", id)
+		return row{}, abi.Errorf(abi.CodeSessionNotFound, id, "index: no indexed session %q", id)
 	case found[0].ID == id && (len(found) == 1 || found[1].ID != id):
 		return found[0], nil
 	case len(found) == 1:
@@ -182,16 +130,17 @@ func (ix *Index) FindSession(ctx context.Context, id, src string) (SessionInfo, 
 	for _, s := range found {
 		names = append(names, s.Source+":"+s.ID)
 	}
-	return SessionInfo{}, abi.Errorf(abi.CodeInvalidArgument, id, "index: %q names more than one session (%s): give more of the id or --source",
+	return row{}, abi.Errorf(abi.CodeInvalidArgument, id, "index: %q names more than one session (%s): give more of the id or --source",
 		id, strings.Join(names, ", "))
 }
 
 // Show returns a session and its messages, with their tool calls.
 func (ix *Index) Show(ctx context.Context, o ShowOptions) (*SessionDetail, error) {
-	s, err := ix.FindSession(ctx, o.Session, o.Source)
+	r, err := ix.findSession(ctx, o.Session, o.Source)
 	if err != nil {
 		return nil, err
 	}
+	s := &r
 	from, to := int64(-1<<62), int64(1<<62)
 	if o.Around != "" {
 		n := o.Context
@@ -216,7 +165,7 @@ func (ix *Index) Show(ctx context.Context, o ShowOptions) (*SessionDetail, error
 			return nil, queryError(err)
 		}
 	}
-	d := &SessionDetail{Session: s, Messages: []Message{}}
+	d := &SessionDetail{Session: s.SessionInfo, Messages: []Message{}}
 	rows, err := ix.db.QueryContext(ctx, `SELECT mid, role, text, ts, seq, turn, model, input, output, cache_read, cache_write, reasoning
 		FROM messages WHERE session = ? AND seq BETWEEN ? AND ? ORDER BY seq`, s.rowid, from, to)
 	if err != nil {
@@ -269,28 +218,11 @@ func (ix *Index) Show(ctx context.Context, o ShowOptions) (*SessionDetail, error
 	return d, nil
 }
 
-// StatsRow is the tokens and counts of one group.
-type StatsRow struct {
-	Key      string `json:"key"`
-	Sessions int    `json:"sessions"`
-	Messages int    `json:"messages"`
-	Tokens   Tokens `json:"tokens"`
-}
+// StatsRow is abi.IndexStatsRow.
+type StatsRow = abi.IndexStatsRow
 
-// Stats is the index's contents and token use, by source, model, project and day.
-type Stats struct {
-	Sessions     int            `json:"sessions"`
-	Deleted      int            `json:"deleted_sessions"`
-	Messages     int            `json:"messages"`
-	ToolCalls    int            `json:"tool_calls"`
-	Files        int            `json:"files"`
-	SkippedLines map[string]int `json:"skipped_lines,omitempty"`
-	Tokens       Tokens         `json:"tokens"`
-	BySource     []StatsRow     `json:"by_source"`
-	ByModel      []StatsRow     `json:"by_model"`
-	ByProject    []StatsRow     `json:"by_project"`
-	ByDay        []StatsRow     `json:"by_day"`
-}
+// Stats is abi.IndexStats.
+type Stats = abi.IndexStats
 
 // usageRows is every counted token once, with its session's source and project, the model
 // and the day: per message for the tools that count per reply, per session for those that

@@ -149,7 +149,7 @@ func (ix *Index) exportGen(ctx context.Context, enc *json.Encoder, gen int64) er
 			_ = rows.Close()
 			return queryError(err)
 		}
-		if err := enc.Encode(&ExportRecord{Type: "session", Cursor: gen, Source: s.Source, Session: s.ID, SessionInfo: &s}); err != nil {
+		if err := enc.Encode(&ExportRecord{Type: "session", Cursor: gen, Source: s.Source, Session: s.ID, SessionInfo: &s.SessionInfo}); err != nil {
 			_ = rows.Close()
 			return fmt.Errorf("export: %w", err)
 		}

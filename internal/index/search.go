@@ -7,15 +7,16 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 )
 
-// Snippet markers around the matched words.
+// Snippet markers around the matched words: two private-use characters, so a marker is never
+// text (Markdown's ** is common in replies); every front end renders them its own way. Text is
+// indexed with these two characters replaced by U+FFFD.
 const (
-	MarkOpen  = "**"
-	MarkClose = "**"
+	MarkOpen  = "\ue000"
+	MarkClose = "\ue001"
 )
 
 // Limits of a search or listing.
@@ -24,42 +25,11 @@ const (
 	MaxLimit     = 1000
 )
 
-// SearchOptions is a search.
-type SearchOptions struct {
-	Query   string
-	Sources []string
-	// Project keeps sessions whose project (working directory) contains it.
-	Project string
-	// Role keeps messages of this role; "tool" keeps tool calls only.
-	Role  string
-	Since time.Time
-	// Tool keeps the calls of this tool (by name), and no messages.
-	Tool  string
-	Limit int
-}
+// SearchOptions is abi.IndexSearch.
+type SearchOptions = abi.IndexSearch
 
-// Hit is one search result: a message or a tool call.
-type Hit struct {
-	Kind       string  `json:"kind"` // "message" or "tool_call"
-	Source     string  `json:"source"`
-	Session    string  `json:"session"`
-	Project    string  `json:"project,omitempty"`
-	Title      string  `json:"title,omitempty"`
-	MessageID  string  `json:"message_id,omitempty"`
-	Role       string  `json:"role"`
-	Tool       string  `json:"tool,omitempty"`
-	ToolCallID string  `json:"tool_call_id,omitempty"`
-	Timestamp  string  `json:"timestamp,omitempty"`
-	Snippet    string  `json:"snippet"`
-	Score      float64 `json:"score"`
-	Deleted    bool    `json:"deleted,omitempty"`
-	// Show is the nexus command that shows the hit in its session; Resume the command that
-	// resumes the session in its own tool, when the tool has one.
-	Show   string `json:"show"`
-	Resume string `json:"resume,omitempty"`
-
-	rowid int64
-}
+// Hit is abi.IndexHit.
+type Hit = abi.IndexHit
 
 func limit(n int) int {
 	switch {
@@ -81,7 +51,7 @@ func (ix *Index) Search(ctx context.Context, o SearchOptions) ([]Hit, error) {
 		return nil, err
 	}
 	n := limit(o.Limit)
-	var hits []Hit
+	var hits []hit
 	if o.Tool == "" && o.Role != "tool" {
 		h, err := ix.searchMessages(ctx, match, o, n)
 		if err != nil {
@@ -101,12 +71,14 @@ func (ix *Index) Search(ctx context.Context, o SearchOptions) ([]Hit, error) {
 	if len(hits) > n {
 		hits = hits[:n]
 	}
+	out := make([]Hit, len(hits))
 	for i := range hits {
 		if err := ix.snippet(ctx, match, &hits[i]); err != nil {
 			return nil, err
 		}
+		out[i] = hits[i].Hit
 	}
-	return hits, nil
+	return out, nil
 }
 
 // sessionFilter appends the session conditions of o on alias s.
@@ -133,7 +105,7 @@ const RankWindow = 4000
 
 // ranked runs a ranked search on one FTS table: fts is its name, score its BM25 expression,
 // cols the rest of a Hit's columns over alias r (the content row) and s (its session).
-func (ix *Index) ranked(ctx context.Context, kind, fts, score, from, cols string, match string, where []string, args []any, n int) ([]Hit, error) {
+func (ix *Index) ranked(ctx context.Context, kind, fts, score, from, cols string, match string, where []string, args []any, n int) ([]hit, error) {
 	filtered := len(where) > 0
 	for window := ix.window; ; window *= 4 {
 		// The rowid the window starts at: the window-th newest match, if there are more.
@@ -167,7 +139,7 @@ func (ix *Index) ranked(ctx context.Context, kind, fts, score, from, cols string
 	}
 }
 
-func (ix *Index) searchMessages(ctx context.Context, match string, o SearchOptions, n int) ([]Hit, error) {
+func (ix *Index) searchMessages(ctx context.Context, match string, o SearchOptions, n int) ([]hit, error) {
 	where, args := sessionFilter(o, nil, nil)
 	if o.Role != "" {
 		where = append(where, "r.role = ?")
@@ -181,7 +153,7 @@ func (ix *Index) searchMessages(ctx context.Context, match string, o SearchOptio
 		`r.mid, r.role, '', '', r.ts, s.source, s.sid, s.project, s.title, s.path, s.deleted`, match, where, args, n)
 }
 
-func (ix *Index) searchTools(ctx context.Context, match string, o SearchOptions, n int) ([]Hit, error) {
+func (ix *Index) searchTools(ctx context.Context, match string, o SearchOptions, n int) ([]hit, error) {
 	where, args := sessionFilter(o, nil, nil)
 	if o.Tool != "" {
 		where = append(where, "r.name = ?")
@@ -198,15 +170,21 @@ func (ix *Index) searchTools(ctx context.Context, match string, o SearchOptions,
 }
 
 // hits runs a search query whose columns are a Hit's.
-func (ix *Index) hits(ctx context.Context, kind, q string, args []any) ([]Hit, error) {
+// hit is a Hit and the row it came from.
+type hit struct {
+	Hit
+	rowid int64
+}
+
+func (ix *Index) hits(ctx context.Context, kind, q string, args []any) ([]hit, error) {
 	rows, err := ix.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, queryError(err)
 	}
 	defer func() { _ = rows.Close() }()
-	var hits []Hit
+	var hits []hit
 	for rows.Next() {
-		h := Hit{Kind: kind}
+		h := hit{Hit: Hit{Kind: kind}}
 		var ts int64
 		var path string
 		if err := rows.Scan(&h.rowid, &h.Score, &h.MessageID, &h.Role, &h.ToolCallID, &h.Tool, &ts, &h.Source, &h.Session,
@@ -228,7 +206,7 @@ const snippetWords = 24
 
 // snippet fills a hit's snippet. It runs per hit, after ranking, so snippets are built for the
 // hits shown and not for every match.
-func (ix *Index) snippet(ctx context.Context, match string, h *Hit) error {
+func (ix *Index) snippet(ctx context.Context, match string, h *hit) error {
 	q := `SELECT snippet(message_fts, 0, ?, ?, '…', ?) FROM message_fts WHERE message_fts MATCH ? AND rowid = ?`
 	if h.Kind == "tool_call" {
 		q = `SELECT snippet(tool_fts, -1, ?, ?, '…', ?) FROM tool_fts WHERE tool_fts MATCH ? AND rowid = ?`

@@ -37,39 +37,14 @@ type SyncOptions struct {
 	Progress func(Progress)
 }
 
-// Progress is how far a sync is.
-type Progress struct {
-	Files      int   `json:"files"`
-	FilesTotal int   `json:"files_total"`
-	Bytes      int64 `json:"bytes"`
-}
+// Progress is abi.IndexProgress.
+type Progress = abi.IndexProgress
 
-// Summary is what a sync did.
-type Summary struct {
-	Gen       int64 `json:"gen"`
-	Files     int   `json:"files"`
-	Unchanged int   `json:"unchanged"`
-	New       int   `json:"new"`
-	Appended  int   `json:"appended"`
-	Rewritten int   `json:"rewritten"`
-	Deleted   int   `json:"deleted"`
-	// Bytes is what was read: only the new bytes of an appended file.
-	Bytes     int64 `json:"bytes"`
-	Sessions  int   `json:"sessions"`
-	Messages  int   `json:"messages"`
-	ToolCalls int   `json:"tool_calls"`
-	// Skipped counts the lines the adapters left out, by reason.
-	Skipped    map[string]int `json:"skipped_lines,omitempty"`
-	Errors     []FileError    `json:"errors,omitempty"`
-	DurationMS int64          `json:"duration_ms"`
-}
+// Summary is abi.IndexSummary.
+type Summary = abi.IndexSummary
 
-// FileError is a file a sync could not read; the others were still indexed.
-type FileError struct {
-	Source string `json:"source"`
-	Path   string `json:"path"`
-	Error  string `json:"error"`
-}
+// FileError is abi.IndexFileError.
+type FileError = abi.IndexFileError
 
 // Sources returns the adapters named (all when names is empty), or INVALID_ARGUMENT naming
 // the known ones.
@@ -442,18 +417,28 @@ func (ix *Index) read(ctx context.Context, t target, wm *watermark) *job {
 }
 
 // redactResult redacts every text a parse found before it reaches the index.
+// It also replaces the snippet markers, so a marker in a snippet is always one.
 func (ix *Index) redactResult(res *source.Result) {
-	r := ix.redact
-	res.Session.Title = r.Redact(res.Session.Title)
+	clean := func(s string) string {
+		s = ix.redact.Redact(s)
+		if strings.ContainsAny(s, MarkOpen+MarkClose) {
+			s = markers.Replace(s)
+		}
+		return s
+	}
+	res.Session.Title = clean(res.Session.Title)
 	for i := range res.Messages {
-		res.Messages[i].Text = r.Redact(res.Messages[i].Text)
+		res.Messages[i].Text = clean(res.Messages[i].Text)
 	}
 	for i := range res.ToolCalls {
 		tc := &res.ToolCalls[i]
-		tc.Params = r.Redact(tc.Params)
-		tc.Result = r.Redact(tc.Result)
+		tc.Params = clean(tc.Params)
+		tc.Result = clean(tc.Result)
 	}
 }
+
+// markers replaces the snippet markers in indexed text.
+var markers = strings.NewReplacer(MarkOpen, "\ufffd", MarkClose, "\ufffd") //nolint:gochecknoglobals // immutable
 
 // writer writes jobs in batched transactions.
 type writer struct {
