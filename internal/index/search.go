@@ -45,6 +45,9 @@ func limit(n int) int {
 func (ix *Index) Search(ctx context.Context, o SearchOptions) ([]Hit, error) {
 	match := MatchQuery(o.Query)
 	if match == "" {
+		if len(words(o.Query)) > 0 {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "search: the query %q only excludes words: add a word to search for", o.Query)
+		}
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "search: the query %q has no words to search for", o.Query)
 	}
 	if _, err := Sources(o.Sources); err != nil {

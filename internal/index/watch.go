@@ -74,7 +74,12 @@ func (ix *Index) Watch(ctx context.Context, o WatchOptions) error {
 
 	events := make(chan []byte)
 	readErr := make(chan error, 1)
+	readerDone := make(chan struct{})
+	// Watch returns only once its reader has: closing the descriptor (the deferred Close, or
+	// ctx's AfterFunc) ends its Read.
+	defer func() { _ = f.Close(); <-readerDone }()
 	go func() {
+		defer close(readerDone)
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := f.Read(buf)
@@ -149,7 +154,7 @@ func (w *watcher) watchRoot(root string) {
 	}
 	for dir := filepath.Dir(root); ; dir = filepath.Dir(dir) {
 		if _, err := os.Lstat(dir); err == nil {
-			if w.add(dir) {
+			if w.addMask(dir, ancestorMask) {
 				if w.pending == nil {
 					w.pending = map[string][]string{}
 				}
@@ -175,11 +180,17 @@ func (w *watcher) watchTree(dir string) {
 	})
 }
 
-func (w *watcher) add(dir string) bool {
+func (w *watcher) add(dir string) bool { return w.addMask(dir, watchMask) }
+
+// ancestorMask is what a directory watched only for a root to appear in it reports: entries
+// created or moved in, not the writes to its files ($HOME's own files change all day).
+const ancestorMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
+
+func (w *watcher) addMask(dir string, mask uint32) bool {
 	if _, ok := w.wds[dir]; ok {
 		return true
 	}
-	wd, err := unix.InotifyAddWatch(w.fd, dir, watchMask)
+	wd, err := unix.InotifyAddWatch(w.fd, dir, mask)
 	if err != nil {
 		w.report(nil, fmt.Errorf("index: watch %s: %w", dir, err))
 		return false
