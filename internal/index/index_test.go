@@ -648,7 +648,7 @@ func TestRankWindow(t *testing.T) {
 	for _, h := range hits {
 		ids = append(ids, h.MessageID)
 	}
-	if fmt.Sprint(ids) != "[u6 u7 u8]" {
+	if fmt.Sprint(ids) != "[u8 u7 u6]" { // equal scores: newest first
 		t.Fatalf("window of 3: %v", ids)
 	}
 	if hits := mustSearch(t, ix, index.SearchOptions{Query: "gecko", Project: "/old"}); len(hits) != 1 || hits[0].MessageID != "u0" {

@@ -69,7 +69,8 @@ func (ix *Index) Search(ctx context.Context, o SearchOptions) ([]Hit, error) {
 		}
 		hits = append(hits, h...)
 	}
-	// bm25 is lower for better matches.
+	// bm25 is lower for better matches; ties go newest first (each list is so ordered, and the
+	// sort is stable), so a search always answers in the same order.
 	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Score < hits[j].Score })
 	if len(hits) > n {
 		hits = hits[:n]
@@ -125,14 +126,14 @@ func (ix *Index) ranked(ctx context.Context, kind, fts, score, from, cols string
 			//nolint:gosec // the conditions are this file's constants; values are bound
 			q = `SELECT r.id, ` + score + ` AS score, ` + cols + ` FROM ` + fts + ` JOIN ` + from + ` ON r.id = ` + fts + `.rowid
 				JOIN sessions s ON s.id = r.session WHERE ` + fts + ` MATCH ? AND ` + fts + `.rowid >= ? AND ` + strings.Join(where, " AND ") +
-				` ORDER BY score LIMIT ?`
+				` ORDER BY score, r.id DESC LIMIT ?`
 			qargs = append(append(append(qargs, floor), args...), n)
 		} else {
 			// Rank in the FTS table alone, then join the few rows kept.
 			//nolint:gosec // the conditions are this file's constants; values are bound
 			q = `SELECT r.id, f.score, ` + cols + ` FROM (SELECT rowid AS id, ` + score + ` AS score FROM ` + fts +
-				` WHERE ` + fts + ` MATCH ? AND rowid >= ? ORDER BY score LIMIT ?) f
-				JOIN ` + from + ` ON r.id = f.id JOIN sessions s ON s.id = r.session ORDER BY f.score`
+				` WHERE ` + fts + ` MATCH ? AND rowid >= ? ORDER BY score, rowid DESC LIMIT ?) f
+				JOIN ` + from + ` ON r.id = f.id JOIN sessions s ON s.id = r.session ORDER BY f.score, f.id DESC`
 			qargs = append(qargs, floor, n)
 		}
 		hits, err := ix.hits(ctx, kind, q, qargs)
