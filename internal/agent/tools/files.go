@@ -93,12 +93,12 @@ func (t *readFile) Spec() Spec {
 		Paths: Paths{Reads: []string{"path"}, Show: []string{"path"}}}
 }
 
-func (t *readFile) Run(_ context.Context, raw json.RawMessage) (Result, error) {
+func (t *readFile) Run(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a readFileArgs
 	if err := decodeArgs(raw, &a); err != nil {
 		return Result{}, err
 	}
-	p, err := t.perm.Resolve("read_file", a.Path, permission.Read)
+	p, err := resolve(ctx, t.perm, "read_file", a.Path, permission.Read)
 	if err != nil {
 		return Result{}, err //nolint:wrapcheck // the refusal is the message
 	}
@@ -163,12 +163,12 @@ func (t *writeFile) Spec() Spec {
 		Paths:  Paths{Writes: []string{"path"}, Show: []string{"path"}}}
 }
 
-func (t *writeFile) Run(_ context.Context, raw json.RawMessage) (Result, error) {
+func (t *writeFile) Run(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a writeFileArgs
 	if err := decodeArgs(raw, &a); err != nil {
 		return Result{}, err
 	}
-	p, err := t.perm.Resolve("write_file", a.Path, permission.Write)
+	p, err := resolve(ctx, t.perm, "write_file", a.Path, permission.Write)
 	if err != nil {
 		return Result{}, err //nolint:wrapcheck // the refusal is the message
 	}
@@ -199,7 +199,7 @@ func (t *editFile) Spec() Spec {
 		Paths: Paths{Reads: []string{"path"}, Writes: []string{"path"}, Show: []string{"path"}}}
 }
 
-func (t *editFile) Run(_ context.Context, raw json.RawMessage) (Result, error) {
+func (t *editFile) Run(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a editFileArgs
 	if err := decodeArgs(raw, &a); err != nil {
 		return Result{}, err
@@ -207,7 +207,7 @@ func (t *editFile) Run(_ context.Context, raw json.RawMessage) (Result, error) {
 	if a.OldString == "" {
 		return Result{}, fmt.Errorf("%w: old_string is empty", ErrArguments)
 	}
-	p, err := t.perm.Resolve("edit_file", a.Path, permission.Write)
+	p, err := resolve(ctx, t.perm, "edit_file", a.Path, permission.Write)
 	if err != nil {
 		return Result{}, err //nolint:wrapcheck // the refusal is the message
 	}
@@ -251,16 +251,16 @@ func (t *copyFile) Spec() Spec {
 		Paths: Paths{Reads: []string{"source"}, Writes: []string{"destination"}, Show: []string{"source", "destination"}}}
 }
 
-func (t *copyFile) Run(_ context.Context, raw json.RawMessage) (Result, error) {
+func (t *copyFile) Run(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a copyFileArgs
 	if err := decodeArgs(raw, &a); err != nil {
 		return Result{}, err
 	}
-	src, err := t.perm.Resolve("copy_file", a.Source, permission.Read)
+	src, err := resolve(ctx, t.perm, "copy_file", a.Source, permission.Read)
 	if err != nil {
 		return Result{}, fmt.Errorf("source: %w", err)
 	}
-	dst, err := t.perm.Resolve("copy_file", a.Destination, permission.Write)
+	dst, err := resolve(ctx, t.perm, "copy_file", a.Destination, permission.Write)
 	if err != nil {
 		return Result{}, fmt.Errorf("destination: %w", err)
 	}
@@ -295,7 +295,7 @@ func (t *listDir) Spec() Spec {
 		Schema: schemaFor[listDirArgs](nil), Paths: Paths{Reads: []string{"path"}, Show: []string{"path"}}}
 }
 
-func (t *listDir) Run(_ context.Context, raw json.RawMessage) (Result, error) {
+func (t *listDir) Run(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a listDirArgs
 	if err := decodeArgs(raw, &a); err != nil {
 		return Result{}, err
@@ -303,7 +303,7 @@ func (t *listDir) Run(_ context.Context, raw json.RawMessage) (Result, error) {
 	if a.Path == "" {
 		a.Path = "."
 	}
-	p, err := t.perm.Resolve("list_dir", a.Path, permission.Read)
+	p, err := resolve(ctx, t.perm, "list_dir", a.Path, permission.Read)
 	if err != nil {
 		return Result{}, err //nolint:wrapcheck // the refusal is the message
 	}

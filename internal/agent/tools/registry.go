@@ -162,7 +162,7 @@ type Prepared struct {
 	Args     json.RawMessage
 	Decision permission.Decision
 	Timeout  time.Duration
-	reg      *Registry
+	decided  decided
 }
 
 // Prepare checks a call before it runs: the name resolves; the tool is enabled; no JSON string
@@ -196,6 +196,7 @@ func (r *Registry) Prepare(name string, args json.RawMessage, al *permission.All
 	}
 	obj, _ := inst.(map[string]any)
 	call := permission.Call{Tool: spec.Name, Shell: shell, External: external}
+	dec := decided{}
 	for _, group := range []struct {
 		names []string
 		acc   permission.Access
@@ -216,6 +217,7 @@ func (r *Registry) Prepare(name string, args json.RawMessage, al *permission.All
 				}
 			}
 			call.Paths = append(call.Paths, p)
+			dec[s] = p.Abs
 		}
 	}
 	if shell {
@@ -224,7 +226,7 @@ func (r *Registry) Prepare(name string, args json.RawMessage, al *permission.All
 			call.Cwd = c.Cwd()
 		}
 	}
-	return &Prepared{Tool: e.tool, Args: args, Decision: r.perm.Decide(call, al), Timeout: r.perm.Timeout(spec.Name, spec.Timeout), reg: r}, nil
+	return &Prepared{Tool: e.tool, Args: args, Decision: r.perm.Decide(call, al), Timeout: r.perm.Timeout(spec.Name, spec.Timeout), decided: dec}, nil
 }
 
 // Run runs an allowed call under its timeout. A call that needs confirmation runs only after
@@ -233,7 +235,7 @@ func (p *Prepared) Run(ctx context.Context) (Result, error) {
 	if p.Decision.Verdict != permission.Allow {
 		return Result{}, errors.New("the call was not allowed")
 	}
-	return runWithTimeout(ctx, p.Tool, p.Timeout, p.Args)
+	return runWithTimeout(context.WithValue(ctx, decidedKey{}, p.decided), p.Tool, p.Timeout, p.Args)
 }
 
 // Confirm applies the user's answer, recording its allowances in al; after an allowing answer

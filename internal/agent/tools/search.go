@@ -140,7 +140,7 @@ func (t *globTool) Run(ctx context.Context, raw json.RawMessage) (Result, error)
 	if _, err := MatchGlob(pattern, "x"); err != nil {
 		return Result{}, fmt.Errorf("%w: pattern: %w", ErrArguments, err)
 	}
-	dir, err := t.perm.Resolve("glob", a.Path, permission.Read)
+	dir, err := resolve(ctx, t.perm, "glob", a.Path, permission.Read)
 	if err != nil {
 		return Result{}, err //nolint:wrapcheck // the refusal is the message
 	}
@@ -233,7 +233,7 @@ func (t *grepTool) Run(ctx context.Context, raw json.RawMessage) (Result, error)
 			return Result{}, fmt.Errorf("%w: include: %w", ErrArguments, err)
 		}
 	}
-	p, err := t.perm.Resolve("grep", a.Path, permission.Read)
+	p, err := resolve(ctx, t.perm, "grep", a.Path, permission.Read)
 	if err != nil {
 		return Result{}, err //nolint:wrapcheck // the refusal is the message
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/nexus-run/nexus/internal/agent/permission"
 )
 
 // Paths are a tool's path semantics: the names of its top-level string arguments that are
@@ -72,6 +74,28 @@ func decodeArgs(args json.RawMessage, v any) error {
 		return fmt.Errorf("%w: %w", ErrArguments, err)
 	}
 	return nil
+}
+
+// decidedKey carries, in a call's context, what each path argument resolved to when Prepare
+// decided the call.
+type decidedKey struct{}
+
+type decided map[string]string
+
+// resolve is how a tool decides a path argument when it uses it: Checker.Resolve again, and,
+// for a call Prepare decided, the same resolution as then. A link swapped in between (by a
+// parallel call, say) would otherwise take an allowed path somewhere no one confirmed.
+func resolve(ctx context.Context, perm *permission.Checker, tool, arg string, acc permission.Access) (permission.Path, error) {
+	p, err := perm.Resolve(tool, arg, acc)
+	if err != nil {
+		return permission.Path{}, err //nolint:wrapcheck // the refusal is the message
+	}
+	if d, ok := ctx.Value(decidedKey{}).(decided); ok {
+		if abs, ok := d[arg]; ok && abs != p.Abs {
+			return permission.Path{}, fmt.Errorf("%w: %s resolves elsewhere than when the call was decided (a symbolic link changed): call again", permission.ErrRefused, clipName(fmt.Sprintf("%q", arg)))
+		}
+	}
+	return p, nil
 }
 
 // Timeouts: applied by Prepared.Run.

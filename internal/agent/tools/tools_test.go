@@ -371,3 +371,42 @@ func TestTimeoutAndRegistry(t *testing.T) {
 }
 
 var jsonschemaObject = jsonschema.Schema{Type: "object"}
+
+// A link swapped in between the decision and the run (a parallel call could do it): the run
+// refuses a path that no longer resolves where it did when the call was decided, at every
+// level, and nothing outside is touched.
+func TestSwapBetweenPrepareAndRun(t *testing.T) {
+	for _, level := range []permission.Level{permission.Trusted, permission.YOLO, permission.Sandboxed} {
+		t.Run(string(level), func(t *testing.T) {
+			f := newFixture(t)
+			r := registry(t, f, level, nil)
+			for _, tc := range []struct{ tool, args string }{
+				{"write_file", `{"path":"src/new.txt","content":"pwned"}`},
+				{"copy_file", `{"source":"docs/readme.md","destination":"src/new.txt"}`},
+				{"read_file", `{"path":"src/s.txt"}`},
+			} {
+				mustOK(t, os.RemoveAll(filepath.Join(f.ws, "src")))
+				mustOK(t, os.MkdirAll(filepath.Join(f.ws, "src"), 0o700))
+				mustOK(t, os.WriteFile(filepath.Join(f.ws, "src", "s.txt"), []byte("inside"), 0o600))
+				p, err := r.Prepare(tc.tool, json.RawMessage(tc.args), &permission.Allowances{})
+				mustOK(t, err)
+				if p.Decision.Verdict != permission.Allow {
+					t.Fatalf("%s: %+v", tc.tool, p.Decision)
+				}
+				mustOK(t, os.RemoveAll(filepath.Join(f.ws, "src")))
+				mustOK(t, os.Symlink(f.outside, filepath.Join(f.ws, "src")))
+				res, err := p.Run(t.Context())
+				if err == nil {
+					t.Fatalf("%s ran through the swapped link: %q", tc.tool, res.Output)
+				}
+				if strings.Contains(err.Error(), f.outside) {
+					t.Fatalf("%s: the error names the outside: %v", tc.tool, err)
+				}
+				if _, err := os.Stat(filepath.Join(f.outside, "new.txt")); err == nil {
+					t.Fatalf("%s wrote outside the workspace", tc.tool)
+				}
+				mustOK(t, os.Remove(filepath.Join(f.ws, "src")))
+			}
+		})
+	}
+}
