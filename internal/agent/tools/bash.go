@@ -52,6 +52,20 @@ func (b *Bash) Spec() Spec {
 		Paths: Paths{Command: "command"}}
 }
 
+// bashGrace is how long past a command's own timeout the call's context lasts: the shell
+// interrupts the command at its timeout and needs a moment to report.
+const bashGrace = 5 * time.Second
+
+// CallTimeout is the call's timeout_secs plus a grace period, so that the shell, not the
+// registry's deadline, interrupts the command and reports it; zero without timeout_secs.
+func (b *Bash) CallTimeout(raw json.RawMessage) time.Duration {
+	var a bashArgs
+	if json.Unmarshal(raw, &a) != nil || a.TimeoutSecs <= 0 {
+		return 0
+	}
+	return min(time.Duration(a.TimeoutSecs)*time.Second, agentshell.MaxTimeout) + bashGrace
+}
+
 // Cwd is the directory the next command runs in: the shell's current directory.
 func (b *Bash) Cwd() string {
 	b.mu.Lock()

@@ -134,3 +134,26 @@ func TestBashShellPolicy(t *testing.T) {
 	}
 	expectFile(t, filepath.Join(f.ws, "src/a.go"), "package a\n\nfunc A() int { return 1 }\n")
 }
+
+// A call's timeout_secs replaces the configured timeout, so the shell, not the registry's
+// deadline, ends the command.
+func TestBashCallTimeout(t *testing.T) {
+	f := newFixture(t)
+	r := registry(t, f, permission.YOLO, func(c *permission.Config) {
+		c.Tools = map[string]permission.ToolSettings{"bash": {Timeout: 1}}
+	})
+	withBash(t, r, f, agentshell.CreateOptions{})
+	if _, err := call(t, r, nil, "bash", `{"command":"echo ok"}`, ""); err == nil || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("a call under the 1 ns setting ran: %v", err)
+	}
+	p, err := r.Prepare("bash", json.RawMessage(`{"command":"echo ok","timeout_secs":30}`), nil)
+	mustOK(t, err)
+	if p.Timeout != 35e9 {
+		t.Fatalf("timeout %v", p.Timeout)
+	}
+	res, err := p.Run(t.Context())
+	mustOK(t, err)
+	if !strings.Contains(res.Output, "ok\n[exit code 0]") {
+		t.Fatalf("output %q", res.Output)
+	}
+}

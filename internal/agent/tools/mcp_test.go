@@ -90,6 +90,14 @@ func TestMCPTools(t *testing.T) {
 	if res.Output != "builtin wins" {
 		t.Fatalf("mcp_fs_echo = %q, want the built-in", res.Output)
 	}
+	var specs []string
+	for _, s := range r2.Specs() {
+		specs = append(specs, s.Name+":"+s.Description)
+	}
+	if got := strings.Join(specs, ","); !strings.HasPrefix(got, "read_file:") || strings.Count(got, "mcp_fs_echo") != 1 ||
+		!strings.Contains(got, "mcp_fs_echo:builtin,mcp_fs_read_file:") {
+		t.Fatalf("specs (built-ins first, the shadowed MCP tool left out): %s", got)
+	}
 	if got := tools.MCPName("my server", "do.it"); got != "mcp_my_server_do_it" {
 		t.Fatalf("MCPName = %q", got)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -72,7 +73,9 @@ func (r *Registry) add(into map[string]entry, t Tool) error {
 		return fmt.Errorf("tool %s registered twice", s.Name)
 	}
 	into[s.Name] = entry{tool: t, resolved: res}
-	r.order = append(r.order, s.Name)
+	if !slices.Contains(r.order, s.Name) { // a built-in may take an MCP tool's name
+		r.order = append(r.order, s.Name)
+	}
 	return nil
 }
 
@@ -136,24 +139,32 @@ func (r *Registry) lookup(name string) (entry, bool) {
 // permission level enables: what the model is offered.
 func (r *Registry) Specs() []Spec {
 	r.mu.Lock()
-	names := append([]string(nil), r.order...)
+	var ts []Tool
+	for _, n := range r.order {
+		if e, ok := r.builtins[n]; ok {
+			ts = append(ts, e.tool)
+		}
+	}
+	for _, n := range r.order {
+		_, shadowed := r.builtins[n]
+		if e, ok := r.mcp[n]; ok && !shadowed {
+			ts = append(ts, e.tool)
+		}
+	}
 	r.mu.Unlock()
 	var out []Spec
-	seen := map[string]bool{}
-	for _, n := range names {
-		e, ok := r.lookup(n)
-		if !ok || seen[n] {
-			continue
+	for _, t := range ts {
+		s := t.Spec()
+		if r.perm.ToolEnabled(s.Name, s.Paths.Command != "" || isMCP(t)) == nil {
+			out = append(out, s)
 		}
-		seen[n] = true
-		s := e.tool.Spec()
-		_, external := e.tool.(*mcpTool)
-		if r.perm.ToolEnabled(s.Name, s.Paths.Command != "" || external) != nil {
-			continue
-		}
-		out = append(out, s)
 	}
 	return out
+}
+
+func isMCP(t Tool) bool {
+	_, ok := t.(*mcpTool)
+	return ok
 }
 
 // Prepared is a checked call: its decision, and what runs it.
@@ -177,7 +188,7 @@ func (r *Registry) Prepare(name string, args json.RawMessage, al *permission.All
 	}
 	spec := e.tool.Spec()
 	shell := spec.Paths.Command != ""
-	_, external := e.tool.(*mcpTool)
+	external := isMCP(e.tool)
 	if err := r.perm.ToolEnabled(spec.Name, shell || external); err != nil {
 		return nil, err //nolint:wrapcheck // the checker's text is the refusal
 	}
@@ -226,7 +237,13 @@ func (r *Registry) Prepare(name string, args json.RawMessage, al *permission.All
 			call.Cwd = c.Cwd()
 		}
 	}
-	return &Prepared{Tool: e.tool, Args: args, Decision: r.perm.Decide(call, al), Timeout: r.perm.Timeout(spec.Name, spec.Timeout), decided: dec}, nil
+	timeout := r.perm.Timeout(spec.Name, spec.Timeout)
+	if ct, ok := e.tool.(CallTimeouter); ok {
+		if t := ct.CallTimeout(args); t > 0 {
+			timeout = t
+		}
+	}
+	return &Prepared{Tool: e.tool, Args: args, Decision: r.perm.Decide(call, al), Timeout: timeout, decided: dec}, nil
 }
 
 // Run runs an allowed call under its timeout. A call that needs confirmation runs only after

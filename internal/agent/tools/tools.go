@@ -60,6 +60,12 @@ type Cwder interface {
 	Cwd() string
 }
 
+// CallTimeouter is a tool whose call may ask for its own timeout (bash's timeout_secs): it
+// replaces the tool's configured one for that call.
+type CallTimeouter interface {
+	CallTimeout(args json.RawMessage) time.Duration
+}
+
 // MaxFieldBytes is the largest JSON string (value or key) a tool call's arguments may hold.
 const MaxFieldBytes = 10 << 20
 

@@ -224,6 +224,13 @@ func TestSandboxRefusesEscapes(t *testing.T) {
 			}
 		}
 	}
+	// A duplicate key: the decision and the tool read the same (the last) value.
+	if _, err := call(t, r, &permission.Allowances{}, "write_file", `{"path":"ok.txt","content":"x","path":"../outside-private/dup.txt"}`, ""); err == nil {
+		t.Error("a duplicate path key slipped past the decision")
+	}
+	if _, err := os.Stat(filepath.Join(f.outside, "dup.txt")); err == nil {
+		t.Error("written outside through a duplicate key")
+	}
 	expectFile(t, filepath.Join(f.outside, "s.txt"), "TODO: outside secret\n")
 	if _, err := os.Stat(filepath.Join(f.ws, "stolen.txt")); err == nil {
 		t.Error("copy_file copied something in")
