@@ -1,0 +1,310 @@
+package provider
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// Kinds of backend: the wire protocol spoken.
+const (
+	// KindOpenAICompatible is OpenAI chat completions (/chat/completions): OpenAI, Qwen
+	// (DashScope), Gemini's OpenAI endpoint, llama.cpp, vLLM, Ollama.
+	KindOpenAICompatible = "openai-compatible"
+	// KindOpenAIResponses is the OpenAI Responses API (/responses).
+	KindOpenAIResponses = "openai-responses"
+	// KindAnthropic is Anthropic messages (/v1/messages); llama.cpp serves it too.
+	KindAnthropic = "anthropic"
+)
+
+// Thinking formats of an openai-compatible backend: how a thinking level is asked for.
+const (
+	ThinkingOpenAI = "openai" // reasoning_effort
+	ThinkingQwen   = "qwen"   // enable_thinking (DashScope, vLLM and llama.cpp Qwen templates)
+	ThinkingNone   = "none"   // never sent
+)
+
+// Backend is one [backends.NAME] section of $NEXUS_HOME/config.toml over its preset. It holds
+// the NAME of the environment variable with the API key, never the key.
+type Backend struct {
+	Name string `json:"name" toml:"-"`
+	// Kind is the protocol: openai-compatible, openai-responses or anthropic.
+	Kind string `json:"kind" toml:"kind"`
+	// BaseURL is the API root: https://api.openai.com/v1, http://127.0.0.1:8080/v1 (llama.cpp's
+	// OpenAI route), https://api.anthropic.com or http://127.0.0.1:8080 (Anthropic's: the SDK
+	// adds /v1/messages).
+	BaseURL string `json:"baseUrl" toml:"base_url"`
+	// Model is the default model of requests.
+	Model string `json:"model" toml:"model"`
+	// APIKeyEnv names the environment variable holding the key ("" sends none).
+	APIKeyEnv string `json:"apiKeyEnv,omitempty" toml:"api_key_env"`
+	// ContextWindow is the model's window in tokens (0: unknown), for compaction.
+	ContextWindow int `json:"contextWindow,omitempty" toml:"context_window"`
+	// MaxTokens bounds each reply (0: the server's default; Anthropic needs one: 8192).
+	MaxTokens int `json:"maxTokens,omitempty" toml:"max_tokens"`
+	// ThinkingFormat (openai-compatible only): openai, qwen or none.
+	ThinkingFormat string `json:"thinkingFormat,omitempty" toml:"thinking_format"`
+	// MaxAttempts is how many times a request is tried on 429, 5xx and connection failures
+	// (default 4, at most 10).
+	MaxAttempts int `json:"maxAttempts,omitempty" toml:"max_attempts"`
+	// MaxRetryWait is the longest retry-after honoured, as a Go duration (default 1m): a
+	// server asking for more fails the request at once.
+	MaxRetryWait string `json:"maxRetryWait,omitempty" toml:"max_retry_wait"`
+}
+
+// Presets are the backends that exist without configuration; a section of the same name
+// changes only the fields it sets.
+func Presets() map[string]Backend {
+	//nolint:gosec // G101: the names of environment variables, not credentials
+	return map[string]Backend{
+		"qwen": {Kind: KindOpenAICompatible, BaseURL: "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+			Model: "qwen3-coder-plus", APIKeyEnv: "DASHSCOPE_API_KEY", ContextWindow: 1000000, MaxTokens: 16384, ThinkingFormat: ThinkingQwen},
+		"claude": {Kind: KindAnthropic, BaseURL: "https://api.anthropic.com",
+			Model: "claude-sonnet-4-5", APIKeyEnv: "ANTHROPIC_API_KEY", ContextWindow: 200000, MaxTokens: 16384},
+		"gemini": {Kind: KindOpenAICompatible, BaseURL: "https://generativelanguage.googleapis.com/v1beta/openai/",
+			Model: "gemini-2.5-flash", APIKeyEnv: "GEMINI_API_KEY", ContextWindow: 1048576, MaxTokens: 16384},
+		"codex": {Kind: KindOpenAIResponses, BaseURL: "https://api.openai.com/v1",
+			Model: "gpt-5-codex", APIKeyEnv: "OPENAI_API_KEY", ContextWindow: 400000, MaxTokens: 32768},
+		"openai-compatible": {Kind: KindOpenAICompatible},
+	}
+}
+
+// Config is the backends of config.toml, presets included.
+type Config struct {
+	Backends map[string]Backend `json:"backends" toml:"backends"`
+}
+
+// backendTOML is a section as written: nil fields are not set.
+type backendTOML struct {
+	Kind           *string `toml:"kind"`
+	BaseURL        *string `toml:"base_url"`
+	Model          *string `toml:"model"`
+	APIKeyEnv      *string `toml:"api_key_env"`
+	ContextWindow  *int    `toml:"context_window"`
+	MaxTokens      *int    `toml:"max_tokens"`
+	ThinkingFormat *string `toml:"thinking_format"`
+	MaxAttempts    *int    `toml:"max_attempts"`
+	MaxRetryWait   *string `toml:"max_retry_wait"`
+}
+
+// maxConfigSize bounds config.toml.
+const maxConfigSize = 1 << 20
+
+// ConfigPath is $NEXUS_HOME/config.toml (NEXUS_HOME defaults to ~/nexus).
+func ConfigPath(getenv func(string) string) (string, error) {
+	home := getenv("NEXUS_HOME")
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("find home directory (set NEXUS_HOME): %w", err)
+		}
+		home = filepath.Join(h, "nexus")
+	}
+	return filepath.Join(home, "config.toml"), nil
+}
+
+// LoadConfig reads config.toml at path; a missing file is the presets alone. The file must
+// be a regular file (a symlink is refused) of this user that no one else may write: it says
+// where API keys are sent.
+func LoadConfig(path string) (*Config, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0) //nolint:gosec // G304: the user's own config, checked below
+	if errors.Is(err, fs.ErrNotExist) {
+		return ParseConfig(nil)
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "config %s is a symlink: nexus reads only a regular file there", path)
+		}
+		return nil, fmt.Errorf("open config: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat config %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "config %s is not a regular file", path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "config %s is owned by uid %d, not by this user: it decides where API keys are sent", path, st.Uid)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "config %s has mode %04o: other users could change where API keys are sent; run chmod go-w %s", path, perm, path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	if len(data) > maxConfigSize {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "config %s is larger than %d bytes", path, maxConfigSize)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+var (
+	backendName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	envName     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ParseConfig reads the [backends.NAME] sections of a config.toml over the presets. Other
+// top-level keys belong to other parts of nexus and are left alone; an unknown key inside a
+// backend section is an error (a key value written as api_key is refused without being
+// quoted back). Errors name keys and lines, never values.
+func ParseConfig(data []byte) (*Config, error) {
+	var doc struct {
+		Backends map[string]backendTOML `toml:"backends"`
+	}
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		var strict *toml.StrictMissingError
+		var de *toml.DecodeError
+		switch {
+		case errors.As(err, &strict):
+			var bad []string
+			for _, e := range strict.Errors {
+				k := e.Key()
+				if len(k) > 0 && k[0] == "backends" {
+					row, _ := e.Position()
+					bad = append(bad, fmt.Sprintf("%s (line %d)", strings.Join(k, "."), row))
+				}
+			}
+			if len(bad) > 0 {
+				msg := "unknown keys in a backend section: " + strings.Join(bad, ", ") +
+					" (known: kind, base_url, model, api_key_env, context_window, max_tokens, thinking_format, max_attempts, max_retry_wait)"
+				if strings.Contains(msg, ".api_key (") {
+					msg += "; an API key never goes in the config: put it in an environment variable and name that with api_key_env"
+				}
+				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "%s", msg)
+			}
+		case errors.As(err, &de):
+			row, col := de.Position()
+			// DecodeError.String quotes the document's lines: only the message is used.
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "line %d column %d: %s", row, col, de.Error())
+		default:
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "%v", err)
+		}
+	}
+	cfg := &Config{Backends: Presets()}
+	for name, sec := range doc.Backends {
+		if !backendName.MatchString(name) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "backend name %q: use lower-case letters, digits, '-', '_' and '.'", name)
+		}
+		b := cfg.Backends[name]
+		set(&b.Kind, sec.Kind)
+		set(&b.BaseURL, sec.BaseURL)
+		set(&b.Model, sec.Model)
+		set(&b.APIKeyEnv, sec.APIKeyEnv)
+		set(&b.ContextWindow, sec.ContextWindow)
+		set(&b.MaxTokens, sec.MaxTokens)
+		set(&b.ThinkingFormat, sec.ThinkingFormat)
+		set(&b.MaxAttempts, sec.MaxAttempts)
+		set(&b.MaxRetryWait, sec.MaxRetryWait)
+		if b.Kind == "" {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "backend %s: kind is required (%s, %s or %s)", name, KindOpenAICompatible, KindOpenAIResponses, KindAnthropic)
+		}
+		cfg.Backends[name] = b
+	}
+	for name, b := range cfg.Backends {
+		b.Name = name
+		cfg.Backends[name] = b
+	}
+	return cfg, nil
+}
+
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// Backend returns the backend called name, validated.
+func (c *Config) Backend(name string) (Backend, error) {
+	b, ok := c.Backends[name]
+	if !ok {
+		names := make([]string, 0, len(c.Backends))
+		for n := range c.Backends {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return Backend{}, abi.Errorf(abi.CodeInvalidArgument, "", "no backend %q (known: %s)", name, strings.Join(names, ", "))
+	}
+	if err := b.Validate(); err != nil {
+		return Backend{}, err
+	}
+	return b, nil
+}
+
+// Validate checks a backend's fields.
+func (b Backend) Validate() error {
+	bad := func(format string, args ...any) error {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "backend %s: %s", b.Name, fmt.Sprintf(format, args...))
+	}
+	if !slices.Contains([]string{KindOpenAICompatible, KindOpenAIResponses, KindAnthropic}, b.Kind) {
+		return bad("kind %q: use %s, %s or %s", b.Kind, KindOpenAICompatible, KindOpenAIResponses, KindAnthropic)
+	}
+	if b.BaseURL == "" {
+		return bad("base_url is required (for example http://127.0.0.1:8080/v1 for llama.cpp)")
+	}
+	u, err := url.Parse(b.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("base_url must be an http or https URL")
+	}
+	if u.User != nil {
+		return bad("base_url carries credentials: name an environment variable with api_key_env instead")
+	}
+	if u.Scheme == "http" && b.APIKeyEnv != "" && !loopback(u.Hostname()) {
+		return bad("base_url is plain http to another host: the key in $%s would cross the network unencrypted; use https", b.APIKeyEnv)
+	}
+	if b.Model == "" {
+		return bad("model is required")
+	}
+	if b.APIKeyEnv != "" && !envName.MatchString(b.APIKeyEnv) {
+		return bad("api_key_env must be an environment variable name (letters, digits, '_'), not a key")
+	}
+	if b.ContextWindow < 0 || b.MaxTokens < 0 {
+		return bad("context_window and max_tokens must not be negative")
+	}
+	if b.MaxAttempts < 0 || b.MaxAttempts > 10 {
+		return bad("max_attempts must be between 1 and 10")
+	}
+	if b.MaxRetryWait != "" {
+		if d, err := time.ParseDuration(b.MaxRetryWait); err != nil || d < 0 {
+			return bad("max_retry_wait must be a duration such as 60s")
+		}
+	}
+	switch b.ThinkingFormat {
+	case "", ThinkingOpenAI, ThinkingQwen, ThinkingNone:
+	default:
+		return bad("thinking_format %q: use %s, %s or %s", b.ThinkingFormat, ThinkingOpenAI, ThinkingQwen, ThinkingNone)
+	}
+	return nil
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

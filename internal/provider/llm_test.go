@@ -1,0 +1,346 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/testkit"
+)
+
+// The real model server: llama.cpp's llama-server with the tiny deterministic model of
+// ../shared/llm (its README): without tools it answers "Hello from a tiny model.", with tools
+// it makes exactly one call, and after a tool result it answers in text. It is set up once per
+// package run, on first use, and stopped by TestMain.
+
+// llm is the package's one server.
+var llm struct {
+	once sync.Once
+	url  string // http://127.0.0.1:PORT
+	skip string // why there is none (a missing prerequisite)
+	err  error  // why setting it up failed
+	stop func()
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if llm.stop != nil {
+		llm.stop()
+	}
+	os.Exit(code)
+}
+
+// llamaServer returns the server's base URL, starting it on first use; without
+// ../shared/llm (or NEXUS_TEST_LLM_DIR) the test is skipped, and fails under CI.
+func llamaServer(t *testing.T) string {
+	t.Helper()
+	llm.once.Do(startLlama)
+	if llm.skip != "" {
+		testkit.SkipUnlessCI(t, llm.skip)
+	}
+	if llm.err != nil {
+		t.Fatal(llm.err)
+	}
+	return llm.url
+}
+
+func startLlama() {
+	dir := os.Getenv("NEXUS_TEST_LLM_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "..", "shared", "llm")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "setup.sh")); err != nil {
+		llm.skip = fmt.Sprintf("no real model server: %s/setup.sh is missing (set NEXUS_TEST_LLM_DIR to the shared/llm directory)", dir)
+		return
+	}
+	for _, tool := range []string{"bash", "apt-get", "dpkg", "node", "npm", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			llm.skip = "no real model server: " + tool + " is not installed (.ci/llm-setup.sh installs what setup.sh needs)"
+			return
+		}
+	}
+	cache := os.Getenv("NEXUS_TEST_LLM_CACHE")
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		cache = filepath.Join(base, "nexus-test-llm")
+	}
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		llm.err = fmt.Errorf("llm cache: %w", err)
+		return
+	}
+	setup := exec.Command("bash", filepath.Join(dir, "setup.sh"), cache) //nolint:gosec // the test's own script
+	if out, err := setup.CombinedOutput(); err != nil {
+		llm.err = fmt.Errorf("setup.sh %s: %w\n%s", cache, err, tail(out))
+		return
+	}
+	port, err := freePort()
+	if err != nil {
+		llm.err = err
+		return
+	}
+	serve := exec.Command("bash", filepath.Join(dir, "serve.sh"), strconv.Itoa(port), cache) //nolint:gosec // the test's own script
+	var stderr bytes.Buffer
+	serve.Stderr = &stderr
+	out, err := serve.Output()
+	if err != nil {
+		llm.err = fmt.Errorf("serve.sh %d: %w\n%s", port, err, tail(stderr.Bytes()))
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		llm.err = fmt.Errorf("serve.sh printed %q, not a pid", out)
+		return
+	}
+	// serve.sh leaves llama-server running on its own. A watchdog holding the read end of a
+	// pipe kills it when the write end closes: at the end of TestMain, or when this process
+	// dies in any way, so the server never outlives the tests.
+	r, w, err := os.Pipe()
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		llm.err = err
+		return
+	}
+	dog := exec.Command("bash", "-c", `read -r _; kill "$1" 2>/dev/null`, "watchdog", strconv.Itoa(pid))
+	dog.Stdin = r
+	dog.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // out of reach of a terminal's Ctrl-C
+	if err := dog.Start(); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		llm.err = err
+		return
+	}
+	_ = r.Close()
+	llm.url = "http://127.0.0.1:" + strconv.Itoa(port)
+	llm.stop = func() {
+		_ = w.Close()
+		_ = dog.Wait()
+		// Not our child (serve.sh's nohup): poll until it is gone, then make sure.
+		for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func tail(b []byte) string {
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// sessionExec is the tool offered to the model (probe.mjs's).
+var sessionExec = Tool{
+	Name:        "session_exec",
+	Description: "Run a shell command in a persistent session",
+	Parameters:  json.RawMessage(`{"type":"object","properties":{"session_id":{"type":"string"},"command":{"type":"string"}},"required":["session_id","command"]}`),
+}
+
+// collect reads a whole stream.
+type collected struct {
+	events []Event
+	msg    Message
+	err    error
+}
+
+func collect(t *testing.T, s Stream) collected {
+	t.Helper()
+	var c collected
+	for s.Next() {
+		c.events = append(c.events, s.Event())
+	}
+	c.msg, c.err = s.Message(), s.Err()
+	if n := len(c.events); n == 0 || c.events[n-1].Type != EventDone {
+		t.Fatalf("the stream did not end with EventDone: %v", c.events)
+	}
+	return c
+}
+
+func (c collected) count(typ EventType) int {
+	n := 0
+	for _, ev := range c.events {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func (c collected) deltas(typ EventType) string {
+	var b strings.Builder
+	for _, ev := range c.events {
+		if ev.Type == typ {
+			b.WriteString(ev.Delta)
+		}
+	}
+	return b.String()
+}
+
+func TestRealServer(t *testing.T) {
+	base := llamaServer(t)
+	zero := 0.0
+	routes := []struct {
+		name string
+		b    Backend
+	}{
+		{"openai-chat-completions", Backend{Name: "local", Kind: KindOpenAICompatible, BaseURL: base + "/v1", Model: "probe", MaxTokens: 256}},
+		{"anthropic-messages", Backend{Name: "local-anthropic", Kind: KindAnthropic, BaseURL: base, Model: "probe", MaxTokens: 256}},
+	}
+	user := UserText("What directory is the shell in?", 1)
+	for _, rt := range routes {
+		t.Run(rt.name, func(t *testing.T) {
+			p, err := Open(rt.b, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+
+			// Plain text, no tools.
+			s, err := p.Stream(ctx, Request{Messages: []Message{user}, Temperature: &zero})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := collect(t, s)
+			if c.err != nil || c.msg.StopReason != StopEndTurn {
+				t.Fatalf("plain: stop %q, err %v", c.msg.StopReason, c.err)
+			}
+			if got := c.msg.TextContent(); got != "Hello from a tiny model." {
+				t.Fatalf("plain: text %q", got)
+			}
+			if c.deltas(EventTextDelta) != c.msg.TextContent() || c.count(EventTextDelta) < 2 {
+				t.Fatalf("plain: %d text deltas %q do not make up the text", c.count(EventTextDelta), c.deltas(EventTextDelta))
+			}
+			if u := c.msg.Usage; u.Input+u.CacheRead == 0 || u.Output == 0 || u.TotalTokens != u.Input+u.Output+u.CacheRead+u.CacheWrite {
+				t.Fatalf("plain: usage %+v", u)
+			}
+			if c.count(EventUsage) == 0 {
+				t.Fatal("plain: no usage event")
+			}
+
+			// Tools offered: one call, arguments reassembled from deltas.
+			req := Request{Messages: []Message{user}, Tools: []Tool{sessionExec}, Temperature: &zero}
+			s, err = p.Stream(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = collect(t, s)
+			if c.err != nil || c.msg.StopReason != StopToolUse {
+				t.Fatalf("tools: stop %q, err %v", c.msg.StopReason, c.err)
+			}
+			calls := c.msg.ToolCalls()
+			if len(calls) != 1 || calls[0].Name != "session_exec" || calls[0].ID == "" {
+				t.Fatalf("tools: calls %+v", calls)
+			}
+			var args map[string]any
+			if err := json.Unmarshal(calls[0].Arguments, &args); err != nil {
+				t.Fatalf("tools: arguments %s: %v", calls[0].Arguments, err)
+			}
+			if _, ok := args["session_id"].(string); !ok {
+				t.Fatalf("tools: arguments %s lack session_id", calls[0].Arguments)
+			}
+			if c.count(EventToolCallDelta) < 2 {
+				t.Fatalf("tools: %d argument deltas: want them split over chunks", c.count(EventToolCallDelta))
+			}
+			if !jsonEqual(c.deltas(EventToolCallDelta), string(calls[0].Arguments)) {
+				t.Fatalf("tools: deltas %q != arguments %s", c.deltas(EventToolCallDelta), calls[0].Arguments)
+			}
+			var end *ToolCall
+			for _, ev := range c.events {
+				if ev.Type == EventToolCallEnd {
+					end = ev.ToolCall
+				}
+			}
+			if end == nil || end.ID != calls[0].ID || end.ArgumentsError != "" {
+				t.Fatalf("tools: end event %+v", end)
+			}
+
+			// The tool result sent back: a text answer.
+			req.Messages = append(req.Messages, c.msg, Message{Role: RoleToolResult, ToolCallID: calls[0].ID, ToolName: calls[0].Name,
+				Content: []Content{Text("/home/agent")}, Timestamp: 3})
+			s, err = p.Stream(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = collect(t, s)
+			if c.err != nil || c.msg.StopReason != StopEndTurn || c.msg.TextContent() == "" || len(c.msg.ToolCalls()) != 0 {
+				t.Fatalf("after the result: stop %q, err %v, content %+v", c.msg.StopReason, c.err, c.msg.Content)
+			}
+
+			// Cancelled mid-stream: aborted, with what came so far.
+			cctx, cancel := context.WithCancel(ctx)
+			s, err = p.Stream(cctx, Request{Messages: []Message{user}, Tools: []Tool{sessionExec}, Temperature: &zero})
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			var events []Event
+			for s.Next() {
+				ev := s.Event()
+				events = append(events, ev)
+				if ev.Type == EventToolCallDelta && len(events) < 1000 {
+					cancel()
+				}
+			}
+			cancel()
+			msg, serr := s.Message(), s.Err()
+			if msg.StopReason != StopAborted || !errors.Is(serr, context.Canceled) {
+				t.Fatalf("cancel: stop %q, err %v", msg.StopReason, serr)
+			}
+			if len(msg.ToolCalls()) != 1 || events[len(events)-1].Type != EventDone || events[len(events)-1].StopReason != StopAborted {
+				t.Fatalf("cancel: partial call lost or no done event: %+v", msg.Content)
+			}
+			// The server noticed the closed connection and serves the next request (one slot).
+			s, err = p.Stream(ctx, Request{Messages: []Message{user}, Temperature: &zero})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := collect(t, s); c.err != nil || c.msg.TextContent() != "Hello from a tiny model." {
+				t.Fatalf("after cancel: %q, %v", c.msg.TextContent(), c.err)
+			}
+
+			// A prompt larger than the server's 8192-token context.
+			s, err = p.Stream(ctx, Request{Messages: []Message{UserText(strings.Repeat("hello ", 9000), 1)}})
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("overflow: no error")
+			}
+			if !errors.Is(err, ErrContextOverflow) || abi.CodeOf(err) != abi.CodeInvalidArgument {
+				t.Fatalf("overflow: %v (code %s)", err, abi.CodeOf(err))
+			}
+		})
+	}
+}
+
+func jsonEqual(a, b string) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return bytes.Equal(xa, ya)
+}
