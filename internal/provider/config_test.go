@@ -253,3 +253,30 @@ func TestKeyNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestSDKReadsNoEnvironment: a backend without a key sends none, and goes to its own base URL,
+// whatever OPENAI_* and ANTHROPIC_* variables hold (the SDKs' clients would read them).
+func TestSDKReadsNoEnvironment(t *testing.T) {
+	for _, k := range []string{"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"} {
+		t.Setenv(k, testKey)
+	}
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+	t.Setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1")
+	files := map[string]string{KindOpenAICompatible: "chat-plain.sse", KindAnthropic: "anthropic-plain.sse", KindOpenAIResponses: "responses-text.sse"}
+	for kind, file := range files {
+		f := newFake(t, "", reply{file: file}) // checks that no key arrives
+		b := backendFor(kind, f.url())
+		b.APIKeyEnv = ""
+		p, err := Open(b, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.Stream(context.Background(), Request{Messages: userAsk()})
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if c := collect(t, s); c.err != nil {
+			t.Fatalf("%s: %v", kind, c.err)
+		}
+	}
+}

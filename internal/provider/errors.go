@@ -230,7 +230,11 @@ func (c *client) statusError(status int, body []byte, attempts int, wait time.Du
 	case status >= 500:
 		return c.errorf(abi.CodeResourceUnavailable, nil, "%s", head)
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return c.errorf(abi.CodeAuthenticationInvalid, nil, "%s (check the key in $%s)", head, c.cfg.APIKeyEnv)
+		hint := "the backend sends no key: name its variable with api_key_env"
+		if c.cfg.APIKeyEnv != "" {
+			hint = "check the key in $" + c.cfg.APIKeyEnv
+		}
+		return c.errorf(abi.CodeAuthenticationInvalid, nil, "%s (%s)", head, hint)
 	}
 	return c.errorf(abi.CodeInvalidArgument, nil, "%s", head)
 }

@@ -301,8 +301,8 @@ func TestRealServer(t *testing.T) {
 			for s.Next() {
 				ev := s.Event()
 				events = append(events, ev)
-				if ev.Type == EventToolCallDelta && len(events) < 1000 {
-					cancel()
+				if ev.Type == EventToolCallDelta {
+					cancel() // the call has begun; the server is still generating it
 				}
 			}
 			cancel()

@@ -32,13 +32,16 @@ type sdkDecoder[T any] struct {
 	s       sdkStream[T]
 	on      func(b *builder, ev *T)
 	failure func(error) error
+	// cur holds the event on reports: the SDKs' event unions are kilobytes, and a local
+	// passed by pointer to a func value would be a heap allocation per event.
+	cur T
 }
 
 func (d *sdkDecoder[T]) step(b *builder) bool {
 	for d.s.Next() {
 		n := len(b.queue)
-		ev := d.s.Current()
-		d.on(b, &ev)
+		d.cur = d.s.Current()
+		d.on(b, &d.cur)
 		if len(b.queue) > n {
 			return true
 		}
