@@ -5,20 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/testkit"
+	"github.com/nexus-run/nexus/internal/testkit/llmserver"
 )
 
 // The real model server: llama.cpp's llama-server with the tiny deterministic model of
@@ -29,17 +23,14 @@ import (
 // llm is the package's one server.
 var llm struct {
 	once sync.Once
-	url  string // http://127.0.0.1:PORT
+	srv  *llmserver.Server
 	skip string // why there is none (a missing prerequisite)
 	err  error  // why setting it up failed
-	stop func()
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if llm.stop != nil {
-		llm.stop()
-	}
+	llm.srv.Stop()
 	os.Exit(code)
 }
 
@@ -47,110 +38,14 @@ func TestMain(m *testing.M) {
 // ../shared/llm (or NEXUS_TEST_LLM_DIR) the test is skipped, and fails under CI.
 func llamaServer(t *testing.T) string {
 	t.Helper()
-	llm.once.Do(startLlama)
+	llm.once.Do(func() { llm.srv, llm.skip, llm.err = llmserver.Start(context.Background()) })
 	if llm.skip != "" {
 		testkit.SkipUnlessCI(t, llm.skip)
 	}
 	if llm.err != nil {
 		t.Fatal(llm.err)
 	}
-	return llm.url
-}
-
-func startLlama() {
-	dir := os.Getenv("NEXUS_TEST_LLM_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "llm")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "setup.sh")); err != nil {
-		llm.skip = fmt.Sprintf("no real model server: %s/setup.sh is missing (set NEXUS_TEST_LLM_DIR to the shared/llm directory)", dir)
-		return
-	}
-	for _, tool := range []string{"bash", "apt-get", "dpkg", "node", "npm", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			llm.skip = "no real model server: " + tool + " is not installed (.ci/llm-setup.sh installs what setup.sh needs)"
-			return
-		}
-	}
-	cache := os.Getenv("NEXUS_TEST_LLM_CACHE")
-	if cache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		cache = filepath.Join(base, "nexus-test-llm")
-	}
-	if err := os.MkdirAll(cache, 0o700); err != nil {
-		llm.err = fmt.Errorf("llm cache: %w", err)
-		return
-	}
-	setup := exec.Command("bash", filepath.Join(dir, "setup.sh"), cache) //nolint:gosec // the test's own script
-	if out, err := setup.CombinedOutput(); err != nil {
-		llm.err = fmt.Errorf("setup.sh %s: %w\n%s", cache, err, tail(out))
-		return
-	}
-	port, err := freePort()
-	if err != nil {
-		llm.err = err
-		return
-	}
-	serve := exec.Command("bash", filepath.Join(dir, "serve.sh"), strconv.Itoa(port), cache) //nolint:gosec // the test's own script
-	var stderr bytes.Buffer
-	serve.Stderr = &stderr
-	out, err := serve.Output()
-	if err != nil {
-		llm.err = fmt.Errorf("serve.sh %d: %w\n%s", port, err, tail(stderr.Bytes()))
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		llm.err = fmt.Errorf("serve.sh printed %q, not a pid", out)
-		return
-	}
-	// serve.sh leaves llama-server running on its own. A watchdog holding the read end of a
-	// pipe kills it when the write end closes: at the end of TestMain, or when this process
-	// dies in any way, so the server never outlives the tests.
-	r, w, err := os.Pipe()
-	if err != nil {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		llm.err = err
-		return
-	}
-	dog := exec.Command("bash", "-c", `read -r _; kill "$1" 2>/dev/null`, "watchdog", strconv.Itoa(pid))
-	dog.Stdin = r
-	dog.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // out of reach of a terminal's Ctrl-C
-	if err := dog.Start(); err != nil {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		llm.err = err
-		return
-	}
-	_ = r.Close()
-	llm.url = "http://127.0.0.1:" + strconv.Itoa(port)
-	llm.stop = func() {
-		_ = w.Close()
-		_ = dog.Wait()
-		// Not our child (serve.sh's nohup): poll until it is gone, then make sure.
-		for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ {
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
-
-func tail(b []byte) string {
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return llm.srv.URL
 }
 
 // sessionExec is the tool offered to the model (probe.mjs's).

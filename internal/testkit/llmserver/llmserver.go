@@ -1,0 +1,157 @@
+// Package llmserver starts the real model server tests talk to: llama.cpp's llama-server with
+// the tiny deterministic model of the shared/llm directory beside the repository (its
+// README): without tools it answers "Hello from a tiny model.", with tools it makes exactly one
+// call to one of them, and after a tool result it answers in text.
+package llmserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/fsutil"
+)
+
+// Server is a running llama-server.
+type Server struct {
+	// URL is its base URL, http://127.0.0.1:PORT.
+	URL  string
+	stop func()
+}
+
+// Stop stops the server and waits until it is gone.
+func (s *Server) Stop() {
+	if s != nil && s.stop != nil {
+		s.stop()
+	}
+}
+
+// Dir is the shared/llm directory: NEXUS_TEST_LLM_DIR, else shared/llm beside the repository
+// holding the working directory.
+func Dir() string {
+	if dir := os.Getenv("NEXUS_TEST_LLM_DIR"); dir != "" {
+		return dir
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(filepath.Dir(d), "shared", "llm")
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
+}
+
+// Start sets the server up (setup.sh, cached under the user's cache directory or
+// NEXUS_TEST_LLM_CACHE) and starts it (serve.sh) on a free port. skip says why there can be
+// none (a missing prerequisite: the test skips, and fails under CI); err is a failure of a
+// setup that should have worked. A watchdog stops the server when this process ends in any
+// way, so it never outlives the tests even without Stop.
+func Start(ctx context.Context) (s *Server, skip string, err error) {
+	dir := Dir()
+	if _, err := os.Stat(filepath.Join(dir, "setup.sh")); err != nil {
+		return nil, fmt.Sprintf("no real model server: %s/setup.sh is missing (set NEXUS_TEST_LLM_DIR to the shared/llm directory)", dir), nil
+	}
+	for _, tool := range []string{"bash", "apt-get", "dpkg", "node", "npm", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, "no real model server: " + tool + " is not installed (.ci/llm-setup.sh installs what setup.sh needs)", nil
+		}
+	}
+	cache := os.Getenv("NEXUS_TEST_LLM_CACHE")
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		cache = filepath.Join(base, "nexus-test-llm")
+	}
+	if err := os.MkdirAll(cache, 0o700); err != nil { //nolint:gosec // the tests' own cache directory
+		return nil, "", fmt.Errorf("llm cache: %w", err)
+	}
+	// Test binaries of several packages run at once (go test ./...) and share the cache:
+	// one sets it up while the others wait.
+	lock, err := fsutil.LockContext(ctx, filepath.Join(cache, "setup.lock"), 100*time.Millisecond)
+	if err != nil {
+		return nil, "", fmt.Errorf("llm cache: %w", err)
+	}
+	setup := exec.CommandContext(ctx, "bash", filepath.Join(dir, "setup.sh"), cache) //nolint:gosec // the tests' own script
+	out, err := setup.CombinedOutput()
+	_ = lock.Unlock()
+	if err != nil {
+		return nil, "", fmt.Errorf("setup.sh %s: %w\n%s", cache, err, tail(out))
+	}
+	port, err := freePort(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	serve := exec.CommandContext(ctx, "bash", filepath.Join(dir, "serve.sh"), strconv.Itoa(port), cache) //nolint:gosec // the tests' own script
+	var stderr bytes.Buffer
+	serve.Stderr = &stderr
+	out, err = serve.Output()
+	if err != nil {
+		return nil, "", fmt.Errorf("serve.sh %d: %w\n%s", port, err, tail(stderr.Bytes()))
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return nil, "", fmt.Errorf("serve.sh printed %q, not a pid", out)
+	}
+	// serve.sh leaves llama-server running on its own. A watchdog holding the read end of a
+	// pipe kills it when the write end closes: at Stop, or when this process dies in any way.
+	r, w, err := os.Pipe()
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return nil, "", fmt.Errorf("watchdog pipe: %w", err)
+	}
+	// The watchdog outlives ctx on purpose: it is what stops the server.
+	dog := exec.CommandContext(context.WithoutCancel(ctx), "bash", "-c", `read -r _; kill "$1" 2>/dev/null`, "watchdog", strconv.Itoa(pid)) //nolint:gosec // a pid serve.sh printed
+	dog.Stdin = r
+	dog.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // out of reach of a terminal's Ctrl-C
+	if err := dog.Start(); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return nil, "", fmt.Errorf("watchdog: %w", err)
+	}
+	_ = r.Close()
+	return &Server{URL: "http://127.0.0.1:" + strconv.Itoa(port), stop: func() {
+		_ = w.Close()
+		_ = dog.Wait()
+		// Not our child (serve.sh's nohup): wait until it is gone, then make sure.
+		for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}}, "", nil
+}
+
+func tail(b []byte) string {
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func freePort(ctx context.Context) (int, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, errors.New("free port: not a TCP address")
+	}
+	return addr.Port, nil
+}
