@@ -1,11 +1,9 @@
 package agent_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nexus-run/nexus/internal/agent"
@@ -13,34 +11,21 @@ import (
 	"github.com/nexus-run/nexus/internal/agent/tools"
 	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
-	"github.com/nexus-run/nexus/internal/testkit"
 	"github.com/nexus-run/nexus/internal/testkit/llmserver"
 )
 
-// llm is the package's one real model server, started on first use and stopped by TestMain.
-var llm struct {
-	once sync.Once
-	srv  *llmserver.Server
-	skip string
-	err  error
-}
+// llm is the package's one real model server, stopped by TestMain.
+var llm llmserver.Once
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	llm.srv.Stop()
+	llm.Stop()
 	os.Exit(code)
 }
 
 func llamaServer(t *testing.T) string {
 	t.Helper()
-	llm.once.Do(func() { llm.srv, llm.skip, llm.err = llmserver.Start(context.Background()) })
-	if llm.skip != "" {
-		testkit.SkipUnlessCI(t, llm.skip)
-	}
-	if llm.err != nil {
-		t.Fatal(llm.err)
-	}
-	return llm.srv.URL
+	return llm.URL(t)
 }
 
 // TestRealModelTurn is a whole turn against the real llama-server, over both of its routes:
@@ -48,6 +33,7 @@ func llamaServer(t *testing.T) string {
 // result goes back; the model answers in text, streamed as tokens.
 func TestRealModelTurn(t *testing.T) {
 	base := llamaServer(t)
+	zero := 0.0
 	for _, b := range []provider.Backend{
 		{Name: "local", Kind: provider.KindOpenAICompatible, BaseURL: base + "/v1", Model: "probe", MaxTokens: 256},
 		{Name: "local-anthropic", Kind: provider.KindAnthropic, BaseURL: base, Model: "probe", MaxTokens: 256},
@@ -73,7 +59,9 @@ func TestRealModelTurn(t *testing.T) {
 			}
 			var r recorder
 			res, err := agent.Run(t.Context(), p, &agent.Toolset{Registry: reg, Allowances: &permission.Allowances{}},
-				provider.Request{Messages: []provider.Message{provider.UserText("run something", 1)}}, r.opts())
+				// At temperature 0 the tiny model is deterministic (its README); the server's
+				// default samples, and then it may answer without calling the tool.
+				provider.Request{Messages: []provider.Message{provider.UserText("run something", 1)}, Temperature: &zero}, r.opts())
 			if err != nil || res.End != agent.EndCompleted || res.Iterations != 2 {
 				t.Fatalf("%+v %v", res, err)
 			}

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/testkit"
 	"github.com/nexus-run/nexus/internal/testkit/llmserver"
 )
 
@@ -20,32 +18,18 @@ import (
 // it makes exactly one call, and after a tool result it answers in text. It is set up once per
 // package run, on first use, and stopped by TestMain.
 
-// llm is the package's one server.
-var llm struct {
-	once sync.Once
-	srv  *llmserver.Server
-	skip string // why there is none (a missing prerequisite)
-	err  error  // why setting it up failed
-}
+// llm is the package's one real model server, stopped by TestMain.
+var llm llmserver.Once
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	llm.srv.Stop()
+	llm.Stop()
 	os.Exit(code)
 }
 
-// llamaServer returns the server's base URL, starting it on first use; without
-// ../shared/llm (or NEXUS_TEST_LLM_DIR) the test is skipped, and fails under CI.
 func llamaServer(t *testing.T) string {
 	t.Helper()
-	llm.once.Do(func() { llm.srv, llm.skip, llm.err = llmserver.Start(context.Background()) })
-	if llm.skip != "" {
-		testkit.SkipUnlessCI(t, llm.skip)
-	}
-	if llm.err != nil {
-		t.Fatal(llm.err)
-	}
-	return llm.srv.URL
+	return llm.URL(t)
 }
 
 // sessionExec is the tool offered to the model (probe.mjs's).

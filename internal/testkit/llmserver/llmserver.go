@@ -15,10 +15,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // Server is a running llama-server.
@@ -155,3 +158,28 @@ func freePort(ctx context.Context) (int, error) {
 	}
 	return addr.Port, nil
 }
+
+// Once is a test package's one server: started on first use, stopped by Stop (from TestMain).
+type Once struct {
+	once sync.Once
+	srv  *Server
+	skip string
+	err  error
+}
+
+// URL returns the server's base URL, starting it on first use. Without the shared/llm
+// directory or a tool setup.sh needs, the test is skipped, and fails under CI.
+func (o *Once) URL(t testing.TB) string {
+	t.Helper()
+	o.once.Do(func() { o.srv, o.skip, o.err = Start(context.Background()) })
+	if o.skip != "" {
+		testkit.SkipUnlessCI(t, o.skip)
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	return o.srv.URL
+}
+
+// Stop stops the server if it was started.
+func (o *Once) Stop() { o.srv.Stop() }
