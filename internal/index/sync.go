@@ -448,10 +448,10 @@ type writer struct {
 	st       map[string]*sql.Stmt
 	batch    int   // files in the open transaction
 	batchLen int64 // bytes in the open transaction
-	// touched are the sessions written since the last commit, for the subagent links; seen
-	// those written by this sync.
-	touched map[int64]bool
-	seen    map[int64]bool
+	// linked says the subagent links are up to date with what this transaction wrote; seen
+	// are the sessions this sync wrote (their rows may already hold the ids of another file).
+	linked bool
+	seen   map[int64]bool
 }
 
 // Batches: a transaction is committed after this many files or bytes, so a long first sync
@@ -462,7 +462,7 @@ const (
 )
 
 func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
-	w := &writer{ix: ix, touched: map[int64]bool{}, seen: map[int64]bool{}}
+	w := &writer{ix: ix, linked: true, seen: map[int64]bool{}}
 	if err := w.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -646,7 +646,7 @@ func (w *writer) finish(ctx context.Context) error { return w.commit(ctx) }
 // linkSubagents fills a subagent session's task, status and parent from the call that
 // started it, in whichever order the two were read.
 func (w *writer) linkSubagents(ctx context.Context) error {
-	if len(w.touched) == 0 {
+	if w.linked {
 		return nil
 	}
 	_, err := w.tx.ExecContext(ctx, `UPDATE sessions SET
@@ -662,7 +662,7 @@ func (w *writer) linkSubagents(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("index: link subagents: %w", err)
 	}
-	clear(w.touched)
+	w.linked = true
 	return nil
 }
 
@@ -778,9 +778,9 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	sum.Sessions++
 	// A session seen before (in an earlier sync, or another file of this one) may already
 	// hold rows with these ids.
-	existing := msgCount > 0 || w.touched[sessID] || w.seen[sessID]
-	w.touched[sessID] = true
+	existing := msgCount > 0 || w.seen[sessID]
 	w.seen[sessID] = true
+	w.linked = false
 	if j.change == changeRewritten {
 		turnBase = 0 // the file is read again from its start
 	}

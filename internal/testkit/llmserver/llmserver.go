@@ -70,7 +70,7 @@ func Start(ctx context.Context) (s *Server, skip string, err error) {
 	}
 	for _, tool := range []string{"bash", "apt-get", "dpkg", "node", "npm", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return nil, "no real model server: " + tool + " is not installed (.ci/llm-setup.sh installs what setup.sh needs)", nil
+			return nil, "no real model server: " + tool + " is not installed (.ci/packages-setup.sh installs what setup.sh needs)", nil
 		}
 	}
 	cache := os.Getenv("NEXUS_TEST_LLM_CACHE")
