@@ -108,6 +108,9 @@ func (c Capabilities) Allows(cmd Command) bool {
 		return c.Restart
 	case CommandPause, CommandResume:
 		return c.Stream
+	case CommandConfirm:
+		// Answering a question is input; kinds that never ask refuse it themselves.
+		return c.Send
 	}
 	return false
 }
@@ -136,12 +139,14 @@ const (
 	CommandRestart   Command = "restart"
 	CommandPause     Command = "pause"
 	CommandResume    Command = "resume"
+	// CommandConfirm answers an ai-chat confirmation request (requestId, answer).
+	CommandConfirm Command = "confirm"
 )
 
 // Valid reports whether c is a known control command.
 func (c Command) Valid() bool {
 	switch c {
-	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume:
+	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume, CommandConfirm:
 		return true
 	}
 	return false

@@ -38,6 +38,9 @@ type ControlRequest struct {
 	Command Command `json:"command"`
 	Width   int     `json:"width,omitempty"`
 	Height  int     `json:"height,omitempty"`
+	// RequestID and Answer are the confirm command's (ai-chat).
+	RequestID string `json:"requestId,omitempty"`
+	Answer    string `json:"answer,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/sessions.

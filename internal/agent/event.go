@@ -58,6 +58,8 @@ type Event struct {
 	Calls     int
 	Parallel  bool
 	Iteration int
-	End       string
-	Reason    string
+	// WillContinue (iteration_completed): the model is called again.
+	WillContinue bool
+	End          string
+	Reason       string
 }

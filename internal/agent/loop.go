@@ -171,7 +171,8 @@ func Run(ctx context.Context, p provider.Provider, tools Tools, req provider.Req
 		if reason := t.detectFailures(calls, results, ran); reason != "" {
 			return t.end(EndLoop, reason)
 		}
-		t.opts.Emit(Event{Type: EventIterationCompleted, Iteration: t.res.Iterations})
+		t.opts.Emit(Event{Type: EventIterationCompleted, Iteration: t.res.Iterations,
+			WillContinue: ctx.Err() == nil && t.res.Iterations < opts.MaxIterations})
 		if ctx.Err() != nil {
 			return t.end(EndCancelled, "")
 		}

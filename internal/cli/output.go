@@ -203,7 +203,11 @@ func compactEvent(e abi.Event) ([]byte, error) {
 			return nil, fmt.Errorf("decode payload: %w", err)
 		}
 	}
-	delete(payload, "type")
+	// The payload's type repeats the event's name, except in data events other than terminal
+	// output (ai-chat's), where it says which payload it is.
+	if t := string(payload["type"]); e.Event != abi.EventData || t == `"`+abi.PayloadTerminalOutput+`"` {
+		delete(payload, "type")
+	}
 	if e.Event == abi.EventData {
 		if ct, ok := payload["contentType"]; ok && string(ct) != `"raw"` {
 			delete(payload, "contentType")

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -58,6 +59,7 @@ func nexusMain() {
 //	killwatchdog                 SIGKILL the watchdogs of this script's state directory
 //	jsonget FILE PATH VAR        JSON value at a dotted path into an env var
 //	jsoneq FILE PATH WANT        JSON value at a dotted path equals WANT
+//	jsonsame A B                 two files hold the same JSON value
 //	exitcode N PROG ARGS...      run PROG, require exit status N
 //	envfile VAR FILE             file content into an env var
 //	tour README                  run the README's tour as printed (tour_test.go)
@@ -82,8 +84,14 @@ func TestScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testscript.Run(t, testscript.Params{
-		Dir:                 filepath.Join("testdata", "script"),
+	testscript.Run(t, scriptParams(filepath.Join("testdata", "script"), repo, bash, nil))
+}
+
+// scriptParams are the scripts' parameters: dir's scripts, the commands above, and setup
+// (after the common one) when not nil.
+func scriptParams(dir, repo, bash string, setup func(env *testscript.Env) error) testscript.Params {
+	return testscript.Params{
+		Dir:                 dir,
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		Setup: func(env *testscript.Env) error {
@@ -94,6 +102,9 @@ func TestScript(t *testing.T) {
 			// nexus command of the scripts would pay it. A race still fails its command (exit 66).
 			if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
 				env.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
+			}
+			if setup != nil {
+				return setup(env)
 			}
 			return nil
 		},
@@ -111,6 +122,7 @@ func TestScript(t *testing.T) {
 			"killwatchdog": cmdKillWatchdog,
 			"jsonget":      cmdJSONGet,
 			"jsoneq":       cmdJSONEq,
+			"jsonsame":     cmdJSONSame,
 			"exitcode":     cmdExitCode,
 			"envfile":      cmdEnvFile,
 			"tour":         cmdTour,
@@ -122,7 +134,7 @@ func TestScript(t *testing.T) {
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
-	})
+	}
 }
 
 const pollEvery = 50 * time.Millisecond
@@ -562,6 +574,23 @@ func cmdJSONEq(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s: %s = %s, want %s", args[0], args[1], got, args[2])
 	case neg && ok && got == args[2]:
 		ts.Fatalf("%s: %s = %s, want anything else", args[0], args[1], got)
+	}
+}
+
+// jsonsame A B: files A and B hold the same JSON value (white space and key order aside).
+func cmdJSONSame(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: jsonsame A B")
+	}
+	var a, b any
+	if err := json.Unmarshal([]byte(ts.ReadFile(args[0])), &a); err != nil {
+		ts.Fatalf("%s: %v", args[0], err)
+	}
+	if err := json.Unmarshal([]byte(ts.ReadFile(args[1])), &b); err != nil {
+		ts.Fatalf("%s: %v", args[1], err)
+	}
+	if same := reflect.DeepEqual(a, b); same == neg {
+		ts.Fatalf("%s and %s: same JSON = %v", args[0], args[1], same)
 	}
 }
 

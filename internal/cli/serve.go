@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
@@ -34,6 +35,8 @@ func (a *app) serveCmd() *cobra.Command {
 		allowHosts  []string
 		serveMCP    bool
 		noIndex     bool
+		noAILogs    bool
+		aiRawLog    bool
 		indexRoots  []string
 		agentShells = shellFlags{prefix: "mcp-"}
 	)
@@ -95,7 +98,7 @@ func (a *app) serveCmd() *cobra.Command {
 			// agent must not see, run in or destroy a terminal's companion shell, and the
 			// agents' shells have the operator's policy, cap and idle timeout. Both write the
 			// audit directory, so their ids must differ; both belong to the gateway's owner.
-			prefixes := runPrefixes(2)
+			prefixes := runPrefixes(3)
 			var agents *mcp.Server
 			if serveMCP {
 				shellCfg.Owner, shellCfg.RunPrefix = owner, prefixes[1]
@@ -120,6 +123,28 @@ func (a *app) serveCmd() *cobra.Command {
 					return p.Path, err
 				},
 			}
+			chats := conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger})
+			// ai-chat sessions: one bash agent shell per conversation, from the agents' manager
+			// settings (policy, budgets) but never listed with the MCP agents' shells.
+			aiShells := agentshell.New(agentshell.Config{
+				MaxSessions: maxSessions,
+				IdleTimeout: -1,
+				RunPrefix:   prefixes[2],
+				AuditDir:    filepath.Join(a.stateDir, "audit"),
+				Now:         a.env.Now,
+				Owner:       owner,
+			})
+			defer aiShells.Close()
+			aiKind := &aichat.Kind{
+				Chats:    chats,
+				StateDir: a.stateDir,
+				Config:   a.providerConfig,
+				Getenv:   a.env.Getenv,
+				Shells:   aiShells,
+				Logs:     &aichat.LogOptions{Context: !noAILogs, Verbose: !noAILogs, Raw: !noAILogs && aiRawLog},
+				Now:      a.env.Now,
+				Logger:   logger,
+			}
 			// Sessions and their events live in state/live, so the next gateway still answers
 			// for them (docs/live-sessions.md).
 			openRegistry := func(ctx context.Context) (live.Backend, error) {
@@ -134,7 +159,7 @@ func (a *app) serveCmd() *cobra.Command {
 					Store:       store,
 					Now:         a.env.Now,
 					Logger:      logger,
-				}, kind)
+				}, kind, aiKind)
 				if err != nil {
 					_ = store.Close()
 					return nil, err
@@ -149,7 +174,7 @@ func (a *app) serveCmd() *cobra.Command {
 				AllowedHosts: allowHosts,
 				Shells:       agents,
 				Open:         openRegistry,
-				Chats:        conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger}),
+				Chats:        chats,
 				Index:        historyIndex,
 				Version:      a.env.Version,
 				Logger:       logger,
@@ -183,6 +208,8 @@ func (a *app) serveCmd() *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringSliceVar(&allowHosts, "allow-host", nil, "a host name the TCP listener answers to besides IP addresses and localhost (repeatable; guards against DNS rebinding)")
 	f.BoolVar(&serveMCP, "mcp", true, "serve agent shells over MCP (Streamable HTTP) at /v1/mcp, listed under /v1/shells; the --mcp-* flags are those of nexus mcp")
+	f.BoolVar(&noAILogs, "no-ai-logs", false, "write no ai-chat logs (state/logs/<session>/context.md and verbose.md)")
+	f.BoolVar(&aiRawLog, "ai-raw-log", false, "also write each ai-chat's HTTP exchanges with the model to state/logs/<session>/raw.jsonl (redacted)")
 	f.BoolVar(&noIndex, "no-index", false, "do not keep the history index (state/index.db) fresh nor serve it under /v1/index")
 	f.StringArrayVar(&indexRoots, "index-root", nil, "read SOURCE's transcripts into the index from DIR instead of its default directories (SOURCE=DIR, repeatable)")
 	agentShells.bind(f, f)

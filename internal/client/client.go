@@ -155,7 +155,17 @@ func (c *Client) Get(ctx context.Context, id string) (abi.Session, error) {
 
 // Send delivers input bytes (sent as base64 when they are not valid UTF-8).
 func (c *Client) Send(ctx context.Context, id string, data []byte) error {
-	return c.do(ctx, http.MethodPost, sessionPath(id, "/send"), sendRequest(data), nil)
+	_, err := c.SendAfter(ctx, id, data)
+	return err
+}
+
+// SendAfter is Send, returning the sequence number the events caused by the input come after.
+func (c *Client) SendAfter(ctx context.Context, id string, data []byte) (uint64, error) {
+	var out struct {
+		AfterSeq uint64 `json:"afterSeq"`
+	}
+	err := c.do(ctx, http.MethodPost, sessionPath(id, "/send"), sendRequest(data), &out)
+	return out.AfterSeq, err
 }
 
 func sendRequest(data []byte) abi.SendRequest {

@@ -326,6 +326,12 @@ func (s *server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data, err := decodeInput(id, req.Data, req.Encoding)
+	var after uint64
+	if err == nil {
+		// afterSeq: the events this input causes come after it (an ai-chat client follows its
+		// turn from there).
+		after, err = s.opt.Registry.LastSeq(r.Context(), id)
+	}
 	if err == nil {
 		err = s.opt.Registry.Send(r.Context(), id, data)
 	}
@@ -333,7 +339,7 @@ func (s *server) send(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err, 0)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"status": abi.ResponseOK, "sessionId": id, "bytes": len(data)})
+	s.writeJSON(w, http.StatusOK, map[string]any{"status": abi.ResponseOK, "sessionId": id, "bytes": len(data), "afterSeq": after})
 }
 
 func (s *server) control(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,142 @@
+package abi
+
+import "encoding/json"
+
+// Payload types of ai-chat data events besides ai-token (docs/ABI.md, "AI chat events"). Each
+// is one of the turn loop's events; Phase says which step of it.
+const (
+	PayloadAIReasoning    = "ai-reasoning"
+	PayloadAITool         = "ai-tool"
+	PayloadAIBatch        = "ai-batch"
+	PayloadAIIteration    = "ai-iteration"
+	PayloadAITurn         = "ai-turn"
+	PayloadAIConfirmation = "confirmation-request"
+	PayloadAIConfirmed    = "confirmation-answered"
+)
+
+// Phases of the ai-chat payloads.
+const (
+	PhaseStarted   = "started"
+	PhaseDelta     = "delta"
+	PhaseEnded     = "ended"
+	PhaseDetected  = "detected"
+	PhaseCompleted = "completed"
+	PhaseHalted    = "halted"
+)
+
+// AIChatOptions are the creation options of an ai-chat session (CreateRequest.Options). The
+// conversation is context.chatId, a session key (default: a new agent:<agent>:ai:<id> key).
+type AIChatOptions struct {
+	// Backend names a backend of config.toml (default: the agent's, else the first of
+	// claude, codex, gemini, qwen whose key is set).
+	Backend string `json:"backend,omitempty"`
+	// Model overrides the backend's model.
+	Model string `json:"model,omitempty"`
+	// Agent is the agent id (default: the key's, else main).
+	Agent string `json:"agent,omitempty"`
+	// Level is the permission level: yolo, trusted or sandboxed (default: the agent's, else trusted).
+	Level string `json:"level,omitempty"`
+	// Workspace is the directory tools work in (default: the agent's, else the gateway's cwd).
+	Workspace string `json:"workspace,omitempty"`
+	// Thinking is a thinking level (off, minimal, low, medium, high, xhigh).
+	Thinking string `json:"thinking,omitempty"`
+	// Temperature is passed to the model when set.
+	Temperature *float64 `json:"temperature,omitempty"`
+	// MaxToolIterations caps model calls per turn (default 10).
+	MaxToolIterations int `json:"maxToolIterations,omitempty"`
+}
+
+// AIReasoning is a thinking block: started, a delta of its text, ended.
+type AIReasoning struct {
+	Type      string `json:"type"`
+	Phase     string `json:"phase"`
+	Content   string `json:"content,omitempty"`
+	MessageID string `json:"messageId,omitempty"`
+}
+
+// AITool is one tool call: detected in the reply (with its arguments), started, completed
+// (with its output, and isError when it failed or did not run).
+type AITool struct {
+	Type       string          `json:"type"`
+	Phase      string          `json:"phase"`
+	ToolCallID string          `json:"toolCallId"`
+	Name       string          `json:"name"`
+	Arguments  json.RawMessage `json:"arguments,omitempty"`
+	Output     string          `json:"output,omitempty"`
+	IsError    bool            `json:"isError,omitempty"`
+}
+
+// AIBatch is a reply's tool calls as a batch: started (calls, parallel), halted (reason: an
+// ordered call failed, the rest did not run), completed.
+type AIBatch struct {
+	Type     string `json:"type"`
+	Phase    string `json:"phase"`
+	Calls    int    `json:"calls,omitempty"`
+	Parallel bool   `json:"parallel,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// AIIteration is one model call and its tools done; WillContinue when the model is called again.
+type AIIteration struct {
+	Type         string `json:"type"`
+	Iteration    int    `json:"iteration"`
+	WillContinue bool   `json:"willContinue"`
+}
+
+// Ends of a turn (AITurn.End).
+const (
+	TurnCompleted     = "completed"
+	TurnCancelled     = "cancelled"
+	TurnMaxIterations = "max_iterations"
+	TurnLoopDetected  = "loop_detected"
+	TurnError         = "error"
+)
+
+// AITurn is a turn starting (Phase started, RunID) or ending (Phase ended with End, and
+// Reason for loop_detected and error).
+type AITurn struct {
+	Type       string   `json:"type"`
+	Phase      string   `json:"phase"`
+	RunID      string   `json:"runId,omitempty"`
+	End        string   `json:"end,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
+	Iterations int      `json:"iterations,omitempty"`
+	Usage      *AIUsage `json:"usage,omitempty"`
+}
+
+// AIUsage is the tokens of a turn's model calls.
+type AIUsage struct {
+	Input      int `json:"input"`
+	Output     int `json:"output"`
+	CacheRead  int `json:"cacheRead"`
+	CacheWrite int `json:"cacheWrite"`
+	Total      int `json:"total"`
+}
+
+// AIConfirmation asks the user about a tool call (permission level trusted). The answer goes
+// back with the confirm control command: {"command":"confirm","requestId":...,"answer":...}.
+type AIConfirmation struct {
+	Type       string          `json:"type"`
+	RequestID  string          `json:"requestId"`
+	ToolCallID string          `json:"toolCallId"`
+	Tool       string          `json:"tool"`
+	Arguments  json.RawMessage `json:"arguments,omitempty"`
+	// Paths are the paths the call touches that need the answer, as shown to the user.
+	Paths []string `json:"paths,omitempty"`
+	// Command, Cwd and Programs are a bash call's: the whole command, where it runs, and the
+	// programs no allowance covers yet.
+	Command  string   `json:"command,omitempty"`
+	Cwd      string   `json:"cwd,omitempty"`
+	Programs []string `json:"programs,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	// Options are the answers offered (deny, allow-once, allow-file, ...).
+	Options []string `json:"options"`
+}
+
+// AIConfirmed says a confirmation request was answered (by whom: user, or "interrupt" when
+// the turn ended first).
+type AIConfirmed struct {
+	Type      string `json:"type"`
+	RequestID string `json:"requestId"`
+	Answer    string `json:"answer"`
+}

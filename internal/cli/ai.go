@@ -1,0 +1,532 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/provider"
+)
+
+// providerConfig loads $NEXUS_HOME/config.toml's backends.
+func (a *app) providerConfig() (*provider.Config, error) {
+	path, err := provider.ConfigPath(a.env.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return provider.LoadConfig(path)
+}
+
+func (a *app) aiCmd() *cobra.Command {
+	cmd := group(&cobra.Command{Use: "ai", Short: "AI chats: talk to a model that uses tools, through the gateway"})
+	msg := group(&cobra.Command{Use: "message", Short: "Send to, watch and interrupt the active ai-chat session"})
+	msg.AddCommand(a.aiSendCmd(), a.aiStreamCmd(), a.aiInterruptCmd())
+	cmd.AddCommand(a.aiChatCmd(), msg, a.aiConfirmCmd())
+	return cmd
+}
+
+// aiOpen are the options of opening an ai-chat session.
+type aiOpen struct {
+	abi.AIChatOptions
+	chat        string
+	temperature float64
+	resume      bool
+}
+
+func (a *app) aiOpenFlags(cmd *cobra.Command, o *aiOpen) {
+	f := cmd.Flags()
+	f.StringVar(&o.Backend, "backend", "", "backend of config.toml (claude, codex, gemini, qwen, or one you named; default: the agent's, else the first whose API key is set)")
+	f.StringVar(&o.Model, "model", "", "model (default: the backend's)")
+	f.StringVar(&o.chat, "chat", "", "the conversation's session key (default: a new agent:<agent>:ai:<id>); an existing key continues it")
+	f.StringVar(&o.Agent, "agent", "", "agent id (default main; see nexus agent list)")
+	enumFlag(cmd, &o.Level, "level", "", "permission level: yolo, trusted or sandboxed (default: the agent's, else trusted)", "yolo", "trusted", "sandboxed")
+	f.StringVar(&o.Workspace, "workspace", "", "directory the tools work in (default: the agent's, else this directory)")
+	f.StringVar(&o.Thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	f.Float64Var(&o.temperature, "temperature", -1, "sampling temperature (default: the model's)")
+	f.IntVar(&o.MaxToolIterations, "max-tool-iterations", 0, "model calls per message at most (default 10)")
+}
+
+func (a *app) openAIChat(ctx context.Context, o aiOpen) (abi.Session, error) {
+	if o.Workspace == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return abi.Session{}, fmt.Errorf("workspace: %w", err)
+		}
+		o.Workspace = wd
+	}
+	if o.temperature >= 0 {
+		t := o.temperature
+		o.Temperature = &t
+	}
+	if o.resume && o.chat == "" {
+		key, err := a.lastAIChat(ctx, o.Agent)
+		if err != nil {
+			return abi.Session{}, err
+		}
+		o.chat = key
+	}
+	opts, err := json.Marshal(o.AIChatOptions)
+	if err != nil {
+		return abi.Session{}, fmt.Errorf("encode options: %w", err)
+	}
+	s, err := a.client().Create(ctx, abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: o.chat}, Options: opts})
+	if err != nil {
+		return s, err
+	}
+	return s, a.setActive(ctx, s)
+}
+
+// lastAIChat is the most recently updated conversation of the agent.
+func (a *app) lastAIChat(ctx context.Context, agentID string) (string, error) {
+	// Through the gateway: it is the one that holds the conversations of ai-chat sessions.
+	api := a.client().Chats()
+	if agentID == "" {
+		agentID = "main"
+	}
+	items, err := api.List(ctx, conversation.ListOptions{Agent: agentID, Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	if len(items) == 0 {
+		return "", abi.Errorf(abi.CodeInvalidArgument, "", "agent %s has no conversation to resume", agentID)
+	}
+	return items[0].Key, nil
+}
+
+func (a *app) aiChatCmd() *cobra.Command {
+	var o aiOpen
+	var id string
+	cmd := textOutput(&cobra.Command{
+		Use:   "chat",
+		Short: "Talk with a model: a line REPL over an ai-chat session (Ctrl-C interrupts the reply, Ctrl-D leaves)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if id == "" {
+				s, err := a.openAIChat(ctx, o)
+				if err != nil {
+					return err
+				}
+				id = s.SessionID
+				fmt.Fprintf(a.env.Stderr, "nexus: ai-chat %s on %v (%v), chat %v; Ctrl-C interrupts a reply, Ctrl-D leaves\n",
+					id, s.Metadata["backend"], s.Metadata["model"], s.Metadata["chatKey"])
+			}
+			return a.aiREPL(ctx, id)
+		},
+	})
+	a.aiOpenFlags(cmd, &o)
+	cmd.Flags().BoolVar(&o.resume, "resume", false, "continue the agent's most recent conversation")
+	cmd.Flags().StringVar(&id, "session-id", "", "talk in this ai-chat session instead of opening one")
+	cmd.AddCommand(a.aiChatOpenCmd())
+	return cmd
+}
+
+func (a *app) aiChatOpenCmd() *cobra.Command {
+	var o aiOpen
+	var format string
+	cmd := &cobra.Command{
+		Use:   "open",
+		Short: "Open an ai-chat session (it becomes the active one) and print it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := a.openAIChat(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return a.printSession(format, s)
+		},
+	}
+	a.aiOpenFlags(cmd, &o)
+	cmd.Flags().BoolVar(&o.resume, "resume", false, "continue the agent's most recent conversation")
+	formatFlag(cmd, &format, formatJSON, formatTable)
+	return cmd
+}
+
+// aiSession is the session a message command uses: --session-id, else the active ai-chat.
+func (a *app) aiSession(explicit string) (string, error) {
+	if explicit != "" {
+		return explicit, nil
+	}
+	act, err := a.activeID(abi.TypeAIChat)
+	if err != nil {
+		return "", err
+	}
+	if act.SessionID == "" {
+		return "", abi.Errorf(abi.CodeInvalidArgument, "", "no active ai-chat session: pass --session-id, or open one with nexus ai chat open")
+	}
+	return act.SessionID, nil
+}
+
+func (a *app) aiSendCmd() *cobra.Command {
+	var id, format string
+	cmd := textOutput(&cobra.Command{
+		Use:   "send [--session-id ID] TEXT...",
+		Short: "Send a message and print the reply as it streams (tool calls and confirmations on stderr)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sid, err := a.aiSession(id)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return a.aiTurn(ctx, cmd.Context(), sid, strings.Join(args, " "), format, nil)
+		},
+	})
+	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
+	formatFlag(cmd, &format, eventsText, eventsRaw, eventsCompact)
+	return cmd
+}
+
+// errTurnOver ends a turn's stream.
+var errTurnOver = errors.New("turn over")
+
+// aiTurn sends text and prints the turn's events until it ends. When sigCtx ends (Ctrl-C)
+// the turn is interrupted and still printed to its end. ask, when set, answers confirmation
+// requests inline.
+func (a *app) aiTurn(sigCtx, ctx context.Context, sid, text, format string, ask func(abi.AIConfirmation) (string, error)) error {
+	c := a.client()
+	after, err := c.SendAfter(ctx, sid, []byte(text))
+	if err != nil {
+		return err
+	}
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-finished:
+			return
+		case <-sigCtx.Done():
+		}
+		select {
+		case <-finished: // the caller's stop, after the turn ended: not a Ctrl-C
+		default:
+			if ctx.Err() == nil {
+				_, _ = c.Control(context.WithoutCancel(ctx), sid, abi.ControlRequest{Command: abi.CommandInterrupt})
+			}
+		}
+	}()
+	p := &aiPrinter{out: a.env.Stdout, errOut: a.env.Stderr, format: format, ask: ask, confirm: func(id, ans string) error {
+		_, err := c.Control(ctx, sid, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: id, Answer: ans})
+		return err
+	}}
+	started := false
+	err = c.Stream(ctx, sid, client.StreamOptions{After: after, Follow: true}, func(e abi.Event) error {
+		// Events before this turn's start belong to an earlier one still finishing.
+		if !started {
+			if t, ok := turnEvent(e); ok && t.Phase == abi.PhaseStarted {
+				started = true
+			} else {
+				return nil
+			}
+		}
+		return p.print(e)
+	})
+	if errors.Is(err, errTurnOver) {
+		return p.result()
+	}
+	if err != nil {
+		return err
+	}
+	return abi.Errorf(abi.CodeSessionClosed, sid, "the session closed before the turn ended")
+}
+
+func turnEvent(e abi.Event) (abi.AITurn, bool) {
+	var t abi.AITurn
+	if e.Event != abi.EventData || json.Unmarshal(e.Payload, &t) != nil || t.Type != abi.PayloadAITurn {
+		return t, false
+	}
+	return t, true
+}
+
+// aiPrinter prints a turn's events: text (the reply on stdout, the rest on stderr) or events.
+type aiPrinter struct {
+	out, errOut io.Writer
+	format      string
+	ask         func(abi.AIConfirmation) (string, error)
+	confirm     func(id, answer string) error
+	end         abi.AITurn
+	errs        []string
+	midLine     bool
+}
+
+func (p *aiPrinter) print(e abi.Event) error {
+	if p.format != eventsText {
+		var line []byte
+		var err error
+		if p.format == eventsCompact {
+			line, err = compactEvent(e)
+		} else {
+			line, err = json.Marshal(e)
+		}
+		if err != nil {
+			return fmt.Errorf("encode event %d: %w", e.Seq, err)
+		}
+		if _, err := p.out.Write(append(line, '\n')); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+	}
+	switch e.Event {
+	case abi.EventError:
+		var ep abi.ErrorPayload
+		if json.Unmarshal(e.Payload, &ep) == nil {
+			p.errs = append(p.errs, string(ep.Error.Code)+": "+ep.Error.Message)
+		}
+		return nil
+	case abi.EventData:
+	default:
+		return nil
+	}
+	var head struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(e.Payload, &head) != nil {
+		return nil
+	}
+	text := p.format == eventsText
+	switch head.Type {
+	case abi.PayloadAIToken:
+		var t abi.AIToken
+		if json.Unmarshal(e.Payload, &t) == nil && text {
+			_, _ = io.WriteString(p.out, t.Content)
+			if t.Content != "" {
+				p.midLine = !strings.HasSuffix(t.Content, "\n")
+			}
+			if t.IsFinal && p.midLine {
+				_, _ = io.WriteString(p.out, "\n")
+				p.midLine = false
+			}
+		}
+	case abi.PayloadAITool:
+		var t abi.AITool
+		if json.Unmarshal(e.Payload, &t) == nil && text {
+			switch t.Phase {
+			case abi.PhaseStarted:
+				fmt.Fprintf(p.errOut, "→ %s %s\n", t.Name, t.ToolCallID)
+			case abi.PhaseDetected:
+				fmt.Fprintf(p.errOut, "· %s %s\n", t.Name, clip(string(t.Arguments), 200))
+			case abi.PhaseCompleted:
+				status := "ok"
+				if t.IsError {
+					status = "error"
+				}
+				fmt.Fprintf(p.errOut, "← %s %s: %s\n", t.Name, status, clip(t.Output, 400))
+			}
+		}
+	case abi.PayloadAIConfirmation:
+		var c abi.AIConfirmation
+		if err := json.Unmarshal(e.Payload, &c); err != nil {
+			return nil //nolint:nilerr // a payload this client cannot read is skipped
+		}
+		return p.confirmation(c)
+	case abi.PayloadAITurn:
+		var t abi.AITurn
+		if json.Unmarshal(e.Payload, &t) == nil && t.Phase == abi.PhaseEnded {
+			p.end = t
+			return errTurnOver
+		}
+	}
+	return nil
+}
+
+func (p *aiPrinter) confirmation(c abi.AIConfirmation) error {
+	what := c.Command
+	if what == "" {
+		what = strings.Join(c.Paths, ", ")
+	}
+	fmt.Fprintf(p.errOut, "? %s wants to %s: %s", c.Tool, verbOf(c), what)
+	if len(c.Programs) > 0 {
+		fmt.Fprintf(p.errOut, " (runs %s in %s)", strings.Join(c.Programs, ", "), c.Cwd)
+	}
+	fmt.Fprintln(p.errOut)
+	if p.ask == nil {
+		fmt.Fprintf(p.errOut, "  answer with: nexus ai confirm %s %s\n", c.RequestID, strings.Join(c.Options, "|"))
+		return nil
+	}
+	ans, err := p.ask(c)
+	if err != nil {
+		ans = string(abi.CommandConfirm) // never sent: deny below
+	}
+	if !contains(c.Options, ans) {
+		ans = "deny"
+	}
+	if err := p.confirm(c.RequestID, ans); err != nil {
+		fmt.Fprintf(p.errOut, "nexus: confirm: %v\n", err)
+	}
+	return nil
+}
+
+func verbOf(c abi.AIConfirmation) string {
+	if c.Command != "" {
+		return "run"
+	}
+	return "touch"
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// result is the command's outcome: an error when the turn failed.
+func (p *aiPrinter) result() error {
+	if p.midLine && p.format == eventsText {
+		_, _ = io.WriteString(p.out, "\n")
+	}
+	switch p.end.End {
+	case abi.TurnCompleted:
+		return nil
+	case abi.TurnCancelled:
+		fmt.Fprintln(p.errOut, "nexus: the reply was interrupted")
+		return nil
+	case abi.TurnError:
+		msg := p.end.Reason
+		if len(p.errs) > 0 {
+			msg = strings.Join(p.errs, "; ")
+		}
+		return abi.Errorf(abi.CodeResourceUnavailable, "", "the turn failed: %s", msg)
+	}
+	fmt.Fprintf(p.errOut, "nexus: the turn stopped: %s %s\n", p.end.End, p.end.Reason)
+	return nil
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", "⏎")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func (a *app) aiStreamCmd() *cobra.Command {
+	var id, format string
+	var follow bool
+	var after uint64
+	cmd := textOutput(&cobra.Command{
+		Use:   "stream [--session-id ID]",
+		Short: "Print an ai-chat session's events (the reply's text, or the events themselves)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sid, err := a.aiSession(id)
+			if err != nil {
+				return err
+			}
+			p := &aiPrinter{out: a.env.Stdout, errOut: a.env.Stderr, format: format}
+			err = a.client().Stream(cmd.Context(), sid, client.StreamOptions{After: after, Follow: follow}, func(e abi.Event) error {
+				if err := p.print(e); err != nil && !errors.Is(err, errTurnOver) {
+					return err
+				}
+				return nil
+			})
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	})
+	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
+	formatFlag(cmd, &format, eventsText, eventsRaw, eventsCompact)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the session closes")
+	cmd.Flags().Uint64Var(&after, "after", 0, "start after this sequence number")
+	return cmd
+}
+
+func (a *app) aiInterruptCmd() *cobra.Command {
+	return a.aiControlCmd(&cobra.Command{
+		Use:   "interrupt [--session-id ID]",
+		Short: "Interrupt the running reply (what was said is kept, every tool call answered)",
+		Args:  cobra.NoArgs,
+	}, func([]string) abi.ControlRequest { return abi.ControlRequest{Command: abi.CommandInterrupt} })
+}
+
+func (a *app) aiConfirmCmd() *cobra.Command {
+	return a.aiControlCmd(&cobra.Command{
+		Use:   "confirm [--session-id ID] REQUEST_ID ANSWER",
+		Short: "Answer a confirmation request: deny, allow-once, allow-file, allow-write-directory, allow-exec-cwd or allow-exec-global",
+		Args:  cobra.ExactArgs(2),
+	}, func(args []string) abi.ControlRequest {
+		return abi.ControlRequest{Command: abi.CommandConfirm, RequestID: args[0], Answer: args[1]}
+	})
+}
+
+// aiControlCmd is a command that sends one control request to the ai-chat session.
+func (a *app) aiControlCmd(cmd *cobra.Command, req func(args []string) abi.ControlRequest) *cobra.Command {
+	var id, format string
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		sid, err := a.aiSession(id)
+		if err != nil {
+			return err
+		}
+		res, err := a.client().Control(cmd.Context(), sid, req(args))
+		if err != nil {
+			return err
+		}
+		return a.print(format, res, nil)
+	}
+	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
+	formatFlag(cmd, &format, formatJSON)
+	return cmd
+}
+
+// aiREPL reads messages line by line and prints each reply as it streams. Ctrl-C interrupts
+// the reply in progress (at the prompt it does nothing); Ctrl-D or /quit leaves.
+func (a *app) aiREPL(ctx context.Context, sid string) error {
+	in := bufio.NewReader(a.env.Stdin)
+	interactive := isTerminal(a.env.Stderr)
+	var history []string
+	ask := func(c abi.AIConfirmation) (string, error) {
+		fmt.Fprintf(a.env.Stderr, "  answer [%s]: ", strings.Join(c.Options, ", "))
+		line, err := in.ReadString('\n')
+		return strings.TrimSpace(line), err
+	}
+	for {
+		if interactive {
+			fmt.Fprint(a.env.Stderr, "> ")
+		}
+		line, err := in.ReadString('\n')
+		text := strings.TrimSpace(line)
+		if text == "/quit" || text == "/exit" {
+			return nil
+		}
+		if text == "/history" {
+			for i, h := range history {
+				fmt.Fprintf(a.env.Stdout, "%d  %s\n", i+1, h)
+			}
+			text = ""
+		}
+		if text != "" {
+			history = append(history, text)
+			sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt)
+			terr := a.aiTurn(sigCtx, ctx, sid, text, eventsText, ask)
+			stop()
+			if terr != nil {
+				if gone(terr) {
+					return terr
+				}
+				a.warnf("%v", terr)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read: %w", err)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/transcript"
+)
+
+// Held is a chat's transcript held for writing by one owner, the ai-chat kind during a turn:
+// other writers of this Service wait for it, other processes are refused. Close releases it.
+type Held struct {
+	// Key is the chat's session key and SessionID its current session.
+	Key       string
+	SessionID string
+	// Writer appends to the transcript. For a chat whose transcript does not exist yet, the
+	// file appears with the first message.
+	Writer *transcript.Writer
+
+	st     *chatstore.Store
+	unlock func()
+}
+
+// HoldOptions choose how Hold finds or starts the chat.
+type HoldOptions struct {
+	// Cwd is the header's cwd when the transcript is created.
+	Cwd string
+	// Fields are sessions.json fields set when the key is new (chatstore.Store.Create).
+	Fields any
+}
+
+// Hold resolves key to its current session (created when the key is new; an explicitly held
+// chat is never reset by the idle or daily policy) and holds its transcript.
+func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held, error) {
+	if err := CheckRef(key); err != nil {
+		return nil, err
+	}
+	st, err := s.store()
+	if err != nil {
+		return nil, err
+	}
+	e, err := st.Get(key)
+	if errors.Is(err, chatstore.ErrNotFound) {
+		e, err = st.Create(ctx, key, opts.Fields)
+	}
+	if err != nil {
+		return nil, storeError(err)
+	}
+	k, _, err := st.Lookup(e.SessionID)
+	if err != nil {
+		k = key
+	}
+	c := chat{Key: k, SessionID: e.SessionID, Path: transcriptPath(st, e), Entry: &e}
+	unlock, err := s.locks.lock(ctx, c.Path)
+	if err != nil {
+		return nil, err
+	}
+	var w *transcript.Writer
+	if _, serr := os.Lstat(c.Path); errors.Is(serr, fs.ErrNotExist) {
+		wopts := s.writerOptions()
+		wopts.NewSessionID = func() string { return e.SessionID }
+		w, err = transcript.Create(c.Path, opts.Cwd, wopts)
+	} else {
+		w, err = s.openWriter(c)
+	}
+	if err != nil {
+		unlock()
+		return nil, writerError(c, err)
+	}
+	return &Held{Key: k, SessionID: e.SessionID, Writer: w, st: st, unlock: unlock}, nil
+}
+
+// Patch merges fields into the chat's sessions.json entry (usage, model, state).
+func (h *Held) Patch(ctx context.Context, patch any) error {
+	if _, err := h.st.Patch(ctx, h.Key, patch); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
+// Close flushes and releases the transcript.
+func (h *Held) Close() error {
+	defer h.unlock()
+	if err := h.Writer.Close(); err != nil {
+		return fmt.Errorf("close transcript %s: %w", h.Writer.Path(), err)
+	}
+	return nil
+}

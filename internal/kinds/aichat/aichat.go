@@ -1,0 +1,458 @@
+// Package aichat is the ai-chat session kind (docs/ai-chat.md): a conversation with a model
+// through the agent turn loop, whose messages are a pi transcript of the conversation service
+// and whose turns stream as ABI events. The session is the live view; the conversation (its
+// session key) outlives it, so a new session on the same key resumes the same context, also
+// after a gateway restart.
+package aichat
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/agent/permission"
+	"github.com/nexus-run/nexus/internal/agent/profile"
+	"github.com/nexus-run/nexus/internal/agent/tools"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/provider"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
+)
+
+// Kind starts ai-chat sessions.
+type Kind struct {
+	// Chats holds the conversations (state/sessions).
+	Chats *conversation.Service
+	// StateDir is the gateway's state directory (agents, logs).
+	StateDir string
+	// Config loads config.toml's backends; it is read at each session's start, so an edit
+	// applies to the next session.
+	Config func() (*provider.Config, error)
+	// Providers opens providers (default provider.Open with Getenv and Transport below).
+	Getenv    func(string) string
+	Transport http.RoundTripper
+	// Shells runs the conversations' bash tools (one agent shell each).
+	Shells *agentshell.Manager
+	// Workspace is the default workspace (default: the gateway's working directory).
+	Workspace string
+	// Logs writes state/logs/<session id>/ (context.md, verbose.md, raw.jsonl); nil: none.
+	Logs *LogOptions
+	// ToolTimeout is the default per-call timeout (default agent.DefaultToolTimeout).
+	ToolTimeout time.Duration
+	Now         func() time.Time
+	Logger      *slog.Logger
+}
+
+// Type implements live.Kind.
+func (k *Kind) Type() abi.SessionType { return abi.TypeAIChat }
+
+// Capabilities implements live.Kind: the seed's ai-chat set (no resize, no restart).
+func (k *Kind) Capabilities() abi.Capabilities {
+	return abi.Capabilities{Send: true, Receive: true, Interrupt: true, Close: true, Stream: true}
+}
+
+func (k *Kind) now() time.Time {
+	if k.Now != nil {
+		return k.Now()
+	}
+	return time.Now()
+}
+
+func (k *Kind) getenv(name string) string {
+	if k.Getenv != nil {
+		return k.Getenv(name)
+	}
+	return os.Getenv(name)
+}
+
+// defaultBackends are tried, in order, when neither the request nor the agent names one.
+var defaultBackends = []string{"claude", "codex", "gemini", "qwen"}
+
+// AgentOfKey is the agent id a session key names (agent:<id>:...), "" for other keys.
+func AgentOfKey(key string) string {
+	rest, ok := strings.CutPrefix(key, "agent:")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ":")
+	return id
+}
+
+// Start implements live.Kind.
+func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+	var opts abi.AIChatOptions
+	if len(req.Options) > 0 {
+		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: %v", err)
+		}
+	}
+	key := req.Context.ChatID
+	agentID := opts.Agent
+	if a := AgentOfKey(key); a != "" {
+		if agentID != "" && agentID != a {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "chat %s belongs to agent %s, not %s", key, a, agentID)
+		}
+		agentID = a
+	}
+	if agentID == "" {
+		agentID = profile.Main
+	}
+	prof, err := profile.Load(k.StateDir, agentID)
+	if err != nil {
+		return nil, err
+	}
+	if key == "" {
+		key = "agent:" + agentID + ":ai:" + shortID(sink.SessionID())
+	}
+	backend, err := k.backend(firstOf(opts.Backend, prof.Backend))
+	if err != nil {
+		return nil, err
+	}
+	if m := firstOf(opts.Model, prof.Model); m != "" {
+		backend.Model = m
+	}
+	if backend.Model == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "backend %s has no model: set model in config.toml or pass --model", backend.Name)
+	}
+	ws, err := k.workspace(firstOf(opts.Workspace, prof.Workspace))
+	if err != nil {
+		return nil, err
+	}
+	levelName := firstOf(opts.Level, prof.Level, "trusted")
+	level, err := permission.ParseLevel(levelName)
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "%v", err)
+	}
+	thinking := firstOf(opts.Thinking, prof.Thinking)
+	c := &chat{
+		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level,
+		thinking: thinking, temperature: opts.Temperature, maxIter: opts.MaxToolIterations,
+		pending: map[string]chan permission.Answer{}, idle: make(chan struct{}),
+	}
+	close(c.idle)
+	c.base, c.stop = context.WithCancel(context.WithoutCancel(ctx))
+	if k.Logs != nil {
+		c.logs, err = openLogs(filepath.Join(k.StateDir, "logs", sink.SessionID()), *k.Logs, k.now)
+		if err != nil {
+			return nil, err
+		}
+	}
+	transport := k.Transport
+	if c.logs != nil && c.logs.raw != nil {
+		transport = &rawTransport{next: transport, logs: c.logs}
+	}
+	c.p, err = provider.Open(backend, provider.Options{Getenv: k.Getenv, Transport: transport})
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	if err := c.openTools(prof); err != nil {
+		c.release()
+		return nil, err
+	}
+	// The conversation is created (or found) now, so the session object names it and its
+	// allowances are back before the first message.
+	h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Cwd: ws, Fields: map[string]any{"project": ws, "isAgentic": true}})
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	c.key, c.chatSession = h.Key, h.SessionID
+	c.allow, err = loadAllowances(h)
+	c.transcript = h.Writer.Path()
+	if cerr := h.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	sink.SetMetadata(map[string]any{
+		"backend":       backend.Name,
+		"model":         backend.Model,
+		"workspacePath": ws,
+		"agent":         agentID,
+		"chatKey":       c.key,
+		"chatSessionId": c.chatSession,
+		"transcript":    c.transcript,
+		"level":         string(level),
+		"contextWindow": backend.ContextWindow,
+		"streamingMode": true,
+		"state":         "idle",
+	})
+	return c, nil
+}
+
+// backend resolves a backend name (or the first default whose key is set).
+func (k *Kind) backend(name string) (provider.Backend, error) {
+	cfg, err := k.Config()
+	if err != nil {
+		return provider.Backend{}, err
+	}
+	if name == "" {
+		for _, n := range defaultBackends {
+			if b, ok := cfg.Backends[n]; ok && b.APIKeyEnv != "" && k.getenv(b.APIKeyEnv) != "" {
+				name = n
+				break
+			}
+		}
+		if name == "" {
+			return provider.Backend{}, abi.Errorf(abi.CodeInvalidArgument, "", "no backend named and no API key set for %s: pass --backend NAME (a backend of config.toml)", strings.Join(defaultBackends, ", "))
+		}
+	}
+	b, ok := cfg.Backends[name]
+	if !ok {
+		return provider.Backend{}, abi.Errorf(abi.CodeInvalidArgument, "", "no backend %q in config.toml (have %s)", name, strings.Join(backendNames(cfg), ", "))
+	}
+	b.Name = name
+	return b, nil
+}
+
+func backendNames(cfg *provider.Config) []string {
+	out := make([]string, 0, len(cfg.Backends))
+	for n := range cfg.Backends {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (k *Kind) workspace(dir string) (string, error) {
+	if dir == "" {
+		dir = k.Workspace
+	}
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("workspace: %w", err)
+		}
+		dir = wd
+	}
+	if !filepath.IsAbs(dir) {
+		return "", abi.Errorf(abi.CodeInvalidArgument, "", "workspace %q must be an absolute path", dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return "", abi.Errorf(abi.CodeInvalidArgument, "", "workspace %s is not a directory", dir)
+	}
+	return filepath.Clean(dir), nil
+}
+
+// chat is one ai-chat session.
+type chat struct {
+	k           *Kind
+	sink        *live.Sink
+	prof        *profile.Profile
+	backend     provider.Backend
+	p           provider.Provider
+	workspace   string
+	level       permission.Level
+	thinking    string
+	temperature *float64
+	maxIter     int
+	logs        *logs
+
+	key, chatSession, transcript string
+
+	perm *permission.Checker
+	reg  *tools.Registry
+	bash *tools.Bash
+
+	base context.Context
+	stop context.CancelFunc
+
+	mu      sync.Mutex
+	allow   *permission.Allowances
+	running bool
+	cancel  context.CancelFunc
+	idle    chan struct{} // closed while no turn runs
+	closed  bool
+	pending map[string]chan permission.Answer
+	reqSeq  int
+	paused  bool
+}
+
+func (c *chat) openTools(prof *profile.Profile) error {
+	settings := map[string]permission.ToolSettings{}
+	for _, t := range prof.DisabledTools {
+		settings[t] = permission.ToolSettings{Disabled: true}
+	}
+	perm, err := permission.New(permission.Config{Level: c.level, Workspace: c.workspace, Tools: settings})
+	if err != nil {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "permissions: %v", err)
+	}
+	c.perm = perm
+	c.reg = tools.NewRegistry(perm)
+	for _, t := range tools.Builtins(perm) {
+		if err := c.reg.Add(t); err != nil {
+			return fmt.Errorf("tools: %w", err)
+		}
+	}
+	if c.k.Shells != nil {
+		c.bash = tools.NewBash(c.k.Shells, c.workspace, agentshell.CreateOptions{})
+		if err := c.reg.Add(c.bash); err != nil {
+			return fmt.Errorf("tools: %w", err)
+		}
+	}
+	return nil
+}
+
+// release frees what Start acquired.
+func (c *chat) release() {
+	c.stop()
+	if c.bash != nil {
+		_ = c.bash.Close(context.Background())
+	}
+	if c.perm != nil {
+		_ = c.perm.Close()
+	}
+	if c.logs != nil {
+		c.logs.close()
+	}
+}
+
+// Send implements live.Instance: data is the user's message. One turn runs at a time.
+func (c *chat) Send(_ context.Context, data []byte) error {
+	text := strings.TrimSpace(string(data))
+	if text == "" {
+		return abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "an empty message")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
+	}
+	if c.running {
+		return abi.Errorf(abi.CodeResourceUnavailable, c.sink.SessionID(), "a turn is running: wait for it to end or interrupt it (nexus ai message interrupt)")
+	}
+	ctx, cancel := context.WithCancel(c.base)
+	c.running, c.cancel = true, cancel
+	c.idle = make(chan struct{})
+	done := c.idle
+	go func() {
+		defer close(done)
+		defer cancel()
+		end := c.turn(ctx, string(data))
+		// The turn's end is published as the turn stops counting as running: a client that
+		// sends its next message on seeing it is never told a turn is running.
+		c.mu.Lock()
+		c.running, c.cancel = false, nil
+		c.sink.Publish(abi.EventData, end)
+		c.mu.Unlock()
+	}()
+	return nil
+}
+
+// Control implements live.Instance: interrupt ends the running turn (its transcript stays
+// valid: the reply so far is kept as aborted, every call answered); confirm answers a
+// confirmation request.
+func (c *chat) Control(_ context.Context, req abi.ControlRequest) (any, error) {
+	switch req.Command {
+	case abi.CommandInterrupt:
+		c.mu.Lock()
+		cancel := c.cancel
+		c.mu.Unlock()
+		if cancel == nil {
+			return map[string]any{"interrupted": false, "reason": "no turn is running"}, nil
+		}
+		cancel()
+		return map[string]any{"interrupted": true}, nil
+	case abi.CommandConfirm:
+		ans, err := permission.ParseAnswer(req.Answer)
+		if err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "%v", err)
+		}
+		c.mu.Lock()
+		ch, ok := c.pending[req.RequestID]
+		if ok {
+			delete(c.pending, req.RequestID)
+		}
+		c.mu.Unlock()
+		if !ok {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "no pending confirmation request %q", req.RequestID)
+		}
+		ch <- ans
+		return map[string]any{"requestId": req.RequestID, "answer": ans}, nil
+	}
+	return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "ai-chat sessions do not support %s", req.Command)
+}
+
+// SetPaused implements live.Pauser: a paused session accepts no new turn start but lets a
+// running one finish (its events are held by the runtime's flow control).
+func (c *chat) SetPaused(paused bool) {
+	c.mu.Lock()
+	c.paused = paused
+	c.mu.Unlock()
+}
+
+// Close implements live.Instance: the running turn is interrupted and its transcript
+// completed before the session ends.
+func (c *chat) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	idle := c.idle
+	c.mu.Unlock()
+	c.stop()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
+	c.release()
+	return nil
+}
+
+// loadAllowances reads the conversation's last recorded allowances.
+func loadAllowances(h *conversation.Held) (*permission.Allowances, error) {
+	f := h.Writer.File()
+	for i := len(f.Entries) - 1; i >= 0; i-- {
+		e := f.Entries[i]
+		if e.Type != "custom" || e.CustomType != AllowancesCustomType {
+			continue
+		}
+		raw, err := f.Raw(e)
+		if err != nil {
+			return nil, fmt.Errorf("read allowances: %w", err)
+		}
+		var rec struct {
+			Data permission.Allowances `json:"data"`
+		}
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return nil, fmt.Errorf("read allowances (line %d): %w", e.Line, err)
+		}
+		return &rec.Data, nil
+	}
+	return &permission.Allowances{}, nil
+}
+
+// AllowancesCustomType is the custom entry that records a conversation's allowances.
+const AllowancesCustomType = "nexus.allowances"
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func shortID(id string) string {
+	id = strings.ReplaceAll(id, "-", "")
+	if len(id) > 12 {
+		return id[len(id)-12:]
+	}
+	return id
+}

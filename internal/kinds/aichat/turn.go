@@ -1,0 +1,293 @@
+package aichat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/agent"
+	"github.com/nexus-run/nexus/internal/agent/permission"
+	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/provider"
+)
+
+// turn runs one user message to its end: the transcript holds the user message, each reply
+// and each tool result as they complete, framed by a run's start and end records. It returns
+// the turn's end event, for the caller to publish once the turn no longer runs.
+func (c *chat) turn(ctx context.Context, text string) abi.AITurn {
+	c.sink.SetMetadata(map[string]any{"state": "running"})
+	defer c.sink.SetMetadata(map[string]any{"state": "idle"})
+	h, err := c.k.Chats.Hold(c.base, c.key, conversation.HoldOptions{Cwd: c.workspace})
+	if err != nil {
+		c.turnError(err)
+		return abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, End: abi.TurnError, Reason: err.Error()}
+	}
+	res, runID, err := c.runTurn(ctx, h, text)
+	if cerr := h.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return c.finish(res, runID, err)
+}
+
+func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string) (*agent.Result, string, error) {
+	w := h.Writer
+	run, err := chatstore.StartRunWith(w, h.SessionID, chatstore.RunOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("start run: %w", err)
+	}
+	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID})
+	res, err := c.runModel(ctx, h, run, text)
+	outcome, cause := chatstore.OutcomeOK, error(nil)
+	switch {
+	case err != nil:
+		outcome, cause = chatstore.OutcomeError, err
+	case res.End == agent.EndError:
+		outcome, cause = chatstore.OutcomeError, res.Err
+	}
+	if eerr := run.End(outcome, cause); eerr != nil && err == nil {
+		err = eerr
+	}
+	return res, run.ID, err
+}
+
+func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string) (*agent.Result, error) {
+	w := h.Writer
+	cur, err := w.Context()
+	if err != nil {
+		return nil, fmt.Errorf("read context: %w", err)
+	}
+	if cur.Model == nil || cur.Model.Provider != c.backend.Name || cur.Model.ModelID != c.backend.Model {
+		if _, err := w.AppendModelChange(c.backend.Name, c.backend.Model); err != nil {
+			return nil, fmt.Errorf("record model: %w", err)
+		}
+	}
+	if c.thinking != "" && c.thinking != cur.ThinkingLevel {
+		if _, err := w.AppendThinkingLevel(c.thinking); err != nil {
+			return nil, fmt.Errorf("record thinking level: %w", err)
+		}
+	}
+	user := provider.UserText(text, c.k.now().UnixMilli())
+	if _, err := w.AppendMessage(user); err != nil {
+		return nil, fmt.Errorf("record the message: %w", err)
+	}
+	c.logs.message(user)
+	cx, err := w.Context()
+	if err != nil {
+		return nil, fmt.Errorf("read context: %w", err)
+	}
+	msgs, err := provider.FromContext(cx.Messages)
+	if err != nil {
+		return nil, fmt.Errorf("context: %w", err)
+	}
+	// The system prompt is composed at each turn, so an edit of the agent or of AGENTS.md
+	// applies from the next message.
+	system, report, err := c.prof.SystemPrompt(c.workspace)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Patch(context.WithoutCancel(c.base), map[string]any{"systemPromptReport": report}); err != nil {
+		return nil, err
+	}
+	c.logs.system(system)
+	if err := run.Phase(chatstore.PhaseStreaming); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	c.mu.Lock()
+	before := *c.allow
+	c.mu.Unlock()
+	ts := &agent.Toolset{Registry: c.reg, Allowances: c.allow, Confirm: c.confirm}
+	em := &emitter{c: c, run: run.ID}
+	res, err := agent.Run(ctx, c.p, ts, provider.Request{
+		Model: c.backend.Model, System: system, Messages: msgs, Thinking: c.thinking, Temperature: c.temperature,
+	}, agent.Options{
+		MaxIterations: c.maxIter,
+		ToolTimeout:   c.k.ToolTimeout,
+		Now:           c.k.now,
+		Emit:          em.emit,
+		Append: func(m provider.Message) error {
+			if _, err := w.AppendMessage(m); err != nil {
+				return fmt.Errorf("record a message: %w", err)
+			}
+			c.logs.message(m)
+			return nil
+		},
+	})
+	// What the answers allowed persists with the conversation.
+	c.mu.Lock()
+	after := *c.allow
+	c.mu.Unlock()
+	if !reflect.DeepEqual(before, after) {
+		if _, aerr := w.AppendCustom(AllowancesCustomType, after); aerr != nil && err == nil {
+			err = fmt.Errorf("record allowances: %w", aerr)
+		}
+	}
+	if res != nil {
+		patch := map[string]any{
+			"inputTokens":   res.Usage.Input + res.Usage.CacheRead + res.Usage.CacheWrite,
+			"outputTokens":  res.Usage.Output,
+			"model":         c.backend.Model,
+			"modelProvider": c.backend.Name,
+		}
+		if em.last != nil {
+			used := contextUsed(*em.last)
+			patch["totalTokens"] = used
+			patch["contextTokensUsed"] = used
+		}
+		if c.backend.ContextWindow > 0 {
+			patch["contextTokens"] = c.backend.ContextWindow
+			patch["contextTokenLimit"] = c.backend.ContextWindow
+		}
+		if perr := h.Patch(context.WithoutCancel(c.base), patch); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return res, err
+}
+
+// finish reports a turn's errors and returns its end event.
+func (c *chat) finish(res *agent.Result, runID string, err error) abi.AITurn {
+	if err != nil && (res == nil || res.End != agent.EndError) {
+		c.turnError(err)
+	}
+	p := abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, RunID: runID, End: abi.TurnError}
+	if res != nil {
+		p.End, p.Reason, p.Iterations = res.End, res.Reason, res.Iterations
+		u := res.Usage
+		p.Usage = &abi.AIUsage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Total: u.TotalTokens}
+		if res.End == agent.EndError && res.Err != nil {
+			p.Reason = res.Err.Error()
+			c.turnError(res.Err)
+		}
+	} else if err != nil {
+		p.Reason = err.Error()
+	}
+	c.logs.turnEnded(p)
+	return p
+}
+
+// turnError publishes an error event with the error's ABI code.
+func (c *chat) turnError(err error) {
+	code, msg := abi.CodeInternal, err.Error()
+	var ae *abi.Error
+	if errors.As(err, &ae) {
+		code = ae.Code
+	}
+	if errors.Is(err, provider.ErrContextOverflow) {
+		code = abi.CodeLimitExceeded
+	}
+	c.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: code, Message: msg}})
+	c.logs.verbosef("error: %s", msg)
+}
+
+// contextUsed is the context a reply's call took: its prompt and its output.
+func contextUsed(u provider.Usage) int {
+	return u.Input + u.CacheRead + u.CacheWrite + u.Output
+}
+
+// confirm asks the user about a call: a confirmation-request event, then the answer from the
+// confirm control command (or deny when the turn ends first).
+func (c *chat) confirm(ctx context.Context, call provider.ToolCall, req *permission.Request) (permission.Answer, error) {
+	ch := make(chan permission.Answer, 1)
+	c.mu.Lock()
+	c.reqSeq++
+	id := "confirm-" + strconv.Itoa(c.reqSeq)
+	c.pending[id] = ch
+	c.mu.Unlock()
+	opts := make([]string, len(req.Options))
+	for i, o := range req.Options {
+		opts[i] = string(o)
+	}
+	c.sink.Publish(abi.EventData, abi.AIConfirmation{
+		Type: abi.PayloadAIConfirmation, RequestID: id, ToolCallID: call.ID, Tool: req.Tool,
+		Arguments: call.Arguments, Paths: req.Paths, Command: req.Command, Cwd: req.Cwd,
+		Programs: req.Programs, Reason: req.Dynamic, Options: opts,
+	})
+	c.sink.SetMetadata(map[string]any{"state": "awaiting-confirmation"})
+	defer c.sink.SetMetadata(map[string]any{"state": "running"})
+	select {
+	case a := <-ch:
+		c.sink.Publish(abi.EventData, abi.AIConfirmed{Type: abi.PayloadAIConfirmed, RequestID: id, Answer: string(a)})
+		return a, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		c.sink.Publish(abi.EventData, abi.AIConfirmed{Type: abi.PayloadAIConfirmed, RequestID: id, Answer: "interrupted"})
+		return permission.Deny, fmt.Errorf("confirmation: %w", ctx.Err())
+	}
+}
+
+// emitter maps the loop's events onto the ABI.
+type emitter struct {
+	c    *chat
+	run  string
+	call int // model calls so far, for message ids
+	last *provider.Usage
+}
+
+func (e *emitter) msgID() string { return e.run + "-" + strconv.Itoa(e.call) }
+
+func (e *emitter) emit(ev agent.Event) {
+	s := e.c.sink
+	e.c.logs.event(ev)
+	switch ev.Type {
+	case agent.EventStatus:
+		if ev.Status == agent.StatusConnecting {
+			e.call++
+		}
+		s.Publish(abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: ev.Status, SessionStatus: abi.StatusActive})
+		if ev.Status == agent.StatusIdle && e.last != nil {
+			used := contextUsed(*e.last)
+			md := map[string]any{"tokenCount": used, "contextWindow": e.c.backend.ContextWindow}
+			if w := e.c.backend.ContextWindow; w > 0 {
+				md["remainingTokens"] = max(w-used, 0)
+			}
+			s.SetMetadata(md)
+		}
+	case agent.EventToken:
+		s.Publish(abi.EventData, abi.AIToken{Type: abi.PayloadAIToken, Content: ev.Content, MessageID: e.msgID(), IsFinal: ev.Final})
+	case agent.EventReasoningStarted:
+		s.Publish(abi.EventData, abi.AIReasoning{Type: abi.PayloadAIReasoning, Phase: abi.PhaseStarted, MessageID: e.msgID()})
+	case agent.EventReasoning:
+		s.Publish(abi.EventData, abi.AIReasoning{Type: abi.PayloadAIReasoning, Phase: abi.PhaseDelta, Content: ev.Content, MessageID: e.msgID()})
+	case agent.EventReasoningEnded:
+		s.Publish(abi.EventData, abi.AIReasoning{Type: abi.PayloadAIReasoning, Phase: abi.PhaseEnded, MessageID: e.msgID()})
+	case agent.EventUsage:
+		u := ev.Usage
+		e.last = &u
+	case agent.EventToolDetected:
+		s.Publish(abi.EventData, toolPayload(abi.PhaseDetected, ev, true))
+	case agent.EventToolStarted:
+		s.Publish(abi.EventData, toolPayload(abi.PhaseStarted, ev, false))
+	case agent.EventToolCompleted:
+		p := toolPayload(abi.PhaseCompleted, ev, false)
+		p.Output, p.IsError = ev.Output, ev.IsError
+		s.Publish(abi.EventData, p)
+	case agent.EventBatchStarted:
+		s.Publish(abi.EventData, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseStarted, Calls: ev.Calls, Parallel: ev.Parallel})
+	case agent.EventBatchHalted:
+		s.Publish(abi.EventData, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseHalted, Reason: ev.Reason})
+	case agent.EventBatchCompleted:
+		s.Publish(abi.EventData, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseCompleted})
+	case agent.EventIterationCompleted:
+		s.Publish(abi.EventData, abi.AIIteration{Type: abi.PayloadAIIteration, Iteration: ev.Iteration, WillContinue: ev.WillContinue})
+	case agent.EventTurnEnded:
+		// finish publishes the turn's end once the transcript is complete.
+	}
+}
+
+func toolPayload(phase string, ev agent.Event, args bool) abi.AITool {
+	p := abi.AITool{Type: abi.PayloadAITool, Phase: phase}
+	if ev.Call != nil {
+		p.ToolCallID, p.Name = ev.Call.ID, ev.Call.Name
+		if args && json.Valid(ev.Call.Arguments) {
+			p.Arguments = ev.Call.Arguments
+		}
+	}
+	return p
+}
