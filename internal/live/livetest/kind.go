@@ -25,6 +25,9 @@ type KindHarness struct {
 	// Print makes a session print text as its own output (a terminal: a command that prints
 	// it); the suite then waits for the text in the session's data events.
 	Print func(t *testing.T, r live.Backend, id, text string)
+	// Input is what the suite sends to a session of a kind that declares send (default a
+	// newline). Print must leave the session ready to take it.
+	Input []byte
 	// Exit makes a session's backend end by itself with exit code code (a shell's exit); nil
 	// for a kind whose sessions never end by themselves.
 	Exit func(t *testing.T, r live.Backend, id string, code int)
@@ -89,8 +92,11 @@ func (o *output) pull(t *testing.T, wait time.Duration) {
 			t.Fatalf("event %d follows %d", e.Seq, o.after)
 		}
 		o.evs = append(o.evs, e)
-		if out, ok := e.Payload.(live.Output); ok {
-			o.buf.Write(out)
+		switch p := e.Payload.(type) {
+		case live.Output:
+			o.buf.Write(p)
+		case abi.AIToken: // a chat's output is its reply
+			o.buf.WriteString(p.Content)
 		}
 		if e.Seq != 0 {
 			o.after = e.Seq
@@ -188,7 +194,11 @@ func testKindCapabilities(t *testing.T, h KindHarness) {
 			WantCode(t, err, abi.CodeCapabilityUnsupported)
 		}
 	}
-	err = r.Send(ctx, s.SessionID, []byte("\n"))
+	in := h.Input
+	if in == nil {
+		in = []byte("\n")
+	}
+	err = r.Send(ctx, s.SessionID, in)
 	if caps.Send {
 		mustOK(t, err)
 	} else {

@@ -1,0 +1,513 @@
+package aichat_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/kinds/aichat"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
+	"github.com/nexus-run/nexus/internal/provider"
+	"github.com/nexus-run/nexus/internal/shell/agentshell"
+	"github.com/nexus-run/nexus/internal/testkit"
+)
+
+// env is one gateway's worth of ai-chat: a state directory, a kind on a scripted model, and a
+// registry serving it. A second registry on the same state directory is a restarted gateway.
+type env struct {
+	t     *testing.T
+	state string
+	ws    string
+	m     *model
+	chats *conversation.Service
+}
+
+func newEnv(t *testing.T, reply func(chatRequest, *sse)) *env {
+	t.Helper()
+	e := &env{t: t, state: t.TempDir(), ws: t.TempDir(), m: newModel(t, reply)}
+	e.chats = conversation.New(conversation.Options{Dir: conversation.SessionsDir(e.state)})
+	return e
+}
+
+func (e *env) kind(t *testing.T) *aichat.Kind {
+	shells := agentshell.New(agentshell.Config{AuditDir: filepath.Join(e.state, "audit"), IdleTimeout: -1})
+	t.Cleanup(shells.Close)
+	cfg := fmt.Sprintf("[backends.fake]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"fake-1\"\ncontext_window = 1000\n", e.m.srv.URL+"/v1")
+	return &aichat.Kind{
+		Chats:    e.chats,
+		StateDir: e.state,
+		Config:   func() (*provider.Config, error) { return provider.ParseConfig([]byte(cfg)) },
+		Getenv:   func(string) string { return "" },
+		Shells:   shells,
+		Logs:     &aichat.LogOptions{Context: true, Verbose: true, Raw: true},
+	}
+}
+
+// gateway starts a registry serving a fresh kind on e's state.
+func (e *env) gateway(t *testing.T) *live.Registry {
+	t.Helper()
+	r, err := live.New(context.Background(), live.Config{IdleTimeout: -1}, e.kind(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+		defer cancel()
+		_ = r.Shutdown(ctx)
+	})
+	return r
+}
+
+func (e *env) open(t *testing.T, r *live.Registry, key, level string) abi.Session {
+	t.Helper()
+	opts, _ := json.Marshal(abi.AIChatOptions{Backend: "fake", Level: level, Workspace: e.ws})
+	s, err := r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key}, Options: opts})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return s
+}
+
+// watcher reads a session's events in order.
+type watcher struct {
+	r     *live.Registry
+	id    string
+	after uint64
+	seen  []*live.Event
+}
+
+// until reads events until one satisfies pred and returns it.
+func (w *watcher) until(t *testing.T, what string, pred func(*live.Event) bool) *live.Event {
+	t.Helper()
+	deadline := time.Now().Add(testkit.Patience())
+	for {
+		b, err := w.r.Read(context.Background(), w.id, w.after, 0, 200*time.Millisecond)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		for _, e := range b.Events {
+			w.seen = append(w.seen, e)
+			w.after = max(w.after, e.Seq)
+			if pred(e) {
+				return e
+			}
+		}
+		if b.Done || time.Now().After(deadline) {
+			t.Fatalf("never saw %s; saw %s", what, describe(w.seen))
+		}
+	}
+}
+
+func (w *watcher) turnEnded(t *testing.T) abi.AITurn {
+	t.Helper()
+	e := w.until(t, "the turn's end", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.AITurn)
+		return ok && p.Phase == abi.PhaseEnded
+	})
+	return e.Payload.(abi.AITurn)
+}
+
+func describe(evs []*live.Event) string {
+	var b strings.Builder
+	for _, e := range evs {
+		switch p := e.Payload.(type) {
+		case abi.AIToken:
+			fmt.Fprintf(&b, "token(%q) ", p.Content)
+		case abi.AITool:
+			fmt.Fprintf(&b, "tool(%s %s %q) ", p.Phase, p.Name, p.Output)
+		case abi.AITurn:
+			fmt.Fprintf(&b, "turn(%s %s %s) ", p.Phase, p.End, p.Reason)
+		case abi.AIConfirmation:
+			fmt.Fprintf(&b, "confirm(%s %s) ", p.RequestID, p.Tool)
+		case abi.ErrorPayload:
+			fmt.Fprintf(&b, "error(%s %s) ", p.Error.Code, p.Error.Message)
+		default:
+			fmt.Fprintf(&b, "%s ", livetest.Describe(e))
+		}
+	}
+	return b.String()
+}
+
+// history is the conversation's context as the model would get it next.
+func (e *env) history(t *testing.T, key string) []provider.Message {
+	t.Helper()
+	h, err := e.chats.History(context.Background(), key, conversation.HistoryOptions{})
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	defer func() { _ = h.Close() }()
+	var raw []json.RawMessage
+	for m, err := range h.Messages {
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = append(raw, append(json.RawMessage(nil), m...))
+	}
+	msgs, err := provider.FromContext(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func roles(msgs []provider.Message) string {
+	var out []string
+	for _, m := range msgs {
+		s := m.Role
+		if m.Role == provider.RoleAssistant {
+			s += "/" + string(m.StopReason)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}
+
+func send(t *testing.T, r *live.Registry, id, text string) {
+	t.Helper()
+	if err := r.Send(context.Background(), id, []byte(text)); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+// echo answers every request with "echo: " and the last user message.
+func echo(req chatRequest, w *sse) { w.text("echo: " + req.lastUser()) }
+
+// TestKindContract runs the kind's part of the registry contract on a scripted model that
+// echoes each message.
+func TestKindContract(t *testing.T) {
+	e := newEnv(t, echo)
+	good, _ := json.Marshal(abi.AIChatOptions{Backend: "fake", Level: "yolo", Workspace: e.ws})
+	bad := func(o abi.AIChatOptions) json.RawMessage {
+		if o.Workspace == "" {
+			o.Workspace = e.ws
+		}
+		b, _ := json.Marshal(o)
+		return b
+	}
+	livetest.RunKind(t, livetest.KindHarness{
+		New:     func(t *testing.T) live.Kind { return e.kind(t) },
+		Request: abi.CreateRequest{Type: abi.TypeAIChat, Options: good},
+		BadRequests: []abi.CreateRequest{
+			{Type: abi.TypeAIChat, Options: bad(abi.AIChatOptions{Backend: "no-such-backend"})},
+			{Type: abi.TypeAIChat, Options: bad(abi.AIChatOptions{Backend: "fake", Level: "godmode"})},
+			{Type: abi.TypeAIChat, Options: bad(abi.AIChatOptions{Backend: "fake", Workspace: "relative/dir"})},
+			{Type: abi.TypeAIChat, Options: bad(abi.AIChatOptions{Backend: "fake", Agent: "nobody"})},
+			{Type: abi.TypeAIChat, Options: json.RawMessage(`{"backend":"fake","colour":"red"}`)},
+			{Type: abi.TypeAIChat, Context: abi.Context{ChatID: "agent:a:x"}, Options: bad(abi.AIChatOptions{Backend: "fake", Agent: "b"})},
+			// A backend whose key variable is not set.
+			{Type: abi.TypeAIChat, Options: bad(abi.AIChatOptions{Backend: "claude"})},
+		},
+		// A message whose echo is the text; it returns when the turn has ended, so the
+		// session takes the next message.
+		Print: func(t *testing.T, r live.Backend, id, text string) {
+			t.Helper()
+			sayAndWait(t, r, id, text)
+		},
+		Input: []byte("a message"),
+	})
+}
+
+// sayAndWait sends text and waits for the end of the turn it starts.
+func sayAndWait(t *testing.T, r live.Backend, id, text string) {
+	t.Helper()
+	ctx := context.Background()
+	after, err := r.LastSeq(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testkit.Patience())
+	// A turn the suite started with its own input may still run: wait for events until the
+	// session takes the message.
+	for {
+		err := r.Send(ctx, id, []byte(text))
+		if err == nil {
+			break
+		}
+		if abi.CodeOf(err) != abi.CodeResourceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("send: %v", err)
+		}
+		b, err := r.Read(ctx, id, after, 0, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = b.Next
+	}
+	for time.Now().Before(deadline) {
+		b, err := r.Read(ctx, id, after, 0, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range b.Events {
+			if p, ok := e.Payload.(abi.AITurn); ok && p.Phase == abi.PhaseEnded {
+				return
+			}
+		}
+		after = b.Next
+	}
+	t.Fatal("the turn never ended")
+}
+
+// TestTurnWithTool: the model calls bash, a real agent shell runs it, the result goes back,
+// the answer streams; the transcript holds the four messages, paired.
+func TestTurnWithTool(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.last().Role == "tool" {
+			w.text("the shell said " + req.last().text())
+			return
+		}
+		w.call("call_1", "bash", map[string]any{"command": "echo hi-from-$((40+2))"})
+	})
+	r := e.gateway(t)
+	s := e.open(t, r, "agent:main:test:tool", "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "run it")
+	end := w.turnEnded(t)
+	if end.End != abi.TurnCompleted || end.Iterations != 2 || end.Usage == nil || end.Usage.Output != 20 {
+		t.Fatalf("turn %+v; events %s", end, describe(w.seen))
+	}
+	var tokens strings.Builder
+	var toolOut string
+	for _, ev := range w.seen {
+		switch p := ev.Payload.(type) {
+		case abi.AIToken:
+			tokens.WriteString(p.Content)
+		case abi.AITool:
+			if p.Phase == abi.PhaseCompleted {
+				toolOut = p.Output
+			}
+		}
+	}
+	if !strings.Contains(toolOut, "hi-from-42") || !strings.Contains(tokens.String(), "the shell said") {
+		t.Fatalf("tool output %q, tokens %q", toolOut, tokens.String())
+	}
+	msgs := e.history(t, "agent:main:test:tool")
+	if got := roles(msgs); got != "user assistant/toolUse toolResult assistant/stop" {
+		t.Fatalf("transcript %s", got)
+	}
+	got, err := r.Get(context.Background(), s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Metadata["tokenCount"] != 110 || got.Metadata["remainingTokens"] != 890 || got.Metadata["state"] != "idle" {
+		t.Errorf("metadata %v", got.Metadata)
+	}
+}
+
+// TestConfirmation: at level trusted a command asks; allow-exec-global runs it and is
+// remembered, by the conversation, across sessions (a restarted gateway); deny refuses.
+func TestConfirmation(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.last().Role == "tool" {
+			w.text("result: " + req.last().text())
+			return
+		}
+		w.call("call_"+fmt.Sprint(len(req.Messages)), "bash", map[string]any{"command": "echo " + req.lastUser()})
+	})
+	r := e.gateway(t)
+	key := "agent:main:test:confirm"
+	s := e.open(t, r, key, "trusted")
+	w := &watcher{r: r, id: s.SessionID}
+	asked := func() abi.AIConfirmation {
+		ev := w.until(t, "a confirmation request", func(e *live.Event) bool {
+			_, ok := e.Payload.(abi.AIConfirmation)
+			return ok
+		})
+		return ev.Payload.(abi.AIConfirmation)
+	}
+
+	send(t, r, s.SessionID, "one")
+	c := asked()
+	if c.Tool != "bash" || c.Command != "echo one" || strings.Join(c.Programs, ",") != "echo" || !slicesContains(c.Options, "allow-exec-global") {
+		t.Fatalf("request %+v", c)
+	}
+	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "allow-everything"}); abi.CodeOf(err) != abi.CodeInvalidArgument {
+		t.Fatalf("a bad answer: %v", err)
+	}
+	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: "confirm-99", Answer: "deny"}); abi.CodeOf(err) != abi.CodeInvalidArgument {
+		t.Fatalf("an unknown request: %v", err)
+	}
+	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "allow-exec-global"}); err != nil {
+		t.Fatal(err)
+	}
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v", end)
+	}
+	// The same program again: no question.
+	send(t, r, s.SessionID, "two")
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v", end)
+	}
+	for _, ev := range w.seen {
+		if c, ok := ev.Payload.(abi.AIConfirmation); ok && c.Command == "echo two" {
+			t.Fatalf("asked again: %+v", c)
+		}
+	}
+
+	// A restarted gateway: the conversation's allowance is back.
+	r2 := e.gateway(t)
+	s2 := e.open(t, r2, key, "trusted")
+	w2 := &watcher{r: r2, id: s2.SessionID}
+	send(t, r2, s2.SessionID, "three")
+	if end := w2.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v", end)
+	}
+	for _, ev := range w2.seen {
+		if _, ok := ev.Payload.(abi.AIConfirmation); ok {
+			t.Fatalf("asked after the restart: %s", describe(w2.seen))
+		}
+	}
+
+	// A compound command naming another program asks, for that program only; deny refuses.
+	e.m.reply = func(req chatRequest, w *sse) {
+		if req.last().Role == "tool" {
+			w.text("result: " + req.last().text())
+			return
+		}
+		w.call("call_x", "bash", map[string]any{"command": "echo ok && touch x"})
+	}
+	send(t, r2, s2.SessionID, "four")
+	w = w2
+	c = asked()
+	if strings.Join(c.Programs, ",") != "touch" {
+		t.Fatalf("programs %v", c.Programs)
+	}
+	if _, err := r2.Control(context.Background(), s2.SessionID, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "deny"}); err != nil {
+		t.Fatal(err)
+	}
+	w2.turnEnded(t)
+	msgs := e.history(t, key)
+	last := msgs[len(msgs)-2]
+	if last.Role != provider.RoleToolResult || !last.IsError || !strings.Contains(last.Content[0].Text, "denied") {
+		t.Fatalf("the denied call's result %+v", last)
+	}
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestInterruptMidStream: an interrupt while the reply streams keeps what came as an aborted
+// message; the conversation goes on, and what the model gets next is valid.
+func TestInterruptMidStream(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.lastUser() == "hang" {
+			w.hang("Hel")
+			return
+		}
+		echo(req, w)
+	})
+	r := e.gateway(t)
+	key := "agent:main:test:interrupt"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "hang")
+	w.until(t, "the first token", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.AIToken)
+		return ok && p.Content == "Hel"
+	})
+	// One turn at a time.
+	if err := r.Send(context.Background(), s.SessionID, []byte("meanwhile")); abi.CodeOf(err) != abi.CodeResourceUnavailable {
+		t.Fatalf("a second message during a turn: %v", err)
+	}
+	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
+		t.Fatal(err)
+	}
+	if end := w.turnEnded(t); end.End != abi.TurnCancelled {
+		t.Fatalf("turn %+v", end)
+	}
+	send(t, r, s.SessionID, "after")
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	h, err := e.chats.History(context.Background(), key, conversation.HistoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []string
+	for m, err := range h.Messages {
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = append(raw, string(m))
+	}
+	_ = h.Close()
+	if n := e.m.count(); n != 2 {
+		t.Errorf("the model got %d requests, want 2 (the interrupted one, then the next turn's)", n)
+	}
+	if len(raw) != 4 || !strings.Contains(raw[1], `"stopReason":"aborted"`) || !strings.Contains(raw[1], `"text":"Hel"`) {
+		t.Fatalf("transcript:\n%s", strings.Join(raw, "\n"))
+	}
+}
+
+// TestInterruptMidTool: an interrupt while a command runs stops it; the call is answered and
+// the transcript stays valid for the next turn.
+func TestInterruptMidTool(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		switch {
+		case req.last().Role == "tool":
+			w.text("after the tool")
+		case req.lastUser() == "sleep":
+			w.call("call_s", "bash", map[string]any{"command": "sleep 300"})
+		default:
+			echo(req, w)
+		}
+	})
+	r := e.gateway(t)
+	key := "agent:main:test:interrupt-tool"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "sleep")
+	w.until(t, "the tool's start", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.AITool)
+		return ok && p.Phase == abi.PhaseStarted
+	})
+	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
+		t.Fatal(err)
+	}
+	if end := w.turnEnded(t); end.End != abi.TurnCancelled {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	send(t, r, s.SessionID, "next")
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	msgs := e.history(t, key)
+	if got := roles(msgs); got != "user assistant/toolUse toolResult user assistant/stop" {
+		t.Fatalf("transcript %s", got)
+	}
+	if !msgs[2].IsError {
+		t.Errorf("the interrupted call's result %+v", msgs[2])
+	}
+}
+
+// TestBadInput: an empty message, and commands the kind does not have.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, echo)
+	r := e.gateway(t)
+	s := e.open(t, r, "", "yolo")
+	if err := r.Send(context.Background(), s.SessionID, []byte("  \n")); abi.CodeOf(err) != abi.CodeInvalidArgument {
+		t.Errorf("empty message: %v", err)
+	}
+	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandResize, Width: 80, Height: 24}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
+		t.Errorf("resize: %v", err)
+	}
+	res, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt})
+	if err != nil || !strings.Contains(fmt.Sprint(res.Result), "interrupted:false") {
+		t.Errorf("interrupt with no turn: %+v %v", res, err)
+	}
+	if !strings.HasPrefix(fmt.Sprint(s.Metadata["chatKey"]), "agent:main:ai:") {
+		t.Errorf("default key %v", s.Metadata["chatKey"])
+	}
+}
