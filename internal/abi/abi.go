@@ -108,7 +108,7 @@ func (c Capabilities) Allows(cmd Command) bool {
 		return c.Restart
 	case CommandPause, CommandResume:
 		return c.Stream
-	case CommandConfirm:
+	case CommandConfirm, CommandCompact:
 		// Answering a question is input; kinds that never ask refuse it themselves.
 		return c.Send
 	}
@@ -141,12 +141,14 @@ const (
 	CommandResume    Command = "resume"
 	// CommandConfirm answers an ai-chat confirmation request (requestId, answer).
 	CommandConfirm Command = "confirm"
+	// CommandCompact compacts an ai-chat's conversation now.
+	CommandCompact Command = "compact"
 )
 
 // Valid reports whether c is a known control command.
 func (c Command) Valid() bool {
 	switch c {
-	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume, CommandConfirm:
+	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume, CommandConfirm, CommandCompact:
 		return true
 	}
 	return false

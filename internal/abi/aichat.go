@@ -12,6 +12,7 @@ const (
 	PayloadAITurn         = "ai-turn"
 	PayloadAIConfirmation = "confirmation-request"
 	PayloadAIConfirmed    = "confirmation-answered"
+	PayloadAICompaction   = "ai-compaction"
 )
 
 // Phases of the ai-chat payloads.
@@ -139,4 +140,18 @@ type AIConfirmed struct {
 	Type      string `json:"type"`
 	RequestID string `json:"requestId"`
 	Answer    string `json:"answer"`
+}
+
+// AICompaction is a compaction of the conversation: started (Reason: threshold, overflow or
+// requested; TokensBefore), then ended with the compaction entry's id, the first entry kept,
+// the estimated context after it and the summary's length.
+type AICompaction struct {
+	Type             string `json:"type"`
+	Phase            string `json:"phase"`
+	Reason           string `json:"reason"`
+	TokensBefore     int    `json:"tokensBefore"`
+	TokensAfter      int    `json:"tokensAfter,omitempty"`
+	CompactionID     string `json:"compactionId,omitempty"`
+	FirstKeptEntryID string `json:"firstKeptEntryId,omitempty"`
+	SummaryChars     int    `json:"summaryChars,omitempty"`
 }

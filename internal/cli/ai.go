@@ -33,7 +33,7 @@ func (a *app) aiCmd() *cobra.Command {
 	cmd := group(&cobra.Command{Use: "ai", Short: "AI chats: talk to a model that uses tools, through the gateway"})
 	msg := group(&cobra.Command{Use: "message", Short: "Send to, watch and interrupt the active ai-chat session"})
 	msg.AddCommand(a.aiSendCmd(), a.aiStreamCmd(), a.aiInterruptCmd())
-	cmd.AddCommand(a.aiChatCmd(), msg, a.aiConfirmCmd())
+	cmd.AddCommand(a.aiChatCmd(), msg, a.aiConfirmCmd(), a.aiCompactCmd())
 	return cmd
 }
 
@@ -463,6 +463,63 @@ func (a *app) aiConfirmCmd() *cobra.Command {
 	}, func(args []string) abi.ControlRequest {
 		return abi.ControlRequest{Command: abi.CommandConfirm, RequestID: args[0], Answer: args[1]}
 	})
+}
+
+func (a *app) aiCompactCmd() *cobra.Command {
+	var id, format string
+	cmd := &cobra.Command{
+		Use:   "compact [--session-id ID]",
+		Short: "Compact the conversation now: the model summarizes its older part, the recent part is kept",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sid, err := a.aiSession(id)
+			if err != nil {
+				return err
+			}
+			c := a.client()
+			res, err := c.Control(cmd.Context(), sid, abi.ControlRequest{Command: abi.CommandCompact})
+			if err != nil {
+				return err
+			}
+			var started struct {
+				AfterSeq uint64 `json:"afterSeq"`
+			}
+			if raw, ok := res.Data.Result.(*json.RawMessage); ok && raw != nil {
+				_ = json.Unmarshal(*raw, &started)
+			}
+			var out *abi.AICompaction
+			var failed error
+			err = c.Stream(cmd.Context(), sid, client.StreamOptions{After: started.AfterSeq, Follow: true}, func(e abi.Event) error {
+				switch e.Event {
+				case abi.EventError:
+					var ep abi.ErrorPayload
+					if json.Unmarshal(e.Payload, &ep) == nil {
+						failed = abi.Errorf(ep.Error.Code, sid, "%s", ep.Error.Message)
+						return errTurnOver
+					}
+				case abi.EventData:
+					var p abi.AICompaction
+					if json.Unmarshal(e.Payload, &p) == nil && p.Type == abi.PayloadAICompaction && p.Phase == abi.PhaseEnded {
+						out = &p
+						return errTurnOver
+					}
+				}
+				return nil
+			})
+			switch {
+			case failed != nil:
+				return failed
+			case out != nil:
+				return a.print(format, out, nil)
+			case err != nil && !errors.Is(err, errTurnOver):
+				return err
+			}
+			return abi.Errorf(abi.CodeSessionClosed, sid, "the session closed before the compaction ended")
+		},
+	}
+	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
+	formatFlag(cmd, &format, formatJSON)
+	return cmd
 }
 
 // aiControlCmd is a command that sends one control request to the ai-chat session.

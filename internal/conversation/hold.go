@@ -82,6 +82,14 @@ func (h *Held) Patch(ctx context.Context, patch any) error {
 	return nil
 }
 
+// PatchFunc merges the fields fn returns from the current entry (counters).
+func (h *Held) PatchFunc(ctx context.Context, fn func(cur chatstore.SessionEntry) (any, error)) error {
+	if _, err := h.st.PatchFunc(ctx, h.Key, fn); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
 // Close flushes and releases the transcript.
 func (h *Held) Close() error {
 	defer h.unlock()

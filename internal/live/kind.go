@@ -91,5 +91,9 @@ func (k *Sink) Ended(reason string, exitCode *int) {
 	go k.r.finish(context.Background(), k.s, reason, exitCode)
 }
 
+// LastSeq is the sequence number of the session's newest event: what a control command's
+// caller follows the events it causes from.
+func (k *Sink) LastSeq() uint64 { return k.s.log.lastSeq() }
+
 // Now is the runtime's clock.
 func (k *Sink) Now() time.Time { return k.r.now() }

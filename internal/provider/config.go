@@ -59,6 +59,9 @@ type Backend struct {
 	ContextWindow int `json:"contextWindow,omitempty" toml:"context_window"`
 	// MaxTokens bounds each reply (0: the server's default; Anthropic needs one: 8192).
 	MaxTokens int `json:"maxTokens,omitempty" toml:"max_tokens"`
+	// SummaryModel writes compaction summaries (a cheaper model of the same backend; default
+	// Model).
+	SummaryModel string `json:"summaryModel,omitempty" toml:"summary_model"`
 	// ThinkingFormat (openai-compatible only): openai, qwen or none.
 	ThinkingFormat string `json:"thinkingFormat,omitempty" toml:"thinking_format"`
 	// MaxAttempts is how many times a request is tried on 429, 5xx and connection failures
@@ -99,6 +102,7 @@ type backendTOML struct {
 	APIKeyEnv      *string `toml:"api_key_env"`
 	ContextWindow  *int    `toml:"context_window"`
 	MaxTokens      *int    `toml:"max_tokens"`
+	SummaryModel   *string `toml:"summary_model"`
 	ThinkingFormat *string `toml:"thinking_format"`
 	MaxAttempts    *int    `toml:"max_attempts"`
 	MaxRetryWait   *string `toml:"max_retry_wait"`
@@ -191,7 +195,7 @@ func ParseConfig(data []byte) (*Config, error) {
 			}
 			if len(bad) > 0 {
 				msg := "unknown keys in a backend section: " + strings.Join(bad, ", ") +
-					" (known: kind, base_url, model, api_key_env, context_window, max_tokens, thinking_format, max_attempts, max_retry_wait)"
+					" (known: kind, base_url, model, api_key_env, context_window, max_tokens, summary_model, thinking_format, max_attempts, max_retry_wait)"
 				if strings.Contains(msg, ".api_key (") {
 					msg += "; an API key never goes in the config: put it in an environment variable and name that with api_key_env"
 				}
@@ -217,6 +221,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		set(&b.APIKeyEnv, sec.APIKeyEnv)
 		set(&b.ContextWindow, sec.ContextWindow)
 		set(&b.MaxTokens, sec.MaxTokens)
+		set(&b.SummaryModel, sec.SummaryModel)
 		set(&b.ThinkingFormat, sec.ThinkingFormat)
 		set(&b.MaxAttempts, sec.MaxAttempts)
 		set(&b.MaxRetryWait, sec.MaxRetryWait)

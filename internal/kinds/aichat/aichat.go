@@ -382,8 +382,60 @@ func (c *chat) Control(_ context.Context, req abi.ControlRequest) (any, error) {
 		}
 		ch <- ans
 		return map[string]any{"requestId": req.RequestID, "answer": ans}, nil
+	case abi.CommandCompact:
+		return c.compactNow()
 	}
 	return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "ai-chat sessions do not support %s", req.Command)
+}
+
+// compactNow starts a compaction between turns (nexus ai compact) and returns at once: its
+// progress and result are ai-compaction events (or an error event) after afterSeq. An
+// interrupt stops it.
+func (c *chat) compactNow() (any, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
+	}
+	if c.running {
+		return nil, abi.Errorf(abi.CodeResourceUnavailable, c.sink.SessionID(), "a turn is running: compact when it has ended")
+	}
+	after := c.sink.LastSeq()
+	ctx, cancel := context.WithCancel(c.base)
+	c.running, c.cancel = true, cancel
+	c.idle = make(chan struct{})
+	done := c.idle
+	go func() {
+		defer close(done)
+		defer cancel()
+		ev, err := c.compactHeld(ctx)
+		if err != nil {
+			c.turnError(err)
+		}
+		c.sink.SetMetadata(map[string]any{"state": "idle"})
+		c.mu.Lock()
+		c.running, c.cancel = false, nil
+		if ev != nil {
+			c.sink.Publish(abi.EventData, *ev)
+		}
+		c.mu.Unlock()
+	}()
+	return map[string]any{"compacting": true, "afterSeq": after}, nil
+}
+
+func (c *chat) compactHeld(ctx context.Context) (*abi.AICompaction, error) {
+	h, err := c.k.Chats.Hold(ctx, c.key, conversation.HoldOptions{Cwd: c.workspace})
+	if err != nil {
+		return nil, err
+	}
+	ev, err := c.compact(ctx, h, nil, CompactRequested)
+	if cerr := h.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ev, nil
 }
 
 // SetPaused implements live.Pauser: a paused session accepts no new turn start but lets a

@@ -27,6 +27,8 @@ type env struct {
 	ws    string
 	m     *model
 	chats *conversation.Service
+	// window is the backend's context window (default 1000).
+	window int
 }
 
 func newEnv(t *testing.T, reply func(chatRequest, *sse)) *env {
@@ -39,7 +41,11 @@ func newEnv(t *testing.T, reply func(chatRequest, *sse)) *env {
 func (e *env) kind(t *testing.T) *aichat.Kind {
 	shells := agentshell.New(agentshell.Config{AuditDir: filepath.Join(e.state, "audit"), IdleTimeout: -1})
 	t.Cleanup(shells.Close)
-	cfg := fmt.Sprintf("[backends.fake]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"fake-1\"\ncontext_window = 1000\n", e.m.srv.URL+"/v1")
+	window := e.window
+	if window == 0 {
+		window = 1000
+	}
+	cfg := fmt.Sprintf("[backends.fake]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"fake-1\"\nsummary_model = \"fake-small\"\ncontext_window = %d\n", e.m.srv.URL+"/v1", window)
 	return &aichat.Kind{
 		Chats:    e.chats,
 		StateDir: e.state,
@@ -511,3 +517,147 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("default key %v", s.Metadata["chatKey"])
 	}
 }
+
+// TestCompactionThreshold: a context past 0.9 of the window is compacted before the turn's
+// model call, by the summary model, in a request that fits; the model then sees the summary
+// and the recent part, paired.
+func TestCompactionThreshold(t *testing.T) {
+	big1, big2 := strings.Repeat("alpha ", 400), strings.Repeat("bravo ", 400) // 2400 characters: about 600 tokens each
+	var summaryReq chatRequest
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.isSummary() {
+			summaryReq = req
+			w.text("SUMMARY: the user sent alphas")
+			return
+		}
+		w.text("ok")
+	})
+	e.m.countTokens = true
+	r := e.gateway(t)
+	key := "agent:main:test:compact"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, big1)
+	w.turnEnded(t)
+	send(t, r, s.SessionID, big2)
+	w.until(t, "the compaction's end", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.AICompaction)
+		return ok && p.Phase == abi.PhaseEnded
+	})
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	if summaryReq.Model != "fake-small" || !summaryReq.has("alpha alpha") || summaryReq.has("bravo bravo") {
+		t.Fatalf("summary request: model %s, %d messages", summaryReq.Model, len(summaryReq.Messages))
+	}
+	last := e.m.requests[len(e.m.requests)-1]
+	if last.isSummary() || !last.has("SUMMARY: the user sent alphas") || last.has("alpha alpha") || !last.has("bravo bravo") {
+		t.Fatalf("the turn after the compaction sent %+v", last.Messages)
+	}
+	msgs := e.history(t, key)
+	if got := roles(msgs); got != "user user assistant/stop" { // the summary (as user text), then the kept turn
+		t.Fatalf("context after compaction: %s", got)
+	}
+	sh, err := e.chats.Show(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh.Entry == nil || sh.Entry.CompactionCount != 1 {
+		t.Errorf("sessions.json after compaction: %+v", sh.Entry)
+	}
+}
+
+// TestCompactionOverflow: a request the provider refuses as too large for the window is
+// compacted and tried once more; the turn completes.
+func TestCompactionOverflow(t *testing.T) {
+	big1, big2 := strings.Repeat("alpha ", 1000), strings.Repeat("bravo ", 1000) // about 1500 tokens each
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		switch {
+		case req.isSummary():
+			w.text("SUMMARY of alphas")
+		case req.lastUser() == "next" && req.has("alpha alpha"):
+			w.overflow()
+		default:
+			w.text("ok")
+		}
+	})
+	e.window = 4000
+	e.m.countTokens = true
+	r := e.gateway(t)
+	key := "agent:main:test:overflow"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	for _, m := range []string{big1, big2, "next"} {
+		send(t, r, s.SessionID, m)
+		if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+			t.Fatalf("turn %+v: %s", end, describe(w.seen))
+		}
+	}
+	var reasons []string
+	for _, ev := range w.seen {
+		if p, ok := ev.Payload.(abi.AICompaction); ok && p.Phase == abi.PhaseEnded {
+			reasons = append(reasons, p.Reason)
+		}
+	}
+	if fmt.Sprint(reasons) != "[overflow]" {
+		t.Fatalf("compactions %v: %s", reasons, describe(w.seen))
+	}
+	last := e.m.requests[len(e.m.requests)-1]
+	if !last.has("SUMMARY of alphas") || !last.has("bravo bravo") || last.lastUser() != "next" {
+		t.Fatalf("the retried request: %+v", last.Messages)
+	}
+}
+
+// TestCompactRequested: nexus ai compact between turns; during a turn it is refused.
+func TestCompactRequested(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		switch {
+		case req.isSummary():
+			w.text("SUMMARY")
+		case req.lastUser() == "hang":
+			w.hang("...")
+		default:
+			w.text("ok")
+		}
+	})
+	e.window = 400 // 200-character messages: no compaction of its own before the one asked for
+	r := e.gateway(t)
+	s := e.open(t, r, "agent:main:test:compact-now", "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	ctl := func(cmd abi.Command) (*abi.ControlData, error) {
+		return r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: cmd})
+	}
+	if _, err := ctl(abi.CommandCompact); err != nil {
+		t.Fatal(err) // an empty conversation: the error comes as an event
+	}
+	w.until(t, "the empty conversation's error", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.ErrorPayload)
+		return ok && p.Error.Code == abi.CodeInvalidArgument
+	})
+	for _, m := range []string{strings.Repeat("one ", 50), strings.Repeat("two ", 50), strings.Repeat("three ", 34)} {
+		send(t, r, s.SessionID, m)
+		w.turnEnded(t)
+	}
+	res, err := ctl(abi.CommandCompact)
+	if err != nil || !strings.Contains(fmt.Sprint(res.Result), "afterSeq") {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	ev := w.until(t, "the compaction's end", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.AICompaction)
+		return ok && p.Phase == abi.PhaseEnded
+	})
+	if p := ev.Payload.(abi.AICompaction); p.Reason != CompactRequestedName || p.CompactionID == "" || p.FirstKeptEntryID == "" {
+		t.Fatalf("compaction %+v", p)
+	}
+	send(t, r, s.SessionID, "hang")
+	w.until(t, "the reply's start", func(e *live.Event) bool { _, ok := e.Payload.(abi.AIToken); return ok })
+	if _, err := ctl(abi.CommandCompact); abi.CodeOf(err) != abi.CodeResourceUnavailable {
+		t.Fatalf("compact during a turn: %v", err)
+	}
+	if _, err := ctl(abi.CommandInterrupt); err != nil {
+		t.Fatal(err)
+	}
+	w.turnEnded(t)
+}
+
+const CompactRequestedName = aichat.CompactRequested

@@ -18,6 +18,9 @@ type model struct {
 	srv   *httptest.Server
 	reply func(req chatRequest, w *sse)
 
+	// countTokens reports prompt tokens as the characters of the messages / 4 (default 100).
+	countTokens bool
+
 	mu       sync.Mutex
 	requests []chatRequest
 }
@@ -98,7 +101,14 @@ func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 	m.requests = append(m.requests, req)
 	m.mu.Unlock()
 	w.Header().Set("Content-Type", "text/event-stream")
-	s := &sse{w: w, f: w.(http.Flusher), r: r}
+	s := &sse{w: w, f: w.(http.Flusher), r: r, prompt: 100}
+	if m.countTokens {
+		n := 0
+		for _, msg := range req.Messages {
+			n += len(msg.Content)
+		}
+		s.prompt = n / 4
+	}
 	m.reply(req, s)
 }
 
@@ -135,16 +145,17 @@ func checkPairing(msgs []chatMessage) error {
 
 // sse writes one streamed chat completion.
 type sse struct {
-	w http.ResponseWriter
-	f http.Flusher
-	r *http.Request
+	w      http.ResponseWriter
+	f      http.Flusher
+	r      *http.Request
+	prompt int
 }
 
 func (s *sse) chunk(delta map[string]any, finish string) {
 	c := map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "fake",
 		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nilIfEmpty(finish)}}}
 	if finish != "" {
-		c["usage"] = map[string]any{"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+		c["usage"] = map[string]any{"prompt_tokens": s.prompt, "completion_tokens": 10, "total_tokens": s.prompt + 10}
 	}
 	b, _ := json.Marshal(c)
 	fmt.Fprintf(s.w, "data: %s\n\n", b)
@@ -185,6 +196,28 @@ func (s *sse) call(id, name string, args any) {
 func (s *sse) done() {
 	fmt.Fprint(s.w, "data: [DONE]\n\n")
 	s.f.Flush()
+}
+
+// overflow answers as OpenAI does a request larger than the window.
+func (s *sse) overflow() {
+	s.w.Header().Set("Content-Type", "application/json")
+	s.w.WriteHeader(http.StatusBadRequest)
+	fmt.Fprint(s.w, `{"error":{"message":"This model's maximum context length is 4000 tokens. However, your messages resulted in 5210 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}`)
+}
+
+// isSummary reports a compaction's summary request.
+func (r chatRequest) isSummary() bool {
+	return len(r.Messages) > 0 && r.Messages[0].Role == "system" && strings.Contains(r.Messages[0].text(), "You compact a conversation")
+}
+
+// has reports whether any message holds text.
+func (r chatRequest) has(text string) bool {
+	for _, m := range r.Messages {
+		if strings.Contains(string(m.Content), text) {
+			return true
+		}
+	}
+	return false
 }
 
 // hang streams a first word and then nothing until the client goes away.

@@ -1,11 +1,11 @@
 package aichat
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -14,6 +14,7 @@ import (
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/provider"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // turn runs one user message to its end: the transcript holds the user message, each reply
@@ -76,13 +77,9 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 		return nil, fmt.Errorf("record the message: %w", err)
 	}
 	c.logs.message(user)
-	cx, err := w.Context()
+	msgs, err := c.prepare(ctx, h, run)
 	if err != nil {
-		return nil, fmt.Errorf("read context: %w", err)
-	}
-	msgs, err := provider.FromContext(cx.Messages)
-	if err != nil {
-		return nil, fmt.Errorf("context: %w", err)
+		return nil, err
 	}
 	// The system prompt is composed at each turn, so an edit of the agent or of AGENTS.md
 	// applies from the next message.
@@ -98,13 +95,12 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	c.mu.Lock()
-	before := *c.allow
+	before, _ := json.Marshal(c.allow)
 	c.mu.Unlock()
 	ts := &agent.Toolset{Registry: c.reg, Allowances: c.allow, Confirm: c.confirm}
 	em := &emitter{c: c, run: run.ID}
-	res, err := agent.Run(ctx, c.p, ts, provider.Request{
-		Model: c.backend.Model, System: system, Messages: msgs, Thinking: c.thinking, Temperature: c.temperature,
-	}, agent.Options{
+	req := provider.Request{Model: c.backend.Model, System: system, Messages: msgs, Thinking: c.thinking, Temperature: c.temperature}
+	opts := agent.Options{
 		MaxIterations: c.maxIter,
 		ToolTimeout:   c.k.ToolTimeout,
 		Now:           c.k.now,
@@ -116,13 +112,28 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 			c.logs.message(m)
 			return nil
 		},
-	})
+	}
+	res, err := agent.Run(ctx, c.p, ts, req, opts)
+	// A request the window cannot hold: compact, then try once more from the transcript.
+	if res != nil && res.End == agent.EndError && errors.Is(res.Err, provider.ErrContextOverflow) && ctx.Err() == nil {
+		c.logs.verbosef("context overflow: %v", res.Err)
+		if _, cerr := c.compact(ctx, h, run, CompactOverflow); cerr != nil {
+			c.turnError(cerr)
+		} else if req.Messages, err = c.contextMessages(w); err == nil {
+			first := res
+			res, err = agent.Run(ctx, c.p, ts, req, opts)
+			if res != nil {
+				res.Iterations += first.Iterations
+				res.Messages = append(first.Messages, res.Messages...)
+			}
+		}
+	}
 	// What the answers allowed persists with the conversation.
 	c.mu.Lock()
-	after := *c.allow
+	after, _ := json.Marshal(c.allow)
 	c.mu.Unlock()
-	if !reflect.DeepEqual(before, after) {
-		if _, aerr := w.AppendCustom(AllowancesCustomType, after); aerr != nil && err == nil {
+	if !bytes.Equal(before, after) {
+		if _, aerr := w.AppendCustom(AllowancesCustomType, json.RawMessage(after)); aerr != nil && err == nil {
 			err = fmt.Errorf("record allowances: %w", aerr)
 		}
 	}
@@ -147,6 +158,34 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 		}
 	}
 	return res, err
+}
+
+// contextMessages is the conversation's context at the transcript's leaf, as the model gets it.
+func (c *chat) contextMessages(w *transcript.Writer) ([]provider.Message, error) {
+	cx, err := w.Context()
+	if err != nil {
+		return nil, fmt.Errorf("read context: %w", err)
+	}
+	msgs, err := provider.FromContext(cx.Messages)
+	if err != nil {
+		return nil, fmt.Errorf("context: %w", err)
+	}
+	return msgs, nil
+}
+
+// prepare reads the context for a turn, compacting it first when it is past the threshold
+// (a failed compaction is reported and the turn goes on: an overflow still compacts).
+func (c *chat) prepare(ctx context.Context, h *conversation.Held, run *chatstore.Run) ([]provider.Message, error) {
+	cx, err := h.Writer.Context()
+	if err != nil {
+		return nil, fmt.Errorf("read context: %w", err)
+	}
+	if est := transcript.EstimateContextTokens(cx.Messages); c.needsCompaction(est.Tokens) {
+		if _, err := c.compact(ctx, h, run, CompactThreshold); err != nil {
+			c.turnError(err)
+		}
+	}
+	return c.contextMessages(h.Writer)
 }
 
 // finish reports a turn's errors and returns its end event.
