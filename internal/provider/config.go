@@ -89,9 +89,24 @@ func Presets() map[string]Backend {
 	}
 }
 
-// Config is the backends of config.toml, presets included.
+// Config is the backends of config.toml, presets included, and the MCP servers whose tools
+// ai-chat agents get.
 type Config struct {
-	Backends map[string]Backend `json:"backends" toml:"backends"`
+	Backends   map[string]Backend   `json:"backends" toml:"backends"`
+	MCPServers map[string]MCPServer `json:"mcpServers,omitempty" toml:"mcp_servers"`
+}
+
+// MCPServer is one [mcp_servers.NAME] section: a command nexus starts (stdio) or the URL of a
+// Streamable HTTP server. Like backends, it names environment variables, never their values.
+type MCPServer struct {
+	Command string   `json:"command,omitempty" toml:"command"`
+	Args    []string `json:"args,omitempty" toml:"args"`
+	// EnvVars are the names of the gateway's variables passed to the command (it gets PATH,
+	// HOME and these, nothing else).
+	EnvVars []string `json:"envVars,omitempty" toml:"env_vars"`
+	// Cwd is the command's directory (default: the conversation's workspace).
+	Cwd string `json:"cwd,omitempty" toml:"cwd"`
+	URL string `json:"url,omitempty" toml:"url"`
 }
 
 // backendTOML is a section as written: nil fields are not set.
@@ -177,7 +192,8 @@ var (
 // quoted back). Errors name keys and lines, never values.
 func ParseConfig(data []byte) (*Config, error) {
 	var doc struct {
-		Backends map[string]backendTOML `toml:"backends"`
+		Backends   map[string]backendTOML `toml:"backends"`
+		MCPServers map[string]MCPServer   `toml:"mcp_servers"`
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -188,6 +204,10 @@ func ParseConfig(data []byte) (*Config, error) {
 			var bad []string
 			for _, e := range strict.Errors {
 				k := e.Key()
+				if len(k) > 0 && k[0] == "mcp_servers" {
+					row, _ := e.Position()
+					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in an MCP server section (known: command, args, env_vars, cwd, url)", strings.Join(k, "."), row)
+				}
 				if len(k) > 0 && k[0] == "backends" {
 					row, _ := e.Position()
 					bad = append(bad, fmt.Sprintf("%s (line %d)", strings.Join(k, "."), row))
@@ -234,6 +254,26 @@ func ParseConfig(data []byte) (*Config, error) {
 		b.Name = name
 		cfg.Backends[name] = b
 	}
+	for name, m := range doc.MCPServers {
+		if !backendName.MatchString(name) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "MCP server name %q: use lower-case letters, digits, '-', '_' and '.'", name)
+		}
+		if (m.Command == "") == (m.URL == "") {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "MCP server %s: set command or url (one of them)", name)
+		}
+		for _, v := range m.EnvVars {
+			if !envName.MatchString(v) {
+				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "MCP server %s: env_vars holds %q, not a variable name (values never go in the config)", name, v)
+			}
+		}
+		if m.URL != "" {
+			u, err := url.Parse(m.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil {
+				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "MCP server %s: url must be http(s) without credentials", name)
+			}
+		}
+	}
+	cfg.MCPServers = doc.MCPServers
 	return cfg, nil
 }
 

@@ -67,6 +67,13 @@ func (k *Kind) now() time.Time {
 	return time.Now()
 }
 
+func (k *Kind) logger() *slog.Logger {
+	if k.Logger != nil {
+		return k.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
 func (k *Kind) getenv(name string) string {
 	if k.Getenv != nil {
 		return k.Getenv(name)
@@ -113,7 +120,11 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	if key == "" {
 		key = "agent:" + agentID + ":ai:" + shortID(sink.SessionID())
 	}
-	backend, err := k.backend(firstOf(opts.Backend, prof.Backend))
+	cfg, err := k.Config()
+	if err != nil {
+		return nil, err
+	}
+	backend, err := k.backend(cfg, firstOf(opts.Backend, prof.Backend))
 	if err != nil {
 		return nil, err
 	}
@@ -159,6 +170,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		c.release()
 		return nil, err
 	}
+	mcpStatus := c.connectMCP(ctx, cfg.MCPServers)
 	// The conversation is created (or found) now, so the session object names it and its
 	// allowances are back before the first message.
 	h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Cwd: ws, Fields: map[string]any{"project": ws, "isAgentic": true}})
@@ -188,16 +200,13 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		"contextWindow": backend.ContextWindow,
 		"streamingMode": true,
 		"state":         "idle",
+		"mcpServers":    mcpStatus,
 	})
 	return c, nil
 }
 
 // backend resolves a backend name (or the first default whose key is set).
-func (k *Kind) backend(name string) (provider.Backend, error) {
-	cfg, err := k.Config()
-	if err != nil {
-		return provider.Backend{}, err
-	}
+func (k *Kind) backend(cfg *provider.Config, name string) (provider.Backend, error) {
 	if name == "" {
 		for _, n := range defaultBackends {
 			if b, ok := cfg.Backends[n]; ok && b.APIKeyEnv != "" && k.getenv(b.APIKeyEnv) != "" {
@@ -266,6 +275,7 @@ type chat struct {
 	perm *permission.Checker
 	reg  *tools.Registry
 	bash *tools.Bash
+	mcp  []*tools.MCPClient
 
 	base context.Context
 	stop context.CancelFunc
@@ -306,9 +316,51 @@ func (c *chat) openTools(prof *profile.Profile) error {
 	return nil
 }
 
+// connectMCP starts (or dials) the configured MCP servers and offers their tools; a server
+// that fails is reported in the session's metadata and left out, the chat goes on without it.
+// At level sandboxed none is started: their tools are not offered there.
+func (c *chat) connectMCP(ctx context.Context, servers map[string]provider.MCPServer) map[string]any {
+	status := map[string]any{}
+	if c.level == permission.Sandboxed {
+		for name := range servers {
+			status[name] = map[string]any{"skipped": "MCP tools are not offered at level sandboxed"}
+		}
+		return status
+	}
+	for name, m := range servers {
+		env := []string{}
+		for _, v := range append([]string{"PATH", "HOME", "LANG"}, m.EnvVars...) {
+			if val := c.k.getenv(v); val != "" {
+				env = append(env, v+"="+val)
+			}
+		}
+		dir := m.Cwd
+		if dir == "" {
+			dir = c.workspace
+		}
+		cl, err := tools.ConnectMCP(ctx, name, "nexus", tools.MCPConnect{Command: m.Command, Args: m.Args, Env: env, Dir: dir, URL: m.URL})
+		if err == nil {
+			if err = c.reg.AddMCP(ctx, cl); err != nil {
+				_ = cl.Close()
+			}
+		}
+		if err != nil {
+			status[name] = map[string]any{"error": err.Error()}
+			c.k.logger().Warn("mcp server unavailable", "server", name, "err", err)
+			continue
+		}
+		c.mcp = append(c.mcp, cl)
+		status[name] = map[string]any{"connected": true}
+	}
+	return status
+}
+
 // release frees what Start acquired.
 func (c *chat) release() {
 	c.stop()
+	for _, m := range c.mcp {
+		_ = m.Close()
+	}
 	if c.bash != nil {
 		_ = c.bash.Close(context.Background())
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/conversation"
@@ -29,6 +32,8 @@ type env struct {
 	chats *conversation.Service
 	// window is the backend's context window (default 1000).
 	window int
+	// extra is appended to config.toml.
+	extra string
 }
 
 func newEnv(t *testing.T, reply func(chatRequest, *sse)) *env {
@@ -45,14 +50,22 @@ func (e *env) kind(t *testing.T) *aichat.Kind {
 	if window == 0 {
 		window = 1000
 	}
-	cfg := fmt.Sprintf("[backends.fake]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"fake-1\"\nsummary_model = \"fake-small\"\ncontext_window = %d\n", e.m.srv.URL+"/v1", window)
+	cfg := fmt.Sprintf("[backends.fake]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"fake-1\"\nsummary_model = \"fake-small\"\ncontext_window = %d\n", e.m.srv.URL+"/v1", window) + e.extra
 	return &aichat.Kind{
 		Chats:    e.chats,
 		StateDir: e.state,
 		Config:   func() (*provider.Config, error) { return provider.ParseConfig([]byte(cfg)) },
-		Getenv:   func(string) string { return "" },
-		Shells:   shells,
-		Logs:     &aichat.LogOptions{Context: true, Verbose: true, Raw: true},
+		Getenv: func(v string) string {
+			switch v {
+			case "PATH", "HOME":
+				return os.Getenv(v)
+			case mcpServerVar:
+				return "1"
+			}
+			return ""
+		},
+		Shells: shells,
+		Logs:   &aichat.LogOptions{Context: true, Verbose: true, Raw: true},
 	}
 }
 
@@ -661,3 +674,76 @@ func TestCompactRequested(t *testing.T) {
 }
 
 const CompactRequestedName = aichat.CompactRequested
+
+// mcpServerVar makes the test binary an MCP server on stdio (TestMain) with one tool, echo.
+const mcpServerVar = "NEXUS_TEST_MCP_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mcpServerVar) == "1" {
+		srv := sdk.NewServer(&sdk.Implementation{Name: "fs", Version: "1"}, nil)
+		sdk.AddTool(srv, &sdk.Tool{Name: "echo", Description: "echoes text"}, func(_ context.Context, _ *sdk.CallToolRequest, in struct {
+			Text string `json:"text"`
+		}) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "echo: " + in.Text}}}, nil, nil
+		})
+		if err := srv.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestMCPServerTools: a configured MCP server (a real process speaking MCP on stdio) offers
+// its tools as mcp_<server>_<tool> after the built-ins; the model calls one; at level trusted
+// it asks first. A server that cannot start is reported in the metadata, the chat goes on.
+func TestMCPServerTools(t *testing.T) {
+	var offered []string
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.last().Role == "tool" {
+			w.text("got " + req.last().text())
+			return
+		}
+		offered = offered[:0]
+		for _, tl := range req.Tools {
+			offered = append(offered, tl.Function.Name)
+		}
+		w.call("call_m", "mcp_fs_echo", map[string]any{"text": "hi"})
+	})
+	e.extra = fmt.Sprintf("\n[mcp_servers.fs]\ncommand = %q\nenv_vars = [%q]\n\n[mcp_servers.broken]\ncommand = \"/nonexistent/mcp-server\"\n", os.Args[0], mcpServerVar)
+	r := e.gateway(t)
+	s := e.open(t, r, "agent:main:test:mcp", "yolo")
+	st := fmt.Sprint(s.Metadata["mcpServers"])
+	if !strings.Contains(st, "fs:map[connected:true]") || !strings.Contains(st, "broken:map[error:") {
+		t.Fatalf("mcpServers %s", st)
+	}
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "use it")
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	if len(offered) == 0 || offered[len(offered)-1] != "mcp_fs_echo" {
+		t.Fatalf("tools offered %v (MCP tools come after the built-ins)", offered)
+	}
+	msgs := e.history(t, "agent:main:test:mcp")
+	if res := msgs[2]; res.ToolName != "mcp_fs_echo" || res.IsError || res.Content[0].Text != "echo: hi" {
+		t.Fatalf("result %+v", res)
+	}
+
+	// Trusted: the call asks, offering the tool-wide allowance.
+	s2 := e.open(t, r, "agent:main:test:mcp2", "trusted")
+	w2 := &watcher{r: r, id: s2.SessionID}
+	send(t, r, s2.SessionID, "use it")
+	ev := w2.until(t, "a confirmation request", func(e *live.Event) bool { _, ok := e.Payload.(abi.AIConfirmation); return ok })
+	c := ev.Payload.(abi.AIConfirmation)
+	if c.Tool != "mcp_fs_echo" || fmt.Sprint(c.Options) != "[deny allow-once allow-exec-global]" {
+		t.Fatalf("request %+v", c)
+	}
+	if _, err := r.Control(context.Background(), s2.SessionID, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "allow-once"}); err != nil {
+		t.Fatal(err)
+	}
+	if end := w2.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v", end)
+	}
+}
