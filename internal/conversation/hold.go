@@ -31,6 +31,8 @@ type HoldOptions struct {
 	Cwd string
 	// Fields are sessions.json fields set when the key is new (chatstore.Store.Create).
 	Fields any
+	// Sync is the writer's durability policy (default transcript.SyncEntry: an fsync per entry).
+	Sync transcript.SyncPolicy
 }
 
 // Hold resolves key to its current session (created when the key is new; an explicitly held
@@ -60,12 +62,13 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 		return nil, err
 	}
 	var w *transcript.Writer
+	wopts := s.writerOptions()
+	wopts.Sync = opts.Sync
 	if _, serr := os.Lstat(c.Path); errors.Is(serr, fs.ErrNotExist) {
-		wopts := s.writerOptions()
 		wopts.NewSessionID = func() string { return e.SessionID }
 		w, err = transcript.Create(c.Path, opts.Cwd, wopts)
 	} else {
-		w, err = s.openWriter(c)
+		w, err = s.openWriterWith(c, wopts)
 	}
 	if err != nil {
 		unlock()

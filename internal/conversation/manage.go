@@ -58,12 +58,16 @@ func (s *Service) writerOptions() transcript.WriterOptions {
 // import) is first rewritten as v3, its original archived as .bak: the store owns it, and
 // appended entries need ids that exist on disk.
 func (s *Service) openWriter(c chat) (*transcript.Writer, error) {
-	w, err := transcript.OpenWriter(c.Path, s.writerOptions())
+	return s.openWriterWith(c, s.writerOptions())
+}
+
+func (s *Service) openWriterWith(c chat, opts transcript.WriterOptions) (*transcript.Writer, error) {
+	w, err := transcript.OpenWriter(c.Path, opts)
 	if errors.Is(err, transcript.ErrNeedsMigration) {
 		if _, err := transcript.Migrate(c.Path, s.now()); err != nil {
 			return nil, writerError(c, fmt.Errorf("migrate %s to v3: %w", c.Path, err))
 		}
-		w, err = transcript.OpenWriter(c.Path, s.writerOptions())
+		w, err = transcript.OpenWriter(c.Path, opts)
 	}
 	if err != nil {
 		return nil, writerError(c, err)

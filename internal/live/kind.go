@@ -70,6 +70,15 @@ func (k *Sink) Output(b []byte) {
 	k.s.publish(k.r.now(), abi.EventData, Output(b))
 }
 
+// PublishFlow publishes a data event under the flow control of Output: while a follower is
+// far behind it waits (at most MaxStall without progress), so a stream of many small events
+// (an AI reply's tokens) pushes back on its producer instead of lapping a slow reader. Call it
+// as Output: from the producing goroutine, holding no lock.
+func (k *Sink) PublishFlow(payload any) {
+	k.s.log.waitRoom()
+	k.s.publish(k.r.now(), abi.EventData, payload)
+}
+
 // Publish publishes an event with a payload of the ABI's payload types.
 func (k *Sink) Publish(typ abi.EventType, payload any) {
 	k.s.publish(k.r.now(), typ, payload)

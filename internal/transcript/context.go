@@ -93,7 +93,8 @@ func (f *File) BuildContext(leafID string) (*Context, error) {
 			return nil, fmt.Errorf("build context: %w", err)
 		}
 		if len(chunk)+len(m) > cap(chunk) {
-			chunk = make([]byte, 0, max(contextChunk, len(m)))
+			// Chunks grow from 64 KiB to 1 MiB: a short context costs no megabyte.
+			chunk = make([]byte, 0, max(min(max(2*cap(chunk), 64<<10), contextChunk), len(m)))
 		}
 		start := len(chunk)
 		chunk = append(chunk, m...)

@@ -461,13 +461,13 @@ func (c *chat) compactNow() (any, error) {
 		defer close(done)
 		defer cancel()
 		ev, err := c.compactHeld(ctx)
-		if err != nil {
-			c.turnError(err)
-		}
 		c.sink.SetMetadata(map[string]any{"state": "idle"})
+		// The outcome is published as the session takes input again (as a turn's end).
 		c.mu.Lock()
 		c.running, c.cancel = false, nil
-		if ev != nil {
+		if err != nil {
+			c.turnError(err)
+		} else {
 			c.sink.Publish(abi.EventData, *ev)
 		}
 		c.mu.Unlock()

@@ -72,7 +72,12 @@ func (e *env) kind(t *testing.T) *aichat.Kind {
 // gateway starts a registry serving a fresh kind on e's state.
 func (e *env) gateway(t *testing.T) *live.Registry {
 	t.Helper()
-	r, err := live.New(context.Background(), live.Config{IdleTimeout: -1}, e.kind(t))
+	return e.gatewayWith(t, live.Config{IdleTimeout: -1})
+}
+
+func (e *env) gatewayWith(t *testing.T, cfg live.Config) *live.Registry {
+	t.Helper()
+	r, err := live.New(context.Background(), cfg, e.kind(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -745,5 +750,62 @@ func TestMCPServerTools(t *testing.T) {
 	}
 	if end := w2.turnEnded(t); end.End != abi.TurnCompleted {
 		t.Fatalf("turn %+v", end)
+	}
+}
+
+// TestTokensWaitForAFollower: a reply of many more tokens than the event ring holds reaches a
+// WebSocket-style follower (Registry.Follow, acknowledging what it read) whole and in order.
+// The follower starts reading only once the model has written the whole reply (about 50 KB,
+// which the loopback socket's buffers hold): without flow control the tokens would lap it.
+func TestTokensWaitForAFollower(t *testing.T) {
+	const n = 400
+	written := make(chan struct{})
+	e := newEnv(t, func(_ chatRequest, w *sse) {
+		for i := range n {
+			d := map[string]any{"content": fmt.Sprintf("w%d ", i)}
+			if i == 0 {
+				d["role"] = "assistant"
+			}
+			w.chunk(d, "")
+		}
+		w.chunk(map[string]any{}, "stop")
+		w.done()
+		close(written)
+	})
+	r := e.gatewayWith(t, live.Config{IdleTimeout: -1, Log: live.LogLimits{Events: 32, MaxStall: time.Hour}})
+	s := e.open(t, r, "", "yolo")
+	ctx := context.Background()
+	after, err := r.LastSeq(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := r.Follow(ctx, s.SessionID, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	send(t, r, s.SessionID, "talk")
+	<-written
+	var text strings.Builder
+	for done := false; !done; {
+		b, err := r.Read(ctx, s.SessionID, after, 8, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range b.Events {
+			switch p := ev.Payload.(type) {
+			case abi.ErrorPayload:
+				t.Fatalf("the follower lost events: %+v", p.Error)
+			case abi.AIToken:
+				text.WriteString(p.Content)
+			case abi.AITurn:
+				done = p.Phase == abi.PhaseEnded
+			}
+		}
+		after = b.Next
+		fl.Ack(after)
+	}
+	if got := strings.Count(text.String(), " "); got != n || !strings.HasSuffix(text.String(), fmt.Sprintf("w%d ", n-1)) {
+		t.Fatalf("received %d words", got)
 	}
 }

@@ -23,7 +23,10 @@ import (
 func (c *chat) turn(ctx context.Context, text string) abi.AITurn {
 	c.sink.SetMetadata(map[string]any{"state": "running"})
 	defer c.sink.SetMetadata(map[string]any{"state": "idle"})
-	h, err := c.k.Chats.Hold(c.base, c.key, conversation.HoldOptions{Cwd: c.workspace})
+	// Every entry is written as it completes (a crash of nexus loses none); fsyncs, which a
+	// crash of the machine needs, come at the user's message, at the end of each model call's
+	// batch of tools and at the turn's end, not after each entry (docs/ai-chat.md).
+	h, err := c.k.Chats.Hold(c.base, c.key, conversation.HoldOptions{Cwd: c.workspace, Sync: transcript.SyncBatch})
 	if err != nil {
 		c.turnError(err)
 		return abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, End: abi.TurnError, Reason: err.Error()}
@@ -76,8 +79,16 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	if _, err := w.AppendMessage(user); err != nil {
 		return nil, fmt.Errorf("record the message: %w", err)
 	}
+	if err := w.Flush(); err != nil {
+		return nil, fmt.Errorf("record the message: %w", err)
+	}
 	c.logs.message(user)
-	msgs, err := c.prepare(ctx, h, run)
+	// The context read above plus the message: the transcript is read once per turn.
+	ub, err := json.Marshal(user)
+	if err != nil {
+		return nil, fmt.Errorf("encode the message: %w", err)
+	}
+	msgs, err := c.prepare(ctx, h, run, append(cur.Messages, ub))
 	if err != nil {
 		return nil, err
 	}
@@ -85,9 +96,6 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	// applies from the next message.
 	system, report, err := c.prof.SystemPrompt(c.workspace)
 	if err != nil {
-		return nil, err
-	}
-	if err := h.Patch(context.WithoutCancel(c.base), map[string]any{"systemPromptReport": report}); err != nil {
 		return nil, err
 	}
 	c.logs.system(system)
@@ -104,7 +112,14 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 		MaxIterations: c.maxIter,
 		ToolTimeout:   c.k.ToolTimeout,
 		Now:           c.k.now,
-		Emit:          em.emit,
+		Emit: func(ev agent.Event) {
+			em.emit(ev)
+			if ev.Type == agent.EventIterationCompleted {
+				if err := w.Flush(); err != nil {
+					c.turnError(fmt.Errorf("sync the transcript: %w", err))
+				}
+			}
+		},
 		Append: func(m provider.Message) error {
 			if _, err := w.AppendMessage(m); err != nil {
 				return fmt.Errorf("record a message: %w", err)
@@ -138,11 +153,13 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 		}
 	}
 	if res != nil {
+		// One write of sessions.json per turn: usage, model and what the prompt was made of.
 		patch := map[string]any{
-			"inputTokens":   res.Usage.Input + res.Usage.CacheRead + res.Usage.CacheWrite,
-			"outputTokens":  res.Usage.Output,
-			"model":         c.backend.Model,
-			"modelProvider": c.backend.Name,
+			"systemPromptReport": report,
+			"inputTokens":        res.Usage.Input + res.Usage.CacheRead + res.Usage.CacheWrite,
+			"outputTokens":       res.Usage.Output,
+			"model":              c.backend.Model,
+			"modelProvider":      c.backend.Name,
 		}
 		if em.last != nil {
 			used := contextUsed(*em.last)
@@ -175,17 +192,19 @@ func (c *chat) contextMessages(w *transcript.Writer) ([]provider.Message, error)
 
 // prepare reads the context for a turn, compacting it first when it is past the threshold
 // (a failed compaction is reported and the turn goes on: an overflow still compacts).
-func (c *chat) prepare(ctx context.Context, h *conversation.Held, run *chatstore.Run) ([]provider.Message, error) {
-	cx, err := h.Writer.Context()
-	if err != nil {
-		return nil, fmt.Errorf("read context: %w", err)
-	}
-	if est := transcript.EstimateContextTokens(cx.Messages); c.needsCompaction(est.Tokens) {
+func (c *chat) prepare(ctx context.Context, h *conversation.Held, run *chatstore.Run, raw []json.RawMessage) ([]provider.Message, error) {
+	if est := transcript.EstimateContextTokens(raw); c.needsCompaction(est.Tokens) {
 		if _, err := c.compact(ctx, h, run, CompactThreshold); err != nil {
 			c.turnError(err)
+		} else {
+			return c.contextMessages(h.Writer)
 		}
 	}
-	return c.contextMessages(h.Writer)
+	msgs, err := provider.FromContext(raw)
+	if err != nil {
+		return nil, fmt.Errorf("context: %w", err)
+	}
+	return msgs, nil
 }
 
 // finish reports a turn's errors and returns its end event.
@@ -289,11 +308,12 @@ func (e *emitter) emit(ev agent.Event) {
 			s.SetMetadata(md)
 		}
 	case agent.EventToken:
-		s.Publish(abi.EventData, abi.AIToken{Type: abi.PayloadAIToken, Content: ev.Content, MessageID: e.msgID(), IsFinal: ev.Final})
+		// Tokens (and thinking) wait for slow WebSocket followers rather than lap them.
+		s.PublishFlow(abi.AIToken{Type: abi.PayloadAIToken, Content: ev.Content, MessageID: e.msgID(), IsFinal: ev.Final})
 	case agent.EventReasoningStarted:
 		s.Publish(abi.EventData, abi.AIReasoning{Type: abi.PayloadAIReasoning, Phase: abi.PhaseStarted, MessageID: e.msgID()})
 	case agent.EventReasoning:
-		s.Publish(abi.EventData, abi.AIReasoning{Type: abi.PayloadAIReasoning, Phase: abi.PhaseDelta, Content: ev.Content, MessageID: e.msgID()})
+		s.PublishFlow(abi.AIReasoning{Type: abi.PayloadAIReasoning, Phase: abi.PhaseDelta, Content: ev.Content, MessageID: e.msgID()})
 	case agent.EventReasoningEnded:
 		s.Publish(abi.EventData, abi.AIReasoning{Type: abi.PayloadAIReasoning, Phase: abi.PhaseEnded, MessageID: e.msgID()})
 	case agent.EventUsage:
