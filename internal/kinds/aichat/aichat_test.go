@@ -543,12 +543,16 @@ func TestCompactionThreshold(t *testing.T) {
 	big1, big2 := strings.Repeat("alpha ", 400), strings.Repeat("bravo ", 400) // 2400 characters: about 600 tokens each
 	var summaryReq chatRequest
 	e := newEnv(t, func(req chatRequest, w *sse) {
-		if req.isSummary() {
+		switch {
+		case req.isSummary():
 			summaryReq = req
 			w.text("SUMMARY: the user sent alphas")
-			return
+		case req.last().Role == "user":
+			// Each turn calls a tool first, so the cut has pairs to keep together.
+			w.call(fmt.Sprintf("call_%d", len(req.Messages)), "list_dir", map[string]any{"path": "."})
+		default:
+			w.text("ok")
 		}
-		w.text("ok")
 	})
 	e.m.countTokens = true
 	r := e.gateway(t)
@@ -573,7 +577,7 @@ func TestCompactionThreshold(t *testing.T) {
 		t.Fatalf("the turn after the compaction sent %+v", last.Messages)
 	}
 	msgs := e.history(t, key)
-	if got := roles(msgs); got != "user user assistant/stop" { // the summary (as user text), then the kept turn
+	if got := roles(msgs); got != "user user assistant/toolUse toolResult assistant/stop" { // the summary (as user text), then the kept turn
 		t.Fatalf("context after compaction: %s", got)
 	}
 	sh, err := e.chats.Show(context.Background(), key)
