@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
@@ -541,22 +542,19 @@ func (a *app) aiControlCmd(cmd *cobra.Command, req func(args []string) abi.Contr
 	return cmd
 }
 
-// aiREPL reads messages line by line and prints each reply as it streams. Ctrl-C interrupts
-// the reply in progress (at the prompt it does nothing); Ctrl-D or /quit leaves.
+// aiREPL reads messages line by line and prints each reply as it streams. On a terminal the
+// line has editing and history (up and down arrows, x/term's line editor; Ctrl-C clears the
+// line, Ctrl-D on an empty one leaves); during a reply Ctrl-C interrupts it. /history lists the
+// lines sent, /quit leaves, as does the end of the input.
 func (a *app) aiREPL(ctx context.Context, sid string) error {
-	in := bufio.NewReader(a.env.Stdin)
-	interactive := isTerminal(a.env.Stderr)
+	lr := a.lineReader()
 	var history []string
 	ask := func(c abi.AIConfirmation) (string, error) {
-		fmt.Fprintf(a.env.Stderr, "  answer [%s]: ", strings.Join(c.Options, ", "))
-		line, err := in.ReadString('\n')
+		line, err := lr.ReadLine(fmt.Sprintf("  answer [%s]: ", strings.Join(c.Options, ", ")))
 		return strings.TrimSpace(line), err
 	}
 	for {
-		if interactive {
-			fmt.Fprint(a.env.Stderr, "> ")
-		}
-		line, err := in.ReadString('\n')
+		line, err := lr.ReadLine("> ")
 		text := strings.TrimSpace(line)
 		if text == "/quit" || text == "/exit" {
 			return nil
@@ -586,4 +584,71 @@ func (a *app) aiREPL(ctx context.Context, sid string) error {
 			return fmt.Errorf("read: %w", err)
 		}
 	}
+}
+
+// lineReader reads the REPL's lines.
+type lineReader interface {
+	ReadLine(prompt string) (string, error)
+}
+
+// lineReader is x/term's line editor when stdin and stderr are terminals, else plain lines.
+func (a *app) lineReader() lineReader {
+	in, ok := a.env.Stdin.(*os.File)
+	if ok && term.IsTerminal(int(in.Fd())) && isTerminal(a.env.Stderr) { //nolint:gosec // G115: a file descriptor fits an int
+		t := term.NewTerminal(struct {
+			io.Reader
+			io.Writer
+		}{ctrlCClears{in}, a.env.Stderr}, "")
+		return &ttyLines{fd: int(in.Fd()), t: t} //nolint:gosec // G115: as above
+	}
+	return &plainLines{r: bufio.NewReader(a.env.Stdin), prompt: isTerminal(a.env.Stderr), w: a.env.Stderr}
+}
+
+type plainLines struct {
+	r      *bufio.Reader
+	w      io.Writer
+	prompt bool
+}
+
+func (p *plainLines) ReadLine(prompt string) (string, error) {
+	if p.prompt {
+		fmt.Fprint(p.w, prompt)
+	}
+	line, err := p.r.ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
+}
+
+// ttyLines puts the terminal in raw mode only while a line is read: replies print, and Ctrl-C
+// raises SIGINT, in the terminal's normal mode.
+type ttyLines struct {
+	fd int
+	t  *term.Terminal
+}
+
+func (l *ttyLines) ReadLine(prompt string) (string, error) {
+	st, err := term.MakeRaw(l.fd)
+	if err != nil {
+		return "", fmt.Errorf("terminal: %w", err)
+	}
+	defer func() { _ = term.Restore(l.fd, st) }()
+	l.t.SetPrompt(prompt)
+	line, err := l.t.ReadLine()
+	if err != nil {
+		return line, err //nolint:wrapcheck // io.EOF is the caller's signal
+	}
+	return line, nil
+}
+
+// ctrlCClears turns Ctrl-C at the prompt into Ctrl-U (clear the line), as a shell does, where
+// x/term's editor would end the input.
+type ctrlCClears struct{ r io.Reader }
+
+func (c ctrlCClears) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	for i := range p[:n] {
+		if p[i] == 0x03 {
+			p[i] = 0x15
+		}
+	}
+	return n, err //nolint:wrapcheck // a reader passes its errors through
 }
