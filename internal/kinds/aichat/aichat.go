@@ -199,8 +199,10 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		"level":         string(level),
 		"contextWindow": backend.ContextWindow,
 		"streamingMode": true,
-		"state":         "idle",
-		"mcpServers":    mcpStatus,
+		// The seed's allowChallenge: whether the agent may ask the user (level trusted).
+		"allowChallenge": level == permission.Trusted,
+		"state":          "idle",
+		"mcpServers":     mcpStatus,
 	})
 	return c, nil
 }
