@@ -115,7 +115,11 @@ func goldenCases(t *testing.T) []goldenCase {
 			Options: []string{"deny", "allow-once", "allow-exec-cwd", "allow-exec-global"}})},
 		{"event_confirmation-answered", event(t, abi.EventData, 15, abi.AIConfirmed{Type: abi.PayloadAIConfirmed, RequestID: "confirm-1", Answer: "allow-once"})},
 		{"event_metadata_ai-usage", event(t, abi.EventMetadata, 16, abi.MetadataPayload{Type: abi.PayloadMetadata, Metadata: map[string]any{"tokenCount": 1580, "contextWindow": 200000, "remainingTokens": 198420}})},
+		{"event_ai-compaction_started", event(t, abi.EventData, 3, abi.AICompaction{Type: abi.PayloadAICompaction, Phase: abi.PhaseStarted, Reason: "threshold", TokensBefore: 184320})},
+		{"event_ai-compaction_ended", event(t, abi.EventData, 4, abi.AICompaction{Type: abi.PayloadAICompaction, Phase: abi.PhaseEnded, Reason: "threshold", TokensBefore: 184320,
+			TokensAfter: 52110, CompactionID: "9f8e7d6c", FirstKeptEntryID: "1a2b3c4d", SummaryChars: 6120})},
 		{"control_confirm", abi.ControlRequest{Command: abi.CommandConfirm, RequestID: "confirm-1", Answer: "allow-exec-cwd"}},
+		{"control_compact", abi.ControlRequest{Command: abi.CommandCompact}},
 		{"create_ai-chat", abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: "agent:main:ai:0c1d2e3f4a5b"}, Options: mustJSON(t, abi.AIChatOptions{Backend: "claude", Model: "claude-sonnet-4-5", Level: "trusted", Workspace: "/home/u/demo"})}},
 		{"event_status", event(t, abi.EventStatus, 1, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "session active", SessionStatus: abi.StatusActive})},
 		{"event_error", event(t, abi.EventError, 9, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{
