@@ -13,6 +13,7 @@ const (
 	PayloadAIConfirmation = "confirmation-request"
 	PayloadAIConfirmed    = "confirmation-answered"
 	PayloadAICompaction   = "ai-compaction"
+	PayloadAIQueue        = "ai-queue"
 )
 
 // Phases of the ai-chat payloads.
@@ -45,6 +46,9 @@ type AIChatOptions struct {
 	Temperature *float64 `json:"temperature,omitempty"`
 	// MaxToolIterations caps model calls per turn (default 10).
 	MaxToolIterations int `json:"maxToolIterations,omitempty"`
+	// QueueMode is the conversation's default queue mode (sessions.json queueMode; default
+	// followup).
+	QueueMode string `json:"queueMode,omitempty"`
 }
 
 // AIReasoning is a thinking block: started, a delta of its text, ended.
@@ -96,9 +100,11 @@ const (
 // AITurn is a turn starting (Phase started, RunID) or ending (Phase ended with End, and
 // Reason for loop_detected and error).
 type AITurn struct {
-	Type       string   `json:"type"`
-	Phase      string   `json:"phase"`
-	RunID      string   `json:"runId,omitempty"`
+	Type  string `json:"type"`
+	Phase string `json:"phase"`
+	RunID string `json:"runId,omitempty"`
+	// MessageIDs are the queued messages the turn delivers (started).
+	MessageIDs []string `json:"messageIds,omitempty"`
 	End        string   `json:"end,omitempty"`
 	Reason     string   `json:"reason,omitempty"`
 	Iterations int      `json:"iterations,omitempty"`
@@ -140,6 +146,23 @@ type AIConfirmed struct {
 	Type      string `json:"type"`
 	RequestID string `json:"requestId"`
 	Answer    string `json:"answer"`
+}
+
+// Queue phases (AIQueue.Phase).
+const (
+	QueueQueued  = "queued"
+	QueueCleared = "cleared"
+	QueueDropped = "dropped"
+)
+
+// AIQueue says what happened to queued messages: stored (queued, with the mode), cleared by an
+// interrupt, or dropped by a collect cap (Reason). Delivery is the ai-turn that names them.
+type AIQueue struct {
+	Type       string   `json:"type"`
+	Phase      string   `json:"phase"`
+	MessageIDs []string `json:"messageIds"`
+	Mode       string   `json:"mode,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
 }
 
 // AICompaction is a compaction of the conversation: started (Reason: threshold, overflow or

@@ -31,6 +31,9 @@ type SendRequest struct {
 	// Data is the input; with Encoding "base64" it is the base64 of the exact bytes.
 	Data     string `json:"data"`
 	Encoding string `json:"encoding,omitempty"`
+	// Mode is an ai-chat message's queue mode (steer, followup, collect, steer-backlog,
+	// queue, interrupt); a nexus addition.
+	Mode string `json:"mode,omitempty"`
 }
 
 // ControlRequest is the body of POST /v1/sessions/{id}/control.

@@ -11,11 +11,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -34,7 +36,7 @@ func (a *app) aiCmd() *cobra.Command {
 	cmd := group(&cobra.Command{Use: "ai", Short: "AI chats: talk to a model that uses tools, through the gateway"})
 	msg := group(&cobra.Command{Use: "message", Short: "Send to, watch and interrupt the active ai-chat session"})
 	msg.AddCommand(a.aiSendCmd(), a.aiStreamCmd(), a.aiInterruptCmd())
-	cmd.AddCommand(a.aiChatCmd(), msg, a.aiConfirmCmd(), a.aiCompactCmd())
+	cmd.AddCommand(a.aiChatCmd(), msg, a.aiConfirmCmd(), a.aiCompactCmd(), a.aiQueueCmd())
 	return cmd
 }
 
@@ -57,6 +59,8 @@ func (a *app) aiOpenFlags(cmd *cobra.Command, o *aiOpen) {
 	f.StringVar(&o.Thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
 	f.Float64Var(&o.temperature, "temperature", -1, "sampling temperature (default: the model's)")
 	f.IntVar(&o.MaxToolIterations, "max-tool-iterations", 0, "model calls per message at most (default 10)")
+	enumFlag(cmd, &o.QueueMode, "queue-mode", "", "the conversation's queue mode for messages sent while a turn runs (saved in sessions.json; default followup)",
+		"steer", "followup", "collect", "steer-backlog", "queue", "interrupt")
 }
 
 func (a *app) openAIChat(ctx context.Context, o aiOpen) (abi.Session, error) {
@@ -171,7 +175,7 @@ func (a *app) aiSession(explicit string) (string, error) {
 }
 
 func (a *app) aiSendCmd() *cobra.Command {
-	var id, format string
+	var id, format, mode string
 	cmd := textOutput(&cobra.Command{
 		Use:   "send [--session-id ID] TEXT...",
 		Short: "Send a message and print the reply as it streams (tool calls and confirmations on stderr)",
@@ -183,11 +187,13 @@ func (a *app) aiSendCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return a.aiTurn(ctx, cmd.Context(), sid, strings.Join(args, " "), format, nil)
+			return a.aiTurn(ctx, cmd.Context(), sid, strings.Join(args, " "), mode, format, nil)
 		},
 	})
 	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
 	formatFlag(cmd, &format, eventsText, eventsRaw, eventsCompact)
+	enumFlag(cmd, &mode, "mode", "", "queue mode while a turn runs: steer, followup, collect, steer-backlog, queue or interrupt (default: the conversation's)",
+		"steer", "followup", "collect", "steer-backlog", "queue", "interrupt")
 	return cmd
 }
 
@@ -197,12 +203,13 @@ var errTurnOver = errors.New("turn over")
 // aiTurn sends text and prints the turn's events until it ends. When sigCtx ends (Ctrl-C)
 // the turn is interrupted and still printed to its end. ask, when set, answers confirmation
 // requests inline.
-func (a *app) aiTurn(sigCtx, ctx context.Context, sid, text, format string, ask func(abi.AIConfirmation) (string, error)) error {
+func (a *app) aiTurn(sigCtx, ctx context.Context, sid, text, mode, format string, ask func(abi.AIConfirmation) (string, error)) error {
 	c := a.client()
-	after, err := c.SendAfter(ctx, sid, []byte(text))
+	sent, err := c.SendMessage(ctx, sid, []byte(text), mode)
 	if err != nil {
 		return err
 	}
+	after := sent.AfterSeq
 	finished := make(chan struct{})
 	defer close(finished)
 	go func() {
@@ -225,10 +232,13 @@ func (a *app) aiTurn(sigCtx, ctx context.Context, sid, text, format string, ask 
 	}}
 	started := false
 	err = c.Stream(ctx, sid, client.StreamOptions{After: after, Follow: true}, func(e abi.Event) error {
-		// Events before this turn's start belong to an earlier one still finishing.
+		// Events before this turn's start belong to earlier ones (a queued message waits for
+		// the turns before it): the turn that delivers this message is the one to print.
 		if !started {
-			if t, ok := turnEvent(e); ok && t.Phase == abi.PhaseStarted {
+			if t, ok := turnEvent(e); ok && t.Phase == abi.PhaseStarted && (sent.MessageID == "" || contains(t.MessageIDs, sent.MessageID)) {
 				started = true
+			} else if q, ok := queueEvent(e); ok && q.Phase != abi.QueueQueued && contains(q.MessageIDs, sent.MessageID) {
+				return abi.Errorf(abi.CodeInvalidArgument, sid, "message %s was %s and will not be delivered: %s", sent.MessageID, q.Phase, q.Reason)
 			} else {
 				return nil
 			}
@@ -242,6 +252,14 @@ func (a *app) aiTurn(sigCtx, ctx context.Context, sid, text, format string, ask 
 		return err
 	}
 	return abi.Errorf(abi.CodeSessionClosed, sid, "the session closed before the turn ended")
+}
+
+func queueEvent(e abi.Event) (abi.AIQueue, bool) {
+	var q abi.AIQueue
+	if e.Event != abi.EventData || json.Unmarshal(e.Payload, &q) != nil || q.Type != abi.PayloadAIQueue {
+		return q, false
+	}
+	return q, true
 }
 
 func turnEvent(e abi.Event) (abi.AITurn, bool) {
@@ -523,6 +541,59 @@ func (a *app) aiCompactCmd() *cobra.Command {
 	return cmd
 }
 
+func (a *app) aiQueueCmd() *cobra.Command {
+	var id, format string
+	var last int
+	cmd := &cobra.Command{
+		Use:   "queue [--session-id ID]",
+		Short: "What waits in the conversation's queue (state/broker/queues.db), with --last N its recent messages of every state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sid, err := a.aiSession(id)
+			if err != nil {
+				return err
+			}
+			s, err := a.client().Get(cmd.Context(), sid)
+			if err != nil {
+				return err
+			}
+			key, _ := s.Metadata["chatKey"].(string)
+			if key == "" {
+				return abi.Errorf(abi.CodeInvalidArgument, sid, "session %s has no conversation key", sid)
+			}
+			st, err := broker.Open(cmd.Context(), broker.Path(a.stateDir), broker.Options{Now: a.env.Now})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = st.Close() }()
+			var ms []broker.Message
+			if last > 0 {
+				ms, err = st.History(cmd.Context(), key, last)
+			} else {
+				ms, err = st.Queued(cmd.Context(), key)
+			}
+			if err != nil {
+				return err
+			}
+			if ms == nil {
+				ms = []broker.Message{}
+			}
+			return a.print(format, map[string]any{"key": key, "messages": ms}, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tMODE\tSTATE\tCREATED\tCONTENT")
+				for _, m := range ms {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Mode, m.State, m.Created, cellText(clip(m.Content, 60)))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
+	formatFlag(cmd, &format, formatTable, formatJSON)
+	cmd.Flags().IntVar(&last, "last", 0, "the last N messages whatever their state (delivered, cleared, dropped) instead of the queued ones")
+	return cmd
+}
+
 // aiControlCmd is a command that sends one control request to the ai-chat session.
 func (a *app) aiControlCmd(cmd *cobra.Command, req func(args []string) abi.ControlRequest) *cobra.Command {
 	var id, format string
@@ -568,7 +639,7 @@ func (a *app) aiREPL(ctx context.Context, sid string) error {
 		if text != "" {
 			history = append(history, text)
 			sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt)
-			terr := a.aiTurn(sigCtx, ctx, sid, text, eventsText, ask)
+			terr := a.aiTurn(sigCtx, ctx, sid, text, "", eventsText, ask)
 			stop()
 			if terr != nil {
 				if gone(terr) {

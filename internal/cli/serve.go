@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
@@ -135,7 +136,15 @@ func (a *app) serveCmd() *cobra.Command {
 				Owner:       owner,
 			})
 			defer aiShells.Close()
+			// ai-chat messages are queued durably (state/broker/queues.db) before they are
+			// acknowledged, and delivered by their queue mode.
+			queues, err := broker.Open(cmd.Context(), broker.Path(a.stateDir), broker.Options{Now: a.env.Now})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = queues.Close() }()
 			aiKind := &aichat.Kind{
+				Broker:   queues,
 				Chats:    chats,
 				StateDir: a.stateDir,
 				Config:   a.providerConfig,

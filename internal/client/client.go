@@ -161,11 +161,24 @@ func (c *Client) Send(ctx context.Context, id string, data []byte) error {
 
 // SendAfter is Send, returning the sequence number the events caused by the input come after.
 func (c *Client) SendAfter(ctx context.Context, id string, data []byte) (uint64, error) {
-	var out struct {
-		AfterSeq uint64 `json:"afterSeq"`
-	}
-	err := c.do(ctx, http.MethodPost, sessionPath(id, "/send"), sendRequest(data), &out)
-	return out.AfterSeq, err
+	r, err := c.SendMessage(ctx, id, data, "")
+	return r.AfterSeq, err
+}
+
+// SendResult is what the gateway answers a send with.
+type SendResult struct {
+	AfterSeq uint64 `json:"afterSeq"`
+	// MessageID is the queued message's id (ai-chat).
+	MessageID string `json:"messageId"`
+}
+
+// SendMessage sends an ai-chat message with its queue mode ("" for the conversation's).
+func (c *Client) SendMessage(ctx context.Context, id string, data []byte, mode string) (SendResult, error) {
+	req := sendRequest(data)
+	req.Mode = mode
+	var out SendResult
+	err := c.do(ctx, http.MethodPost, sessionPath(id, "/send"), req, &out)
+	return out, err
 }
 
 func sendRequest(data []byte) abi.SendRequest {

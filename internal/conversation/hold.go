@@ -20,6 +20,8 @@ type Held struct {
 	// Writer appends to the transcript. For a chat whose transcript does not exist yet, the
 	// file appears with the first message.
 	Writer *transcript.Writer
+	// Entry is the chat's sessions.json entry when it was held.
+	Entry chatstore.SessionEntry
 
 	st     *chatstore.Store
 	unlock func()
@@ -74,7 +76,7 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 		unlock()
 		return nil, writerError(c, err)
 	}
-	return &Held{Key: k, SessionID: e.SessionID, Writer: w, st: st, unlock: unlock}, nil
+	return &Held{Key: k, SessionID: e.SessionID, Writer: w, Entry: e, st: st, unlock: unlock}, nil
 }
 
 // Patch merges fields into the chat's sessions.json entry (usage, model, state).

@@ -332,14 +332,19 @@ func (s *server) send(w http.ResponseWriter, r *http.Request) {
 		// turn from there).
 		after, err = s.opt.Registry.LastSeq(r.Context(), id)
 	}
+	so := &live.SendOptions{Mode: req.Mode}
 	if err == nil {
-		err = s.opt.Registry.Send(r.Context(), id, data)
+		err = s.opt.Registry.Send(live.WithSendOptions(r.Context(), so), id, data)
 	}
 	if err != nil {
 		s.fail(w, err, 0)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"status": abi.ResponseOK, "sessionId": id, "bytes": len(data), "afterSeq": after})
+	out := map[string]any{"status": abi.ResponseOK, "sessionId": id, "bytes": len(data), "afterSeq": after}
+	if so.MessageID != "" {
+		out["messageId"] = so.MessageID
+	}
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) control(w http.ResponseWriter, r *http.Request) {

@@ -106,3 +106,25 @@ func (k *Sink) LastSeq() uint64 { return k.s.log.lastSeq() }
 
 // Now is the runtime's clock.
 func (k *Sink) Now() time.Time { return k.r.now() }
+
+// SendOptions are a send's options besides its data (an ai-chat message's queue mode), and
+// what the kind answers (the message's id once it is stored). The gateway passes them in the
+// context of Registry.Send; a kind that has no use for them ignores them.
+type SendOptions struct {
+	Mode string
+	// MessageID is set by a kind that queued the input durably.
+	MessageID string
+}
+
+type sendOptionsKey struct{}
+
+// WithSendOptions returns ctx carrying o for the Send it is given to.
+func WithSendOptions(ctx context.Context, o *SendOptions) context.Context {
+	return context.WithValue(ctx, sendOptionsKey{}, o)
+}
+
+// SendOptionsFrom returns the options ctx carries, nil when none.
+func SendOptionsFrom(ctx context.Context) *SendOptions {
+	o, _ := ctx.Value(sendOptionsKey{}).(*SendOptions)
+	return o
+}

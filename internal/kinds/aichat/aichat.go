@@ -22,6 +22,7 @@ import (
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/agent/profile"
 	"github.com/nexus-run/nexus/internal/agent/tools"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -46,6 +47,11 @@ type Kind struct {
 	Workspace string
 	// Logs writes state/logs/<session id>/ (context.md, verbose.md, raw.jsonl); nil: none.
 	Logs *LogOptions
+	// Broker is the durable message queue (state/broker/queues.db); nil: no queue, a message
+	// during a turn is refused.
+	Broker *broker.Store
+	// Collect tunes the collect mode (defaults: 500 ms, 20, old).
+	Collect CollectOptions
 	// ToolTimeout is the default per-call timeout (default agent.DefaultToolTimeout).
 	ToolTimeout time.Duration
 	Now         func() time.Time
@@ -179,6 +185,14 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		return nil, err
 	}
 	c.key, c.chatSession = h.Key, h.SessionID
+	if c.queueMode, err = broker.ParseMode(firstOf(opts.QueueMode, h.Entry.QueueMode)); err == nil && opts.QueueMode != "" && opts.QueueMode != h.Entry.QueueMode {
+		err = h.Patch(ctx, map[string]any{"queueMode": string(c.queueMode)})
+	}
+	if err != nil {
+		_ = h.Close()
+		c.release()
+		return nil, err
+	}
 	c.allow, err = loadAllowances(h)
 	c.transcript = h.Writer.Path()
 	if cerr := h.Close(); err == nil {
@@ -203,7 +217,13 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		"allowChallenge": level == permission.Trusted,
 		"state":          "idle",
 		"mcpServers":     mcpStatus,
+		"queueMode":      string(c.queueMode),
 	})
+	if k.Broker != nil {
+		c.wakeCh = make(chan struct{}, 1)
+		go c.pump()
+		c.wake() // messages queued before a restart
+	}
 	return c, nil
 }
 
@@ -291,6 +311,10 @@ type chat struct {
 	pending map[string]chan permission.Answer
 	reqSeq  int
 	paused  bool
+
+	// The queue's pump (queue.go): woken when a message is stored or a turn ends.
+	queueMode broker.Mode
+	wakeCh    chan struct{}
 }
 
 func (c *chat) openTools(prof *profile.Profile) error {
@@ -374,11 +398,16 @@ func (c *chat) release() {
 	}
 }
 
-// Send implements live.Instance: data is the user's message. One turn runs at a time.
-func (c *chat) Send(_ context.Context, data []byte) error {
+// Send implements live.Instance: data is the user's message. With the broker, the message is
+// stored durably (its id goes back in the send's options) and delivered by the queue's mode
+// (queue.go); without it one turn runs at a time and a message during a turn is refused.
+func (c *chat) Send(ctx context.Context, data []byte) error {
 	text := strings.TrimSpace(string(data))
 	if text == "" {
 		return abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "an empty message")
+	}
+	if c.k.Broker != nil {
+		return c.enqueue(ctx, string(data))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -388,6 +417,13 @@ func (c *chat) Send(_ context.Context, data []byte) error {
 	if c.running {
 		return abi.Errorf(abi.CodeResourceUnavailable, c.sink.SessionID(), "a turn is running: wait for it to end or interrupt it (nexus ai message interrupt)")
 	}
+	c.startLocked(string(data), nil)
+	return nil
+}
+
+// startLocked starts a turn on text (ids: the queued messages it delivers). c.mu is held and
+// no turn runs.
+func (c *chat) startLocked(text string, ids []string) {
 	ctx, cancel := context.WithCancel(c.base)
 	c.running, c.cancel = true, cancel
 	c.idle = make(chan struct{})
@@ -395,15 +431,15 @@ func (c *chat) Send(_ context.Context, data []byte) error {
 	go func() {
 		defer close(done)
 		defer cancel()
-		end := c.turn(ctx, string(data))
+		end := c.turn(ctx, text, ids)
 		// The turn's end is published as the turn stops counting as running: a client that
 		// sends its next message on seeing it is never told a turn is running.
 		c.mu.Lock()
 		c.running, c.cancel = false, nil
 		c.sink.Publish(abi.EventData, end)
 		c.mu.Unlock()
+		c.wake()
 	}()
-	return nil
 }
 
 // Control implements live.Instance: interrupt ends the running turn (its transcript stays

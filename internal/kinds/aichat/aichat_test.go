@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/live"
@@ -34,6 +35,21 @@ type env struct {
 	window int
 	// extra is appended to config.toml.
 	extra string
+	// queues, when set (withBroker), is the kind's durable queue.
+	queues  *broker.Store
+	collect aichat.CollectOptions
+}
+
+// withBroker gives the env's kinds the durable queue of its state directory.
+func (e *env) withBroker(t *testing.T) *env {
+	t.Helper()
+	q, err := broker.Open(context.Background(), broker.Path(e.state), broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	e.queues = q
+	return e
 }
 
 func newEnv(t *testing.T, reply func(chatRequest, *sse)) *env {
@@ -64,8 +80,10 @@ func (e *env) kind(t *testing.T) *aichat.Kind {
 			}
 			return ""
 		},
-		Shells: shells,
-		Logs:   &aichat.LogOptions{Context: true, Verbose: true, Raw: true},
+		Shells:  shells,
+		Logs:    &aichat.LogOptions{Context: true, Verbose: true, Raw: true},
+		Broker:  e.queues,
+		Collect: e.collect,
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 // turn runs one user message to its end: the transcript holds the user message, each reply
 // and each tool result as they complete, framed by a run's start and end records. It returns
 // the turn's end event, for the caller to publish once the turn no longer runs.
-func (c *chat) turn(ctx context.Context, text string) abi.AITurn {
+func (c *chat) turn(ctx context.Context, text string, ids []string) abi.AITurn {
 	c.sink.SetMetadata(map[string]any{"state": "running"})
 	defer c.sink.SetMetadata(map[string]any{"state": "idle"})
 	// Every entry is written as it completes (a crash of nexus loses none); fsyncs, which a
@@ -31,21 +31,21 @@ func (c *chat) turn(ctx context.Context, text string) abi.AITurn {
 		c.turnError(err)
 		return abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, End: abi.TurnError, Reason: err.Error()}
 	}
-	res, runID, err := c.runTurn(ctx, h, text)
+	res, runID, err := c.runTurn(ctx, h, text, ids)
 	if cerr := h.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return c.finish(res, runID, err)
 }
 
-func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string) (*agent.Result, string, error) {
+func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, ids []string) (*agent.Result, string, error) {
 	w := h.Writer
 	run, err := chatstore.StartRunWith(w, h.SessionID, chatstore.RunOptions{})
 	if err != nil {
 		return nil, "", fmt.Errorf("start run: %w", err)
 	}
-	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID})
-	res, err := c.runModel(ctx, h, run, text)
+	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID, MessageIDs: ids})
+	res, err := c.runModel(ctx, h, run, text, ids)
 	outcome, cause := chatstore.OutcomeOK, error(nil)
 	switch {
 	case err != nil:
@@ -59,7 +59,7 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string) (
 	return res, run.ID, err
 }
 
-func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string) (*agent.Result, error) {
+func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string, ids []string) (*agent.Result, error) {
 	w := h.Writer
 	cur, err := w.Context()
 	if err != nil {
@@ -76,11 +76,23 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 		}
 	}
 	user := provider.UserText(text, c.k.now().UnixMilli())
-	if _, err := w.AppendMessage(user); err != nil {
+	var extra map[string]any
+	if len(ids) > 0 {
+		// The queued messages' ids go with the entry: a restart between this append and the
+		// broker's record finds them here and does not deliver them twice.
+		extra = map[string]any{MessageIDsField: ids}
+	}
+	entryID, err := w.AppendMessageExtra(user, extra)
+	if err != nil {
 		return nil, fmt.Errorf("record the message: %w", err)
 	}
 	if err := w.Flush(); err != nil {
 		return nil, fmt.Errorf("record the message: %w", err)
+	}
+	if len(ids) > 0 {
+		if err := c.k.Broker.Delivered(context.WithoutCancel(ctx), ids, entryID); err != nil {
+			return nil, err
+		}
 	}
 	c.logs.message(user)
 	// The context read above plus the message: the transcript is read once per turn.

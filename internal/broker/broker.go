@@ -1,0 +1,340 @@
+// Package broker is the durable message queue of conversations (docs/ai-chat.md, Queue modes):
+// state/broker/queues.db, SQLite in WAL mode with synchronous=FULL, so a message is on disk
+// before it is acknowledged and survives kill -9 and a power loss. Each message belongs to a
+// conversation (its session key), is delivered at most once into the transcript (the
+// transcript entry carries the message's id, so a delivery interrupted between the transcript
+// and this store is recognized after a restart), and is never removed without a trace: a
+// message cleared by an interrupt, or dropped by a collect cap, stays with its state and reason.
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/fsutil"
+)
+
+// Mode is how a message reaches a conversation that is busy.
+type Mode string
+
+// Queue modes (seed 003), with the spellings upstream uses accepted by ParseMode.
+const (
+	// Steer aborts the running turn and starts a new one with this message; messages already
+	// queued stay queued, after it.
+	Steer Mode = "steer"
+	// Followup waits for the running turn to end; each followup is a turn of its own.
+	Followup Mode = "followup"
+	// Collect buffers messages until none has come for the debounce, then delivers them
+	// together in one turn (at most the cap; beyond it the drop policy applies).
+	Collect Mode = "collect"
+	// SteerBacklog steers now and also keeps the message queued for a followup turn.
+	SteerBacklog Mode = "steer-backlog"
+	// Queue is plain FIFO: one turn per message, never interrupting.
+	Queue Mode = "queue"
+	// Interrupt clears the queue (the cleared messages are kept as cleared), aborts the
+	// running turn and starts a new one with this message.
+	Interrupt Mode = "interrupt"
+)
+
+// ParseMode reads a mode name; "" is the default, followup.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
+	case "":
+		return Followup, nil
+	case Steer, Followup, Collect, SteerBacklog, Queue, Interrupt:
+		return m, nil
+	case "follow-up", "follow_up":
+		return Followup, nil
+	case "steer+backlog", "steer_backlog", "steerbacklog":
+		return SteerBacklog, nil
+	}
+	return "", abi.Errorf(abi.CodeInvalidArgument, "", "unknown queue mode %q (want steer, followup, collect, steer-backlog, queue or interrupt)", s)
+}
+
+// Aborts reports whether a message of the mode aborts the running turn.
+func (m Mode) Aborts() bool { return m == Steer || m == SteerBacklog || m == Interrupt }
+
+// Message states.
+const (
+	StateQueued    = "queued"
+	StateDelivered = "delivered"
+	StateCleared   = "cleared" // an interrupt cleared it
+	StateDropped   = "dropped" // a collect cap dropped it
+)
+
+// Message is one queued message.
+type Message struct {
+	ID  string `json:"id"`
+	Key string `json:"key"`
+	// Seq orders the messages of the store; Priority 1 (steering) goes before 0.
+	Seq      int64  `json:"seq"`
+	Priority int    `json:"priority,omitempty"`
+	Mode     Mode   `json:"mode"`
+	Content  string `json:"content"`
+	From     string `json:"from,omitempty"`
+	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
+	Created  string `json:"createdAt"`
+	Done     string `json:"doneAt,omitempty"`
+	EntryID  string `json:"entryId,omitempty"`
+	// createdAt in Unix milliseconds, for the collect debounce.
+	CreatedMs int64 `json:"-"`
+	// Cleared are the messages an interrupt cleared (Enqueue's answer only).
+	Cleared []string `json:"-"`
+}
+
+// MaxContent bounds a message (1 MiB).
+const MaxContent = 1 << 20
+
+// Store is the queues database.
+type Store struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+// Path is state/broker/queues.db.
+func Path(stateDir string) string { return filepath.Join(stateDir, "broker", "queues.db") }
+
+// Options configure Open.
+type Options struct {
+	Now func() time.Time
+}
+
+// Open opens (creating) the store at path: the file 0600 in a 0700 directory, symlinks refused.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if err := fsutil.MkdirPrivate(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("broker: %w", err)
+		case !fi.Mode().IsRegular():
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "broker: %s is not a regular file", p)
+		}
+	}
+	if f, err := fsutil.CreateExclusive(path); err == nil {
+		_ = f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("broker: create %s: %w", path, err)
+	}
+	// synchronous=FULL: a commit is fsynced before it returns, so an acknowledged message
+	// survives a power loss, not only a crash of nexus.
+	dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(30000)&_pragma=synchronous(FULL)&_pragma=journal_mode(WAL)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("broker: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1) // one writer; reads are cheap and queue-sized
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS messages (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		id TEXT NOT NULL UNIQUE,
+		key TEXT NOT NULL,
+		priority INTEGER NOT NULL DEFAULT 0,
+		mode TEXT NOT NULL,
+		content TEXT NOT NULL,
+		sender TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL,
+		reason TEXT NOT NULL DEFAULT '',
+		created_ms INTEGER NOT NULL,
+		done_ms INTEGER NOT NULL DEFAULT 0,
+		entry_id TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX IF NOT EXISTS messages_queued ON messages(key, state, priority DESC, seq);`); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("broker: schema: %w", err)
+	}
+	return &Store{db: db, now: opts.Now}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("broker: close: %w", err)
+	}
+	return nil
+}
+
+// Enqueue stores a message for key and returns it once it is on disk. A steering message
+// (steer, steer-backlog, interrupt) goes before the queued ones; an interrupt first clears
+// them; a steer-backlog also leaves a followup copy at the end of the queue.
+func (s *Store) Enqueue(ctx context.Context, key string, mode Mode, content, from string) (Message, error) {
+	switch {
+	case key == "":
+		return Message{}, abi.Errorf(abi.CodeInvalidArgument, "", "a queued message needs a conversation key")
+	case strings.TrimSpace(content) == "":
+		return Message{}, abi.Errorf(abi.CodeInvalidArgument, "", "an empty message")
+	case len(content) > MaxContent:
+		return Message{}, abi.Errorf(abi.CodeInvalidArgument, "", "a message of %d bytes is over the limit of %d", len(content), MaxContent)
+	}
+	if _, err := ParseMode(string(mode)); err != nil {
+		return Message{}, err
+	}
+	now := s.now()
+	m := Message{ID: newID(), Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli()}
+	if mode.Aborts() {
+		m.Priority = 1
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Message{}, fmt.Errorf("broker: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if mode == Interrupt {
+		rows, err := tx.QueryContext(ctx, `UPDATE messages SET state = ?, reason = ?, done_ms = ? WHERE key = ? AND state = ? RETURNING id`,
+			StateCleared, "cleared by interrupt "+m.ID, now.UnixMilli(), key, StateQueued)
+		if err != nil {
+			return Message{}, fmt.Errorf("broker: clear: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				_ = rows.Close()
+				return Message{}, fmt.Errorf("broker: clear: %w", err)
+			}
+			m.Cleared = append(m.Cleared, id)
+		}
+		if err := rows.Close(); err != nil {
+			return Message{}, fmt.Errorf("broker: clear: %w", err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		m.ID, key, m.Priority, string(mode), content, from, StateQueued, m.CreatedMs)
+	if err != nil {
+		return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+	}
+	if m.Seq, err = res.LastInsertId(); err != nil {
+		return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+	}
+	if mode == SteerBacklog {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, 0, ?, ?, ?, ?, ?)`,
+			newID(), key, string(Followup), content, from, StateQueued, m.CreatedMs); err != nil {
+			return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+	}
+	m.Created = abi.FormatTime(now)
+	return m, nil
+}
+
+const cols = `seq, id, key, priority, mode, content, sender, state, reason, created_ms, done_ms, entry_id`
+
+func scan(rows *sql.Rows) ([]Message, error) {
+	var out []Message
+	for rows.Next() {
+		var m Message
+		var mode string
+		var done int64
+		if err := rows.Scan(&m.Seq, &m.ID, &m.Key, &m.Priority, &mode, &m.Content, &m.From, &m.State, &m.Reason, &m.CreatedMs, &done, &m.EntryID); err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+		m.Mode = Mode(mode)
+		m.Created = abi.FormatTime(time.UnixMilli(m.CreatedMs))
+		if done > 0 {
+			m.Done = abi.FormatTime(time.UnixMilli(done))
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	return out, nil
+}
+
+// Queued returns key's queued messages in delivery order.
+func (s *Store) Queued(ctx context.Context, key string) ([]Message, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+cols+` FROM messages WHERE key = ? AND state = ? ORDER BY priority DESC, seq`, key, StateQueued)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	return scan(rows)
+}
+
+// History returns key's last n messages whatever their state, newest last.
+func (s *Store) History(ctx context.Context, key string, n int) ([]Message, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+cols+` FROM (SELECT * FROM messages WHERE key = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq`, key, n)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	return scan(rows)
+}
+
+// Keys returns the conversations that have queued messages.
+func (s *Store) Keys(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT key FROM messages WHERE state = ? ORDER BY key`, StateQueued)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	return out, nil
+}
+
+// Delivered records that the messages went into the transcript as entry entryID.
+func (s *Store) Delivered(ctx context.Context, ids []string, entryID string) error {
+	return s.finish(ctx, ids, StateDelivered, "", entryID)
+}
+
+// Drop records that a collect cap dropped the messages.
+func (s *Store) Drop(ctx context.Context, ids []string, reason string) error {
+	return s.finish(ctx, ids, StateDropped, reason, "")
+}
+
+func (s *Store) finish(ctx context.Context, ids []string, state, reason, entryID string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	now := s.now().UnixMilli()
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, `UPDATE messages SET state = ?, reason = ?, entry_id = ?, done_ms = ? WHERE id = ? AND state = ?`,
+			state, reason, entryID, now, id, StateQueued); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	return nil
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "msg_" + hex.EncodeToString(b[:])
+}

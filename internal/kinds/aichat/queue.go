@@ -1,0 +1,277 @@
+package aichat
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/live"
+)
+
+// MessageIDsField is the transcript entry field holding the queued messages a user message
+// delivers (pi ignores fields it does not know).
+const MessageIDsField = "nexusMessageIds"
+
+// CollectOptions tune the collect mode.
+type CollectOptions struct {
+	// Debounce is how long no collect message must have come before the batch is delivered
+	// (default 500 ms).
+	Debounce time.Duration
+	// Cap is the most messages of one batch (default 20); Drop says which go beyond it:
+	// old (the oldest, default), new (the newest) or summarize (the oldest, named in a line
+	// that replaces them).
+	Cap  int
+	Drop string
+}
+
+// Drop policies.
+const (
+	DropOld       = "old"
+	DropNew       = "new"
+	DropSummarize = "summarize"
+)
+
+func (o CollectOptions) withDefaults() CollectOptions {
+	if o.Debounce <= 0 {
+		o.Debounce = 500 * time.Millisecond
+	}
+	if o.Cap <= 0 {
+		o.Cap = 20
+	}
+	if o.Drop == "" {
+		o.Drop = DropOld
+	}
+	return o
+}
+
+// enqueue stores a message durably, then wakes the pump; a steering mode aborts the running
+// turn first (its unrun calls are answered, so the transcript stays paired).
+func (c *chat) enqueue(ctx context.Context, text string) error {
+	mode := c.queueMode
+	so := live.SendOptionsFrom(ctx)
+	if so != nil && so.Mode != "" {
+		m, err := broker.ParseMode(so.Mode)
+		if err != nil {
+			return err
+		}
+		mode = m
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
+	}
+	m, err := c.k.Broker.Enqueue(ctx, c.key, mode, text, "")
+	if err != nil {
+		return err
+	}
+	if so != nil {
+		so.MessageID = m.ID
+	}
+	c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueQueued, MessageIDs: []string{m.ID}, Mode: string(mode)})
+	if len(m.Cleared) > 0 {
+		c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueCleared, MessageIDs: m.Cleared, Reason: "cleared by the interrupt " + m.ID})
+	}
+	if mode.Aborts() {
+		c.mu.Lock()
+		if c.cancel != nil {
+			c.cancel()
+		}
+		c.mu.Unlock()
+	}
+	c.wake()
+	return nil
+}
+
+// wake asks the pump to look at the queue.
+func (c *chat) wake() {
+	if c.wakeCh == nil {
+		return
+	}
+	select {
+	case c.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// pump delivers the conversation's queued messages, one turn at a time, until the session
+// ends.
+func (c *chat) pump() {
+	var timer *time.Timer
+	for {
+		select {
+		case <-c.base.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case <-c.wakeCh:
+		}
+		c.mu.Lock()
+		busy := c.running || c.closed || c.paused
+		c.mu.Unlock()
+		if busy {
+			continue
+		}
+		text, ids, wait, err := c.next(c.base)
+		if err != nil {
+			c.turnError(err)
+			continue
+		}
+		if wait > 0 {
+			if timer != nil {
+				timer.Stop()
+			}
+			timer = time.AfterFunc(wait, c.wake)
+			continue
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		c.mu.Lock()
+		if c.running || c.closed {
+			c.mu.Unlock()
+			continue
+		}
+		c.startLocked(text, ids)
+		c.mu.Unlock()
+	}
+}
+
+// next is the next turn's text and messages, or how long a collect batch must still wait.
+// Messages the transcript already has (a restart between its append and the broker's
+// record) are marked delivered and skipped.
+func (c *chat) next(ctx context.Context) (string, []string, time.Duration, error) {
+	for {
+		q, err := c.k.Broker.Queued(ctx, c.key)
+		if err != nil || len(q) == 0 {
+			return "", nil, 0, err
+		}
+		done, entry, err := c.inTranscript(ctx, q[0].ID)
+		if err != nil {
+			return "", nil, 0, err
+		}
+		if done {
+			if err := c.k.Broker.Delivered(ctx, []string{q[0].ID}, entry); err != nil {
+				return "", nil, 0, err
+			}
+			continue
+		}
+		plan := planCollect(q, c.k.now(), c.k.Collect.withDefaults())
+		if plan.wait > 0 {
+			return "", nil, plan.wait, nil
+		}
+		if len(plan.dropped) > 0 {
+			if err := c.k.Broker.Drop(ctx, ids(plan.dropped), plan.dropReason); err != nil {
+				return "", nil, 0, err
+			}
+			c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueDropped, MessageIDs: ids(plan.dropped), Reason: plan.dropReason})
+		}
+		return plan.text, ids(plan.deliver), 0, nil
+	}
+}
+
+func ids(ms []broker.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// inTranscript reports whether a user message of the conversation carries the message id.
+func (c *chat) inTranscript(ctx context.Context, id string) (bool, string, error) {
+	h, err := c.k.Chats.Hold(ctx, c.key, conversation.HoldOptions{Cwd: c.workspace})
+	if err != nil {
+		return false, "", err
+	}
+	defer func() { _ = h.Close() }()
+	f := h.Writer.File()
+	// Only the newest entries can hold it: it was appended just before a crash.
+	for i := len(f.Entries) - 1; i >= 0 && i >= len(f.Entries)-256; i-- {
+		e := f.Entries[i]
+		if e.Type != "message" || e.Role != "user" {
+			continue
+		}
+		raw, err := f.Raw(e)
+		if err != nil {
+			return false, "", fmt.Errorf("read transcript: %w", err)
+		}
+		if strings.Contains(string(raw), `"`+id+`"`) {
+			return true, e.ID, nil
+		}
+	}
+	return false, "", nil
+}
+
+// collectPlan is what the queue's head gives the next turn.
+type collectPlan struct {
+	deliver    []broker.Message
+	dropped    []broker.Message
+	dropReason string
+	text       string
+	wait       time.Duration
+}
+
+// planCollect picks the next turn's messages from the queue q (in delivery order): the head
+// alone, unless it is a collect message; then the run of collect messages at the head, once
+// none has come for the debounce, at most Cap of them (the rest dropped by the policy),
+// joined into one message.
+func planCollect(q []broker.Message, now time.Time, o CollectOptions) collectPlan {
+	if len(q) == 0 {
+		return collectPlan{}
+	}
+	if q[0].Mode != broker.Collect {
+		return collectPlan{deliver: q[:1], text: q[0].Content}
+	}
+	run := q
+	for i, m := range q {
+		if m.Mode != broker.Collect {
+			run = q[:i]
+			break
+		}
+	}
+	latest := run[0].CreatedMs
+	for _, m := range run {
+		latest = max(latest, m.CreatedMs)
+	}
+	if since := now.Sub(time.UnixMilli(latest)); since < o.Debounce {
+		return collectPlan{wait: o.Debounce - since}
+	}
+	p := collectPlan{deliver: run}
+	var summary string
+	if len(run) > o.Cap {
+		switch o.Drop {
+		case DropNew:
+			p.deliver, p.dropped = run[:o.Cap], run[o.Cap:]
+			p.dropReason = fmt.Sprintf("collect cap %d: the newest went beyond it", o.Cap)
+		case DropSummarize:
+			p.deliver, p.dropped = run[len(run)-o.Cap:], run[:len(run)-o.Cap]
+			p.dropReason = fmt.Sprintf("collect cap %d: summarized in the batch", o.Cap)
+			var b strings.Builder
+			fmt.Fprintf(&b, "(%d earlier messages were left out; they began:", len(p.dropped))
+			for _, m := range p.dropped {
+				fmt.Fprintf(&b, " %q", clipText(strings.Join(strings.Fields(m.Content), " "), 60))
+			}
+			b.WriteString(")")
+			summary = b.String()
+		default:
+			p.deliver, p.dropped = run[len(run)-o.Cap:], run[:len(run)-o.Cap]
+			p.dropReason = fmt.Sprintf("collect cap %d: the oldest went beyond it", o.Cap)
+		}
+	}
+	parts := make([]string, 0, len(p.deliver)+1)
+	if summary != "" {
+		parts = append(parts, summary)
+	}
+	for _, m := range p.deliver {
+		parts = append(parts, m.Content)
+	}
+	p.text = strings.Join(parts, "\n\n")
+	return p
+}
