@@ -176,6 +176,7 @@ func (a *app) aiSession(explicit string) (string, error) {
 
 func (a *app) aiSendCmd() *cobra.Command {
 	var id, format, mode string
+	var noWait bool
 	cmd := textOutput(&cobra.Command{
 		Use:   "send [--session-id ID] TEXT...",
 		Short: "Send a message and print the reply as it streams (tool calls and confirmations on stderr)",
@@ -185,6 +186,13 @@ func (a *app) aiSendCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if noWait {
+				sent, err := a.client().SendMessage(cmd.Context(), sid, []byte(strings.Join(args, " ")), mode)
+				if err != nil {
+					return err
+				}
+				return a.print(formatJSON, map[string]any{"status": abi.ResponseOK, "sessionId": sid, "messageId": sent.MessageID, "afterSeq": sent.AfterSeq}, nil)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return a.aiTurn(ctx, cmd.Context(), sid, strings.Join(args, " "), mode, format, nil)
@@ -192,6 +200,7 @@ func (a *app) aiSendCmd() *cobra.Command {
 	})
 	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
 	formatFlag(cmd, &format, eventsText, eventsRaw, eventsCompact)
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the message is queued (stored durably), printing its id, instead of printing its turn")
 	enumFlag(cmd, &mode, "mode", "", "queue mode while a turn runs: steer, followup, collect, steer-backlog, queue or interrupt (default: the conversation's)",
 		"steer", "followup", "collect", "steer-backlog", "queue", "interrupt")
 	return cmd

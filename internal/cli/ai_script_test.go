@@ -1,7 +1,10 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,51 @@ import (
 	"github.com/nexus-run/nexus/internal/testkit"
 	"github.com/nexus-run/nexus/internal/testkit/llmserver"
 )
+
+// scriptedModel is an OpenAI-compatible server for what the tiny real model cannot be made
+// to do: the message "slow" makes it call bash with a command that runs for minutes (a turn
+// to kill the gateway in); after a tool result it says "done"; any other message it echoes.
+func scriptedModel(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []struct {
+				Role    string          `json:"role"`
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		last, role := "", ""
+		for _, m := range req.Messages {
+			role = m.Role
+			if m.Role == "user" {
+				var parts []struct {
+					Text string `json:"text"`
+				}
+				if json.Unmarshal(m.Content, &last) != nil && json.Unmarshal(m.Content, &parts) == nil && len(parts) > 0 {
+					last = parts[0].Text
+				}
+			}
+		}
+		var delta string
+		finish := "stop"
+		switch {
+		case role == "tool":
+			delta = `{"role":"assistant","content":"done"}`
+		case last == "slow":
+			delta = `{"role":"assistant","tool_calls":[{"index":0,"id":"call_slow","type":"function","function":{"name":"bash","arguments":"{\"command\":\"sleep 300\",\"timeout_secs\":600}"}}]}`
+			finish = "tool_calls"
+		default:
+			b, _ := json.Marshal(map[string]string{"role": "assistant", "content": "echo: " + last})
+			delta = string(b)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"scripted\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":null}]}\n\n", delta)
+		fmt.Fprintf(w, "data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"scripted\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":%q}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12}}\n\ndata: [DONE]\n\n", finish)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
 
 // llm is the package's real model server (llama.cpp's llama-server with the tiny
 // deterministic model); its watchdog stops it when the test binary exits.
@@ -27,6 +75,7 @@ func TestAIScript(t *testing.T) {
 		testkit.SkipUnlessCI(t, "bash not found; the ai scripts run the bash tool")
 	}
 	base := llm.URL(t)
+	scripted := scriptedModel(t)
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -43,13 +92,19 @@ model = "probe"
 context_window = 4096
 max_tokens = 256
 
+[backends.scripted]
+kind = "openai-compatible"
+base_url = "%[2]s/v1"
+model = "scripted"
+context_window = 100000
+
 [backends.local-anthropic]
 kind = "anthropic"
 base_url = "%[1]s"
 model = "probe"
 context_window = 4096
 max_tokens = 256
-`, base)
+`, base, scripted)
 		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600); err != nil {
 			return err
 		}
