@@ -18,29 +18,36 @@ import (
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
+// lastUser reads a chat completions request: its last user message's text and the role of
+// its last message.
+func lastUser(r *http.Request) (last, role string) {
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	for _, m := range req.Messages {
+		role = m.Role
+		if m.Role == "user" {
+			var parts []struct {
+				Text string `json:"text"`
+			}
+			if json.Unmarshal(m.Content, &last) != nil && json.Unmarshal(m.Content, &parts) == nil && len(parts) > 0 {
+				last = parts[0].Text
+			}
+		}
+	}
+	return last, role
+}
+
 // echoModel is an OpenAI-compatible server that answers each request "echo: " and the last
 // user message, streamed.
 func echoModel(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Messages []struct {
-				Role    string          `json:"role"`
-				Content json.RawMessage `json:"content"`
-			} `json:"messages"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		var last string
-		for _, m := range req.Messages {
-			if m.Role == "user" {
-				var parts []struct {
-					Text string `json:"text"`
-				}
-				if json.Unmarshal(m.Content, &last) != nil && json.Unmarshal(m.Content, &parts) == nil && len(parts) > 0 {
-					last = parts[0].Text
-				}
-			}
-		}
+		last, _ := lastUser(r)
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, c := range []string{
 			fmt.Sprintf(`{"id":"e","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":%q},"finish_reason":null}]}`, "echo: "+last),

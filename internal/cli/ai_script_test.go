@@ -22,25 +22,7 @@ import (
 func scriptedModel(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Messages []struct {
-				Role    string          `json:"role"`
-				Content json.RawMessage `json:"content"`
-			} `json:"messages"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		last, role := "", ""
-		for _, m := range req.Messages {
-			role = m.Role
-			if m.Role == "user" {
-				var parts []struct {
-					Text string `json:"text"`
-				}
-				if json.Unmarshal(m.Content, &last) != nil && json.Unmarshal(m.Content, &parts) == nil && len(parts) > 0 {
-					last = parts[0].Text
-				}
-			}
-		}
+		last, role := lastUser(r)
 		var delta string
 		finish := "stop"
 		switch {
