@@ -31,6 +31,7 @@ import (
 
 	"github.com/nexus-run/nexus/bench/internal/benchenv"
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/gateway"
@@ -45,6 +46,7 @@ type config struct {
 	tokens, paced int
 	rate          int
 	sessions      int
+	acks          int
 	outDir        string
 }
 
@@ -59,6 +61,7 @@ type Results struct {
 	Latency  *LatencyResult   `json:"latency,omitempty"`
 	Relay    []RelayRow       `json:"relay,omitempty"`
 	Memory   *MemoryResult    `json:"memory,omitempty"`
+	Ack      *AckResult       `json:"ack,omitempty"`
 	Errors   []string         `json:"errors,omitempty"`
 }
 
@@ -95,6 +98,16 @@ type RelayRow struct {
 	AllReceived bool    `json:"allReceived"`
 }
 
+// AckResult is how long a queued message takes to be acknowledged: stored with its fsync.
+type AckResult struct {
+	Messages   int     `json:"messages"`
+	SendP50Ms  float64 `json:"sendP50Ms"`
+	SendP99Ms  float64 `json:"sendP99Ms"`
+	StoreP50Ms float64 `json:"storeP50Ms"`
+	StoreP99Ms float64 `json:"storeP99Ms"`
+	FsyncP50Ms float64 `json:"fsyncP50Ms"`
+}
+
 // MemoryResult is the cost of idle ai-chat sessions.
 type MemoryResult struct {
 	Sessions      int     `json:"sessions"`
@@ -120,6 +133,7 @@ func run() error {
 	flag.IntVar(&cfg.paced, "paced-tokens", 3000, "latency and paced relay: tokens")
 	flag.IntVar(&cfg.rate, "rate", 1000, "latency and paced relay: tokens per second the provider writes")
 	flag.IntVar(&cfg.sessions, "sessions", 300, "memory: idle ai-chat sessions")
+	flag.IntVar(&cfg.acks, "acks", 500, "ack: messages queued")
 	flag.BoolVar(&quick, "quick", false, "smoke run: -calls 10 -turns 2 -tokens 2000 -paced-tokens 300 -sessions 30")
 	flag.StringVar(&cfg.outDir, "out", "bench/results", "directory for the JSON results")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
@@ -135,7 +149,7 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 	if quick {
-		cfg.calls, cfg.turns, cfg.tokens, cfg.paced, cfg.sessions = 10, 2, 2000, 300, 30
+		cfg.calls, cfg.turns, cfg.tokens, cfg.paced, cfg.sessions, cfg.acks = 10, 2, 2000, 300, 30, 50
 	}
 	start := time.Now()
 	res := &Results{Command: strings.Join(os.Args, " "), Started: start.UTC().Format(time.RFC3339), Machine: benchenv.Probe("bash"),
@@ -159,6 +173,9 @@ func run() error {
 		}
 	}
 	res.Latency, res.Relay = lat, rows
+	if res.Ack, err = ack(ctx, h, cfg); err != nil {
+		res.Errors = append(res.Errors, "ack: "+err.Error())
+	}
 	if res.Memory, err = memory(ctx, h, cfg); err != nil {
 		res.Errors = append(res.Errors, "memory: "+err.Error())
 	}
@@ -253,7 +270,11 @@ func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 		for i := range n {
 			if every > 0 {
 				if d := time.Until(t0.Add(time.Duration(i) * every)); d > 0 {
-					time.Sleep(d)
+					select {
+					case <-time.After(d):
+					case <-r.Context().Done(): // the turn was aborted
+						return
+					}
 				}
 			}
 			sent[i] = time.Now()
@@ -288,6 +309,7 @@ type harness struct {
 	cl     *client.Client
 	m      *model
 	srv    *httptest.Server
+	queues *broker.Store
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -308,10 +330,16 @@ func startHarness(ctx context.Context) (*harness, error) {
 		return nil, err
 	}
 	h.srv = httptest.NewServer(http.HandlerFunc(h.m.serve))
+	queues, err := broker.Open(ctx, broker.Path(state), broker.Options{})
+	if err != nil {
+		return nil, err
+	}
+	h.queues = queues
 	cfgText := fmt.Sprintf("[backends.bench]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"bench\"\ncontext_window = 1000000\n", h.srv.URL+"/v1")
 	shells := agentshell.New(agentshell.Config{AuditDir: filepath.Join(state, "audit"), IdleTimeout: -1})
 	kind := &aichat.Kind{
 		Chats:    conversation.New(conversation.Options{Dir: conversation.SessionsDir(state)}),
+		Broker:   queues,
 		StateDir: state,
 		Config:   func() (*provider.Config, error) { return provider.ParseConfig([]byte(cfgText)) },
 		Getenv:   func(string) string { return "" },
@@ -347,6 +375,7 @@ func (h *harness) stop() {
 		fmt.Fprintln(os.Stderr, "bench: gateway:", err)
 	}
 	h.srv.Close()
+	_ = h.queues.Close()
 	_ = os.RemoveAll(h.dir)
 }
 
@@ -584,6 +613,64 @@ func direct(ctx context.Context, h *harness, cfg config) (p50, p99 float64, err 
 	return d[len(d)/2], d[len(d)*99/100], nil
 }
 
+// ack times sends of messages that queue behind a turn that does not end (the gateway's whole
+// answer: HTTP, the queue's commit with its fsync), the store's commit alone, and a bare
+// write+fdatasync of a small file on the same disk (the floor of any durable acknowledgement).
+func ack(ctx context.Context, h *harness, cfg config) (*AckResult, error) {
+	id, err := h.open(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.cl.SendMessage(ctx, id, fmt.Appendf(nil, "stream %d %d", 1000000, 1), ""); err != nil {
+		return nil, err // a reply of a token a second: the session stays busy while messages queue
+	}
+	pct := func(d []float64) (float64, float64) {
+		slices.Sort(d)
+		return d[len(d)/2], d[len(d)*99/100]
+	}
+	n := cfg.acks
+	send := make([]float64, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, err := h.cl.SendMessage(ctx, id, fmt.Appendf(nil, "queued %d", i), "followup"); err != nil {
+			return nil, err
+		}
+		send[i] = float64(time.Since(t0)) / 1e6
+	}
+	store := make([]float64, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, err := h.queues.Enqueue(ctx, "bench:direct", broker.Followup, fmt.Sprintf("direct %d", i), ""); err != nil {
+			return nil, err
+		}
+		store[i] = float64(time.Since(t0)) / 1e6
+	}
+	f, err := os.CreateTemp(h.dir, "fsync-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	fs := make([]float64, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, err := f.WriteString("a queued message of some length\n"); err != nil {
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			return nil, err
+		}
+		fs[i] = float64(time.Since(t0)) / 1e6
+	}
+	if _, err := h.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandClose}); err != nil {
+		return nil, err
+	}
+	r := &AckResult{Messages: n}
+	r.SendP50Ms, r.SendP99Ms = pct(send)
+	r.StoreP50Ms, r.StoreP99Ms = pct(store)
+	r.FsyncP50Ms, _ = pct(fs)
+	return r, nil
+}
+
 func memory(ctx context.Context, h *harness, cfg config) (*MemoryResult, error) {
 	heap := func() float64 {
 		goruntime.GC()
@@ -632,6 +719,10 @@ func report(r *Results) {
 	}
 	for _, row := range r.Relay {
 		fmt.Fprintf(w, "relay %s (%d tokens)\tsent %.0f tok/s, received %.0f tok/s, ratio %.3f, all received %v\n", row.Case, row.Tokens, row.SentPerSec, row.RecvPerSec, row.Ratio, row.AllReceived)
+	}
+	if a := r.Ack; a != nil {
+		fmt.Fprintf(w, "queued message acknowledged, gateway send (%d)\tp50 %.3f ms, p99 %.3f ms\n", a.Messages, a.SendP50Ms, a.SendP99Ms)
+		fmt.Fprintf(w, "  the queue's commit alone (SQLite, synchronous=FULL)\tp50 %.3f ms, p99 %.3f ms; a bare write+fsync: p50 %.3f ms\n", a.StoreP50Ms, a.StoreP99Ms, a.FsyncP50Ms)
 	}
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "memory per idle ai-chat session (%d sessions)\theap %.1f KB, RSS %.1f KB\n", m.Sessions, m.HeapPerKB, m.RSSPerKB)
