@@ -215,7 +215,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		"streamingMode": true,
 		// The seed's allowChallenge: whether the agent may ask the user (level trusted).
 		"allowChallenge": level == permission.Trusted,
-		"state":          "idle",
+		"state":          StateIdle,
 		"mcpServers":     mcpStatus,
 		"queueMode":      string(c.queueMode),
 	})
@@ -499,7 +499,7 @@ func (c *chat) compactNow() (any, error) {
 		defer close(done)
 		defer cancel()
 		ev, err := c.compactHeld(ctx)
-		c.sink.SetMetadata(map[string]any{"state": "idle"})
+		c.sink.SetMetadata(map[string]any{"state": StateIdle})
 		// The outcome is published as the session takes input again (as a turn's end).
 		c.mu.Lock()
 		c.running, c.cancel = false, nil

@@ -177,6 +177,22 @@ func describe(evs []*live.Event) string {
 	return b.String()
 }
 
+// chatState is the conversation's state in sessions.json.
+func (e *env) chatState(t *testing.T, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(conversation.SessionsDir(e.state), "sessions.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx map[string]struct {
+		State string `json:"state"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		t.Fatal(err)
+	}
+	return idx[key].State
+}
+
 // history is the conversation's context as the model would get it next.
 func (e *env) history(t *testing.T, key string) []provider.Message {
 	t.Helper()
@@ -463,11 +479,20 @@ func TestInterruptMidStream(t *testing.T) {
 	if err := r.Send(context.Background(), s.SessionID, []byte("meanwhile")); abi.CodeOf(err) != abi.CodeResourceUnavailable {
 		t.Fatalf("a second message during a turn: %v", err)
 	}
+	if st := e.chatState(t, key); st != "running" {
+		t.Errorf("sessions.json state %q during the turn", st)
+	}
+	if got, _ := r.Get(context.Background(), s.SessionID); got.Metadata["state"] != "streaming" {
+		t.Errorf("metadata state %v while the reply streams", got.Metadata["state"])
+	}
 	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
 		t.Fatal(err)
 	}
 	if end := w.turnEnded(t); end.End != abi.TurnCancelled {
 		t.Fatalf("turn %+v", end)
+	}
+	if st := e.chatState(t, key); st != "idle" {
+		t.Errorf("sessions.json state %q after the interrupt", st)
 	}
 	send(t, r, s.SessionID, "after")
 	if end := w.turnEnded(t); end.End != abi.TurnCompleted {

@@ -73,7 +73,16 @@ func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore
 			return nil, fmt.Errorf("run: %w", err)
 		}
 	}
-	c.sink.SetMetadata(map[string]any{"state": "compacting"})
+	c.sink.SetMetadata(map[string]any{"state": StateCompacting})
+	if err := h.Patch(context.WithoutCancel(ctx), map[string]any{"state": StateCompacting}); err != nil {
+		return nil, err
+	}
+	// Back to what it was: a turn's compaction goes on running, one asked for ends idle.
+	then := StateIdle
+	if run != nil {
+		then = StateRunning
+	}
+	defer func() { _ = h.Patch(context.WithoutCancel(ctx), map[string]any{"state": then}) }()
 	ev := abi.AICompaction{Type: abi.PayloadAICompaction, Phase: abi.PhaseStarted, Reason: reason, TokensBefore: cut.TokensBefore}
 	c.sink.Publish(abi.EventData, ev)
 	summary, err := c.summarize(ctx, w.File(), cut)

@@ -17,12 +17,22 @@ import (
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
+// Conversation states: sessions.json's state (idle, running, compacting) and the session's
+// metadata state (also streaming and awaiting-confirmation).
+const (
+	StateIdle                 = "idle"
+	StateRunning              = "running"
+	StateStreaming            = "streaming"
+	StateCompacting           = "compacting"
+	StateAwaitingConfirmation = "awaiting-confirmation"
+)
+
 // turn runs one user message to its end: the transcript holds the user message, each reply
 // and each tool result as they complete, framed by a run's start and end records. It returns
 // the turn's end event, for the caller to publish once the turn no longer runs.
 func (c *chat) turn(ctx context.Context, text string, ids []string) abi.AITurn {
-	c.sink.SetMetadata(map[string]any{"state": "running"})
-	defer c.sink.SetMetadata(map[string]any{"state": "idle"})
+	c.sink.SetMetadata(map[string]any{"state": StateRunning})
+	defer c.sink.SetMetadata(map[string]any{"state": StateIdle})
 	// Every entry is written as it completes (a crash of nexus loses none); fsyncs, which a
 	// crash of the machine needs, come at the user's message, at the end of each model call's
 	// batch of tools and at the turn's end, not after each entry (docs/ai-chat.md).
@@ -32,6 +42,13 @@ func (c *chat) turn(ctx context.Context, text string, ids []string) abi.AITurn {
 		return abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, End: abi.TurnError, Reason: err.Error()}
 	}
 	res, runID, err := c.runTurn(ctx, h, text, ids)
+	if res == nil {
+		// The turn failed before its end was recorded with its usage: sessions.json must not
+		// say it still runs.
+		if perr := h.Patch(context.WithoutCancel(c.base), map[string]any{"state": StateIdle}); perr != nil && err == nil {
+			err = perr
+		}
+	}
 	if cerr := h.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -43,6 +60,12 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	run, err := chatstore.StartRunWith(w, h.SessionID, chatstore.RunOptions{})
 	if err != nil {
 		return nil, "", fmt.Errorf("start run: %w", err)
+	}
+	// sessions.json says the conversation runs (another process, a console, sees it); the
+	// finer states (streaming, awaiting-confirmation) are in the session's metadata only:
+	// a sessions.json write per model call would cost an fsync each.
+	if err := h.Patch(context.WithoutCancel(c.base), map[string]any{"state": StateRunning}); err != nil {
+		return nil, "", err
 	}
 	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID, MessageIDs: ids})
 	res, err := c.runModel(ctx, h, run, text, ids)
@@ -172,6 +195,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 			"outputTokens":       res.Usage.Output,
 			"model":              c.backend.Model,
 			"modelProvider":      c.backend.Name,
+			"state":              StateIdle,
 		}
 		if em.last != nil {
 			used := contextUsed(*em.last)
@@ -277,8 +301,8 @@ func (c *chat) confirm(ctx context.Context, call provider.ToolCall, req *permiss
 		Arguments: call.Arguments, Paths: req.Paths, Command: req.Command, Cwd: req.Cwd,
 		Programs: req.Programs, Reason: req.Dynamic, Options: opts,
 	})
-	c.sink.SetMetadata(map[string]any{"state": "awaiting-confirmation"})
-	defer c.sink.SetMetadata(map[string]any{"state": "running"})
+	c.sink.SetMetadata(map[string]any{"state": StateAwaitingConfirmation})
+	defer c.sink.SetMetadata(map[string]any{"state": StateRunning})
 	select {
 	case a := <-ch:
 		c.sink.Publish(abi.EventData, abi.AIConfirmed{Type: abi.PayloadAIConfirmed, RequestID: id, Answer: string(a)})
@@ -307,8 +331,13 @@ func (e *emitter) emit(ev agent.Event) {
 	e.c.logs.event(ev)
 	switch ev.Type {
 	case agent.EventStatus:
-		if ev.Status == agent.StatusConnecting {
+		switch ev.Status {
+		case agent.StatusConnecting:
 			e.call++
+		case agent.StatusResponding:
+			s.SetMetadata(map[string]any{"state": StateStreaming})
+		case agent.StatusIdle:
+			s.SetMetadata(map[string]any{"state": StateRunning})
 		}
 		s.Publish(abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: ev.Status, SessionStatus: abi.StatusActive})
 		if ev.Status == agent.StatusIdle && e.last != nil {
