@@ -14,6 +14,7 @@ const (
 	PayloadAIConfirmed    = "confirmation-answered"
 	PayloadAICompaction   = "ai-compaction"
 	PayloadAIQueue        = "ai-queue"
+	PayloadAISubagent     = "ai-subagent"
 )
 
 // Phases of the ai-chat payloads.
@@ -163,6 +164,18 @@ type AIQueue struct {
 	MessageIDs []string `json:"messageIds"`
 	Mode       string   `json:"mode,omitempty"`
 	Reason     string   `json:"reason,omitempty"`
+}
+
+// AISubagent is a subagent this conversation spawned (started); its result arrives later as a
+// queued message from "subagent:<runId>".
+type AISubagent struct {
+	Type            string `json:"type"`
+	Phase           string `json:"phase"`
+	RunID           string `json:"runId"`
+	ChildSessionKey string `json:"childSessionKey"`
+	SessionID       string `json:"sessionId,omitempty"`
+	Label           string `json:"label,omitempty"`
+	Task            string `json:"task,omitempty"`
 }
 
 // AICompaction is a compaction of the conversation: started (Reason: threshold, overflow or

@@ -123,6 +123,8 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"event_ai-queue_queued", event(t, abi.EventData, 5, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueQueued, MessageIDs: []string{"msg_0c1d2e3f4a5b6c7d8e9f0a1b"}, Mode: "steer"})},
 		{"event_ai-queue_cleared", event(t, abi.EventData, 6, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueCleared, MessageIDs: []string{"msg_1a", "msg_2b"}, Reason: "cleared by the interrupt msg_3c"})},
 		{"send_ai-chat", abi.SendRequest{Data: "review the diff", Mode: "followup"}},
+		{"event_ai-subagent_started", event(t, abi.EventData, 9, abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f",
+			ChildSessionKey: "agent:main:subagent:6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f", SessionID: "01a2b3c4-d5e6-7f80-9a1b-2c3d4e5f6a7b", Label: "tests", Task: "run the tests and report the failures"})},
 		{"create_ai-chat", abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: "agent:main:ai:0c1d2e3f4a5b"}, Options: mustJSON(t, abi.AIChatOptions{Backend: "claude", Model: "claude-sonnet-4-5", Level: "trusted", Workspace: "/home/u/demo"})}},
 		{"event_status", event(t, abi.EventStatus, 1, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "session active", SessionStatus: abi.StatusActive})},
 		{"event_error", event(t, abi.EventError, 9, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{

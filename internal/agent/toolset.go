@@ -46,6 +46,7 @@ func (ts *Toolset) Specs() []provider.Tool {
 
 // Run implements Tools.
 func (ts *Toolset) Run(ctx context.Context, call provider.ToolCall) Outcome {
+	ctx = context.WithValue(ctx, callIDKey{}, call.ID)
 	if call.ArgumentsError != "" {
 		return Outcome{Output: "the arguments were not a JSON object: " + call.ArgumentsError, IsError: true}
 	}
@@ -91,4 +92,13 @@ func (ts *Toolset) prepare(ctx context.Context, call provider.ToolCall) (*tools.
 		return nil, errDenied
 	}
 	return p, nil
+}
+
+type callIDKey struct{}
+
+// CallID is the id of the tool call a tool runs for (Toolset puts it in the tool's context):
+// a tool that records where it was called from (sessions_spawn) reads it.
+func CallID(ctx context.Context) string {
+	id, _ := ctx.Value(callIDKey{}).(string)
+	return id
 }

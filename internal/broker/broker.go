@@ -236,6 +236,33 @@ func (s *Store) Enqueue(ctx context.Context, key string, mode Mode, content, fro
 	return m, nil
 }
 
+// Announce stores a message under the caller's id (a subagent's announcement: one per run),
+// unless one with that id exists; fresh is false then, and nothing changes.
+func (s *Store) Announce(ctx context.Context, id, key, content, from string) (fresh bool, err error) {
+	if id == "" || key == "" || strings.TrimSpace(content) == "" || len(content) > MaxContent {
+		return false, abi.Errorf(abi.CodeInvalidArgument, "", "an announcement needs an id, a key and 1 byte to 1 MiB of content")
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, 0, ?, ?, ?, ?, ?)`,
+		id, key, string(Followup), content, from, StateQueued, s.now().UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("broker: announce: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("broker: announce: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Has reports whether a message with the id was ever stored.
+func (s *Store) Has(ctx context.Context, id string) (bool, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE id = ?`, id).Scan(&n); err != nil {
+		return false, fmt.Errorf("broker: %w", err)
+	}
+	return n > 0, nil
+}
+
 const cols = `seq, id, key, priority, mode, content, sender, state, reason, created_ms, done_ms, entry_id`
 
 func scan(rows *sql.Rows) ([]Message, error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -11,6 +12,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/agent/profile"
+	"github.com/nexus-run/nexus/internal/chatstore"
 )
 
 // agentEdit are the flags that set an agent's files.
@@ -182,5 +184,41 @@ func (a *app) agentShowCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&workspace, "workspace", "", "workspace whose AGENTS.md and NEXUS.md go into the prompt (default: the agent's, else this directory)")
 	formatFlag(cmd, &format, formatJSON, formatTable)
+	return cmd
+}
+
+func (a *app) agentRunsCmd() *cobra.Command {
+	var format, requester string
+	var active bool
+	cmd := &cobra.Command{
+		Use:   "runs [--requester KEY] [--active]",
+		Short: "The subagent runs (state/subagents/runs.json): who spawned what, running or how it ended",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g, err := chatstore.OpenSubagents(filepath.Join(a.stateDir, "subagents"), a.env.Now)
+			if err != nil {
+				return err
+			}
+			runs, err := g.List(chatstore.SubagentFilter{RequesterSessionKey: requester, Active: active})
+			if err != nil {
+				return err
+			}
+			return a.print(format, map[string]any{"runs": runs}, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "RUN\tLABEL\tSTATUS\tREQUESTER\tTASK")
+				for _, r := range runs {
+					status := "running"
+					if r.Outcome != nil {
+						status = string(r.Outcome.Status)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.RunID, dash(r.Label), status, r.RequesterSessionKey, cellText(r.Task))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&requester, "requester", "", "only the runs this conversation spawned")
+	cmd.Flags().BoolVar(&active, "active", false, "only the runs still going")
+	formatFlag(cmd, &format, formatTable, formatJSON)
 	return cmd
 }

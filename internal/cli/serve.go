@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
@@ -143,8 +144,13 @@ func (a *app) serveCmd() *cobra.Command {
 				return err
 			}
 			defer func() { _ = queues.Close() }()
+			runs, err := chatstore.OpenSubagents(filepath.Join(a.stateDir, "subagents"), a.env.Now)
+			if err != nil {
+				return err
+			}
 			aiKind := &aichat.Kind{
 				Broker:   queues,
+				Runs:     runs,
 				Chats:    chats,
 				StateDir: a.stateDir,
 				Config:   a.providerConfig,
@@ -173,6 +179,7 @@ func (a *app) serveCmd() *cobra.Command {
 					_ = store.Close()
 					return nil, err
 				}
+				aiKind.Sessions = reg // subagents are sessions of this registry
 				return reg, nil
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)

@@ -27,7 +27,7 @@ import (
 
 func (a *app) agentCmd() *cobra.Command {
 	cmd := group(&cobra.Command{Use: "agent", Short: "Agents (personas of ai chats) and agent-facing sessions"})
-	cmd.AddCommand(a.agentAddCmd(), a.agentListCmd(), a.agentShowCmd(), a.agentEditCmd())
+	cmd.AddCommand(a.agentAddCmd(), a.agentListCmd(), a.agentShowCmd(), a.agentEditCmd(), a.agentRunsCmd())
 	tc := group(&cobra.Command{Use: "terminal", Short: "Terminal sessions: a PTY running your shell in a project"})
 	tc.AddCommand(a.terminalOpenCmd(), a.terminalSendCmd(), a.terminalAttachCmd(), a.terminalRunCmd())
 	cmd.AddCommand(tc)

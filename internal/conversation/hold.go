@@ -35,6 +35,9 @@ type HoldOptions struct {
 	Fields any
 	// Sync is the writer's durability policy (default transcript.SyncEntry: an fsync per entry).
 	Sync transcript.SyncPolicy
+	// ParentSession is the header's parentSession when the transcript is created (a
+	// subagent's: the path of its parent's transcript).
+	ParentSession string
 }
 
 // Hold resolves key to its current session (created when the key is new; an explicitly held
@@ -68,6 +71,7 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 	wopts.Sync = opts.Sync
 	if _, serr := os.Lstat(c.Path); errors.Is(serr, fs.ErrNotExist) {
 		wopts.NewSessionID = func() string { return e.SessionID }
+		wopts.ParentSession = opts.ParentSession
 		w, err = transcript.Create(c.Path, opts.Cwd, wopts)
 	} else {
 		w, err = s.openWriterWith(c, wopts)

@@ -23,6 +23,7 @@ import (
 	"github.com/nexus-run/nexus/internal/agent/profile"
 	"github.com/nexus-run/nexus/internal/agent/tools"
 	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -52,6 +53,16 @@ type Kind struct {
 	Broker *broker.Store
 	// Collect tunes the collect mode (defaults: 500 ms, 20, old).
 	Collect CollectOptions
+	// Sessions is the registry serving this kind, set once it exists: subagents are ai-chat
+	// sessions it creates (sessions_spawn). Runs is state/subagents/runs.json. Without both
+	// (and Broker) the tool is not offered.
+	Sessions  live.Backend
+	Runs      *chatstore.Subagents
+	Subagents SubagentLimits
+
+	sweepOnce sync.Once
+	chatsMu   sync.Mutex
+	live      map[*chat]struct{}
 	// ToolTimeout is the default per-call timeout (default agent.DefaultToolTimeout).
 	ToolTimeout time.Duration
 	Now         func() time.Time
@@ -185,6 +196,11 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		return nil, err
 	}
 	c.key, c.chatSession = h.Key, h.SessionID
+	if p := h.Entry.SpawnedBy; p != "" {
+		if sh, serr := k.Chats.Show(ctx, p); serr == nil {
+			c.parentSession = sh.File
+		}
+	}
 	if c.queueMode, err = broker.ParseMode(firstOf(opts.QueueMode, h.Entry.QueueMode)); err == nil && opts.QueueMode != "" && opts.QueueMode != h.Entry.QueueMode {
 		err = h.Patch(ctx, map[string]any{"queueMode": string(c.queueMode)})
 	}
@@ -219,6 +235,14 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		"mcpServers":     mcpStatus,
 		"queueMode":      string(c.queueMode),
 	})
+	k.chatsMu.Lock()
+	if k.live == nil {
+		k.live = map[*chat]struct{}{}
+	}
+	k.live[c] = struct{}{}
+	k.chatsMu.Unlock()
+	// What a previous gateway left of subagent runs is finished before anything spawns.
+	k.sweepOnce.Do(func() { k.sweepRuns(context.WithoutCancel(ctx)) })
 	if k.Broker != nil {
 		c.wakeCh = make(chan struct{}, 1)
 		go c.pump()
@@ -293,6 +317,8 @@ type chat struct {
 	logs        *logs
 
 	key, chatSession, transcript string
+	// parentSession is a subagent's parent transcript (its header's parentSession).
+	parentSession string
 
 	perm *permission.Checker
 	reg  *tools.Registry
@@ -336,6 +362,11 @@ func (c *chat) openTools(prof *profile.Profile) error {
 	if c.k.Shells != nil {
 		c.bash = tools.NewBash(c.k.Shells, c.workspace, agentshell.CreateOptions{})
 		if err := c.reg.Add(c.bash); err != nil {
+			return fmt.Errorf("tools: %w", err)
+		}
+	}
+	if c.k.Sessions != nil && c.k.Runs != nil && c.k.Broker != nil {
+		if err := c.reg.Add(spawnTool{c: c}); err != nil {
 			return fmt.Errorf("tools: %w", err)
 		}
 	}
@@ -384,6 +415,9 @@ func (c *chat) connectMCP(ctx context.Context, servers map[string]provider.MCPSe
 // release frees what Start acquired.
 func (c *chat) release() {
 	c.stop()
+	c.k.chatsMu.Lock()
+	delete(c.k.live, c)
+	c.k.chatsMu.Unlock()
 	for _, m := range c.mcp {
 		_ = m.Close()
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/live"
@@ -95,9 +96,17 @@ func (e *env) gateway(t *testing.T) *live.Registry {
 
 func (e *env) gatewayWith(t *testing.T, cfg live.Config) *live.Registry {
 	t.Helper()
-	r, err := live.New(context.Background(), cfg, e.kind(t))
+	k := e.kind(t)
+	r, err := live.New(context.Background(), cfg, k)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if e.queues != nil {
+		runs, err := chatstore.OpenSubagents(filepath.Join(e.state, "subagents"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.Runs, k.Sessions = runs, r
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())

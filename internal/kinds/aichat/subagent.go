@@ -1,0 +1,338 @@
+package aichat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/google/uuid"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/agent"
+	"github.com/nexus-run/nexus/internal/agent/permission"
+	"github.com/nexus-run/nexus/internal/agent/tools"
+	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/provider"
+)
+
+// SubagentLimits bound spawning (docs/ai-chat.md, Subagents).
+type SubagentLimits struct {
+	// MaxDepth is how deep subagents may nest (default 3: a subagent's subagent's subagent).
+	MaxDepth int
+	// MaxChildren is how many subagents one conversation may have running (default 5).
+	MaxChildren int
+	// MaxRunning is how many subagents may run at once in the gateway (default 16).
+	MaxRunning int
+}
+
+func (l SubagentLimits) withDefaults() SubagentLimits {
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = 3
+	}
+	if l.MaxChildren <= 0 {
+		l.MaxChildren = 5
+	}
+	if l.MaxRunning <= 0 {
+		l.MaxRunning = 16
+	}
+	return l
+}
+
+// depth is how many subagent levels a session key is below a top-level conversation.
+func depth(key string) int { return strings.Count(key, ":subagent:") }
+
+// levelRank orders levels by what they allow.
+func levelRank(l permission.Level) int {
+	switch l {
+	case permission.YOLO:
+		return 2
+	case permission.Trusted:
+		return 1
+	}
+	return 0
+}
+
+// spawnTool is sessions_spawn: it starts a child conversation that works on a task in the
+// background and announces its result into this one.
+type spawnTool struct{ c *chat }
+
+type spawnArgs struct {
+	Task    string `json:"task"`
+	Label   string `json:"label,omitempty"`
+	Cleanup string `json:"cleanup,omitempty"`
+	Agent   string `json:"agent,omitempty"`
+	Level   string `json:"level,omitempty"`
+}
+
+func (spawnTool) Spec() tools.Spec {
+	str := func(desc string) *jsonschema.Schema { return &jsonschema.Schema{Type: "string", Description: desc} }
+	cleanup := str("delete (default): archive the subagent's conversation once its result is announced; keep: leave it")
+	cleanup.Enum = []any{"delete", "keep"}
+	level := str("its permission level, no higher than yours: yolo, trusted or sandboxed (default: yours)")
+	level.Enum = []any{"yolo", "trusted", "sandboxed"}
+	task := str("what the subagent should do; it starts with this and nothing else of this conversation")
+	task.MinLength = ptrInt(1)
+	return tools.Spec{
+		Name: "sessions_spawn",
+		Description: "Start a subagent: a separate conversation that works on a task in the background, with the same workspace. " +
+			"It returns at once with the run's id; when the subagent finishes, its answer arrives in this conversation as a message.",
+		Schema: &jsonschema.Schema{Type: "object", Required: []string{"task"}, AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
+			Properties: map[string]*jsonschema.Schema{
+				"task":    task,
+				"label":   str("a short name for the run (shown with its result)"),
+				"cleanup": cleanup,
+				"agent":   str("a configured agent to run as (nexus agent list; default: yours)"),
+				"level":   level,
+			}},
+	}
+}
+
+func ptrInt(n int) *int { return &n }
+
+func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, error) {
+	var a spawnArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return tools.Result{}, fmt.Errorf("arguments: %w", err)
+	}
+	out, err := t.c.spawn(ctx, a, agent.CallID(ctx))
+	if err != nil {
+		return tools.Result{Output: err.Error(), IsError: true}, nil //nolint:nilerr // the model reads why
+	}
+	b, _ := json.Marshal(out)
+	return tools.Result{Output: string(b)}, nil
+}
+
+// spawn checks the limits, creates the child conversation and its run record, and starts it.
+func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[string]any, error) {
+	k := c.k
+	lim := k.Subagents.withDefaults()
+	if k.Sessions == nil || k.Runs == nil || k.Broker == nil {
+		return nil, errors.New("subagents are not available in this gateway")
+	}
+	if d := depth(c.key); d >= lim.MaxDepth {
+		return nil, fmt.Errorf("refused: this conversation is a subagent at depth %d, the most is %d", d, lim.MaxDepth)
+	}
+	active, err := k.Runs.List(chatstore.SubagentFilter{Active: true})
+	if err != nil {
+		return nil, fmt.Errorf("subagents: %w", err)
+	}
+	mine := 0
+	for _, r := range active {
+		if r.RequesterSessionKey == c.key {
+			mine++
+		}
+	}
+	switch {
+	case mine >= lim.MaxChildren:
+		return nil, fmt.Errorf("refused: %d subagents of this conversation are running, the most is %d; wait for one to announce", mine, lim.MaxChildren)
+	case len(active) >= lim.MaxRunning:
+		return nil, fmt.Errorf("refused: %d subagents are running in the gateway, the most is %d", len(active), lim.MaxRunning)
+	}
+	level := c.level
+	if a.Level != "" {
+		l, err := permission.ParseLevel(a.Level)
+		if err != nil {
+			return nil, err //nolint:wrapcheck // the text names the level
+		}
+		if levelRank(l) > levelRank(c.level) {
+			return nil, fmt.Errorf("refused: level %s is higher than this conversation's (%s)", l, c.level)
+		}
+		level = l
+	}
+	agentID := firstOf(a.Agent, c.prof.ID)
+	cleanup := firstOf(a.Cleanup, "delete")
+	runID := uuid.NewString()
+	childKey := "agent:" + agentID + ":subagent:" + runID
+	now := k.now().UnixMilli()
+	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: map[string]any{
+		"spawnedBy": c.key, "parentSessionId": c.chatSession, "toolCallId": callID, "taskDescription": a.Task,
+		"taskStatus": "running", "isSubagent": true, "label": "", "project": c.workspace, "isAgentic": true,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Close(); err != nil {
+		return nil, err
+	}
+	rec := chatstore.SubagentRunRecord{RunID: runID, ChildSessionKey: childKey, RequesterSessionKey: c.key, Task: a.Task,
+		Cleanup: cleanup, Label: a.Label, CreatedAt: now, StartedAt: now}
+	if err := k.Runs.Put(ctx, rec); err != nil {
+		return nil, fmt.Errorf("subagents: %w", err)
+	}
+	opts, _ := json.Marshal(abi.AIChatOptions{Backend: c.backend.Name, Model: c.backend.Model, Agent: agentID, Level: string(level),
+		Workspace: c.workspace, Temperature: c.temperature})
+	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey}, Options: opts})
+	if err == nil {
+		err = k.Sessions.Send(live.WithSendOptions(context.WithoutCancel(ctx), &live.SendOptions{Mode: "followup"}), s.SessionID, []byte(a.Task))
+	}
+	if err != nil {
+		k.endRun(context.WithoutCancel(ctx), rec, chatstore.OutcomeError, "could not start: "+err.Error(), "")
+		return nil, fmt.Errorf("the subagent could not start: %w", err)
+	}
+	c.sink.Publish(abi.EventData, abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: runID, ChildSessionKey: childKey, SessionID: s.SessionID, Label: a.Label, Task: a.Task})
+	go k.watchRun(context.WithoutCancel(ctx), rec, s.SessionID)
+	return map[string]any{"runId": runID, "childSessionKey": childKey, "sessionId": s.SessionID, "status": "started",
+		"note": "the subagent works in the background; its result will arrive here as a message"}, nil
+}
+
+// watchRun waits for the child's turn to end, then announces its result to the requester
+// and closes the child's session.
+// ctx outlives the spawning call (the run goes on after the tool returned).
+func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string) {
+	var after uint64
+	for {
+		b, err := k.Sessions.Read(ctx, sessionID, after, 0, time.Minute)
+		if err != nil {
+			k.endRun(ctx, rec, chatstore.OutcomeError, "the subagent's session: "+err.Error(), "")
+			return
+		}
+		for _, e := range b.Events {
+			p, ok := e.Payload.(abi.AITurn)
+			if !ok || p.Phase != abi.PhaseEnded {
+				continue
+			}
+			outcome, why := chatstore.OutcomeOK, ""
+			if p.End != abi.TurnCompleted {
+				outcome, why = chatstore.OutcomeError, strings.TrimSpace(p.End+" "+p.Reason)
+			}
+			k.endRun(ctx, rec, outcome, why, fmt.Sprintf("%d model calls, %d tokens", p.Iterations, usageTotal(p.Usage)))
+			_, _ = k.Sessions.Close(ctx, sessionID, abi.CloseRequested)
+			return
+		}
+		if b.Done {
+			k.endRun(ctx, rec, chatstore.OutcomeError, "the subagent's session closed before it answered", "")
+			return
+		}
+		after = b.Next
+	}
+}
+
+func usageTotal(u *abi.AIUsage) int {
+	if u == nil {
+		return 0
+	}
+	return u.Total
+}
+
+// endRun records the run's end and announces it (once: the announcement's id is the run's).
+func (k *Kind) endRun(ctx context.Context, rec chatstore.SubagentRunRecord, outcome chatstore.RunOutcome, why, stats string) {
+	if rec.EndedAt == 0 {
+		patch := map[string]any{"endedAt": k.now().UnixMilli(), "outcome": chatstore.SubagentOutcome{Status: outcome, Error: why}}
+		if rec.Cleanup == "delete" {
+			patch["archiveAtMs"] = k.now().UnixMilli()
+		}
+		if r, err := k.Runs.Patch(ctx, rec.RunID, patch); err == nil {
+			rec = r
+		} else {
+			k.logger().Warn("subagent run", "run", rec.RunID, "err", err)
+		}
+	}
+	k.announce(ctx, rec, stats)
+}
+
+// AnnouncePrefix starts every subagent announcement.
+const AnnouncePrefix = "[subagent"
+
+// announce puts the run's result in the requester's queue, at most once, and archives a
+// delete child. It is retried at the next start when it fails (sweepRuns).
+func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, stats string) {
+	id := "announce_" + rec.RunID
+	if done, err := k.Broker.Has(ctx, id); err != nil || done {
+		return
+	}
+	status := "completed"
+	if rec.Outcome != nil && rec.Outcome.Status != chatstore.OutcomeOK {
+		status = "failed: " + rec.Outcome.Error
+	}
+	answer := k.lastAnswer(ctx, rec.ChildSessionKey)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", AnnouncePrefix, firstOf(rec.Label, rec.RunID))
+	fmt.Fprintf(&b, " %s] task: %s", status, clipText(rec.Task, 500))
+	if stats != "" {
+		fmt.Fprintf(&b, " (%s)", stats)
+	}
+	b.WriteString("\n\n")
+	if answer == "" {
+		answer = "(no answer)"
+	}
+	b.WriteString(clipText(answer, 64<<10))
+	fresh, err := k.Broker.Announce(ctx, id, rec.RequesterSessionKey, b.String(), "subagent:"+rec.RunID)
+	if err != nil {
+		k.logger().Warn("subagent announce", "run", rec.RunID, "err", err)
+		return
+	}
+	if fresh {
+		k.notify(rec.RequesterSessionKey)
+	}
+	if rec.Cleanup == "delete" {
+		if _, err := k.Chats.Archive(ctx, rec.ChildSessionKey); err != nil {
+			k.logger().Warn("subagent cleanup", "run", rec.RunID, "err", err)
+		}
+	}
+}
+
+// lastAnswer is the text of the child conversation's last assistant message.
+func (k *Kind) lastAnswer(ctx context.Context, key string) string {
+	h, err := k.Chats.History(ctx, key, conversation.HistoryOptions{})
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = h.Close() }()
+	var last string
+	for raw, err := range h.Messages {
+		if err != nil {
+			break
+		}
+		msgs, err := provider.FromContext([]json.RawMessage{raw})
+		if err != nil || len(msgs) == 0 || msgs[0].Role != provider.RoleAssistant {
+			continue
+		}
+		var t strings.Builder
+		for _, c := range msgs[0].Content {
+			if c.Type == provider.BlockText {
+				t.WriteString(c.Text)
+			}
+		}
+		if t.Len() > 0 {
+			last = t.String()
+		}
+	}
+	return last
+}
+
+// notify wakes the pumps of the live sessions on key (an announcement just queued).
+func (k *Kind) notify(key string) {
+	k.chatsMu.Lock()
+	defer k.chatsMu.Unlock()
+	for c := range k.live {
+		if c.key == key {
+			c.wake()
+		}
+	}
+}
+
+// sweepRuns finishes what a previous gateway left: runs whose child died with it are ended as
+// failed, and ended runs not yet announced are announced. Once per Kind.
+func (k *Kind) sweepRuns(ctx context.Context) {
+	if k.Runs == nil || k.Broker == nil {
+		return
+	}
+	runs, err := k.Runs.List(chatstore.SubagentFilter{})
+	if err != nil {
+		k.logger().Warn("subagent sweep", "err", err)
+		return
+	}
+	for _, r := range runs {
+		if r.EndedAt == 0 {
+			k.endRun(ctx, r, chatstore.OutcomeError, "the gateway stopped while it ran", "")
+			continue
+		}
+		k.announce(ctx, r, "")
+	}
+}
