@@ -58,6 +58,9 @@ type Settings struct {
 	DisabledTools []string `json:"disabledTools,omitempty" toml:"disabled_tools,omitempty"`
 	// Description says what the agent is for (nexus agent list).
 	Description string `json:"description,omitempty" toml:"description,omitempty"`
+	// AllowedTargets are the conversations the inter-session tools may reach: parent,
+	// children, family (both; the default) or session keys.
+	AllowedTargets []string `json:"allowedTargets,omitempty" toml:"allowed_targets,omitempty"`
 }
 
 // Profile is one agent.

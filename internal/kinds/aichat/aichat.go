@@ -196,6 +196,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		return nil, err
 	}
 	c.key, c.chatSession = h.Key, h.SessionID
+	c.spawnedBy = h.Entry.SpawnedBy
 	if p := h.Entry.SpawnedBy; p != "" {
 		if sh, serr := k.Chats.Show(ctx, p); serr == nil {
 			c.parentSession = sh.File
@@ -317,8 +318,9 @@ type chat struct {
 	logs        *logs
 
 	key, chatSession, transcript string
-	// parentSession is a subagent's parent transcript (its header's parentSession).
-	parentSession string
+	// parentSession is a subagent's parent transcript (its header's parentSession), spawnedBy
+	// its parent's key.
+	parentSession, spawnedBy string
 
 	perm *permission.Checker
 	reg  *tools.Registry
@@ -366,8 +368,10 @@ func (c *chat) openTools(prof *profile.Profile) error {
 		}
 	}
 	if c.k.Sessions != nil && c.k.Runs != nil && c.k.Broker != nil {
-		if err := c.reg.Add(spawnTool{c: c}); err != nil {
-			return fmt.Errorf("tools: %w", err)
+		for _, t := range append([]tools.Tool{spawnTool{c: c}}, familyTools(c)...) {
+			if err := c.reg.Add(t); err != nil {
+				return fmt.Errorf("tools: %w", err)
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,270 @@
+package aichat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/nexus-run/nexus/internal/agent/tools"
+	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/provider"
+)
+
+// Relations a target may have to the calling conversation (allowed_targets).
+const (
+	RelParent   = "parent"
+	RelChildren = "children"
+	RelFamily   = "family" // parent and children
+)
+
+// relation says how target relates to the conversation: parent, child, or "" (none).
+func (c *chat) relation(target string) (string, error) {
+	if target == c.key {
+		return "", errors.New("that is this conversation")
+	}
+	if c.spawnedBy != "" && target == c.spawnedBy {
+		return RelParent, nil
+	}
+	runs, err := c.k.Runs.List(chatstore.SubagentFilter{RequesterSessionKey: c.key, ChildSessionKey: target})
+	if err != nil {
+		return "", fmt.Errorf("subagents: %w", err)
+	}
+	if len(runs) > 0 {
+		return "child", nil
+	}
+	return "", nil
+}
+
+// reach checks that the conversation's allowed targets (the agent's allowed_targets, default
+// family) let it reach target; errors say why for the model, never what else exists.
+func (c *chat) reach(target string) error {
+	rel, err := c.relation(target)
+	if err != nil {
+		return err
+	}
+	allowed := c.prof.AllowedTargets
+	if len(allowed) == 0 {
+		allowed = []string{RelFamily}
+	}
+	for _, a := range allowed {
+		switch {
+		case a == target,
+			a == RelFamily && rel != "",
+			a == RelParent && rel == RelParent,
+			a == RelChildren && rel == "child":
+			return nil
+		}
+	}
+	return fmt.Errorf("refused: %s is not among the conversations this agent may reach (%s)", target, strings.Join(allowed, ", "))
+}
+
+// familyTool is one of the inter-session tools.
+type familyTool struct {
+	c    *chat
+	name string
+}
+
+func familyTools(c *chat) []tools.Tool {
+	return []tools.Tool{familyTool{c, "sessions_list"}, familyTool{c, "sessions_history"}, familyTool{c, "sessions_send"},
+		familyTool{c, "nexus_status"}, familyTool{c, "nexus_cancel"}}
+}
+
+func (t familyTool) Spec() tools.Spec {
+	str := func(desc string) *jsonschema.Schema { return &jsonschema.Schema{Type: "string", Description: desc} }
+	key := str("the conversation's session key (from sessions_list)")
+	key.MinLength = ptrInt(1)
+	obj := func(req []string, props map[string]*jsonschema.Schema) *jsonschema.Schema {
+		return &jsonschema.Schema{Type: "object", Required: req, Properties: props, AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}}}
+	}
+	switch t.name {
+	case "sessions_list":
+		return tools.Spec{Name: t.name, Description: "List the conversations you may reach: your parent (the one that spawned you) and the subagents you spawned, with their state.",
+			Schema: obj(nil, map[string]*jsonschema.Schema{})}
+	case "sessions_history":
+		limit := &jsonschema.Schema{Type: "integer", Description: "the last N messages (default 20, at most 200)"}
+		return tools.Spec{Name: t.name, Description: "Read the last messages of a conversation you may reach.",
+			Schema: obj([]string{"key"}, map[string]*jsonschema.Schema{"key": key, "limit": limit})}
+	case "sessions_send":
+		msg := str("the message")
+		msg.MinLength = ptrInt(1)
+		mode := str("its queue mode there: followup (default), steer, collect, queue, interrupt")
+		mode.Enum = []any{"followup", "steer", "collect", "queue", "interrupt", "steer-backlog"}
+		return tools.Spec{Name: t.name, Description: "Send a message to a conversation you may reach (it is queued durably and delivered as a turn there).",
+			Schema: obj([]string{"key", "message"}, map[string]*jsonschema.Schema{"key": key, "message": msg, "mode": mode})}
+	case "nexus_status":
+		return tools.Spec{Name: t.name, Description: "The state of a subagent run you started, or of a conversation you may reach.",
+			Schema: obj([]string{"key"}, map[string]*jsonschema.Schema{"key": key})}
+	default: // nexus_cancel
+		return tools.Spec{Name: t.name, Description: "Stop the running turn of a conversation you may reach (a subagent you spawned).",
+			Schema: obj([]string{"key"}, map[string]*jsonschema.Schema{"key": key})}
+	}
+}
+
+type familyArgs struct {
+	Key     string `json:"key"`
+	Limit   int    `json:"limit"`
+	Message string `json:"message"`
+	Mode    string `json:"mode"`
+}
+
+func (t familyTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, error) {
+	var a familyArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return tools.Result{}, fmt.Errorf("arguments: %w", err)
+	}
+	out, err := t.run(ctx, a)
+	if err != nil {
+		return tools.Result{Output: err.Error(), IsError: true}, nil //nolint:nilerr // the model reads why
+	}
+	b, _ := json.Marshal(out)
+	return tools.Result{Output: string(b)}, nil
+}
+
+func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
+	c := t.c
+	if t.name == "sessions_list" {
+		return c.family(ctx)
+	}
+	if err := c.reach(a.Key); err != nil {
+		return nil, err
+	}
+	switch t.name {
+	case "sessions_history":
+		return c.k.recentMessages(ctx, a.Key, a.Limit)
+	case "sessions_send":
+		mode, err := broker.ParseMode(a.Mode)
+		if err != nil {
+			return nil, err //nolint:wrapcheck // the text names the mode
+		}
+		m, err := c.k.Broker.Enqueue(ctx, a.Key, mode, a.Message, c.key)
+		if err != nil {
+			return nil, err //nolint:wrapcheck // the text says what is wrong
+		}
+		c.k.notify(a.Key)
+		return map[string]any{"messageId": m.ID, "status": "queued", "mode": string(mode)}, nil
+	case "nexus_status":
+		return c.k.status(ctx, a.Key)
+	default:
+		n := c.k.cancelTurns(ctx, a.Key)
+		return map[string]any{"key": a.Key, "interrupted": n}, nil
+	}
+}
+
+// family is what sessions_list answers: the parent and the children.
+func (c *chat) family(ctx context.Context) (any, error) {
+	var out []map[string]any
+	if c.spawnedBy != "" {
+		out = append(out, map[string]any{"key": c.spawnedBy, "relation": RelParent})
+	}
+	runs, err := c.k.Runs.List(chatstore.SubagentFilter{RequesterSessionKey: c.key})
+	if err != nil {
+		return nil, fmt.Errorf("subagents: %w", err)
+	}
+	for _, r := range runs {
+		st, _ := c.k.status(ctx, r.ChildSessionKey)
+		out = append(out, map[string]any{"key": r.ChildSessionKey, "relation": "child", "label": r.Label, "task": r.Task, "status": st})
+	}
+	if out == nil {
+		out = []map[string]any{}
+	}
+	return map[string]any{"self": c.key, "sessions": out}, nil
+}
+
+// status is a conversation's run state: its subagent run's outcome if it is one, and whether a
+// live session works on it.
+func (k *Kind) status(_ context.Context, key string) (map[string]any, error) {
+	st := map[string]any{"key": key, "live": false, "running": false}
+	k.chatsMu.Lock()
+	for c := range k.live {
+		if c.key == key {
+			c.mu.Lock()
+			st["live"], st["running"] = true, c.running
+			c.mu.Unlock()
+		}
+	}
+	k.chatsMu.Unlock()
+	runs, err := k.Runs.List(chatstore.SubagentFilter{ChildSessionKey: key})
+	if err != nil {
+		return nil, fmt.Errorf("subagents: %w", err)
+	}
+	if len(runs) > 0 {
+		r := runs[0]
+		st["runId"], st["label"] = r.RunID, r.Label
+		switch {
+		case r.Outcome == nil:
+			st["run"] = "running"
+		case r.Outcome.Status == chatstore.OutcomeOK:
+			st["run"] = "completed"
+		default:
+			st["run"], st["error"] = "failed", r.Outcome.Error
+		}
+	}
+	return st, nil
+}
+
+// cancelTurns interrupts the running turns of the live sessions on key.
+func (k *Kind) cancelTurns(_ context.Context, key string) int {
+	n := 0
+	k.chatsMu.Lock()
+	defer k.chatsMu.Unlock()
+	for c := range k.live {
+		if c.key != key {
+			continue
+		}
+		c.mu.Lock()
+		if c.cancel != nil {
+			c.cancel()
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// recentMessages are the last limit messages of key's context, as role and text.
+func (k *Kind) recentMessages(ctx context.Context, key string, limit int) (any, error) {
+	if limit <= 0 {
+		limit = 20
+	}
+	limit = min(limit, 200)
+	h, err := k.Chats.History(ctx, key, conversation.HistoryOptions{Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("history of %s: %w", key, err)
+	}
+	defer func() { _ = h.Close() }()
+	var out []map[string]string
+	for raw, err := range h.Messages {
+		if err != nil {
+			return nil, fmt.Errorf("history of %s: %w", key, err)
+		}
+		msgs, err := provider.FromContext([]json.RawMessage{raw})
+		if err != nil || len(msgs) == 0 {
+			continue
+		}
+		m := msgs[0]
+		var b strings.Builder
+		for _, blk := range m.Content {
+			switch blk.Type {
+			case provider.BlockText:
+				b.WriteString(blk.Text)
+			case provider.BlockToolCall:
+				fmt.Fprintf(&b, "[calls %s]", blk.Name)
+			}
+		}
+		role := m.Role
+		if role == provider.RoleToolResult {
+			role = "tool " + m.ToolName
+		}
+		out = append(out, map[string]string{"role": role, "text": clipText(b.String(), 4000)})
+	}
+	if out == nil {
+		out = []map[string]string{}
+	}
+	return map[string]any{"key": key, "messages": out}, nil
+}

@@ -1,0 +1,85 @@
+package aichat_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/kinds/aichat"
+)
+
+// TestInterSessionTools: a subagent finds its parent with sessions_list, reports to it with
+// sessions_send (a durable message that becomes a turn there), and is refused a conversation
+// outside its family; the parent reads its child with sessions_history and nexus_status.
+func TestInterSessionTools(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		last := req.last()
+		first := ""
+		for _, m := range req.Messages {
+			if m.Role == "user" {
+				first = m.text()
+				break
+			}
+		}
+		switch {
+		case first == "report back": // the child
+			switch {
+			case last.Role == "user":
+				w.call("c1", "sessions_list", map[string]any{})
+			case strings.Contains(last.text(), `"relation":"parent"`):
+				var l struct {
+					Sessions []struct{ Key string } `json:"sessions"`
+				}
+				_ = json.Unmarshal([]byte(last.text()), &l)
+				w.call("c2", "sessions_send", map[string]any{"key": l.Sessions[0].Key, "message": "progress from the child"})
+			case strings.Contains(last.text(), `"status":"queued"`):
+				w.call("c3", "sessions_history", map[string]any{"key": "agent:main:test:stranger"})
+			default:
+				w.text("child done; the stranger said: " + last.text())
+			}
+		case strings.HasPrefix(req.lastUser(), "delegate"):
+			if last.Role == "tool" {
+				w.text("spawned")
+				return
+			}
+			w.call("p1", "sessions_spawn", map[string]any{"task": "report back", "label": "reporter", "cleanup": "keep"})
+		case strings.HasPrefix(req.lastUser(), aichat.AnnouncePrefix):
+			if last.Role == "tool" {
+				w.text("the child: " + last.text())
+				return
+			}
+			var key string
+			for _, m := range req.Messages {
+				if i := strings.Index(m.text(), `"childSessionKey":"`); i >= 0 {
+					key = strings.SplitN(m.text()[i+len(`"childSessionKey":"`):], `"`, 2)[0]
+				}
+			}
+			w.call("p2", "sessions_history", map[string]any{"key": key, "limit": 2})
+		default:
+			w.text("noted: " + req.lastUser())
+		}
+	}).withBroker(t)
+	r := e.gateway(t)
+	key := "agent:main:test:family"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "delegate")
+	for range 3 { // the spawn, the child's report, the announcement
+		if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+			t.Fatalf("turn %+v: %s", end, describe(w.seen))
+		}
+	}
+	users := userTexts(t, e, key)
+	if !strings.Contains(users, "|progress from the child|") || !strings.Contains(users, "[subagent reporter completed]") {
+		t.Fatalf("the parent's messages: %q", users)
+	}
+	if !strings.Contains(users, "refused: agent:main:test:stranger is not among the conversations this agent may reach (family)") {
+		t.Fatalf("the child reached a stranger: %q", users)
+	}
+	msgs := e.history(t, key)
+	last := msgs[len(msgs)-1]
+	if !strings.Contains(last.Content[0].Text, "the child: ") || !strings.Contains(last.Content[0].Text, "child done") {
+		t.Fatalf("the parent's reading of its child: %+v", last)
+	}
+}
