@@ -108,7 +108,7 @@ func (c Capabilities) Allows(cmd Command) bool {
 		return c.Restart
 	case CommandPause, CommandResume:
 		return c.Stream
-	case CommandConfirm, CommandCompact:
+	case CommandConfirm, CommandCompact, CommandSpawn:
 		// Answering a question is input; kinds that never ask refuse it themselves.
 		return c.Send
 	}
@@ -143,12 +143,14 @@ const (
 	CommandConfirm Command = "confirm"
 	// CommandCompact compacts an ai-chat's conversation now.
 	CommandCompact Command = "compact"
+	// CommandSpawn starts a subagent of an ai-chat's conversation (spawn: its task).
+	CommandSpawn Command = "spawn"
 )
 
 // Valid reports whether c is a known control command.
 func (c Command) Valid() bool {
 	switch c {
-	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume, CommandConfirm, CommandCompact:
+	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume, CommandConfirm, CommandCompact, CommandSpawn:
 		return true
 	}
 	return false

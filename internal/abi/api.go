@@ -44,6 +44,17 @@ type ControlRequest struct {
 	// RequestID and Answer are the confirm command's (ai-chat).
 	RequestID string `json:"requestId,omitempty"`
 	Answer    string `json:"answer,omitempty"`
+	// Spawn is the spawn command's subagent (ai-chat).
+	Spawn *SpawnRequest `json:"spawn,omitempty"`
+}
+
+// SpawnRequest is a subagent to start: sessions_spawn's arguments.
+type SpawnRequest struct {
+	Task    string `json:"task"`
+	Label   string `json:"label,omitempty"`
+	Cleanup string `json:"cleanup,omitempty"`
+	Agent   string `json:"agent,omitempty"`
+	Level   string `json:"level,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/sessions.

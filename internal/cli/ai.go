@@ -36,7 +36,7 @@ func (a *app) aiCmd() *cobra.Command {
 	cmd := group(&cobra.Command{Use: "ai", Short: "AI chats: talk to a model that uses tools, through the gateway"})
 	msg := group(&cobra.Command{Use: "message", Short: "Send to, watch and interrupt the active ai-chat session"})
 	msg.AddCommand(a.aiSendCmd(), a.aiStreamCmd(), a.aiInterruptCmd())
-	cmd.AddCommand(a.aiChatCmd(), msg, a.aiConfirmCmd(), a.aiCompactCmd(), a.aiQueueCmd())
+	cmd.AddCommand(a.aiChatCmd(), msg, a.aiConfirmCmd(), a.aiCompactCmd(), a.aiQueueCmd(), a.aiSpawnCmd())
 	return cmd
 }
 
@@ -600,6 +600,24 @@ func (a *app) aiQueueCmd() *cobra.Command {
 	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
 	formatFlag(cmd, &format, formatTable, formatJSON)
 	cmd.Flags().IntVar(&last, "last", 0, "the last N messages whatever their state (delivered, cleared, dropped) instead of the queued ones")
+	return cmd
+}
+
+func (a *app) aiSpawnCmd() *cobra.Command {
+	var sp abi.SpawnRequest
+	cmd := a.aiControlCmd(&cobra.Command{
+		Use:   "spawn [--session-id ID] TASK...",
+		Short: "Start a subagent of the conversation on TASK; its answer comes back into the conversation as a message (a turn)",
+		Args:  cobra.MinimumNArgs(1),
+	}, func(args []string) abi.ControlRequest {
+		sp.Task = strings.Join(args, " ")
+		return abi.ControlRequest{Command: abi.CommandSpawn, Spawn: &sp}
+	})
+	f := cmd.Flags()
+	f.StringVar(&sp.Label, "label", "", "a short name for the run")
+	enumFlag(cmd, &sp.Cleanup, "cleanup", "", "delete (default): archive the subagent's conversation once announced; keep: leave it", "delete", "keep")
+	f.StringVar(&sp.Agent, "agent", "", "the agent it runs as (default: the conversation's)")
+	enumFlag(cmd, &sp.Level, "level", "", "its permission level, no higher than the conversation's", "yolo", "trusted", "sandboxed")
 	return cmd
 }
 

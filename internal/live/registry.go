@@ -514,7 +514,7 @@ func wrapKindErr(id, op string, err error) error {
 // Control runs a control command and returns the ABI's control response data.
 func (r *Registry) Control(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error) {
 	if !req.Command.Valid() {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm or compact)", req.Command)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact or spawn)", req.Command)
 	}
 	if req.Command == abi.CommandClose {
 		obj, err := r.Close(ctx, id, abi.CloseRequested)

@@ -512,6 +512,19 @@ func (c *chat) Control(_ context.Context, req abi.ControlRequest) (any, error) {
 		return map[string]any{"requestId": req.RequestID, "answer": ans}, nil
 	case abi.CommandCompact:
 		return c.compactNow()
+	case abi.CommandSpawn:
+		sp := req.Spawn
+		if sp == nil || strings.TrimSpace(sp.Task) == "" {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "spawn needs a task")
+		}
+		if c.k.Sessions == nil || c.k.Runs == nil || c.k.Broker == nil {
+			return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "subagents are not available in this gateway")
+		}
+		out, err := c.spawn(context.WithoutCancel(c.base), spawnArgs{Task: sp.Task, Label: sp.Label, Cleanup: sp.Cleanup, Agent: sp.Agent, Level: sp.Level}, "")
+		if err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "%v", err)
+		}
+		return out, nil
 	}
 	return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "ai-chat sessions do not support %s", req.Command)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/agent/tools"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
@@ -72,7 +73,7 @@ type familyTool struct {
 
 func familyTools(c *chat) []tools.Tool {
 	return []tools.Tool{familyTool{c, "sessions_list"}, familyTool{c, "sessions_history"}, familyTool{c, "sessions_send"},
-		familyTool{c, "nexus_status"}, familyTool{c, "nexus_cancel"}}
+		familyTool{c, "nexus_status"}, familyTool{c, "nexus_cancel"}, familyTool{c, "nexus_destroy"}}
 }
 
 func (t familyTool) Spec() tools.Spec {
@@ -99,6 +100,9 @@ func (t familyTool) Spec() tools.Spec {
 			Schema: obj([]string{"key", "message"}, map[string]*jsonschema.Schema{"key": key, "message": msg, "mode": mode})}
 	case "nexus_status":
 		return tools.Spec{Name: t.name, Description: "The state of a subagent run you started, or of a conversation you may reach.",
+			Schema: obj([]string{"key"}, map[string]*jsonschema.Schema{"key": key})}
+	case "nexus_destroy":
+		return tools.Spec{Name: t.name, Description: "End a subagent you spawned: its session closes and its conversation is archived (its run is recorded as ended).",
 			Schema: obj([]string{"key"}, map[string]*jsonschema.Schema{"key": key})}
 	default: // nexus_cancel
 		return tools.Spec{Name: t.name, Description: "Stop the running turn of a conversation you may reach (a subagent you spawned).",
@@ -150,6 +154,11 @@ func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
 		return map[string]any{"messageId": m.ID, "status": "queued", "mode": string(mode)}, nil
 	case "nexus_status":
 		return c.k.status(ctx, a.Key)
+	case "nexus_destroy":
+		if rel, err := c.relation(a.Key); err != nil || rel != "child" {
+			return nil, fmt.Errorf("refused: only a subagent this conversation spawned can be destroyed")
+		}
+		return c.k.destroy(ctx, a.Key)
 	default:
 		n := c.k.cancelTurns(ctx, a.Key)
 		return map[string]any{"key": a.Key, "interrupted": n}, nil
@@ -225,6 +234,39 @@ func (k *Kind) cancelTurns(_ context.Context, key string) int {
 		c.mu.Unlock()
 	}
 	return n
+}
+
+// destroy closes the live sessions on a child's key and archives its conversation; the run is
+// ended (and announced) by its watcher, or here when nothing watches it any more.
+func (k *Kind) destroy(ctx context.Context, key string) (any, error) {
+	closed := 0
+	k.chatsMu.Lock()
+	var ids []string
+	for c := range k.live {
+		if c.key == key {
+			ids = append(ids, c.sink.SessionID())
+		}
+	}
+	k.chatsMu.Unlock()
+	for _, id := range ids {
+		if _, err := k.Sessions.Close(ctx, id, abi.CloseRequested); err == nil {
+			closed++
+		}
+	}
+	runs, err := k.Runs.List(chatstore.SubagentFilter{ChildSessionKey: key})
+	if err != nil {
+		return nil, fmt.Errorf("subagents: %w", err)
+	}
+	for _, r := range runs {
+		if r.EndedAt == 0 && closed == 0 {
+			k.endRun(ctx, r, chatstore.OutcomeError, "destroyed", "")
+		}
+	}
+	archived := false
+	if _, err := k.Chats.Archive(ctx, key); err == nil {
+		archived = true
+	}
+	return map[string]any{"key": key, "sessionsClosed": closed, "archived": archived}, nil
 }
 
 // recentMessages are the last limit messages of key's context, as role and text.

@@ -83,3 +83,54 @@ func TestInterSessionTools(t *testing.T) {
 		t.Fatalf("the parent's reading of its child: %+v", last)
 	}
 }
+
+// TestNexusDestroy: a parent ends a subagent that hangs: its session closes, its run ends as
+// failed (its turn was cancelled) and is announced, its conversation is archived.
+func TestNexusDestroy(t *testing.T) {
+	childKey := func(req chatRequest) string {
+		for _, m := range req.Messages {
+			if i := strings.Index(m.text(), `"childSessionKey":"`); i >= 0 {
+				return strings.SplitN(m.text()[i+len(`"childSessionKey":"`):], `"`, 2)[0]
+			}
+		}
+		return ""
+	}
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		last := req.last()
+		switch {
+		case req.lastUser() == "hang":
+			w.hang("...")
+		case strings.HasPrefix(req.lastUser(), aichat.AnnouncePrefix):
+			w.text("ok")
+		case last.Role == "tool" && strings.Contains(last.text(), `"status":"started"`):
+			w.call("d1", "nexus_destroy", map[string]any{"key": childKey(req)})
+		case last.Role == "tool":
+			w.text("destroyed: " + last.text())
+		default:
+			w.call("s1", "sessions_spawn", map[string]any{"task": "hang", "cleanup": "keep"})
+		}
+	}).withBroker(t)
+	r := e.gateway(t)
+	key := "agent:main:test:destroyer"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "start and stop a worker")
+	w.turnEnded(t)
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted { // the announcement
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	users := userTexts(t, e, key)
+	if !strings.Contains(users, "failed: cancelled") {
+		t.Fatalf("the parent's messages %q", users)
+	}
+	msgs := e.history(t, key)
+	for _, m := range msgs {
+		if m.Role == "toolResult" && m.ToolName == "nexus_destroy" && (m.IsError || !strings.Contains(m.Content[0].Text, `"archived":true`) || !strings.Contains(m.Content[0].Text, `"sessionsClosed":1`)) {
+			t.Fatalf("nexus_destroy answered %+v", m)
+		}
+	}
+	runs := runsOf(t, e)
+	if len(runs) != 1 || runs[0].Outcome == nil || runs[0].Outcome.Status != "error" {
+		t.Fatalf("runs %+v", runs)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
+	"github.com/nexus-run/nexus/internal/testkit"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
 
@@ -118,9 +119,11 @@ func TestSubagentCleanupDelete(t *testing.T) {
 	if len(runs) != 1 || runs[0].ArchiveAtMs == 0 {
 		t.Fatalf("runs %+v", runs)
 	}
-	if _, err := e.chats.Show(context.Background(), runs[0].ChildSessionKey); abi.CodeOf(err) != abi.CodeSessionNotFound && abi.CodeOf(err) != abi.CodeInvalidArgument {
-		t.Fatalf("the archived child is still there: %v", err)
-	}
+	// The archive follows the announcement (which the parent's turn above took).
+	testkit.Eventually(t, "the child's conversation archived", func() bool {
+		_, err := e.chats.Show(context.Background(), runs[0].ChildSessionKey)
+		return abi.CodeOf(err) == abi.CodeSessionNotFound || abi.CodeOf(err) == abi.CodeInvalidArgument
+	})
 }
 
 // TestSubagentLimits: a level above the parent's and a depth past the limit are refused, the
