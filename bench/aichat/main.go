@@ -32,6 +32,7 @@ import (
 	"github.com/nexus-run/nexus/bench/internal/benchenv"
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/gateway"
@@ -47,6 +48,7 @@ type config struct {
 	rate          int
 	sessions      int
 	acks          int
+	subagents     int
 	outDir        string
 }
 
@@ -62,6 +64,7 @@ type Results struct {
 	Relay    []RelayRow       `json:"relay,omitempty"`
 	Memory   *MemoryResult    `json:"memory,omitempty"`
 	Ack      *AckResult       `json:"ack,omitempty"`
+	Spawn    *SpawnResult     `json:"spawn,omitempty"`
 	Errors   []string         `json:"errors,omitempty"`
 }
 
@@ -108,6 +111,15 @@ type AckResult struct {
 	FsyncP50Ms float64 `json:"fsyncP50Ms"`
 }
 
+// SpawnResult is N subagents spawned at once: until every one has announced, and what an idle
+// one (its session waiting on the model) costs the gateway.
+type SpawnResult struct {
+	Subagents      int     `json:"subagents"`
+	SpawnMs        float64 `json:"spawnMs"`
+	AllAnnouncedMs float64 `json:"allAnnouncedMs"`
+	HeapPerKB      float64 `json:"heapPerSubagentKB"`
+}
+
 // MemoryResult is the cost of idle ai-chat sessions.
 type MemoryResult struct {
 	Sessions      int     `json:"sessions"`
@@ -134,6 +146,7 @@ func run() error {
 	flag.IntVar(&cfg.rate, "rate", 1000, "latency and paced relay: tokens per second the provider writes")
 	flag.IntVar(&cfg.sessions, "sessions", 300, "memory: idle ai-chat sessions")
 	flag.IntVar(&cfg.acks, "acks", 500, "ack: messages queued")
+	flag.IntVar(&cfg.subagents, "subagents", 100, "spawn: subagents spawned at once")
 	flag.BoolVar(&quick, "quick", false, "smoke run: -calls 10 -turns 2 -tokens 2000 -paced-tokens 300 -sessions 30")
 	flag.StringVar(&cfg.outDir, "out", "bench/results", "directory for the JSON results")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
@@ -149,7 +162,7 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 	if quick {
-		cfg.calls, cfg.turns, cfg.tokens, cfg.paced, cfg.sessions, cfg.acks = 10, 2, 2000, 300, 30, 50
+		cfg.calls, cfg.turns, cfg.tokens, cfg.paced, cfg.sessions, cfg.acks, cfg.subagents = 10, 2, 2000, 300, 30, 50, 10
 	}
 	start := time.Now()
 	res := &Results{Command: strings.Join(os.Args, " "), Started: start.UTC().Format(time.RFC3339), Machine: benchenv.Probe("bash"),
@@ -175,6 +188,9 @@ func run() error {
 	res.Latency, res.Relay = lat, rows
 	if res.Ack, err = ack(ctx, h, cfg); err != nil {
 		res.Errors = append(res.Errors, "ack: "+err.Error())
+	}
+	if res.Spawn, err = spawn(ctx, h, cfg); err != nil {
+		res.Errors = append(res.Errors, "spawn: "+err.Error())
 	}
 	if res.Memory, err = memory(ctx, h, cfg); err != nil {
 		res.Errors = append(res.Errors, "memory: "+err.Error())
@@ -258,6 +274,10 @@ func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 			chunk(map[string]any{}, "stop")
 		}
 		done()
+	case user == "hang": // an idle subagent: the reply starts and never ends
+		chunk(map[string]any{"role": "assistant", "content": "..."}, "")
+		f.Flush()
+		<-r.Context().Done()
 	case len(fields) == 3 && fields[0] == "stream":
 		n, _ := strconv.Atoi(fields[1])
 		rate, _ := strconv.Atoi(fields[2])
@@ -346,11 +366,18 @@ func startHarness(ctx context.Context) (*harness, error) {
 		Shells:   shells,
 		// What nexus serve writes by default: context.md and verbose.md.
 		Logs: &aichat.LogOptions{Context: true, Verbose: true},
+		// The subagent benchmark spawns 100 at once from one conversation.
+		Subagents: aichat.SubagentLimits{MaxChildren: 1000, MaxRunning: 1000},
 	}
 	h.reg, err = live.New(ctx, live.Config{IdleTimeout: -1, MaxSessions: 100000}, kind)
 	if err != nil {
 		return nil, err
 	}
+	runs, err := chatstore.OpenSubagents(filepath.Join(state, "subagents"), nil)
+	if err != nil {
+		return nil, err
+	}
+	kind.Runs, kind.Sessions = runs, h.reg
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
 	ready := make(chan gateway.Info, 1)
@@ -671,6 +698,71 @@ func ack(ctx context.Context, h *harness, cfg config) (*AckResult, error) {
 	return r, nil
 }
 
+// spawn starts cfg.subagents subagents from one conversation through the spawn command (the
+// scripted model answers each task at once) and waits until all have announced into it; then
+// as many whose model never answers, to weigh an idle one.
+func spawn(ctx context.Context, h *harness, cfg config) (*SpawnResult, error) {
+	n := cfg.subagents
+	id, err := h.open(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	s, err := h.cl.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	key, _ := s.Metadata["chatKey"].(string)
+	t0 := time.Now()
+	for i := range n {
+		if _, err := h.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandSpawn, Spawn: &abi.SpawnRequest{Task: fmt.Sprintf("task %d", i), Cleanup: "keep"}}); err != nil {
+			return nil, err
+		}
+	}
+	res := &SpawnResult{Subagents: n, SpawnMs: float64(time.Since(t0)) / 1e6}
+	for {
+		ms, err := h.queues.History(ctx, key, 10*n)
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for _, m := range ms {
+			if strings.HasPrefix(m.ID, "announce_") {
+				got++
+			}
+		}
+		if got >= n {
+			break
+		}
+		if time.Since(t0) > 5*time.Minute {
+			return nil, fmt.Errorf("%d of %d announced after 5 minutes", got, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store: the figure's resolution
+	}
+	res.AllAnnouncedMs = float64(time.Since(t0)) / 1e6
+	if _, err := h.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandClose}); err != nil {
+		return nil, err
+	}
+	heap := func() float64 {
+		goruntime.GC()
+		goruntime.GC()
+		var ms goruntime.MemStats
+		goruntime.ReadMemStats(&ms)
+		return float64(ms.HeapAlloc)
+	}
+	id2, err := h.open(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	h0 := heap()
+	for range n {
+		if _, err := h.cl.Control(ctx, id2, abi.ControlRequest{Command: abi.CommandSpawn, Spawn: &abi.SpawnRequest{Task: "hang", Cleanup: "keep"}}); err != nil {
+			return nil, err
+		}
+	}
+	res.HeapPerKB = (heap() - h0) / float64(n) / 1024
+	return res, nil
+}
+
 func memory(ctx context.Context, h *harness, cfg config) (*MemoryResult, error) {
 	heap := func() float64 {
 		goruntime.GC()
@@ -723,6 +815,9 @@ func report(r *Results) {
 	if a := r.Ack; a != nil {
 		fmt.Fprintf(w, "queued message acknowledged, gateway send (%d)\tp50 %.3f ms, p99 %.3f ms\n", a.Messages, a.SendP50Ms, a.SendP99Ms)
 		fmt.Fprintf(w, "  the queue's commit alone (SQLite, synchronous=FULL)\tp50 %.3f ms, p99 %.3f ms; a bare write+fsync: p50 %.3f ms\n", a.StoreP50Ms, a.StoreP99Ms, a.FsyncP50Ms)
+	}
+	if sp := r.Spawn; sp != nil {
+		fmt.Fprintf(w, "%d subagents spawned at once (scripted model)\tspawned in %.0f ms, all announced after %.0f ms; %.1f KB of heap per idle subagent\n", sp.Subagents, sp.SpawnMs, sp.AllAnnouncedMs, sp.HeapPerKB)
 	}
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "memory per idle ai-chat session (%d sessions)\theap %.1f KB, RSS %.1f KB\n", m.Sessions, m.HeapPerKB, m.RSSPerKB)
