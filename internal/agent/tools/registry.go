@@ -41,6 +41,7 @@ type Registry struct {
 	builtins map[string]entry
 	mcp      map[string]entry
 	order    []string
+	cache    *SchemaCache
 }
 
 type entry struct {
@@ -58,12 +59,55 @@ func (r *Registry) Add(t Tool) error {
 	return r.add(r.builtins, t)
 }
 
+// SchemaCache shares resolved argument schemas between registries (a gateway's conversations):
+// each distinct schema is resolved once, not once per conversation. A resolved schema is only
+// read when validating, so sharing it is safe. Safe for concurrent use.
+type SchemaCache struct {
+	mu sync.Mutex
+	m  map[string]*jsonschema.Resolved
+}
+
+// NewSchemaCache returns an empty cache.
+func NewSchemaCache() *SchemaCache { return &SchemaCache{m: map[string]*jsonschema.Resolved{}} }
+
+func (c *SchemaCache) resolve(s *jsonschema.Schema) (*jsonschema.Resolved, error) {
+	if c == nil {
+		return s.Resolve(nil) //nolint:wrapcheck // the caller names the tool
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encode schema: %w", err)
+	}
+	key := string(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.m[key]; ok {
+		return r, nil
+	}
+	r, err := s.Resolve(nil)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // the caller names the tool
+	}
+	c.m[key] = r
+	return r, nil
+}
+
+// UseSchemaCache makes the registry resolve its tools' schemas through c.
+func (r *Registry) UseSchemaCache(c *SchemaCache) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cache = c
+}
+
 func (r *Registry) add(into map[string]entry, t Tool) error {
 	s := t.Spec()
 	if s.Schema == nil {
 		return fmt.Errorf("tool %s: no schema", s.Name)
 	}
-	res, err := s.Schema.Resolve(nil)
+	r.mu.Lock()
+	cache := r.cache
+	r.mu.Unlock()
+	res, err := cache.resolve(s.Schema)
 	if err != nil {
 		return fmt.Errorf("tool %s: schema: %w", s.Name, err)
 	}

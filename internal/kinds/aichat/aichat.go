@@ -60,9 +60,11 @@ type Kind struct {
 	Runs      *chatstore.Subagents
 	Subagents SubagentLimits
 
-	sweepOnce sync.Once
-	chatsMu   sync.Mutex
-	live      map[*chat]struct{}
+	sweepOnce   sync.Once
+	schemaOnce  sync.Once
+	schemaCache *tools.SchemaCache
+	chatsMu     sync.Mutex
+	live        map[*chat]struct{}
 	// ToolTimeout is the default per-call timeout (default agent.DefaultToolTimeout).
 	ToolTimeout time.Duration
 	Now         func() time.Time
@@ -356,6 +358,9 @@ func (c *chat) openTools(prof *profile.Profile) error {
 	}
 	c.perm = perm
 	c.reg = tools.NewRegistry(perm)
+	// The tools' schemas are resolved once for all of this kind's conversations.
+	c.k.schemaOnce.Do(func() { c.k.schemaCache = tools.NewSchemaCache() })
+	c.reg.UseSchemaCache(c.k.schemaCache)
 	for _, t := range tools.Builtins(perm) {
 		if err := c.reg.Add(t); err != nil {
 			return fmt.Errorf("tools: %w", err)
