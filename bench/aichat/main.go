@@ -742,13 +742,6 @@ func spawn(ctx context.Context, h *harness, cfg config) (*SpawnResult, error) {
 	if _, err := h.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandClose}); err != nil {
 		return nil, err
 	}
-	heap := func() float64 {
-		goruntime.GC()
-		goruntime.GC()
-		var ms goruntime.MemStats
-		goruntime.ReadMemStats(&ms)
-		return float64(ms.HeapAlloc)
-	}
 	id2, err := h.open(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -764,13 +757,6 @@ func spawn(ctx context.Context, h *harness, cfg config) (*SpawnResult, error) {
 }
 
 func memory(ctx context.Context, h *harness, cfg config) (*MemoryResult, error) {
-	heap := func() float64 {
-		goruntime.GC()
-		goruntime.GC()
-		var ms goruntime.MemStats
-		goruntime.ReadMemStats(&ms)
-		return float64(ms.HeapAlloc)
-	}
 	h0, r0 := heap(), rss()
 	for range cfg.sessions {
 		if _, err := h.open(ctx, 0); err != nil {
@@ -781,6 +767,15 @@ func memory(ctx context.Context, h *harness, cfg config) (*MemoryResult, error) 
 	n := float64(cfg.sessions)
 	return &MemoryResult{Sessions: cfg.sessions, HeapPerKB: (h1 - h0) / n / 1024, RSSPerKB: (r1 - r0) / n / 1024,
 		BaselineHeap: h0 / 1e6, BaselineRSSMB: r0 / 1e6}, nil
+}
+
+// heap is the live Go heap after two collections, in bytes.
+func heap() float64 {
+	goruntime.GC()
+	goruntime.GC()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return float64(ms.HeapAlloc)
 }
 
 // rss is the process's resident set in bytes (/proc/self/status VmRSS).

@@ -14,8 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -117,23 +115,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if err := fsutil.MkdirPrivate(filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("broker: %w", err)
-	}
-	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		fi, err := os.Lstat(p)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return nil, fmt.Errorf("broker: %w", err)
-		case !fi.Mode().IsRegular():
-			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "broker: %s is not a regular file", p)
+	if err := fsutil.PrepareDB(path); err != nil {
+		if errors.Is(err, fsutil.ErrNotRegular) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "broker: %v", err)
 		}
-	}
-	if f, err := fsutil.CreateExclusive(path); err == nil {
-		_ = f.Close()
-	} else if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("broker: create %s: %w", path, err)
+		return nil, fmt.Errorf("broker: %w", err)
 	}
 	// synchronous=FULL: a commit is fsynced before it returns, so an acknowledged message
 	// survives a power loss, not only a crash of nexus.

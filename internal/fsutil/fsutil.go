@@ -272,3 +272,34 @@ func readNoFollow(path string, secret bool) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// PrepareDB readies path for an SQLite database that must stay private: its directory 0700,
+// the database and its -wal and -shm files regular files when they exist (a symlink or
+// anything else is refused), and the database created 0600 when missing, since SQLite gives
+// the WAL and shared-memory files the database file's mode.
+func PrepareDB(path string) error {
+	if err := MkdirPrivate(filepath.Dir(path)); err != nil {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return fmt.Errorf("database %s: %w", p, err)
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("database %s: %w", p, ErrNotRegular)
+		}
+	}
+	f, err := CreateExclusive(path)
+	if err == nil {
+		return f.Close() //nolint:wrapcheck // a close error of a fresh empty file
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// ErrNotRegular is PrepareDB's refusal of a symlink or special file.
+var ErrNotRegular = errors.New("not a regular file")

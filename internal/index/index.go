@@ -14,9 +14,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -72,25 +69,11 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	if opts.CacheMiB <= 0 {
 		opts.CacheMiB = 32
 	}
-	if err := fsutil.MkdirPrivate(filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("index: %w", err)
-	}
-	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		fi, err := os.Lstat(p)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return nil, fmt.Errorf("index: %w", err)
-		case !fi.Mode().IsRegular():
-			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "index: %s is not a regular file", p)
+	if err := fsutil.PrepareDB(path); err != nil {
+		if errors.Is(err, fsutil.ErrNotRegular) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "index: %v", err)
 		}
-	}
-	// SQLite creates the WAL and shared-memory files with the database file's mode, so
-	// creating the database 0600 ourselves keeps all three private.
-	if f, err := fsutil.CreateExclusive(path); err == nil {
-		_ = f.Close()
-	} else if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("index: create %s: %w", path, err)
+		return nil, fmt.Errorf("index: %w", err)
 	}
 	dsn := "file:" + path + "?_txlock=immediate" +
 		"&_pragma=busy_timeout(30000)" +

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -247,6 +248,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	// What a previous gateway left of subagent runs is finished before anything spawns.
 	k.sweepOnce.Do(func() { k.sweepRuns(context.WithoutCancel(ctx)) })
 	if k.Broker != nil {
+		c.recheck.Store(true)
 		c.wakeCh = make(chan struct{}, 1)
 		go c.pump()
 		c.wake() // messages queued before a restart
@@ -342,9 +344,12 @@ type chat struct {
 	reqSeq  int
 	paused  bool
 
-	// The queue's pump (queue.go): woken when a message is stored or a turn ends.
+	// The queue's pump (queue.go): woken when a message is stored or a turn ends. recheck:
+	// the queue's head must be looked for in the transcript before it is delivered (after a
+	// start, or a failed delivery record), since only then can it be there already.
 	queueMode broker.Mode
 	wakeCh    chan struct{}
+	recheck   atomic.Bool
 }
 
 func (c *chat) openTools(prof *profile.Profile) error {
@@ -467,6 +472,18 @@ func (c *chat) Send(ctx context.Context, data []byte) error {
 // startLocked starts a turn on text (ids: the queued messages it delivers). c.mu is held and
 // no turn runs.
 func (c *chat) startLocked(text string, ids []string) {
+	c.runLocked(func(ctx context.Context) func() {
+		end := c.turn(ctx, text, ids)
+		return func() { c.sink.Publish(abi.EventData, end) }
+	})
+}
+
+// runLocked runs job as the session's one activity (a turn, a compaction): while it runs,
+// messages wait in the queue and interrupt cancels its context. c.mu is held and nothing runs.
+// What job returns is called as the activity stops counting as running (under c.mu): a client
+// that sends its next message on seeing the end is never told something runs. Then the queue
+// is looked at again.
+func (c *chat) runLocked(job func(ctx context.Context) (publishEnd func())) {
 	ctx, cancel := context.WithCancel(c.base)
 	c.running, c.cancel = true, cancel
 	c.idle = make(chan struct{})
@@ -474,12 +491,10 @@ func (c *chat) startLocked(text string, ids []string) {
 	go func() {
 		defer close(done)
 		defer cancel()
-		end := c.turn(ctx, text, ids)
-		// The turn's end is published as the turn stops counting as running: a client that
-		// sends its next message on seeing it is never told a turn is running.
+		publish := job(ctx)
 		c.mu.Lock()
 		c.running, c.cancel = false, nil
-		c.sink.Publish(abi.EventData, end)
+		publish()
 		c.mu.Unlock()
 		c.wake()
 	}()
@@ -547,25 +562,17 @@ func (c *chat) compactNow() (any, error) {
 		return nil, abi.Errorf(abi.CodeResourceUnavailable, c.sink.SessionID(), "a turn is running: compact when it has ended")
 	}
 	after := c.sink.LastSeq()
-	ctx, cancel := context.WithCancel(c.base)
-	c.running, c.cancel = true, cancel
-	c.idle = make(chan struct{})
-	done := c.idle
-	go func() {
-		defer close(done)
-		defer cancel()
+	c.runLocked(func(ctx context.Context) func() {
 		ev, err := c.compactHeld(ctx)
 		c.sink.SetMetadata(map[string]any{"state": StateIdle})
-		// The outcome is published as the session takes input again (as a turn's end).
-		c.mu.Lock()
-		c.running, c.cancel = false, nil
-		if err != nil {
-			c.turnError(err)
-		} else {
+		return func() {
+			if err != nil {
+				c.turnError(err)
+				return
+			}
 			c.sink.Publish(abi.EventData, *ev)
 		}
-		c.mu.Unlock()
-	}()
+	})
 	return map[string]any{"compacting": true, "afterSeq": after}, nil
 }
 

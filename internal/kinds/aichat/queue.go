@@ -152,15 +152,22 @@ func (c *chat) next(ctx context.Context) (string, []string, time.Duration, error
 		if err != nil || len(q) == 0 {
 			return "", nil, 0, err
 		}
-		done, entry, err := c.inTranscript(ctx, q[0].ID)
-		if err != nil {
-			return "", nil, 0, err
-		}
-		if done {
-			if err := c.k.Broker.Delivered(ctx, []string{q[0].ID}, entry); err != nil {
+		if c.recheck.Load() {
+			found, err := c.inTranscript(ctx, ids(q))
+			if err != nil {
 				return "", nil, 0, err
 			}
-			continue
+			for id, entry := range found {
+				if err := c.k.Broker.Delivered(ctx, []string{id}, entry); err != nil {
+					return "", nil, 0, err
+				}
+			}
+			// Within this process a delivered message is recorded as such right after its
+			// entry: the transcript need not be read again for every turn.
+			c.recheck.Store(false)
+			if len(found) > 0 {
+				continue
+			}
 		}
 		plan := planCollect(q, c.k.now(), c.k.Collect.withDefaults())
 		if plan.wait > 0 {
@@ -184,15 +191,17 @@ func ids(ms []broker.Message) []string {
 	return out
 }
 
-// inTranscript reports whether a user message of the conversation carries the message id.
-func (c *chat) inTranscript(ctx context.Context, id string) (bool, string, error) {
+// inTranscript returns which of the queued messages a user entry of the conversation already
+// carries, with the entry's id: delivered by a process that stopped before it could record it.
+func (c *chat) inTranscript(ctx context.Context, queued []string) (map[string]string, error) {
 	h, err := c.k.Chats.Hold(ctx, c.key, conversation.HoldOptions{Cwd: c.workspace})
 	if err != nil {
-		return false, "", err
+		return nil, err
 	}
 	defer func() { _ = h.Close() }()
 	f := h.Writer.File()
-	// Only the newest entries can hold it: it was appended just before a crash.
+	found := map[string]string{}
+	// Only the newest entries can hold them: they were appended just before a crash.
 	for i := len(f.Entries) - 1; i >= 0 && i >= len(f.Entries)-256; i-- {
 		e := f.Entries[i]
 		if e.Type != "message" || e.Role != "user" {
@@ -200,13 +209,15 @@ func (c *chat) inTranscript(ctx context.Context, id string) (bool, string, error
 		}
 		raw, err := f.Raw(e)
 		if err != nil {
-			return false, "", fmt.Errorf("read transcript: %w", err)
+			return nil, fmt.Errorf("read transcript: %w", err)
 		}
-		if strings.Contains(string(raw), `"`+id+`"`) {
-			return true, e.ID, nil
+		for _, id := range queued {
+			if strings.Contains(string(raw), `"`+id+`"`) {
+				found[id] = e.ID
+			}
 		}
 	}
-	return false, "", nil
+	return found, nil
 }
 
 // collectPlan is what the queue's head gives the next turn.

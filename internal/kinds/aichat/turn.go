@@ -114,6 +114,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	}
 	if len(ids) > 0 {
 		if err := c.k.Broker.Delivered(context.WithoutCancel(ctx), ids, entryID); err != nil {
+			c.recheck.Store(true) // the next delivery looks in the transcript first
 			return nil, err
 		}
 	}
