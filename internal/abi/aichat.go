@@ -50,6 +50,10 @@ type AIChatOptions struct {
 	// QueueMode is the conversation's default queue mode (sessions.json queueMode; default
 	// followup).
 	QueueMode string `json:"queueMode,omitempty"`
+	// Background makes the session close itself once no turn runs and its conversation's
+	// queue is empty; the gateway opens such sessions to deliver what triggers and other
+	// agents send to a conversation no session is open on.
+	Background bool `json:"background,omitempty"`
 }
 
 // AIReasoning is a thinking block: started, a delta of its text, ended.

@@ -162,82 +162,97 @@ func (s *Store) Close() error {
 // (steer, steer-backlog, interrupt) goes before the queued ones; an interrupt first clears
 // them; a steer-backlog also leaves a followup copy at the end of the queue.
 func (s *Store) Enqueue(ctx context.Context, key string, mode Mode, content, from string) (Message, error) {
+	m, _, err := s.put(ctx, "", key, mode, content, from)
+	return m, err
+}
+
+// EnqueueOnce is Enqueue under the caller's id (a trigger's firing, an announcement): the
+// message is stored unless one with that id exists; fresh is false then, and nothing changes.
+func (s *Store) EnqueueOnce(ctx context.Context, id, key string, mode Mode, content, from string) (fresh bool, err error) {
+	if id == "" {
+		return false, abi.Errorf(abi.CodeInvalidArgument, "", "a message stored once needs an id")
+	}
+	_, fresh, err = s.put(ctx, id, key, mode, content, from)
+	return fresh, err
+}
+
+// Announce stores a subagent's announcement (one per run) as a followup message under the
+// caller's id, unless one with that id exists.
+func (s *Store) Announce(ctx context.Context, id, key, content, from string) (fresh bool, err error) {
+	return s.EnqueueOnce(ctx, id, key, Followup, content, from)
+}
+
+func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, from string) (Message, bool, error) {
 	switch {
 	case key == "":
-		return Message{}, abi.Errorf(abi.CodeInvalidArgument, "", "a queued message needs a conversation key")
+		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a queued message needs a conversation key")
 	case strings.TrimSpace(content) == "":
-		return Message{}, abi.Errorf(abi.CodeInvalidArgument, "", "an empty message")
+		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "an empty message")
 	case len(content) > MaxContent:
-		return Message{}, abi.Errorf(abi.CodeInvalidArgument, "", "a message of %d bytes is over the limit of %d", len(content), MaxContent)
+		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a message of %d bytes is over the limit of %d", len(content), MaxContent)
+	case len(id) > 200:
+		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a message id of %d bytes is over the limit of 200", len(id))
 	}
 	if _, err := ParseMode(string(mode)); err != nil {
-		return Message{}, err
+		return Message{}, false, err
 	}
 	now := s.now()
-	m := Message{ID: newID(), Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli()}
+	if id == "" {
+		id = newID()
+	}
+	m := Message{ID: id, Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli()}
 	if mode.Aborts() {
 		m.Priority = 1
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return Message{}, fmt.Errorf("broker: %w", err)
+		return Message{}, false, fmt.Errorf("broker: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE id = ?`, id).Scan(&n); err != nil {
+		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
+	}
+	if n > 0 {
+		return m, false, nil
+	}
 	if mode == Interrupt {
 		rows, err := tx.QueryContext(ctx, `UPDATE messages SET state = ?, reason = ?, done_ms = ? WHERE key = ? AND state = ? RETURNING id`,
 			StateCleared, "cleared by interrupt "+m.ID, now.UnixMilli(), key, StateQueued)
 		if err != nil {
-			return Message{}, fmt.Errorf("broker: clear: %w", err)
+			return Message{}, false, fmt.Errorf("broker: clear: %w", err)
 		}
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {
 				_ = rows.Close()
-				return Message{}, fmt.Errorf("broker: clear: %w", err)
+				return Message{}, false, fmt.Errorf("broker: clear: %w", err)
 			}
 			m.Cleared = append(m.Cleared, id)
 		}
 		if err := rows.Close(); err != nil {
-			return Message{}, fmt.Errorf("broker: clear: %w", err)
+			return Message{}, false, fmt.Errorf("broker: clear: %w", err)
 		}
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		m.ID, key, m.Priority, string(mode), content, from, StateQueued, m.CreatedMs)
 	if err != nil {
-		return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 	}
 	if m.Seq, err = res.LastInsertId(); err != nil {
-		return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 	}
 	if mode == SteerBacklog {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, 0, ?, ?, ?, ?, ?)`,
 			newID(), key, string(Followup), content, from, StateQueued, m.CreatedMs); err != nil {
-			return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+			return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return Message{}, fmt.Errorf("broker: enqueue: %w", err)
+		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 	}
 	m.Created = abi.FormatTime(now)
-	return m, nil
-}
-
-// Announce stores a message under the caller's id (a subagent's announcement: one per run),
-// unless one with that id exists; fresh is false then, and nothing changes.
-func (s *Store) Announce(ctx context.Context, id, key, content, from string) (fresh bool, err error) {
-	if id == "" || key == "" || strings.TrimSpace(content) == "" || len(content) > MaxContent {
-		return false, abi.Errorf(abi.CodeInvalidArgument, "", "an announcement needs an id, a key and 1 byte to 1 MiB of content")
-	}
-	res, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, 0, ?, ?, ?, ?, ?)`,
-		id, key, string(Followup), content, from, StateQueued, s.now().UnixMilli())
-	if err != nil {
-		return false, fmt.Errorf("broker: announce: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("broker: announce: %w", err)
-	}
-	return n == 1, nil
+	return m, true, nil
 }
 
 // Has reports whether a message with the id was ever stored.

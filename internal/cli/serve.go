@@ -180,6 +180,9 @@ func (a *app) serveCmd() *cobra.Command {
 					return nil, err
 				}
 				aiKind.Sessions = reg // subagents are sessions of this registry
+				// What a stopped gateway left queued is delivered without waiting for someone
+				// to open its conversation.
+				go aiKind.Resume(ctx)
 				return reg, nil
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)

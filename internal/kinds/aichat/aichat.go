@@ -29,6 +29,7 @@ import (
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // Kind starts ai-chat sessions.
@@ -64,8 +65,14 @@ type Kind struct {
 	sweepOnce   sync.Once
 	schemaOnce  sync.Once
 	schemaCache *tools.SchemaCache
-	chatsMu     sync.Mutex
-	live        map[*chat]struct{}
+	// chatsMu guards the live chats and who delivers each conversation's queue (delivery.go).
+	chatsMu    sync.Mutex
+	live       map[*chat]struct{}
+	startSeq   uint64
+	delivering map[string]*chat
+	opening    map[string]bool
+	// life ends with the gateway (Resume's context): no session is opened to deliver after it.
+	life context.Context
 	// ToolTimeout is the default per-call timeout (default agent.DefaultToolTimeout).
 	ToolTimeout time.Duration
 	Now         func() time.Time
@@ -167,7 +174,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	c := &chat{
 		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level,
 		thinking: thinking, temperature: opts.Temperature, maxIter: opts.MaxToolIterations,
-		pending: map[string]chan permission.Answer{}, idle: make(chan struct{}),
+		pending: map[string]chan permission.Answer{}, idle: make(chan struct{}), background: opts.Background,
 	}
 	close(c.idle)
 	c.base, c.stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -191,34 +198,9 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		return nil, err
 	}
 	mcpStatus := c.connectMCP(ctx, cfg.MCPServers)
-	// The conversation is created (or found) now, so the session object names it and its
-	// allowances are back before the first message.
-	h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Cwd: ws, Fields: map[string]any{"project": ws, "isAgentic": true}})
-	if err != nil {
-		c.release()
-		return nil, err
-	}
-	c.key, c.chatSession = h.Key, h.SessionID
-	c.spawnedBy = h.Entry.SpawnedBy
-	if p := h.Entry.SpawnedBy; p != "" {
-		if sh, serr := k.Chats.Show(ctx, p); serr == nil {
-			c.parentSession = sh.File
-		}
-	}
-	if c.queueMode, err = broker.ParseMode(firstOf(opts.QueueMode, h.Entry.QueueMode)); err == nil && opts.QueueMode != "" && opts.QueueMode != h.Entry.QueueMode {
-		err = h.Patch(ctx, map[string]any{"queueMode": string(c.queueMode)})
-	}
-	if err != nil {
-		_ = h.Close()
-		c.release()
-		return nil, err
-	}
-	c.allow, err = loadAllowances(h)
-	c.transcript = h.Writer.Path()
-	if cerr := h.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	c.options = abi.AIChatOptions{Backend: backend.Name, Model: backend.Model, Agent: agentID, Level: string(level), Workspace: ws,
+		Thinking: thinking, Temperature: opts.Temperature, MaxToolIterations: opts.MaxToolIterations}
+	if err := c.attach(ctx, key, opts.QueueMode); err != nil {
 		c.release()
 		return nil, err
 	}
@@ -238,11 +220,14 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		"state":          StateIdle,
 		"mcpServers":     mcpStatus,
 		"queueMode":      string(c.queueMode),
+		"background":     c.background,
 	})
 	k.chatsMu.Lock()
 	if k.live == nil {
 		k.live = map[*chat]struct{}{}
 	}
+	k.startSeq++
+	c.seq = k.startSeq
 	k.live[c] = struct{}{}
 	k.chatsMu.Unlock()
 	// What a previous gateway left of subagent runs is finished before anything spawns.
@@ -254,6 +239,79 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		c.wake() // messages queued before a restart
 	}
 	return c, nil
+}
+
+// attach finds (or creates) the conversation, so the session object names it and its
+// allowances are back before the first message. A conversation another session of this kind
+// has open is read without holding it: that session's turn may hold it for long.
+func (c *chat) attach(ctx context.Context, key, queueMode string) error {
+	k := c.k
+	var entry chatstore.SessionEntry
+	if other := k.liveOn(key); other != nil {
+		sh, err := k.Chats.Show(ctx, other.key)
+		if err != nil {
+			return err
+		}
+		if sh.Entry != nil {
+			entry = *sh.Entry
+		}
+		c.key, c.chatSession, c.transcript = sh.Key, entry.SessionID, sh.File
+		if sh.Header != nil {
+			f, err := transcript.Open(sh.File)
+			if err != nil {
+				return fmt.Errorf("read transcript: %w", err)
+			}
+			c.allow, err = allowancesOf(f)
+			if err != nil {
+				return err
+			}
+		} else {
+			c.allow = &permission.Allowances{}
+		}
+	} else {
+		h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Cwd: c.workspace, Fields: map[string]any{"project": c.workspace, "isAgentic": true}})
+		if err != nil {
+			return err
+		}
+		c.key, c.chatSession, c.transcript, entry = h.Key, h.SessionID, h.Writer.Path(), h.Entry
+		c.allow, err = allowancesOf(h.Writer.File())
+		if cerr := h.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	c.spawnedBy = entry.SpawnedBy
+	if p := entry.SpawnedBy; p != "" {
+		if sh, serr := k.Chats.Show(ctx, p); serr == nil {
+			c.parentSession = sh.File
+		}
+	}
+	var err error
+	if c.queueMode, err = broker.ParseMode(firstOf(queueMode, entry.QueueMode)); err != nil {
+		return err
+	}
+	// What the session was started with goes into sessions.json at its turns, so the gateway
+	// can open the conversation again, the same way, to deliver a message no session is there
+	// for (delivery.go).
+	c.setQueueMode = queueMode != ""
+	return nil
+}
+
+// liveOn is a live chat of the kind on key (any spelling of it), or nil.
+func (k *Kind) liveOn(key string) *chat {
+	if pk, err := chatstore.ParseKey(key); err == nil {
+		key = pk.String()
+	}
+	k.chatsMu.Lock()
+	defer k.chatsMu.Unlock()
+	for c := range k.live {
+		if c.key == key {
+			return c
+		}
+	}
+	return nil
 }
 
 // backend resolves a backend name (or the first default whose key is set).
@@ -350,6 +408,14 @@ type chat struct {
 	queueMode broker.Mode
 	wakeCh    chan struct{}
 	recheck   atomic.Bool
+	// background: opened by the gateway to deliver (AIChatOptions.Background); seq orders the
+	// starts of the kind's sessions (the newest foreground one delivers its conversation's queue).
+	background bool
+	seq        uint64
+	// options are what the session was started with, recorded in sessions.json at each turn's
+	// start, with the queue mode when the start asked for one (setQueueMode).
+	options      abi.AIChatOptions
+	setQueueMode bool
 }
 
 func (c *chat) openTools(prof *profile.Profile) error {
@@ -431,7 +497,15 @@ func (c *chat) release() {
 	c.stop()
 	c.k.chatsMu.Lock()
 	delete(c.k.live, c)
+	if c.k.delivering[c.key] == c {
+		delete(c.k.delivering, c.key)
+	}
 	c.k.chatsMu.Unlock()
+	if c.seq != 0 {
+		// What is still queued goes on being delivered, by another session on the key or by
+		// one the gateway opens.
+		go c.k.handOver(c.key)
+	}
 	for _, m := range c.mcp {
 		_ = m.Close()
 	}
@@ -474,6 +548,9 @@ func (c *chat) Send(ctx context.Context, data []byte) error {
 func (c *chat) startLocked(text string, ids []string) {
 	c.runLocked(func(ctx context.Context) func() {
 		end := c.turn(ctx, text, ids)
+		if len(ids) > 0 {
+			c.k.unclaim(c) // before c.mu is taken: the kind's lock goes first
+		}
 		return func() { c.sink.Publish(abi.EventData, end) }
 	})
 }
@@ -619,9 +696,8 @@ func (c *chat) Close(ctx context.Context) error {
 	return nil
 }
 
-// loadAllowances reads the conversation's last recorded allowances.
-func loadAllowances(h *conversation.Held) (*permission.Allowances, error) {
-	f := h.Writer.File()
+// allowancesOf reads the conversation's last recorded allowances.
+func allowancesOf(f *transcript.File) (*permission.Allowances, error) {
 	for i := len(f.Entries) - 1; i >= 0; i-- {
 		e := f.Entries[i]
 		if e.Type != "custom" || e.CustomType != AllowancesCustomType {

@@ -39,6 +39,10 @@ type env struct {
 	// queues, when set (withBroker), is the kind's durable queue.
 	queues  *broker.Store
 	collect aichat.CollectOptions
+	// k is the kind of the last gateway; resume: gateways resume what is queued (as nexus
+	// serve does).
+	k      *aichat.Kind
+	resume bool
 }
 
 // withBroker gives the env's kinds the durable queue of its state directory.
@@ -108,11 +112,17 @@ func (e *env) gatewayWith(t *testing.T, cfg live.Config) *live.Registry {
 		}
 		k.Runs, k.Sessions = runs, r
 	}
+	e.k = k
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 		defer cancel()
 		_ = r.Shutdown(ctx)
 	})
+	if e.resume {
+		life, stop := context.WithCancel(context.Background())
+		t.Cleanup(stop) // runs before the shutdown above, as the gateway's context ends first
+		k.Resume(life)
+	}
 	return r
 }
 

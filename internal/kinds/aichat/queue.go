@@ -78,13 +78,11 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 		c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueCleared, MessageIDs: m.Cleared, Reason: "cleared by the interrupt " + m.ID})
 	}
 	if mode.Aborts() {
-		c.mu.Lock()
-		if c.cancel != nil {
-			c.cancel()
-		}
-		c.mu.Unlock()
+		// Whichever session on the key runs the turn, the steering message ends it.
+		c.k.cancelTurns(ctx, c.key)
 	}
-	c.wake()
+	// The key's deliverer (this session, or the newest other one on the key) takes it.
+	c.k.notify(c.key)
 	return nil
 }
 
@@ -118,6 +116,11 @@ func (c *chat) pump() {
 		if busy {
 			continue
 		}
+		if !c.k.isOwner(c) {
+			// Another session on the key delivers its queue.
+			c.closeIfDone()
+			continue
+		}
 		text, ids, wait, err := c.next(c.base)
 		if err != nil {
 			c.turnError(err)
@@ -131,11 +134,16 @@ func (c *chat) pump() {
 			continue
 		}
 		if len(ids) == 0 {
+			c.closeIfDone()
+			continue
+		}
+		if !c.k.claim(c) {
 			continue
 		}
 		c.mu.Lock()
 		if c.running || c.closed {
 			c.mu.Unlock()
+			c.k.unclaim(c)
 			continue
 		}
 		c.startLocked(text, ids)

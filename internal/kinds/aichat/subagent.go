@@ -306,7 +306,8 @@ func (k *Kind) lastAnswer(ctx context.Context, key string) string {
 	return last
 }
 
-// notify wakes the pumps of the live sessions on key (an announcement just queued).
+// notify wakes the pumps of the live sessions on key (a message just queued): the owner
+// delivers it, the others may close if they are background sessions.
 func (k *Kind) notify(key string) {
 	k.chatsMu.Lock()
 	defer k.chatsMu.Unlock()

@@ -64,7 +64,14 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	// sessions.json says the conversation runs (another process, a console, sees it); the
 	// finer states (streaming, awaiting-confirmation) are in the session's metadata only:
 	// a sessions.json write per model call would cost an fsync each.
-	if err := h.Patch(context.WithoutCancel(c.base), map[string]any{"state": StateRunning}); err != nil {
+	patch := map[string]any{"state": StateRunning}
+	if old, ok := recordedOptions(&h.Entry); !ok || !sameOptions(old, c.options) {
+		patch[OptionsField] = c.options
+	}
+	if c.setQueueMode && h.Entry.QueueMode != string(c.queueMode) {
+		patch["queueMode"] = string(c.queueMode)
+	}
+	if err := h.Patch(context.WithoutCancel(c.base), patch); err != nil {
 		return nil, "", err
 	}
 	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID, MessageIDs: ids})

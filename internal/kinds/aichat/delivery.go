@@ -1,0 +1,257 @@
+package aichat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
+)
+
+// OptionsField is the sessions.json field recording what a conversation's last session was
+// started with (backend, model, agent, level, workspace...), so the gateway can open it again
+// the same way when a message arrives for it and no session is open.
+const OptionsField = "nexusChat"
+
+func recordedOptions(e *chatstore.SessionEntry) (abi.AIChatOptions, bool) {
+	var o abi.AIChatOptions
+	if e == nil {
+		return o, false
+	}
+	raw, ok := e.Extra[OptionsField]
+	if !ok || json.Unmarshal(raw, &o) != nil {
+		return abi.AIChatOptions{}, false
+	}
+	return o, true
+}
+
+func sameOptions(a, b abi.AIChatOptions) bool { return reflect.DeepEqual(a, b) }
+
+// Delivery is a message for a conversation that comes from outside its sessions: a trigger
+// (cron, heartbeat, webhook) or another agent.
+type Delivery struct {
+	// Key is the conversation (a session key).
+	Key string
+	// Text is the message; Mode its queue mode there (default the conversation's).
+	Text, Mode string
+	// ID, when set, makes the delivery idempotent: a message with this id is stored once, so
+	// a trigger retried after a crash does not fire twice.
+	ID string
+	// From names the sender (an agent's key, cron:<job>, hook:<id>), kept with the message.
+	From string
+	// Options open the conversation when it has none recorded (a new one); a conversation
+	// that had a session is opened as that session was.
+	Options abi.AIChatOptions
+}
+
+// Delivered is what Deliver stored.
+type Delivered struct {
+	MessageID string `json:"messageId"`
+	Key       string `json:"sessionKey"`
+	// Duplicate: a message with the delivery's id was stored before; nothing new was.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Deliver stores a message durably in the conversation's queue, then makes sure a session
+// delivers it: the conversation's live session if it has one, else a background session the
+// gateway opens (and closes once the queue is empty).
+func (k *Kind) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
+	if k.Broker == nil || k.Sessions == nil {
+		return Delivered{}, abi.Errorf(abi.CodeCapabilityUnsupported, "", "this gateway has no message queue")
+	}
+	parsed, err := chatstore.ParseKey(d.Key)
+	if err != nil {
+		return Delivered{}, abi.Errorf(abi.CodeInvalidArgument, "", "%v", err)
+	}
+	key := parsed.String()
+	mode, err := broker.ParseMode(d.Mode)
+	if err != nil {
+		return Delivered{}, err
+	}
+	out := Delivered{Key: key, MessageID: d.ID}
+	if d.ID != "" {
+		fresh, err := k.Broker.EnqueueOnce(ctx, d.ID, key, mode, d.Text, d.From)
+		if err != nil {
+			return Delivered{}, err
+		}
+		out.Duplicate = !fresh
+	} else {
+		m, err := k.Broker.Enqueue(ctx, key, mode, d.Text, d.From)
+		if err != nil {
+			return Delivered{}, err
+		}
+		out.MessageID = m.ID
+		if mode.Aborts() {
+			k.cancelTurns(ctx, key)
+		}
+	}
+	if err := k.ensure(ctx, key, d.Options); err != nil {
+		// The message is stored: the next session on the key, or the next gateway, delivers it.
+		return out, fmt.Errorf("message %s is queued, but no session could be opened to deliver it: %w", out.MessageID, err)
+	}
+	return out, nil
+}
+
+// Resume delivers what a previous gateway left queued: it finishes the subagent runs it left
+// and opens a background session on every conversation with queued messages. ctx is the
+// gateway's lifetime: once it ends no session is opened to deliver.
+func (k *Kind) Resume(ctx context.Context) {
+	k.chatsMu.Lock()
+	k.life = ctx
+	k.chatsMu.Unlock()
+	if k.Broker == nil || k.Sessions == nil {
+		return
+	}
+	k.sweepOnce.Do(func() { k.sweepRuns(ctx) })
+	keys, err := k.Broker.Keys(ctx)
+	if err != nil {
+		k.logger().Warn("resume queued messages", "err", err)
+		return
+	}
+	for _, key := range keys {
+		if err := k.ensure(ctx, key, abi.AIChatOptions{}); err != nil {
+			k.logger().Warn("resume queued messages", "key", key, "err", err)
+		}
+	}
+}
+
+// ensure makes sure a session delivers key's queue: the deliverer is woken, or a background
+// session is opened, with the options the conversation last had (else opts).
+func (k *Kind) ensure(ctx context.Context, key string, opts abi.AIChatOptions) error {
+	k.chatsMu.Lock()
+	if c := k.ownerLocked(key); c != nil {
+		k.chatsMu.Unlock()
+		c.wake()
+		return nil
+	}
+	if k.opening[key] || (k.life != nil && k.life.Err() != nil) {
+		k.chatsMu.Unlock()
+		return nil
+	}
+	if k.opening == nil {
+		k.opening = map[string]bool{}
+	}
+	k.opening[key] = true
+	k.chatsMu.Unlock()
+	defer func() {
+		k.chatsMu.Lock()
+		delete(k.opening, key)
+		k.chatsMu.Unlock()
+	}()
+	if sh, err := k.Chats.Show(ctx, key); err == nil {
+		if rec, ok := recordedOptions(sh.Entry); ok {
+			opts = rec
+		}
+	}
+	opts.Background = true
+	raw, err := json.Marshal(opts)
+	if err != nil {
+		return fmt.Errorf("options: %w", err)
+	}
+	_, err = k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key}, Options: raw})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", key, err)
+	}
+	return nil
+}
+
+// handOver runs when a session on key ends: what is still queued there goes on being
+// delivered.
+func (k *Kind) handOver(key string) {
+	k.chatsMu.Lock()
+	life := k.life
+	k.chatsMu.Unlock()
+	if life == nil || life.Err() != nil || k.Broker == nil || k.Sessions == nil {
+		return
+	}
+	q, err := k.Broker.Queued(life, key)
+	if err != nil || len(q) == 0 {
+		return
+	}
+	if err := k.ensure(life, key, abi.AIChatOptions{}); err != nil && !errors.Is(err, context.Canceled) {
+		k.logger().Warn("hand over queued messages", "key", key, "err", err)
+	}
+}
+
+// ownerLocked is the session that delivers key's queue: the newest foreground session on the
+// key, else the newest background one. k.chatsMu is held.
+func (k *Kind) ownerLocked(key string) *chat {
+	var best *chat
+	for c := range k.live {
+		if c.key != key {
+			continue
+		}
+		switch {
+		case best == nil,
+			best.background && !c.background,
+			best.background == c.background && c.seq > best.seq:
+			best = c
+		}
+	}
+	return best
+}
+
+// claim makes c the one delivering its conversation's queue for a turn: it must be the
+// owner, and no other session on the key may be delivering (two sessions on one key never
+// deliver the same message).
+func (k *Kind) claim(c *chat) bool {
+	k.chatsMu.Lock()
+	defer k.chatsMu.Unlock()
+	if k.ownerLocked(c.key) != c {
+		return false
+	}
+	if d := k.delivering[c.key]; d != nil && d != c {
+		return false
+	}
+	if k.delivering == nil {
+		k.delivering = map[string]*chat{}
+	}
+	k.delivering[c.key] = c
+	return true
+}
+
+// unclaim ends c's delivering turn and wakes the key's owner (which may be another session).
+func (k *Kind) unclaim(c *chat) {
+	k.chatsMu.Lock()
+	if k.delivering[c.key] == c {
+		delete(k.delivering, c.key)
+	}
+	owner := k.ownerLocked(c.key)
+	k.chatsMu.Unlock()
+	if owner != nil && owner != c {
+		owner.wake()
+	}
+}
+
+// isOwner reports whether c delivers its conversation's queue.
+func (k *Kind) isOwner(c *chat) bool {
+	k.chatsMu.Lock()
+	defer k.chatsMu.Unlock()
+	return k.ownerLocked(c.key) == c
+}
+
+// closeIfDone closes a background session that has nothing left to deliver: no turn, no
+// question waiting, an empty queue (or another session delivering it).
+func (c *chat) closeIfDone() {
+	if !c.background {
+		return
+	}
+	c.mu.Lock()
+	done := !c.running && !c.closed && len(c.pending) == 0
+	c.mu.Unlock()
+	if !done {
+		return
+	}
+	if c.k.isOwner(c) {
+		if q, err := c.k.Broker.Queued(c.base, c.key); err != nil || len(q) > 0 {
+			return
+		}
+	}
+	go func() {
+		_, _ = c.k.Sessions.Close(context.WithoutCancel(c.base), c.sink.SessionID(), abi.CloseRequested)
+	}()
+}
