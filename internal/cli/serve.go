@@ -23,6 +23,7 @@ import (
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/project"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
+	"github.com/nexus-run/nexus/internal/trigger"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -160,6 +161,20 @@ func (a *app) serveCmd() *cobra.Command {
 				Now:      a.env.Now,
 				Logger:   logger,
 			}
+			// Cron jobs, heartbeats and webhooks (state/triggers/triggers.db) deliver into
+			// conversations through the kind, which opens a session where none is open.
+			triggerStore, err := trigger.OpenStore(cmd.Context(), trigger.Path(a.stateDir), a.env.Now)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = triggerStore.Close() }()
+			triggers := &trigger.Service{Store: triggerStore, Now: a.env.Now, Logger: logger,
+				Deliver: func(ctx context.Context, d trigger.Delivery) (string, string, error) {
+					t := d.Target
+					out, err := aiKind.Deliver(ctx, aichat.Delivery{Key: d.Key, Text: d.Text, Mode: d.Mode, ID: d.ID, From: d.From,
+						Options: abi.AIChatOptions{Agent: t.Agent, Backend: t.Backend, Model: t.Model, Level: t.Level, Workspace: t.Workspace}})
+					return out.MessageID, out.Key, err
+				}}
 			// Sessions and their events live in state/live, so the next gateway still answers
 			// for them (docs/live-sessions.md).
 			openRegistry := func(ctx context.Context) (live.Backend, error) {
@@ -183,6 +198,7 @@ func (a *app) serveCmd() *cobra.Command {
 				// What a stopped gateway left queued is delivered without waiting for someone
 				// to open its conversation.
 				go aiKind.Resume(ctx)
+				go triggers.Run(ctx)
 				return reg, nil
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -195,6 +211,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Open:         openRegistry,
 				Chats:        chats,
 				Index:        historyIndex,
+				Triggers:     triggers,
 				Version:      a.env.Version,
 				Logger:       logger,
 				Ready: func(in gateway.Info) {

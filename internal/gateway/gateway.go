@@ -27,6 +27,7 @@ import (
 	"github.com/nexus-run/nexus/internal/index"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/trigger"
 )
 
 // Options configure the API handler.
@@ -42,6 +43,8 @@ type Options struct {
 	// what POST /v1/index/sync reads.
 	Index     *index.Index
 	IndexSync index.SyncOptions
+	// Triggers, when set, serves the cron jobs and webhooks (triggers.go).
+	Triggers *trigger.Service
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
 	Token   string
 	Version string
@@ -99,6 +102,7 @@ func Handler(opt Options) http.Handler {
 	s.chatRoutes(mux)
 	s.shellRoutes(mux)
 	s.indexRoutes(mux)
+	s.triggerRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "no route %s %s (the API lives under %s/)", r.Method, r.URL.Path, abi.APIPrefix), http.StatusNotFound)
 	})
@@ -133,6 +137,10 @@ func (s *server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !hostAllowed(r.Host, s.opt.AllowedHosts) {
 			s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "Host %q is not one this gateway answers to (IP addresses and localhost are; start it with --allow-host %s to add a name)", r.Host, hostOnly(r.Host)), 0)
+			return
+		}
+		if s.opt.Triggers != nil && hookPath(r) {
+			next.ServeHTTP(w, r) // the hook's own secret guards it (triggers.go)
 			return
 		}
 		got, ok := bearer(r.Header.Get("Authorization"))

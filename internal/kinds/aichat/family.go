@@ -10,8 +10,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/agent/profile"
 	"github.com/nexus-run/nexus/internal/agent/tools"
-	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -56,6 +56,7 @@ func (c *chat) reach(target string) error {
 	for _, a := range allowed {
 		switch {
 		case a == target,
+			isAgentTarget(a) && strings.HasPrefix(target, a+":"),
 			a == RelFamily && rel != "",
 			a == RelParent && rel == RelParent,
 			a == RelChildren && rel == "child":
@@ -63,6 +64,13 @@ func (c *chat) reach(target string) error {
 		}
 	}
 	return fmt.Errorf("refused: %s is not among the conversations this agent may reach (%s)", target, strings.Join(allowed, ", "))
+}
+
+// isAgentTarget reports whether an allowed_targets entry names a whole agent (agent:<id>):
+// every conversation of that agent may be reached.
+func isAgentTarget(a string) bool {
+	id, ok := strings.CutPrefix(a, "agent:")
+	return ok && id != "" && !strings.Contains(id, ":")
 }
 
 // familyTool is one of the inter-session tools.
@@ -73,7 +81,7 @@ type familyTool struct {
 
 func familyTools(c *chat) []tools.Tool {
 	return []tools.Tool{familyTool{c, "sessions_list"}, familyTool{c, "sessions_history"}, familyTool{c, "sessions_send"},
-		familyTool{c, "nexus_status"}, familyTool{c, "nexus_cancel"}, familyTool{c, "nexus_destroy"}}
+		familyTool{c, "nexus_status"}, familyTool{c, "nexus_cancel"}, familyTool{c, "nexus_destroy"}, familyTool{c, "agents_list"}}
 }
 
 func (t familyTool) Spec() tools.Spec {
@@ -96,8 +104,13 @@ func (t familyTool) Spec() tools.Spec {
 		msg.MinLength = ptrInt(1)
 		mode := str("its queue mode there: followup (default), steer, collect, queue, interrupt")
 		mode.Enum = []any{"followup", "steer", "collect", "queue", "interrupt", "steer-backlog"}
-		return tools.Spec{Name: t.name, Description: "Send a message to a conversation you may reach (it is queued durably and delivered as a turn there).",
-			Schema: obj([]string{"key", "message"}, map[string]*jsonschema.Schema{"key": key, "message": msg, "mode": mode})}
+		agentID := str("instead of key: an agent (agents_list) to message; it gets it in its conversation agent:<agent>:main, or in conversation")
+		conv := str("with agent: the rest of a conversation key of that agent (agent:<agent>:<conversation>), default main")
+		return tools.Spec{Name: t.name, Description: "Send a message to a conversation you may reach, by its key, or to another agent (it is queued durably and delivered as a turn there, saying it is from you).",
+			Schema: obj([]string{"message"}, map[string]*jsonschema.Schema{"key": str("the conversation's session key (from sessions_list)"), "agent": agentID, "conversation": conv, "message": msg, "mode": mode})}
+	case "agents_list":
+		return tools.Spec{Name: t.name, Description: "List the configured agents (the workers you can spawn with sessions_spawn's agent, or message with sessions_send's agent), with what each is for.",
+			Schema: obj(nil, map[string]*jsonschema.Schema{})}
 	case "nexus_status":
 		return tools.Spec{Name: t.name, Description: "The state of a subagent run you started, or of a conversation you may reach.",
 			Schema: obj([]string{"key"}, map[string]*jsonschema.Schema{"key": key})}
@@ -111,10 +124,12 @@ func (t familyTool) Spec() tools.Spec {
 }
 
 type familyArgs struct {
-	Key     string `json:"key"`
-	Limit   int    `json:"limit"`
-	Message string `json:"message"`
-	Mode    string `json:"mode"`
+	Key          string `json:"key"`
+	Agent        string `json:"agent"`
+	Conversation string `json:"conversation"`
+	Limit        int    `json:"limit"`
+	Message      string `json:"message"`
+	Mode         string `json:"mode"`
 }
 
 func (t familyTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, error) {
@@ -132,8 +147,24 @@ func (t familyTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result,
 
 func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
 	c := t.c
-	if t.name == "sessions_list" {
+	switch t.name {
+	case "sessions_list":
 		return c.family(ctx)
+	case "agents_list":
+		return c.k.agents()
+	case "sessions_send":
+		if a.Agent != "" {
+			if a.Key != "" {
+				return nil, errors.New("give key or agent, not both")
+			}
+			if err := profile.CheckID(a.Agent); err != nil {
+				return nil, err //nolint:wrapcheck // the text names the agent
+			}
+			a.Key = "agent:" + a.Agent + ":" + firstOf(a.Conversation, "main")
+		}
+		if a.Key == "" {
+			return nil, errors.New("give the conversation's key, or an agent")
+		}
 	}
 	if err := c.reach(a.Key); err != nil {
 		return nil, err
@@ -142,16 +173,7 @@ func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
 	case "sessions_history":
 		return c.k.recentMessages(ctx, a.Key, a.Limit)
 	case "sessions_send":
-		mode, err := broker.ParseMode(a.Mode)
-		if err != nil {
-			return nil, err //nolint:wrapcheck // the text names the mode
-		}
-		m, err := c.k.Broker.Enqueue(ctx, a.Key, mode, a.Message, c.key)
-		if err != nil {
-			return nil, err //nolint:wrapcheck // the text says what is wrong
-		}
-		c.k.notify(a.Key)
-		return map[string]any{"messageId": m.ID, "status": "queued", "mode": string(mode)}, nil
+		return c.sendTo(ctx, a.Key, a.Mode, a.Message)
 	case "nexus_status":
 		return c.k.status(ctx, a.Key)
 	case "nexus_destroy":
@@ -163,6 +185,42 @@ func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
 		n := c.k.cancelTurns(ctx, a.Key)
 		return map[string]any{"key": a.Key, "interrupted": n}, nil
 	}
+}
+
+// AgentMessage is what sessions_send delivers (seed 003's AgentMessage): from the sending
+// conversation's agent to the target's, with the content and the sending conversation, kept
+// as the queued message's sender and said in its first line, so the receiving model knows
+// who speaks.
+func (c *chat) sendTo(ctx context.Context, key, mode, text string) (any, error) {
+	to := AgentOfKey(key)
+	opts := abi.AIChatOptions{Agent: to, Workspace: c.workspace}
+	if p, err := profile.Load(c.k.StateDir, firstOf(to, profile.Main)); err == nil && p.Backend == "" {
+		// A new conversation of an agent without a backend of its own talks to the sender's.
+		opts.Backend, opts.Model = c.backend.Name, c.backend.Model
+	}
+	body := fmt.Sprintf("[message from agent %s (%s)]\n\n%s", c.prof.ID, c.key, text)
+	d, err := c.k.Deliver(ctx, Delivery{Key: key, Text: body, Mode: mode, From: c.key, Options: opts})
+	if d.MessageID == "" {
+		return nil, err
+	}
+	out := map[string]any{"messageId": d.MessageID, "to": d.Key, "status": "queued"}
+	if err != nil {
+		out["warning"] = err.Error()
+	}
+	return out, nil
+}
+
+// agents is the worker catalogue: the configured agents and what each is for.
+func (k *Kind) agents() (any, error) {
+	ps, err := profile.List(k.StateDir)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // the text says what failed
+	}
+	out := make([]map[string]any, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, map[string]any{"id": p.ID, "description": p.Description, "level": firstOf(p.Level, "trusted"), "backend": p.Backend})
+	}
+	return map[string]any{"agents": out}, nil
 }
 
 // family is what sessions_list answers: the parent and the children.

@@ -1,0 +1,378 @@
+// Package trigger runs what starts a conversation's turn without anyone typing
+// (docs/triggers.md): cron jobs (a cron expression), heartbeats (every N minutes into a
+// session) and webhooks (POST /v1/hooks/{id} with the hook's own secret). They are stored in
+// state/triggers/triggers.db (SQLite, synchronous=FULL), fired by the gateway, and each firing
+// is a message with an id derived from its job and scheduled time, so a firing retried after a
+// crash is stored once. What a stopped gateway missed is handled by the job's missed-run policy.
+package trigger
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/fsutil"
+)
+
+// Job kinds.
+const (
+	KindCron      = "cron"
+	KindHeartbeat = "heartbeat"
+)
+
+// Missed-run policies: what a job does about the runs it missed while no gateway ran.
+const (
+	// MissedOnce (the default) fires once for all of them, as soon as the gateway is back,
+	// saying how many were missed; never a burst of them.
+	MissedOnce = "once"
+	// MissedSkip fires none of them and waits for the next scheduled time.
+	MissedSkip = "skip"
+)
+
+// Target says where a trigger's message goes and how a new conversation is opened.
+type Target struct {
+	// SessionKey is the conversation; a cron job's default is agent:<agent>:cron:<id>, a
+	// hook's a new hook:<uuid> per call.
+	SessionKey string `json:"sessionKey,omitempty"`
+	// Mode is the message's queue mode there (default the conversation's).
+	Mode string `json:"mode,omitempty"`
+	// Agent, Backend, Model, Level and Workspace open a conversation that has no session
+	// recorded (a conversation that had one is opened as it was).
+	Agent     string `json:"agent,omitempty"`
+	Backend   string `json:"backend,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Level     string `json:"level,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// Job is a cron job or a heartbeat.
+type Job struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Schedule is a cron expression (five fields, or @hourly, @daily...; CRON_TZ=Zone
+	// first for a time zone other than the gateway's); EveryMs a heartbeat's interval.
+	Schedule string `json:"schedule,omitempty"`
+	EveryMs  int64  `json:"everyMs,omitempty"`
+	Message  string `json:"message"`
+	Missed   string `json:"missed"`
+	Target
+	CreatedAt int64 `json:"createdAt"`
+	// LastRunAt is the scheduled time of the last run fired (or skipped) in Unix ms; Runs
+	// counts the fired ones; LastMessageID is the last firing's message.
+	LastRunAt     int64  `json:"lastRunAt,omitempty"`
+	LastFiredAt   int64  `json:"lastFiredAt,omitempty"`
+	LastMessageID string `json:"lastMessageId,omitempty"`
+	LastError     string `json:"lastError,omitempty"`
+	Runs          int    `json:"runs"`
+	// NextRunAt is when it fires next (Unix ms), as of the listing.
+	NextRunAt int64 `json:"nextRunAt,omitempty"`
+}
+
+// Hook is a webhook: POST /v1/hooks/{id} with its secret delivers the body as a message.
+type Hook struct {
+	ID string `json:"id"`
+	Target
+	CreatedAt    int64 `json:"createdAt"`
+	LastCalledAt int64 `json:"lastCalledAt,omitempty"`
+	Calls        int   `json:"calls"`
+	// Secret is set only in AddHook's answer: it is shown once.
+	Secret string `json:"secret,omitempty"`
+}
+
+// Store is state/triggers/triggers.db.
+type Store struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+// Path is state/triggers/triggers.db.
+func Path(stateDir string) string { return filepath.Join(stateDir, "triggers", "triggers.db") }
+
+// OpenStore opens (creating) the store: the file 0600 in a 0700 directory, symlinks refused.
+func OpenStore(ctx context.Context, path string, now func() time.Time) (*Store, error) {
+	if now == nil {
+		now = time.Now
+	}
+	if err := fsutil.PrepareDB(path); err != nil {
+		if errors.Is(err, fsutil.ErrNotRegular) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "triggers: %v", err)
+		}
+		return nil, fmt.Errorf("triggers: %w", err)
+	}
+	dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(30000)&_pragma=synchronous(FULL)&_pragma=journal_mode(WAL)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("triggers: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
+		CREATE TABLE IF NOT EXISTS hooks (id TEXT PRIMARY KEY, secret TEXT NOT NULL, doc TEXT NOT NULL);`); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("triggers: schema: %w", err)
+	}
+	return &Store{db: db, now: now}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("triggers: close: %w", err)
+	}
+	return nil
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+func newID(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// MaxMessage bounds a job's message (64 KiB; a webhook's body has the queue's 1 MiB).
+const MaxMessage = 64 << 10
+
+func (t Target) check() error {
+	if t.Mode != "" {
+		switch t.Mode {
+		case "steer", "followup", "collect", "steer-backlog", "queue", "interrupt":
+		default:
+			return abi.Errorf(abi.CodeInvalidArgument, "", "unknown queue mode %q (want steer, followup, collect, steer-backlog, queue or interrupt)", t.Mode)
+		}
+	}
+	if t.Level != "" && t.Level != "yolo" && t.Level != "trusted" && t.Level != "sandboxed" {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "unknown level %q (want yolo, trusted or sandboxed)", t.Level)
+	}
+	if t.Workspace != "" && !filepath.IsAbs(t.Workspace) {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "workspace %q must be an absolute path", t.Workspace)
+	}
+	return nil
+}
+
+// AddJob validates and stores a job; an empty id gets a generated one.
+func (s *Store) AddJob(ctx context.Context, j Job) (Job, error) {
+	j.Message = strings.TrimSpace(j.Message)
+	switch {
+	case j.ID != "" && !idPattern.MatchString(j.ID):
+		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "job id %q: use 1 to 64 of a-z, 0-9, - and _", j.ID)
+	case j.Message == "":
+		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a job needs a message")
+	case len(j.Message) > MaxMessage:
+		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a job's message of %d bytes is over the limit of %d", len(j.Message), MaxMessage)
+	case (j.Schedule == "") == (j.EveryMs <= 0):
+		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a job needs a cron schedule or an interval (every), not both")
+	}
+	if j.Missed == "" {
+		j.Missed = MissedOnce
+	}
+	if j.Missed != MissedOnce && j.Missed != MissedSkip {
+		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "missed-run policy %q: want once or skip", j.Missed)
+	}
+	if err := j.check(); err != nil {
+		return Job{}, err
+	}
+	if j.Schedule != "" {
+		j.Kind = KindCron
+		if _, err := parseSchedule(j.Schedule); err != nil {
+			return Job{}, err
+		}
+	} else {
+		j.Kind = KindHeartbeat
+		if j.EveryMs < int64(time.Minute/time.Millisecond) {
+			return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a heartbeat's interval must be at least 1m")
+		}
+		if j.SessionKey == "" {
+			return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a heartbeat needs the session it wakes (--session KEY)")
+		}
+	}
+	if j.ID == "" {
+		j.ID = newID("")
+	}
+	j.CreatedAt = s.now().UnixMilli()
+	j.LastRunAt, j.LastFiredAt, j.LastMessageID, j.LastError, j.Runs, j.NextRunAt = 0, 0, "", "", 0, 0
+	doc, err := json.Marshal(j)
+	if err != nil {
+		return Job{}, fmt.Errorf("triggers: %w", err)
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO jobs (id, doc) VALUES (?, ?)`, j.ID, string(doc))
+	if err != nil {
+		return Job{}, fmt.Errorf("triggers: add job: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a job %q exists: remove it first or choose another id", j.ID)
+	}
+	return j, nil
+}
+
+// Jobs lists the jobs by id.
+func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
+	return listDocs[Job](ctx, s.db, `SELECT doc FROM jobs ORDER BY id`, "job")
+}
+
+// listDocs decodes the JSON documents a query returns.
+func listDocs[T any](ctx context.Context, db *sql.DB, query, what string) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("triggers: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []T
+	for rows.Next() {
+		var doc string
+		if err := rows.Scan(&doc); err != nil {
+			return nil, fmt.Errorf("triggers: %w", err)
+		}
+		var v T
+		if err := json.Unmarshal([]byte(doc), &v); err != nil {
+			return nil, fmt.Errorf("triggers: a stored %s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("triggers: %w", err)
+	}
+	return out, nil
+}
+
+// Job returns one job.
+func (s *Store) Job(ctx context.Context, id string) (Job, error) {
+	var doc string
+	err := s.db.QueryRowContext(ctx, `SELECT doc FROM jobs WHERE id = ?`, id).Scan(&doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "no job %q (nexus cron list)", id)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("triggers: %w", err)
+	}
+	var j Job
+	if err := json.Unmarshal([]byte(doc), &j); err != nil {
+		return Job{}, fmt.Errorf("triggers: job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// RemoveJob deletes a job.
+func (s *Store) RemoveJob(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM jobs WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("triggers: remove job: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "no job %q (nexus cron list)", id)
+	}
+	return nil
+}
+
+// recordRun stores the outcome of a job's run at the scheduled time at (fired or not).
+func (s *Store) recordRun(ctx context.Context, id string, at int64, fired bool, msgID, errText string) error {
+	j, err := s.Job(ctx, id)
+	if err != nil {
+		return err
+	}
+	if at > j.LastRunAt {
+		j.LastRunAt = at
+	}
+	if fired {
+		j.LastFiredAt = s.now().UnixMilli()
+		j.LastMessageID = msgID
+		j.Runs++
+	}
+	j.LastError = errText
+	doc, err := json.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("triggers: %w", err)
+	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE jobs SET doc = ? WHERE id = ?`, string(doc), id); err != nil {
+		return fmt.Errorf("triggers: record run: %w", err)
+	}
+	return nil
+}
+
+// AddHook stores a webhook with a new secret, returned once in the answer's Secret.
+func (s *Store) AddHook(ctx context.Context, h Hook) (Hook, error) {
+	if h.ID != "" && !idPattern.MatchString(h.ID) {
+		return Hook{}, abi.Errorf(abi.CodeInvalidArgument, "", "hook id %q: use 1 to 64 of a-z, 0-9, - and _", h.ID)
+	}
+	if err := h.check(); err != nil {
+		return Hook{}, err
+	}
+	if h.ID == "" {
+		h.ID = newID("")
+	}
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	secret := "whsec_" + hex.EncodeToString(b[:])
+	h.CreatedAt, h.LastCalledAt, h.Calls, h.Secret = s.now().UnixMilli(), 0, 0, ""
+	doc, err := json.Marshal(h) //nolint:gosec // Secret was just cleared: the secret has its own column, never the document
+	if err != nil {
+		return Hook{}, fmt.Errorf("triggers: %w", err)
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO hooks (id, secret, doc) VALUES (?, ?, ?)`, h.ID, secret, string(doc))
+	if err != nil {
+		return Hook{}, fmt.Errorf("triggers: add hook: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return Hook{}, abi.Errorf(abi.CodeInvalidArgument, "", "a hook %q exists: remove it first or choose another id", h.ID)
+	}
+	h.Secret = secret
+	return h, nil
+}
+
+// Hooks lists the hooks (without their secrets).
+func (s *Store) Hooks(ctx context.Context) ([]Hook, error) {
+	return listDocs[Hook](ctx, s.db, `SELECT doc FROM hooks ORDER BY id`, "hook")
+}
+
+// hook returns a hook with its secret; ok is false when there is none.
+func (s *Store) hook(ctx context.Context, id string) (Hook, string, bool, error) {
+	var doc, secret string
+	err := s.db.QueryRowContext(ctx, `SELECT doc, secret FROM hooks WHERE id = ?`, id).Scan(&doc, &secret)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Hook{}, "", false, nil
+	}
+	if err != nil {
+		return Hook{}, "", false, fmt.Errorf("triggers: %w", err)
+	}
+	var h Hook
+	if err := json.Unmarshal([]byte(doc), &h); err != nil {
+		return Hook{}, "", false, fmt.Errorf("triggers: hook %s: %w", id, err)
+	}
+	return h, secret, true, nil
+}
+
+func (s *Store) hookCalled(ctx context.Context, h Hook) error {
+	h.LastCalledAt = s.now().UnixMilli()
+	h.Calls++
+	h.Secret = ""
+	doc, err := json.Marshal(h) //nolint:gosec // Secret was just cleared: the secret has its own column, never the document
+	if err != nil {
+		return fmt.Errorf("triggers: %w", err)
+	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE hooks SET doc = ? WHERE id = ?`, string(doc), h.ID); err != nil {
+		return fmt.Errorf("triggers: %w", err)
+	}
+	return nil
+}
+
+// RemoveHook deletes a hook: its secret stops working at once.
+func (s *Store) RemoveHook(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM hooks WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("triggers: remove hook: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "no hook %q (nexus hook list)", id)
+	}
+	return nil
+}
