@@ -15,6 +15,7 @@ const (
 	PayloadAICompaction   = "ai-compaction"
 	PayloadAIQueue        = "ai-queue"
 	PayloadAISubagent     = "ai-subagent"
+	PayloadAIRun          = "ai-run"
 )
 
 // Phases of the ai-chat payloads.
@@ -114,6 +115,37 @@ type AITurn struct {
 	Reason     string   `json:"reason,omitempty"`
 	Iterations int      `json:"iterations,omitempty"`
 	Usage      *AIUsage `json:"usage,omitempty"`
+}
+
+// Run lifecycle phases (seed 003's run: start, then end with an outcome, or error).
+const (
+	RunStart = "start"
+	RunEnd   = "end"
+	RunError = "error"
+)
+
+// AIRun is a run's lifecycle, next to the turn it runs: start, then end (Outcome ok,
+// cancelled, max_iterations or loop_detected) or error (Outcome error, with Error). The finer
+// states between (streaming, compacting, awaiting-confirmation) are the session's metadata
+// state.
+type AIRun struct {
+	Type    string `json:"type"`
+	Phase   string `json:"phase"`
+	RunID   string `json:"runId,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// RunOf is the run lifecycle event a turn's end event implies.
+func RunOf(t AITurn) AIRun {
+	r := AIRun{Type: PayloadAIRun, Phase: RunEnd, RunID: t.RunID, Outcome: t.End}
+	switch t.End {
+	case TurnCompleted:
+		r.Outcome = "ok"
+	case TurnError:
+		r.Phase, r.Outcome, r.Error = RunError, "error", t.Reason
+	}
+	return r
 }
 
 // AIUsage is the tokens of a turn's model calls.

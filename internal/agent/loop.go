@@ -316,15 +316,22 @@ func (t *turn) runBatch(ctx context.Context, calls []provider.ToolCall) ([]provi
 	halted := -1
 	if par {
 		var wg sync.WaitGroup
+		var emitMu sync.Mutex // Emit is called from one goroutine at a time
 		sem := make(chan struct{}, t.opts.MaxConcurrent)
-		for i, c := range calls {
+		for i := range calls {
 			t.opts.Emit(Event{Type: EventToolStarted, Call: &calls[i]})
+			ran[i] = true
+		}
+		for i, c := range calls {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
 				outcomes[i] = t.runOne(ctx, c)
+				// Each call's end is told as it comes, not when the slowest ends.
+				emitMu.Lock()
+				t.opts.Emit(Event{Type: EventToolCompleted, Call: &calls[i], Output: outcomes[i].Output, IsError: outcomes[i].IsError})
+				emitMu.Unlock()
 			})
-			ran[i] = true
 		}
 		wg.Wait()
 	} else {
@@ -349,8 +356,6 @@ func (t *turn) runBatch(ctx context.Context, calls []provider.ToolCall) ([]provi
 			o = Outcome{Output: fmt.Sprintf("not run: call %s (%s) before it in the batch failed", calls[halted].ID, calls[halted].Name), IsError: true}
 		case !ran[i]:
 			o = Outcome{Output: "the turn was interrupted before this call ran", IsError: true}
-		case par:
-			t.opts.Emit(Event{Type: EventToolCompleted, Call: &calls[i], Output: o.Output, IsError: o.IsError})
 		}
 		m := t.result(c, o)
 		if err := t.append(m); err != nil {

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -13,6 +16,7 @@ import (
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/agent/profile"
 	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/fsutil"
 )
 
 // agentEdit are the flags that set an agent's files.
@@ -189,36 +193,99 @@ func (a *app) agentShowCmd() *cobra.Command {
 
 func (a *app) agentRunsCmd() *cobra.Command {
 	var format, requester string
-	var active bool
+	var active, follow bool
 	cmd := &cobra.Command{
-		Use:   "runs [--requester KEY] [--active]",
+		Use:   "runs [--requester KEY] [--active] [--follow]",
 		Short: "The subagent runs (state/subagents/runs.json): who spawned what, running or how it ended",
-		Args:  cobra.NoArgs,
+		Long: "The subagent runs, from state/subagents/runs.json. With --follow the command stays, printing each run again\n" +
+			"as it starts and ends (with --format json, one JSON object per line), until interrupted.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := chatstore.OpenSubagents(filepath.Join(a.stateDir, "subagents"), a.env.Now)
+			dir := filepath.Join(a.stateDir, "subagents")
+			g, err := chatstore.OpenSubagents(dir, a.env.Now)
 			if err != nil {
 				return err
 			}
-			runs, err := g.List(chatstore.SubagentFilter{RequesterSessionKey: requester, Active: active})
+			filter := chatstore.SubagentFilter{RequesterSessionKey: requester, Active: active}
+			if follow {
+				return a.followRuns(cmd.Context(), g, dir, filter, format)
+			}
+			runs, err := g.List(filter)
 			if err != nil {
 				return err
 			}
 			return a.print(format, map[string]any{"runs": runs}, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "RUN\tLABEL\tSTATUS\tREQUESTER\tTASK")
+				fmt.Fprintln(tw, runsHeader)
 				for _, r := range runs {
-					status := "running"
-					if r.Outcome != nil {
-						status = string(r.Outcome.Status)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.RunID, dash(r.Label), status, r.RequesterSessionKey, cellText(r.Task))
+					runRow(tw, r)
 				}
 				return tw.Flush()
 			})
 		},
 	}
 	cmd.Flags().StringVar(&requester, "requester", "", "only the runs this conversation spawned")
-	cmd.Flags().BoolVar(&active, "active", false, "only the runs still going")
+	cmd.Flags().BoolVar(&active, "active", false, "only the runs still going (with --follow: at the start)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stay and print each run as it starts and ends")
 	formatFlag(cmd, &format, formatTable, formatJSON)
 	return cmd
+}
+
+const runsHeader = "RUN\tLABEL\tSTATUS\tREQUESTER\tTASK"
+
+func runRow(w io.Writer, r chatstore.SubagentRunRecord) {
+	status := "running"
+	if r.Outcome != nil {
+		status = string(r.Outcome.Status)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.RunID, dash(r.Label), status, r.RequesterSessionKey, cellText(r.Task))
+}
+
+// followRuns prints the runs, then each run again whenever its record changes (it starts,
+// ends, is archived), until ctx ends. The directory is watched (runs.json is replaced by
+// rename at each write), so nothing is polled.
+func (a *app) followRuns(ctx context.Context, g *chatstore.Subagents, dir string, filter chatstore.SubagentFilter, format string) error {
+	w, err := fsutil.WatchDir(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Close() }()
+	out := a.env.Stdout
+	if format == formatTable {
+		fmt.Fprintln(out, strings.ReplaceAll(runsHeader, "\t", "  "))
+	}
+	seen := map[string]string{}
+	for first := true; ; first = false {
+		f := filter
+		if !first {
+			f.Active = false // a run that ends is shown ending
+		}
+		runs, err := g.List(f)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return fmt.Errorf("encode run: %w", err)
+			}
+			if seen[r.RunID] == string(b) {
+				continue
+			}
+			seen[r.RunID] = string(b)
+			if format == formatTable {
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				runRow(tw, r)
+				_ = tw.Flush()
+			} else {
+				fmt.Fprintf(out, "%s\n", b)
+			}
+		}
+		if err := w.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
 }

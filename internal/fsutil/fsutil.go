@@ -303,3 +303,41 @@ func PrepareDB(path string) error {
 
 // ErrNotRegular is PrepareDB's refusal of a symlink or special file.
 var ErrNotRegular = errors.New("not a regular file")
+
+// DirWatch reports changes of a directory's entries (a file created, written, renamed in or
+// out, deleted): what a store that replaces its file by rename looks like from outside.
+type DirWatch struct{ f *os.File }
+
+// WatchDir starts watching dir (not following a symlink).
+func WatchDir(dir string) (*DirWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	mask := uint32(unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_CREATE | unix.IN_DELETE | unix.IN_DONT_FOLLOW | unix.IN_ONLYDIR)
+	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("watch %s: %w", dir, err)
+	}
+	// Non-blocking, so the runtime's poller waits for it and a deadline can end the wait.
+	return &DirWatch{f: os.NewFile(uintptr(fd), "inotify:"+dir)}, nil
+}
+
+// Wait returns once something changed in the directory since the last Wait (at once if it
+// did meanwhile), or with ctx's error when ctx ends first.
+func (w *DirWatch) Wait(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	_ = w.f.SetReadDeadline(time.Time{})
+	buf := make([]byte, 64<<10)
+	if _, err := w.f.Read(buf); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() //nolint:wrapcheck // the caller's own context
+		}
+		return fmt.Errorf("inotify: %w", err)
+	}
+	return nil
+}
+
+// Close stops watching.
+func (w *DirWatch) Close() error { return w.f.Close() } //nolint:wrapcheck // closing an inotify descriptor

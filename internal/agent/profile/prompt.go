@@ -36,7 +36,7 @@ type PromptReport struct {
 func (p *Profile) SystemPrompt(workspace string) (string, PromptReport, error) {
 	rep := PromptReport{Agent: p.ID, Workspace: workspace}
 	var b strings.Builder
-	base := fmt.Sprintf("You are %s, an agent working through nexus. Your workspace is %s: relative paths in your tools resolve there. Use the tools to read, search, edit and run; say what you did and what you found.", p.ID, workspace)
+	base := fmt.Sprintf("You are %s, an agent working through nexus. Your workspace is %s: relative paths in your tools resolve there. Use the tools to read, search, edit and run; say what you did and what you found. Calls of one reply run in order; to run independent ones at the same time, add \"_parallel\": true to their arguments.", p.ID, workspace)
 	if p.Description != "" {
 		base += " Your role: " + p.Description
 	}

@@ -220,6 +220,10 @@ type Prepared struct {
 	decided  decided
 }
 
+// ParallelArg is the argument member by which a model asks for a reply's calls to run at
+// once; the turn loop reads it, Prepare removes it before the tool sees its arguments.
+const ParallelArg = "_parallel"
+
 // Prepare checks a call before it runs: the name resolves; the tool is enabled; no JSON string
 // in the arguments exceeds MaxFieldBytes; the arguments validate against the tool's schema;
 // every path argument passes permission.Checker.Resolve; then Checker.Decide says whether it
@@ -245,6 +249,18 @@ func (r *Registry) Prepare(name string, args json.RawMessage, al *permission.All
 	var inst any
 	if err := json.Unmarshal(args, &inst); err != nil {
 		return nil, fmt.Errorf("%w: not JSON: %w", ErrArguments, err)
+	}
+	// The loop's own flag (a batch run at once) is no argument of the tool: the schemas refuse
+	// unknown members and an MCP server must not receive it.
+	if m, ok := inst.(map[string]any); ok {
+		if _, flagged := m[ParallelArg]; flagged {
+			delete(m, ParallelArg)
+			b, err := json.Marshal(m)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrArguments, err)
+			}
+			args = b
+		}
 	}
 	if err := e.resolved.Validate(inst); err != nil {
 		return nil, fmt.Errorf("%w for %s: %w", ErrArguments, spec.Name, err)

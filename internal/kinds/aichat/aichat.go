@@ -551,7 +551,10 @@ func (c *chat) startLocked(text string, ids []string) {
 		if len(ids) > 0 {
 			c.k.unclaim(c) // before c.mu is taken: the kind's lock goes first
 		}
-		return func() { c.sink.Publish(abi.EventData, end) }
+		return func() {
+			c.sink.Publish(abi.EventData, end)
+			c.sink.Publish(abi.EventData, abi.RunOf(end))
+		}
 	})
 }
 

@@ -349,6 +349,20 @@ func TestTurnWithTool(t *testing.T) {
 	if end.End != abi.TurnCompleted || end.Iterations != 2 || end.Usage == nil || end.Usage.Output != 20 {
 		t.Fatalf("turn %+v; events %s", end, describe(w.seen))
 	}
+	// The run's lifecycle: start with the turn, end with its outcome.
+	runEnd := w.until(t, "the run's end", func(e *live.Event) bool { p, ok := e.Payload.(abi.AIRun); return ok && p.Phase != abi.RunStart })
+	if p := runEnd.Payload.(abi.AIRun); p.Phase != abi.RunEnd || p.Outcome != "ok" || p.RunID != end.RunID {
+		t.Fatalf("run end %+v, turn %+v", p, end)
+	}
+	var runStart *abi.AIRun
+	for _, ev := range w.seen {
+		if p, ok := ev.Payload.(abi.AIRun); ok && p.Phase == abi.RunStart {
+			runStart = &p
+		}
+	}
+	if runStart == nil || runStart.RunID != end.RunID || end.RunID == "" {
+		t.Fatalf("run start %+v; events %s", runStart, describe(w.seen))
+	}
 	var tokens strings.Builder
 	var toolOut string
 	for _, ev := range w.seen {

@@ -2,7 +2,10 @@ package aichat_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +187,93 @@ func TestQueueExactlyOnceAfterACrash(t *testing.T) {
 		if m.State != broker.StateDelivered || m.EntryID == "" || (m.ID != m1.ID && m.ID != m2.ID) {
 			t.Errorf("%+v", m)
 		}
+	}
+}
+
+// calls streams several tool calls in one reply.
+func (s *sse) calls(calls ...[3]any) {
+	var tc []any
+	for i, c := range calls {
+		b, _ := json.Marshal(c[2])
+		tc = append(tc, map[string]any{"index": i, "id": c[0], "type": "function", "function": map[string]any{"name": c[1], "arguments": string(b)}})
+	}
+	s.chunk(map[string]any{"role": "assistant", "tool_calls": tc}, "")
+	s.chunk(map[string]any{}, "tool_calls")
+	s.done()
+}
+
+// TestSteerMidBatch: a steer while the second of three calls (a long bash) runs ends the
+// batch, in order or in parallel: the finished calls keep their results, the running one and
+// any not started get results saying so, and the steering message's turn (whose request the
+// model server checks for pairing) follows; nothing is left unanswered in the transcript.
+func TestSteerMidBatch(t *testing.T) {
+	for _, parallel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parallel=%v", parallel), func(t *testing.T) {
+			e := newEnv(t, func(req chatRequest, w *sse) {
+				switch {
+				case req.lastUser() == "batch" && req.last().Role == "user":
+					args := func(k, v string) map[string]any {
+						a := map[string]any{k: v}
+						if parallel {
+							a["_parallel"] = true
+						}
+						return a
+					}
+					w.calls([3]any{"c1", "read_file", args("path", "one.txt")}, [3]any{"c2", "bash", args("command", "sleep 300")}, [3]any{"c3", "list_dir", args("path", ".")})
+				case req.last().Role == "tool":
+					w.text("after the tools")
+				default:
+					echo(req, w)
+				}
+			}).withBroker(t)
+			if err := os.WriteFile(filepath.Join(e.ws, "one.txt"), []byte("one\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := e.gateway(t)
+			key := "agent:main:test:steer-batch"
+			s := e.open(t, r, key, "yolo")
+			w := &watcher{r: r, id: s.SessionID}
+			sendMode(t, r, s.SessionID, "batch", "")
+			// In order, c1 has finished when c2 starts; at once, c1 and c3 finish while c2 runs.
+			want := map[string]bool{"c1 completed": true, "c2 started": true}
+			if parallel {
+				want["c3 completed"] = true
+			}
+			w.until(t, "the sleep running with the others done", func(ev *live.Event) bool {
+				if p, ok := ev.Payload.(abi.AITool); ok {
+					delete(want, p.ToolCallID+" "+p.Phase)
+				}
+				return len(want) == 0
+			})
+			sendMode(t, r, s.SessionID, "steered", "steer")
+			if end := w.turnEnded(t); end.End != abi.TurnCancelled {
+				t.Fatalf("the batch's turn %+v", end)
+			}
+			if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+				t.Fatalf("the steer's turn %+v: %s", end, describe(w.seen))
+			}
+			msgs := e.history(t, key)
+			results := map[string]provider.Message{}
+			for _, m := range msgs {
+				if m.Role == provider.RoleToolResult {
+					results[m.ToolCallID] = m
+				}
+			}
+			if len(results) != 3 {
+				t.Fatalf("results %+v (roles %s)", results, roles(msgs))
+			}
+			if r := results["c1"]; r.IsError || !strings.Contains(r.Content[0].Text, "one") {
+				t.Fatalf("c1 %+v", r)
+			}
+			if r := results["c2"]; !r.IsError {
+				t.Fatalf("c2 %+v", r)
+			}
+			if r := results["c3"]; r.IsError == parallel {
+				t.Fatalf("c3 (parallel %v) %+v", parallel, r)
+			}
+			if got := userTexts(t, e, key); got != "batch|steered" {
+				t.Fatalf("user messages %q", got)
+			}
+		})
 	}
 }

@@ -75,6 +75,7 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 		return nil, "", err
 	}
 	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID, MessageIDs: ids})
+	c.sink.Publish(abi.EventData, abi.AIRun{Type: abi.PayloadAIRun, Phase: abi.RunStart, RunID: run.ID})
 	res, err := c.runModel(ctx, h, run, text, ids)
 	outcome, cause := chatstore.OutcomeOK, error(nil)
 	switch {
