@@ -108,6 +108,8 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"event_ai-batch_completed", event(t, abi.EventData, 12, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseCompleted})},
 		{"event_ai-iteration", event(t, abi.EventData, 13, abi.AIIteration{Type: abi.PayloadAIIteration, Iteration: 1, WillContinue: true})},
 		{"event_ai-turn_started", event(t, abi.EventData, 2, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: "run-1"})},
+		{"event_log-line", event(t, abi.EventData, 4, abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamStderr, Line: "listening on :8080", Offset: 4096})},
+		{"event_log-line_gateway", event(t, abi.EventData, 5, abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamGateway, Line: "session created id=0190a1b2", Level: "INFO", Offset: 17})},
 		{"event_ai-run_start", event(t, abi.EventData, 3, abi.AIRun{Type: abi.PayloadAIRun, Phase: abi.RunStart, RunID: "run-1"})},
 		{"event_ai-run_end", event(t, abi.EventData, 21, abi.RunOf(abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, RunID: "run-1", End: abi.TurnCompleted}))},
 		{"event_ai-run_error", event(t, abi.EventData, 21, abi.RunOf(abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, RunID: "run-1", End: abi.TurnError, Reason: "the backend answered 529 overloaded"}))},

@@ -18,9 +18,11 @@ import (
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
+	"github.com/nexus-run/nexus/internal/kinds/debugstream"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/project"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/trigger"
@@ -82,7 +84,10 @@ func (a *app) serveCmd() *cobra.Command {
 			} else if len(indexRoots) > 0 {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--index-root with --no-index: there is no index to read into")
 			}
-			logger := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: lvl}))
+			// The gateway's own log is also kept in a journal: debug-stream sessions on the
+			// built-in server "gateway" follow it.
+			journal := process.NewJournal(0, a.env.Now)
+			logger := slog.New(journal.Handler(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: lvl})))
 			if idle == 0 {
 				idle = -1 // runtime: negative disables
 			}
@@ -175,6 +180,13 @@ func (a *app) serveCmd() *cobra.Command {
 						Options: abi.AIChatOptions{Agent: t.Agent, Backend: t.Backend, Model: t.Model, Level: t.Level, Workspace: t.Workspace}})
 					return out.MessageID, out.Key, err
 				}}
+			// Managed processes run in groups of the gateway's owner: none outlives it.
+			procs, err := process.Open(process.Dir(a.stateDir), process.Options{Owner: owner, Now: a.env.Now, Logger: logger})
+			if err != nil {
+				return err
+			}
+			procs.SetGatewayAddr(listen)
+			debugKind := &debugstream.Kind{Processes: procs, Journal: journal}
 			// Sessions and their events live in state/live, so the next gateway still answers
 			// for them (docs/live-sessions.md).
 			openRegistry := func(ctx context.Context) (live.Backend, error) {
@@ -189,7 +201,7 @@ func (a *app) serveCmd() *cobra.Command {
 					Store:       store,
 					Now:         a.env.Now,
 					Logger:      logger,
-				}, kind, aiKind)
+				}, kind, aiKind, debugKind)
 				if err != nil {
 					_ = store.Close()
 					return nil, err
@@ -212,6 +224,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Chats:        chats,
 				Index:        historyIndex,
 				Triggers:     triggers,
+				Processes:    procs,
 				Version:      a.env.Version,
 				Logger:       logger,
 				Ready: func(in gateway.Info) {
@@ -228,6 +241,7 @@ func (a *app) serveCmd() *cobra.Command {
 				agents.Close() // Serve closed it, unless it failed before serving
 			}
 			shells.Close()
+			procs.Close(context.WithoutCancel(ctx))
 			if err := closeOwner(context.WithoutCancel(ctx), owner, logger); err != nil && serveErr == nil {
 				serveErr = err
 			}

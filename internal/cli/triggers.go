@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/trigger"
 )
 
@@ -102,12 +104,17 @@ func (a *app) cronListCmd() *cobra.Command {
 }
 
 func (a *app) cronRemoveCmd() *cobra.Command {
+	return a.removeCmd("remove ID", "Remove a cron job or heartbeat", func(c *client.Client) func(context.Context, string) error { return c.CronRemove })
+}
+
+// removeCmd is a command that removes the thing its one argument names and says so.
+func (a *app) removeCmd(use, short string, remove func(*client.Client) func(context.Context, string) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "remove ID",
-		Short: "Remove a cron job or heartbeat",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.client().CronRemove(cmd.Context(), args[0]); err != nil {
+			if err := remove(a.client())(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			_, err := fmt.Fprintf(a.env.Stdout, "removed %s\n", args[0])
@@ -206,18 +213,7 @@ func (a *app) hookListCmd() *cobra.Command {
 }
 
 func (a *app) hookRemoveCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "remove ID",
-		Short: "Remove a webhook: its secret stops working at once",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.client().HookRemove(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			_, err := fmt.Fprintf(a.env.Stdout, "removed %s\n", args[0])
-			return err
-		},
-	}
+	return a.removeCmd("remove ID", "Remove a webhook: its secret stops working at once", func(c *client.Client) func(context.Context, string) error { return c.HookRemove })
 }
 
 func firstNonEmpty(vals ...string) string {

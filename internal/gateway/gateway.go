@@ -27,6 +27,7 @@ import (
 	"github.com/nexus-run/nexus/internal/index"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/trigger"
 )
 
@@ -45,6 +46,8 @@ type Options struct {
 	IndexSync index.SyncOptions
 	// Triggers, when set, serves the cron jobs and webhooks (triggers.go).
 	Triggers *trigger.Service
+	// Processes, when set, serves the managed processes and servers (processes.go).
+	Processes *process.Manager
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
 	Token   string
 	Version string
@@ -103,6 +106,7 @@ func Handler(opt Options) http.Handler {
 	s.shellRoutes(mux)
 	s.indexRoutes(mux)
 	s.triggerRoutes(mux)
+	s.processRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "no route %s %s (the API lives under %s/)", r.Method, r.URL.Path, abi.APIPrefix), http.StatusNotFound)
 	})

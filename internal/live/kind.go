@@ -47,6 +47,13 @@ type Beginner interface {
 	Begin()
 }
 
+// Resumer is implemented by instances whose interrupt stops their delivery while the session
+// stays active (debug and network streams, meta-chat): resume on an active session starts it
+// again, after what was last delivered.
+type Resumer interface {
+	Resume(ctx context.Context) (any, error)
+}
+
 // Pauser is implemented by instances that can stop producing events while paused.
 type Pauser interface {
 	SetPaused(paused bool)

@@ -540,6 +540,13 @@ func (r *Registry) Control(ctx context.Context, id string, req abi.ControlReques
 	}
 	switch req.Command {
 	case abi.CommandPause, abi.CommandResume:
+		if rs, ok := inst.(Resumer); ok && req.Command == abi.CommandResume && status == abi.StatusActive {
+			res, err := rs.Resume(ctx)
+			if err != nil {
+				return nil, wrapKindErr(id, string(req.Command), err)
+			}
+			return &abi.ControlData{SessionID: id, Command: req.Command, Result: res}, nil
+		}
 		to := abi.StatusPaused
 		if req.Command == abi.CommandResume {
 			to = abi.StatusActive

@@ -97,6 +97,8 @@ func (o *output) pull(t *testing.T, wait time.Duration) {
 			o.buf.Write(p)
 		case abi.AIToken: // a chat's output is its reply
 			o.buf.WriteString(p.Content)
+		case abi.LogLine: // a debug stream's output is its lines
+			o.buf.WriteString(p.Line + "\n")
 		}
 		if e.Seq != 0 {
 			o.after = e.Seq

@@ -1,0 +1,345 @@
+// Package debugstream is the debug-stream session kind (docs/observers.md): the lines of a
+// managed process (context processId), of a server (serverId: its process, or the gateway's
+// own log for the built-in server "gateway"), or of a log file nexus does not own (option
+// file), as log-line data events: first the newest lines, then live. An interrupt stops the
+// delivery and the session stays open; resume continues after the last line delivered, so
+// nothing is skipped or repeated.
+package debugstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/logtail"
+	"github.com/nexus-run/nexus/internal/process"
+)
+
+// DefaultLines is how many of the newest lines a session starts with.
+const DefaultLines = 100
+
+// Kind starts debug-stream sessions.
+type Kind struct {
+	// Processes are the managed processes and servers; Journal the gateway's own log.
+	Processes *process.Manager
+	Journal   *process.Journal
+}
+
+// Type implements live.Kind.
+func (k *Kind) Type() abi.SessionType { return abi.TypeDebugStream }
+
+// Capabilities implements live.Kind: the seed's set (receive, close, stream), and interrupt,
+// which the seed's control rules give debug streams (stop receiving, the session stays).
+func (k *Kind) Capabilities() abi.Capabilities {
+	return abi.Capabilities{Receive: true, Interrupt: true, Close: true, Stream: true}
+}
+
+// source is where a session's lines come from.
+type source interface {
+	// since is the position after which the newest n lines start.
+	since(n int) uint64
+	// follow returns lines after pos, waiting for some; lost: some after pos are gone.
+	follow(ctx context.Context, pos uint64) ([]process.Line, bool, error)
+}
+
+type processSource struct {
+	m  *process.Manager
+	id string
+}
+
+func (s processSource) since(n int) uint64 { p, _ := s.m.Since(s.id, n); return p }
+func (s processSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
+	return s.m.Follow(ctx, s.id, pos, 4096) //nolint:wrapcheck // the manager's errors carry their code
+}
+
+type journalSource struct{ j *process.Journal }
+
+func (s journalSource) since(n int) uint64 { return s.j.Since(n) }
+func (s journalSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
+	return s.j.Follow(ctx, pos, 4096)
+}
+
+// Start implements live.Kind.
+func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+	var opts abi.DebugStreamOptions
+	if len(req.Options) > 0 {
+		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "debug-stream options: %v", err)
+		}
+	}
+	s := &stream{sink: sink, lines: opts.Lines, resume: make(chan struct{})}
+	if s.lines == 0 {
+		s.lines = DefaultLines
+	}
+	if opts.Grep != "" {
+		re, err := regexp.Compile(opts.Grep)
+		if err != nil {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "grep: %v", err)
+		}
+		s.grep = re
+	}
+	md := map[string]any{}
+	given := 0
+	for _, v := range []string{req.Context.ProcessID, req.Context.ServerID, opts.File} {
+		if v != "" {
+			given++
+		}
+	}
+	if given != 1 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "a debug-stream follows one thing: context processId, context serverId or option file")
+	}
+	switch {
+	case opts.File != "":
+		if !filepath.IsAbs(opts.File) {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "file %q must be an absolute path", opts.File)
+		}
+		s.file = filepath.Clean(opts.File)
+		md["file"] = s.file
+	case req.Context.ServerID == process.GatewayServer && k.Journal != nil:
+		s.src = journalSource{k.Journal}
+		md["serverId"] = process.GatewayServer
+	case req.Context.ServerID != "":
+		if k.Processes == nil {
+			return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "this gateway manages no servers")
+		}
+		srv, err := k.Processes.Server(req.Context.ServerID)
+		if err != nil {
+			return nil, err
+		}
+		md["serverId"], md["addr"] = srv.Name, srv.Addr
+		switch {
+		case srv.BuiltIn:
+			if k.Journal == nil {
+				return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "this gateway keeps no log journal")
+			}
+			s.src = journalSource{k.Journal}
+		case srv.ProcessID != "":
+			s.src = processSource{k.Processes, srv.ProcessID}
+			md["processId"] = srv.ProcessID
+		default:
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "server %s is an address nexus does not manage: it has no logs to stream (follow its log file with option file)", srv.Name)
+		}
+	default:
+		if k.Processes == nil {
+			return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "this gateway manages no processes")
+		}
+		in, err := k.Processes.Get(req.Context.ProcessID)
+		if err != nil {
+			return nil, err
+		}
+		s.src = processSource{k.Processes, in.ID}
+		md["processId"], md["processName"] = in.ID, in.Name
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	sink.SetMetadata(md)
+	return s, nil
+}
+
+// stream is one debug-stream session.
+type stream struct {
+	sink  *live.Sink
+	src   source
+	file  string
+	lines int
+	grep  *regexp.Regexp
+
+	ctx  context.Context
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu       sync.Mutex
+	caught   bool          // caughtUp was said
+	held     bool          // interrupted or paused: no delivery
+	paused   bool          // the registry's pause (held too)
+	resume   chan struct{} // closed when delivery may go on
+	lastLine uint64
+}
+
+// Begin implements live.Beginner: delivery starts once the session is announced.
+func (s *stream) Begin() {
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		var err error
+		if s.file != "" {
+			err = s.followFile()
+		} else {
+			err = s.followSource()
+		}
+		if err != nil && s.ctx.Err() == nil {
+			s.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeOf(err), Message: err.Error()}})
+		}
+	}()
+}
+
+// gate waits while delivery is held; false once the session ends.
+func (s *stream) gate() bool {
+	for {
+		s.mu.Lock()
+		held, ch := s.held, s.resume
+		s.mu.Unlock()
+		if !held {
+			return s.ctx.Err() == nil
+		}
+		select {
+		case <-ch:
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+}
+
+// caughtUp tells the session's readers that the lines there were at its start are delivered
+// (nexus debug log tail without --follow stops there).
+func (s *stream) caughtUp() {
+	s.mu.Lock()
+	done := s.caught
+	s.caught = true
+	s.mu.Unlock()
+	if !done {
+		s.sink.SetMetadata(map[string]any{"caughtUp": true})
+	}
+}
+
+func (s *stream) followSource() error {
+	pos := s.src.since(s.lines)
+	if s.lines < 0 {
+		pos = 0
+	}
+	end := s.src.since(0) // the newest line at the start
+	if pos >= end {
+		s.caughtUp()
+	}
+	for s.gate() {
+		lines, lost, err := s.src.follow(s.ctx, pos)
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+		if lost {
+			s.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeEventsMissed,
+				Message: fmt.Sprintf("lines after %d were overwritten before this session read them (the process writes faster than it is followed)", pos)}})
+		}
+		for _, l := range lines {
+			if !s.gate() {
+				return nil
+			}
+			pos = l.Seq
+			if l.Stream == process.StreamStatus {
+				s.sink.Publish(abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "process " + l.Text})
+				continue
+			}
+			if s.grep != nil && !s.grep.MatchString(l.Text) {
+				continue
+			}
+			s.sink.PublishFlow(abi.LogLine{Type: abi.PayloadLogLine, Stream: l.Stream, Line: l.Text, Level: l.Level, Offset: l.Offset})
+			s.mu.Lock()
+			s.lastLine = l.Seq
+			s.mu.Unlock()
+		}
+		if pos >= end {
+			s.caughtUp()
+		}
+	}
+	return nil
+}
+
+func (s *stream) followFile() error {
+	var size int64
+	if fi, err := os.Stat(s.file); err == nil {
+		size = fi.Size()
+	}
+	if size == 0 {
+		s.caughtUp()
+	}
+	err := logtail.Follow(s.ctx, s.file, logtail.Options{Last: s.lines}, func(l logtail.Line) error {
+		if !s.gate() {
+			return context.Canceled
+		}
+		if s.grep == nil || s.grep.MatchString(l.Text) {
+			s.sink.PublishFlow(abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamFile, Line: l.Text, Offset: l.Offset, Gen: l.Gen})
+		}
+		if l.Gen > 0 || l.Offset+int64(len(l.Text))+1 >= size {
+			s.caughtUp()
+		}
+		return nil
+	})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if err != nil {
+		return abi.Errorf(abi.CodeResourceUnavailable, s.sink.SessionID(), "follow %s: %v", s.file, err)
+	}
+	return nil
+}
+
+// hold stops or restarts delivery.
+func (s *stream) hold(held bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held == s.held {
+		return
+	}
+	s.held = held
+	if held {
+		s.resume = make(chan struct{})
+	} else {
+		close(s.resume)
+	}
+}
+
+// Send implements live.Instance: a debug stream takes no input (the registry refuses it first).
+func (s *stream) Send(context.Context, []byte) error {
+	return abi.Errorf(abi.CodeCapabilityUnsupported, s.sink.SessionID(), "debug-stream sessions take no input")
+}
+
+// Control implements live.Instance: interrupt stops the delivery; the session stays open.
+func (s *stream) Control(_ context.Context, req abi.ControlRequest) (any, error) {
+	if req.Command != abi.CommandInterrupt {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, s.sink.SessionID(), "debug-stream sessions do not support %s", req.Command)
+	}
+	s.hold(true)
+	s.mu.Lock()
+	last := s.lastLine
+	s.mu.Unlock()
+	return map[string]any{"delivering": false, "note": "resume continues after the last line delivered", "lastLine": last}, nil
+}
+
+// Resume implements live.Resumer: delivery goes on after the last line delivered.
+func (s *stream) Resume(context.Context) (any, error) {
+	s.mu.Lock()
+	paused := s.paused
+	s.mu.Unlock()
+	if !paused {
+		s.hold(false)
+	}
+	return map[string]any{"delivering": !paused}, nil
+}
+
+// SetPaused implements live.Pauser.
+func (s *stream) SetPaused(paused bool) {
+	s.mu.Lock()
+	s.paused = paused
+	s.mu.Unlock()
+	s.hold(paused)
+}
+
+// Close implements live.Instance.
+func (s *stream) Close(ctx context.Context) error {
+	s.stop()
+	if s.done != nil {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}

@@ -1,0 +1,386 @@
+package debugstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/kinds/debugstream"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
+	"github.com/nexus-run/nexus/internal/process"
+	"github.com/nexus-run/nexus/internal/reaper"
+	"github.com/nexus-run/nexus/internal/testkit"
+)
+
+type env struct {
+	m   *process.Manager
+	j   *process.Journal
+	reg *live.Registry
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	owner, err := reaper.Open(t.Context(), reaper.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = owner.Close(context.Background()) })
+	m, err := process.Open(t.TempDir(), process.Options{Owner: owner, MaxLogBytes: 64 << 10, Keep: 2, Backoff: func(int) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	j := process.NewJournal(0, nil)
+	reg, err := live.New(context.Background(), live.Config{IdleTimeout: -1}, &debugstream.Kind{Processes: m, Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+		defer cancel()
+		_ = reg.Shutdown(ctx)
+	})
+	return &env{m: m, j: j, reg: reg}
+}
+
+func (e *env) open(t *testing.T, c abi.Context, opts abi.DebugStreamOptions) string {
+	t.Helper()
+	raw, _ := json.Marshal(opts)
+	s, err := e.reg.Create(context.Background(), abi.CreateRequest{Type: abi.TypeDebugStream, Context: c, Options: raw})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return s.SessionID
+}
+
+// follow registers a follower of the session (what a WebSocket stream is): the session's
+// output waits for it instead of lapping it.
+func (e *env) follow(t *testing.T, id string) live.Follower {
+	t.Helper()
+	f, err := e.reg.Follow(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// collect reads a session's events after after until stop says so (acknowledging them to f
+// when it is set); it returns the log lines and the last sequence read.
+func (e *env) collect(t *testing.T, id string, after uint64, stop func(ev *live.Event, lines []abi.LogLine) bool, f ...live.Follower) ([]abi.LogLine, uint64) {
+	t.Helper()
+	var lines []abi.LogLine
+	defer func() {
+		for _, x := range f {
+			x.Ack(after)
+		}
+	}()
+	deadline := time.Now().Add(testkit.Patience())
+	for {
+		b, err := e.reg.Read(context.Background(), id, after, 0, 200*time.Millisecond)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		for _, ev := range b.Events {
+			if ev.Type == abi.EventError {
+				t.Fatalf("an error event after %d: %+v", after, ev.Payload)
+			}
+			after = ev.Seq
+			if l, ok := ev.Payload.(abi.LogLine); ok {
+				lines = append(lines, l)
+			}
+			if stop(ev, lines) {
+				return lines, after
+			}
+		}
+		for _, x := range f {
+			x.Ack(after)
+		}
+		if b.Done || time.Now().After(deadline) {
+			t.Fatalf("stopped after %d lines (seq %d)", len(lines), after)
+		}
+	}
+}
+
+func sh(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("sh")
+	if err != nil {
+		testkit.SkipUnlessCI(t, "sh is not installed")
+	}
+	return p
+}
+
+func exitedLines(ev *live.Event, _ []abi.LogLine) bool { return exited(ev) }
+
+func exited(ev *live.Event) bool {
+	p, ok := ev.Payload.(abi.StatusPayload)
+	return ok && strings.HasPrefix(p.Message, "process exited")
+}
+
+// TestFloodToSubscribers: a process writing 20,000 lines as fast as it can, through many
+// rotations of its log files: two debug-stream sessions opened before it ends each get every
+// line exactly once, in order (count and checksum), and a reader resuming a session after any
+// sequence N gets the rest with no gap and no repeat.
+func TestFloodToSubscribers(t *testing.T) {
+	const n = 20000
+	e := newEnv(t)
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := exec.Command("mkfifo", fifo).Run(); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	// It floods once the sessions follow it (the test writes to its fifo).
+	in, err := e.m.Start(context.Background(), process.Spec{Command: []string{sh(t), "-c", fmt.Sprintf("read go < %s; i=1; while [ $i -le %d ]; do echo line-$i; i=$((i+1)); done; echo bye >&2", fifo, n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{Lines: -1}), e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{Lines: -1})}
+	followers := []live.Follower{e.follow(t, ids[0]), e.follow(t, ids[1])}
+	if err := os.WriteFile(fifo, []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, lines []abi.LogLine, from int) {
+		t.Helper()
+		got, exp := crc32.NewIEEE(), crc32.NewIEEE()
+		for i := from; i <= n; i++ {
+			fmt.Fprintf(exp, "line-%d\n", i)
+		}
+		count, stderr := 0, 0
+		for _, l := range lines {
+			switch {
+			case l.Stream == abi.StreamStdout:
+				fmt.Fprintf(got, "%s\n", l.Line)
+				count++
+			case l.Stream == abi.StreamStderr && l.Line == "bye":
+				stderr++
+			}
+		}
+		if count != n-from+1 || got.Sum32() != exp.Sum32() || stderr != 1 {
+			t.Fatalf("%s: %d lines, checksum %x (want %d, %x), stderr %d", what, count, got.Sum32(), n-from+1, exp.Sum32(), stderr)
+		}
+	}
+	// The second session is read at the same time, by its own reader.
+	type result struct {
+		lines []abi.LogLine
+		err   error
+	}
+	second := make(chan result, 1)
+	go func() {
+		lines, _, err := e.read(ids[1], 0, exitedLines, followers[1])
+		second <- result{lines, err}
+	}()
+	// The first reader goes away after 5,000 lines; a new one resumes after the last event it
+	// had (registered before the first lets go, as a reconnecting stream does).
+	first, seqN, err := e.read(ids[0], 0, func(*live.Event, []abi.LogLine) bool { return false }, followers[0], 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := e.follow(t, ids[0])
+	resumed.Ack(seqN)
+	followers[0].Close()
+	rest, _, err := e.read(ids[0], seqN, exitedLines, resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[len(first)-1].Line != "line-5000" || rest[0].Line != "line-5001" {
+		t.Fatalf("resumed after %q with %q", first[len(first)-1].Line, rest[0].Line)
+	}
+	check("the first session", append(first, rest...), 1)
+	r := <-second
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	check("the second session", r.lines, 1)
+}
+
+// read is collect for any goroutine: it reads until stop, or until max log lines (0: no
+// limit), acknowledging to f.
+func (e *env) read(id string, after uint64, stop func(*live.Event, []abi.LogLine) bool, f live.Follower, maxLines ...int) ([]abi.LogLine, uint64, error) {
+	var lines []abi.LogLine
+	deadline := time.Now().Add(testkit.Patience())
+	for {
+		b, err := e.reg.Read(context.Background(), id, after, 0, 200*time.Millisecond)
+		if err != nil {
+			return lines, after, err
+		}
+		for _, ev := range b.Events {
+			if ev.Type == abi.EventError {
+				return lines, after, fmt.Errorf("an error event after %d: %+v", after, ev.Payload)
+			}
+			after = ev.Seq
+			if l, ok := ev.Payload.(abi.LogLine); ok {
+				lines = append(lines, l)
+				if len(maxLines) > 0 && len(lines) == maxLines[0] {
+					return lines, after, nil
+				}
+			}
+			if stop(ev, lines) {
+				return lines, after, nil
+			}
+		}
+		f.Ack(after)
+		if b.Done || time.Now().After(deadline) {
+			return lines, after, fmt.Errorf("stopped after %d lines (seq %d)", len(lines), after)
+		}
+	}
+}
+
+// TestInterruptAndResume: an interrupt stops the delivery and the session stays open; resume
+// goes on after the last line delivered, with what came meanwhile.
+func TestInterruptAndResume(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "in")
+	if err := exec.Command("mkfifo", fifo).Run(); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	// The process echoes what the test writes into its fifo, line by line.
+	in, err := e.m.Start(context.Background(), process.Spec{Command: []string{sh(t), "-c", "cat " + fifo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Close() }()
+	id := e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{})
+	fmt.Fprintln(w, "one")
+	_, after := e.collect(t, id, 0, func(_ *live.Event, l []abi.LogLine) bool { return len(l) == 1 })
+	res, err := e.reg.Control(context.Background(), id, abi.ControlRequest{Command: abi.CommandInterrupt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := res.Result.(map[string]any); m["delivering"] != false {
+		t.Fatalf("interrupt %+v", res.Result)
+	}
+	fmt.Fprintln(w, "two")
+	fmt.Fprintln(w, "three")
+	// The lines are in the process's ring, not in the session: wait until the ring has them.
+	testkit.Eventually(t, "the lines in the process", func() bool {
+		ls, _ := e.m.Tail(in.ID, 1)
+		return len(ls) == 1 && ls[0].Text == "three"
+	})
+	if b, err := e.reg.Read(context.Background(), id, after, 0, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, ev := range b.Events {
+			if _, ok := ev.Payload.(abi.LogLine); ok {
+				t.Fatalf("a line delivered while interrupted: %+v", ev)
+			}
+		}
+	}
+	s, err := e.reg.Get(context.Background(), id)
+	if err != nil || s.Status != abi.StatusActive {
+		t.Fatalf("after the interrupt %+v %v", s, err)
+	}
+	if _, err := e.reg.Control(context.Background(), id, abi.ControlRequest{Command: abi.CommandResume}); err != nil {
+		t.Fatal(err)
+	}
+	lines, _ := e.collect(t, id, after, func(_ *live.Event, l []abi.LogLine) bool { return len(l) == 2 })
+	if lines[0].Line != "two" || lines[1].Line != "three" {
+		t.Fatalf("after resume %+v", lines)
+	}
+}
+
+// TestGatewayJournalAndFile: the built-in server "gateway" streams the gateway's own log
+// lines with their level; a file nexus does not own is followed by name through a rename
+// rotation.
+func TestGatewayJournalAndFile(t *testing.T) {
+	e := newEnv(t)
+	logger := slog.New(e.j.Handler(slog.NewTextHandler(&testkit.Buffer{}, nil)))
+	logger.Info("before the session", "n", 1)
+	gw := e.open(t, abi.Context{ServerID: "gateway"}, abi.DebugStreamOptions{Lines: 10})
+	logger.Warn("after the session", "who", "test")
+	lines, _ := e.collect(t, gw, 0, func(_ *live.Event, l []abi.LogLine) bool { return len(l) == 2 })
+	if lines[0].Line != `msg="before the session" n=1` || lines[0].Level != "INFO" || lines[1].Level != "WARN" || lines[1].Stream != abi.StreamGateway {
+		t.Fatalf("gateway lines %+v", lines)
+	}
+
+	path := filepath.Join(t.TempDir(), "app.log")
+	if err := os.WriteFile(path, []byte("old-1\nold-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fid := e.open(t, abi.Context{}, abi.DebugStreamOptions{File: path, Lines: 1})
+	got, after := e.collect(t, fid, 0, func(_ *live.Event, l []abi.LogLine) bool { return len(l) == 1 })
+	if got[0].Line != "old-2" {
+		t.Fatalf("the last line %+v", got)
+	}
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("new-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = e.collect(t, fid, after, func(_ *live.Event, l []abi.LogLine) bool { return len(l) == 1 })
+	if got[0].Line != "new-1" || got[0].Gen != 1 {
+		t.Fatalf("after the rotation %+v", got)
+	}
+}
+
+// TestBadInput: what a debug-stream session refuses, with the ABI's codes.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	for name, tc := range map[string]struct {
+		c    abi.Context
+		opts string
+		code abi.Code
+	}{
+		"nothing":         {code: abi.CodeInvalidArgument},
+		"two things":      {c: abi.Context{ProcessID: "p1", ServerID: "gateway"}, code: abi.CodeInvalidArgument},
+		"unknown process": {c: abi.Context{ProcessID: "nope"}, code: abi.CodeInvalidArgument},
+		"unknown server":  {c: abi.Context{ServerID: "nope"}, code: abi.CodeInvalidArgument},
+		"relative file":   {opts: `{"file":"app.log"}`, code: abi.CodeInvalidArgument},
+		"bad grep":        {c: abi.Context{ServerID: "gateway"}, opts: `{"grep":"("}`, code: abi.CodeInvalidArgument},
+		"unknown option":  {c: abi.Context{ServerID: "gateway"}, opts: `{"follow":true}`, code: abi.CodeInvalidArgument},
+	} {
+		req := abi.CreateRequest{Type: abi.TypeDebugStream, Context: tc.c}
+		if tc.opts != "" {
+			req.Options = json.RawMessage(tc.opts)
+		}
+		if _, err := e.reg.Create(context.Background(), req); abi.CodeOf(err) != tc.code {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	id := e.open(t, abi.Context{ServerID: "gateway"}, abi.DebugStreamOptions{})
+	if err := e.reg.Send(context.Background(), id, []byte("x")); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
+		t.Errorf("send: %v", err)
+	}
+	for _, c := range []abi.Command{abi.CommandResize, abi.CommandRestart} {
+		if _, err := e.reg.Control(context.Background(), id, abi.ControlRequest{Command: c, Width: 80, Height: 24}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
+			t.Errorf("%s: %v", c, err)
+		}
+	}
+}
+
+// TestKindContract: the live-session kind contract, on the gateway's journal (Print logs the
+// text through it).
+func TestKindContract(t *testing.T) {
+	var j *process.Journal
+	livetest.RunKind(t, livetest.KindHarness{
+		New: func(t *testing.T) live.Kind {
+			j = process.NewJournal(0, nil)
+			return &debugstream.Kind{Journal: j}
+		},
+		Request: abi.CreateRequest{Type: abi.TypeDebugStream, Context: abi.Context{ServerID: "gateway"}},
+		BadRequests: []abi.CreateRequest{
+			{Type: abi.TypeDebugStream},
+			{Type: abi.TypeDebugStream, Options: json.RawMessage(`{"file":"relative.log"}`)},
+			{Type: abi.TypeDebugStream, Context: abi.Context{ServerID: "gateway"}, Options: json.RawMessage(`{"grep":"("}`)},
+		},
+		Print: func(t *testing.T, _ live.Backend, _ string, text string) {
+			slog.New(j.Handler(slog.NewTextHandler(io.Discard, nil))).Info(text)
+		},
+	})
+}

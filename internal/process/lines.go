@@ -1,0 +1,278 @@
+package process
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nexus-run/nexus/internal/abi"
+)
+
+// Streams of a line.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	// StreamStatus marks a status line: the process started, ended, restarted.
+	StreamStatus = "status"
+)
+
+// MaxLine cuts longer lines into pieces, so a process that writes no newline cannot make the
+// gateway hold an unbounded line.
+const MaxLine = 64 << 10
+
+// Line is one line of a process's output (or a status change), numbered for its followers.
+type Line struct {
+	// Seq numbers the process's lines from 1, across its runs: a follower resumes after one.
+	Seq    uint64 `json:"seq"`
+	Stream string `json:"stream"`
+	Text   string `json:"line"`
+	// Offset is where the line starts among all the bytes its stream ever wrote (its files
+	// rotate; the offset goes on).
+	Offset int64 `json:"offset"`
+	Time   int64 `json:"time"`
+	// Level is a gateway log line's level.
+	Level string `json:"level,omitempty"`
+}
+
+// ring keeps the recent lines of a process and wakes its followers.
+type ring struct {
+	mu      sync.Mutex
+	lines   []Line // circular, len = capacity
+	next    uint64 // the next line's seq (lines next-n .. next-1 are kept)
+	n       int
+	offsets map[string]int64
+	wake    chan struct{} // closed and replaced at each append
+}
+
+func newRing(capacity int) *ring {
+	return &ring{lines: make([]Line, capacity), next: 1, offsets: map[string]int64{}, wake: make(chan struct{})}
+}
+
+func (r *ring) add(stream, text string, size int64, now time.Time) {
+	r.addLevel(stream, text, "", size, now)
+}
+
+func (r *ring) addLevel(stream, text, level string, size int64, now time.Time) {
+	r.mu.Lock()
+	l := Line{Seq: r.next, Stream: stream, Text: text, Offset: r.offsets[stream], Time: now.UnixMilli(), Level: level}
+	r.offsets[stream] += size
+	r.lines[int(r.next%uint64(len(r.lines)))] = l
+	r.next++
+	r.n = min(r.n+1, len(r.lines))
+	close(r.wake)
+	r.wake = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *ring) status(text string, now time.Time) { r.add(StreamStatus, text, 0, now) }
+
+// read returns up to limit lines after seq after (the oldest kept when after is older) and
+// whether lines after it were lost (overwritten before they were read); with none yet, it
+// waits until one comes or ctx ends.
+func (r *ring) read(ctx context.Context, after uint64, limit int) ([]Line, bool, error) {
+	for {
+		r.mu.Lock()
+		first := r.next - uint64(r.n)
+		lost := after+1 < first
+		start := max(after+1, first)
+		if start < r.next {
+			end := r.next
+			if limit > 0 && end-start > uint64(limit) {
+				end = start + uint64(limit)
+			}
+			out := make([]Line, 0, end-start)
+			for s := start; s < end; s++ {
+				out = append(out, r.lines[int(s%uint64(len(r.lines)))])
+			}
+			r.mu.Unlock()
+			return out, lost, nil
+		}
+		wake := r.wake
+		r.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, false, ctx.Err() //nolint:wrapcheck // the caller's own context
+		}
+	}
+}
+
+// tail is the newest n lines.
+func (r *ring) tail(n int) []Line {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n = min(n, r.n)
+	out := make([]Line, 0, n)
+	for s := r.next - uint64(n); s < r.next; s++ {
+		out = append(out, r.lines[int(s%uint64(len(r.lines)))])
+	}
+	return out
+}
+
+// last is the seq after which the last n lines start.
+func (r *ring) last(n int) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n = min(n, r.n)
+	return r.next - 1 - uint64(n)
+}
+
+// capture reads a stream of the process line by line into its log file and the ring.
+func (p *proc) capture(rd io.Reader, stream string, w *rotating) {
+	br := bufio.NewReaderSize(rd, MaxLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			if _, werr := w.write(line); werr != nil {
+				p.m.opt.Logger.Warn("process log", "process", p.info.ID, "err", werr)
+			}
+			text := line
+			if text[len(text)-1] == '\n' {
+				text = text[:len(text)-1]
+			}
+			if n := len(text); n > 0 && text[n-1] == '\r' {
+				text = text[:n-1]
+			}
+			p.ring.add(stream, string(text), int64(len(line)), p.m.opt.Now())
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+		if br.Buffered() == 0 {
+			w.flush()
+		}
+	}
+}
+
+// Follow returns the process's lines after seq after, waiting for some when there are none;
+// lost says lines after it were overwritten in the ring before this call.
+func (m *Manager) Follow(ctx context.Context, ref string, after uint64, limit int) ([]Line, bool, error) {
+	p, err := m.get(ref)
+	if err != nil {
+		return nil, false, err
+	}
+	return p.ring.read(ctx, after, limit)
+}
+
+// Tail returns the process's newest n lines (status lines included) without waiting.
+func (m *Manager) Tail(ref string, n int) ([]Line, error) {
+	p, err := m.get(ref)
+	if err != nil {
+		return nil, err
+	}
+	return p.ring.tail(n), nil
+}
+
+// Since is the seq after which the process's last n lines start (for Follow).
+func (m *Manager) Since(ref string, n int) (uint64, error) {
+	p, err := m.get(ref)
+	if err != nil {
+		return 0, err
+	}
+	return p.ring.last(n), nil
+}
+
+// rotating is a log file rotated by size: name, name.1 (the previous), ... name.keep.
+type rotating struct {
+	mu   sync.Mutex
+	name string
+	max  int64
+	keep int
+	f    *os.File
+	bw   *bufio.Writer
+	size int64
+}
+
+func openRotating(name string, maxBytes int64, keep int) (*rotating, error) {
+	r := &rotating{name: name, max: maxBytes, keep: keep}
+	if err := r.open(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rotating) open() error {
+	f, err := os.OpenFile(r.name, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600) //nolint:gosec // G304: the process's own log in its private directory
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return abi.Errorf(abi.CodeInvalidArgument, "", "process log %s is a symbolic link: refused", r.name)
+		}
+		return fmt.Errorf("process log: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return fmt.Errorf("process log: %w", err)
+	}
+	r.f, r.bw, r.size = f, bufio.NewWriterSize(f, 64<<10), fi.Size()
+	return nil
+}
+
+// write appends one line, rotating first when it would pass the size.
+func (r *rotating) write(line []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f == nil {
+		return 0, errors.New("process log closed")
+	}
+	if r.size > 0 && r.size+int64(len(line)) > r.max {
+		if err := r.rotate(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := r.bw.Write(line)
+	r.size += int64(n)
+	if err != nil {
+		return n, fmt.Errorf("process log: %w", err)
+	}
+	return n, nil
+}
+
+func (r *rotating) rotate() error {
+	if err := r.bw.Flush(); err != nil {
+		return fmt.Errorf("process log: %w", err)
+	}
+	if err := r.f.Close(); err != nil {
+		return fmt.Errorf("process log: %w", err)
+	}
+	for i := r.keep - 1; i >= 1; i-- {
+		_ = os.Rename(fmt.Sprintf("%s.%d", r.name, i), fmt.Sprintf("%s.%d", r.name, i+1))
+	}
+	if err := os.Rename(r.name, r.name+".1"); err != nil {
+		return fmt.Errorf("process log: %w", err)
+	}
+	return r.open()
+}
+
+func (r *rotating) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bw != nil {
+		_ = r.bw.Flush()
+	}
+}
+
+func (r *rotating) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f == nil {
+		return nil
+	}
+	ferr := r.bw.Flush()
+	err := r.f.Close()
+	r.f = nil
+	if ferr != nil {
+		return fmt.Errorf("process log: %w", ferr)
+	}
+	if err != nil {
+		return fmt.Errorf("process log: %w", err)
+	}
+	return nil
+}
