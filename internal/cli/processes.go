@@ -317,3 +317,89 @@ func (a *app) debugLogTailCmd() *cobra.Command {
 	enumFlag(cmd, &format, "format", "text", "text, or json (one log-line payload per line)", "text", formatJSON)
 	return cmd
 }
+
+func (a *app) networkCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "network", Short: "Network streams: a server's sockets and connections, from the kernel's socket diagnostics"}
+	conn := &cobra.Command{Use: "connection", Short: "Connections"}
+	conn.AddCommand(a.networkMonitorCmd())
+	cmd.AddCommand(conn)
+	return cmd
+}
+
+func (a *app) networkMonitorCmd() *cobra.Command {
+	var (
+		srv, sid, format string
+		follow           bool
+		interval         time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "monitor --server ID [--session-id ID] [--follow] [--interval D]",
+		Short: "Print a server's listening sockets and connections (--follow: then each open, update and close, until interrupted)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c := a.client()
+			id, hold := sid, false
+			if id == "" {
+				if srv == "" {
+					return abi.Errorf(abi.CodeInvalidArgument, "", "name the server: --server ID (nexus server list; gateway is the gateway)")
+				}
+				opts, err := json.Marshal(abi.NetworkStreamOptions{IntervalMs: int(interval.Milliseconds())})
+				if err != nil {
+					return fmt.Errorf("encode options: %w", err)
+				}
+				s, err := c.Create(ctx, abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: srv}, Ephemeral: true, Options: opts})
+				if err != nil {
+					return err
+				}
+				id, hold = s.SessionID, true
+				if !follow {
+					defer func() {
+						_, _ = c.Control(context.WithoutCancel(ctx), id, abi.ControlRequest{Command: abi.CommandClose})
+					}()
+				}
+			}
+			errDone := errors.New("caught up")
+			if format != formatJSON {
+				fmt.Fprintf(a.env.Stdout, "%-7s %-12s %-22s %-22s %10s %10s %8s\n", "ACTION", "STATE", "LOCAL", "REMOTE", "SENT", "RECEIVED", "RTT(ms)")
+			}
+			err := c.Stream(ctx, id, client.StreamOptions{Follow: true, Hold: hold}, func(e abi.Event) error {
+				switch e.Event {
+				case abi.EventData:
+					var cn abi.Connection
+					if json.Unmarshal(e.Payload, &cn) != nil || cn.Type != abi.PayloadConnection {
+						return nil
+					}
+					if format == formatJSON {
+						b, _ := json.Marshal(cn)
+						fmt.Fprintf(a.env.Stdout, "%s\n", b)
+					} else {
+						fmt.Fprintf(a.env.Stdout, "%-7s %-12s %-22s %-22s %10d %10d %8.3f\n", cn.Action, cn.State, cn.Local, cn.Remote, cn.BytesSent, cn.BytesReceived, cn.RTTMs)
+					}
+				case abi.EventMetadata:
+					var md abi.MetadataPayload
+					if !follow && json.Unmarshal(e.Payload, &md) == nil && md.Metadata["caughtUp"] == true {
+						return errDone
+					}
+				case abi.EventError:
+					var ep abi.ErrorPayload
+					if json.Unmarshal(e.Payload, &ep) == nil {
+						fmt.Fprintln(a.env.Stderr, "nexus: "+ep.Error.Message)
+					}
+				}
+				return nil
+			})
+			if errors.Is(err, errDone) || (err != nil && errors.Is(err, ctx.Err())) {
+				return nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&srv, "server", "", "the server (gateway: the gateway itself)")
+	f.StringVar(&sid, "session-id", "", "an open network-stream session to read")
+	f.BoolVarP(&follow, "follow", "f", false, "go on with the changes, until interrupted")
+	f.DurationVar(&interval, "interval", 0, "how often the sockets are listed (default 1s)")
+	enumFlag(cmd, &format, "format", "text", "text, or json (one connection payload per line)", "text", formatJSON)
+	return cmd
+}

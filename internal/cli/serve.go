@@ -19,6 +19,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/kinds/debugstream"
+	"github.com/nexus-run/nexus/internal/kinds/netstream"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
@@ -187,6 +188,7 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			procs.SetGatewayAddr(listen)
 			debugKind := &debugstream.Kind{Processes: procs, Journal: journal}
+			netKind := &netstream.Kind{Processes: procs}
 			// Sessions and their events live in state/live, so the next gateway still answers
 			// for them (docs/live-sessions.md).
 			openRegistry := func(ctx context.Context) (live.Backend, error) {
@@ -201,7 +203,7 @@ func (a *app) serveCmd() *cobra.Command {
 					Store:       store,
 					Now:         a.env.Now,
 					Logger:      logger,
-				}, kind, aiKind, debugKind)
+				}, kind, aiKind, debugKind, netKind)
 				if err != nil {
 					_ = store.Close()
 					return nil, err

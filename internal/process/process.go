@@ -511,3 +511,22 @@ func (p *proc) stop(ctx context.Context, status string) {
 	case <-ctx.Done():
 	}
 }
+
+// PIDs are the processes of a managed process's group now (none when it does not run).
+func (m *Manager) PIDs(ref string) ([]int, error) {
+	p, err := m.get(ref)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	g, running := p.group, p.info.Status == StatusRunning
+	p.mu.Unlock()
+	if g == nil || !running {
+		return nil, nil
+	}
+	var out []int
+	for _, pr := range g.Members() {
+		out = append(out, pr.PID)
+	}
+	return out, nil
+}
