@@ -239,12 +239,8 @@ func (a *app) debugLogTailCmd() *cobra.Command {
 			"A file is followed by name through rename and copy-truncate rotations.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c := a.client()
-			id := sid
-			hold := false
-			if id == "" {
-				req := abi.CreateRequest{Type: abi.TypeDebugStream, Context: abi.Context{ProcessID: proc, ServerID: srv}, Ephemeral: true}
+			var req *abi.CreateRequest
+			if sid == "" {
 				if file != "" && !strings.HasPrefix(file, "/") {
 					wd, err := os.Getwd()
 					if err != nil {
@@ -256,25 +252,14 @@ func (a *app) debugLogTailCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("encode options: %w", err)
 				}
-				req.Options = opts
-				s, err := c.Create(ctx, req)
-				if err != nil {
-					return err
-				}
-				id, hold = s.SessionID, true
-				if !follow {
-					defer func() {
-						_, _ = c.Control(context.WithoutCancel(ctx), id, abi.ControlRequest{Command: abi.CommandClose})
-					}()
-				}
+				req = &abi.CreateRequest{Type: abi.TypeDebugStream, Context: abi.Context{ProcessID: proc, ServerID: srv}, Options: opts}
 			}
-			errDone := errors.New("caught up")
-			err := c.Stream(ctx, id, client.StreamOptions{Follow: true, Hold: hold}, func(e abi.Event) error {
+			return a.observe(cmd.Context(), sid, req, follow, func(e abi.Event) {
 				switch e.Event {
 				case abi.EventData:
 					var l abi.LogLine
 					if json.Unmarshal(e.Payload, &l) != nil || l.Type != abi.PayloadLogLine {
-						return nil
+						return
 					}
 					if format == formatJSON {
 						b, _ := json.Marshal(l)
@@ -287,23 +272,8 @@ func (a *app) debugLogTailCmd() *cobra.Command {
 					if json.Unmarshal(e.Payload, &st) == nil && strings.HasPrefix(st.Message, "process ") {
 						fmt.Fprintln(a.env.Stderr, "nexus: "+st.Message)
 					}
-				case abi.EventMetadata:
-					var md abi.MetadataPayload
-					if !follow && json.Unmarshal(e.Payload, &md) == nil && md.Metadata["caughtUp"] == true {
-						return errDone
-					}
-				case abi.EventError:
-					var ep abi.ErrorPayload
-					if json.Unmarshal(e.Payload, &ep) == nil {
-						fmt.Fprintln(a.env.Stderr, "nexus: "+ep.Error.Message)
-					}
 				}
-				return nil
 			})
-			if errors.Is(err, errDone) || (err != nil && errors.Is(err, ctx.Err())) {
-				return nil
-			}
-			return err
 		},
 	}
 	f := cmd.Flags()
@@ -337,10 +307,8 @@ func (a *app) networkMonitorCmd() *cobra.Command {
 		Short: "Print a server's listening sockets and connections (--follow: then each open, update and close, until interrupted)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c := a.client()
-			id, hold := sid, false
-			if id == "" {
+			var req *abi.CreateRequest
+			if sid == "" {
 				if srv == "" {
 					return abi.Errorf(abi.CodeInvalidArgument, "", "name the server: --server ID (nexus server list; gateway is the gateway)")
 				}
@@ -348,51 +316,23 @@ func (a *app) networkMonitorCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("encode options: %w", err)
 				}
-				s, err := c.Create(ctx, abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: srv}, Ephemeral: true, Options: opts})
-				if err != nil {
-					return err
-				}
-				id, hold = s.SessionID, true
-				if !follow {
-					defer func() {
-						_, _ = c.Control(context.WithoutCancel(ctx), id, abi.ControlRequest{Command: abi.CommandClose})
-					}()
-				}
+				req = &abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: srv}, Options: opts}
 			}
-			errDone := errors.New("caught up")
 			if format != formatJSON {
 				fmt.Fprintf(a.env.Stdout, "%-7s %-12s %-22s %-22s %10s %10s %8s\n", "ACTION", "STATE", "LOCAL", "REMOTE", "SENT", "RECEIVED", "RTT(ms)")
 			}
-			err := c.Stream(ctx, id, client.StreamOptions{Follow: true, Hold: hold}, func(e abi.Event) error {
-				switch e.Event {
-				case abi.EventData:
-					var cn abi.Connection
-					if json.Unmarshal(e.Payload, &cn) != nil || cn.Type != abi.PayloadConnection {
-						return nil
-					}
-					if format == formatJSON {
-						b, _ := json.Marshal(cn)
-						fmt.Fprintf(a.env.Stdout, "%s\n", b)
-					} else {
-						fmt.Fprintf(a.env.Stdout, "%-7s %-12s %-22s %-22s %10d %10d %8.3f\n", cn.Action, cn.State, cn.Local, cn.Remote, cn.BytesSent, cn.BytesReceived, cn.RTTMs)
-					}
-				case abi.EventMetadata:
-					var md abi.MetadataPayload
-					if !follow && json.Unmarshal(e.Payload, &md) == nil && md.Metadata["caughtUp"] == true {
-						return errDone
-					}
-				case abi.EventError:
-					var ep abi.ErrorPayload
-					if json.Unmarshal(e.Payload, &ep) == nil {
-						fmt.Fprintln(a.env.Stderr, "nexus: "+ep.Error.Message)
-					}
+			return a.observe(cmd.Context(), sid, req, follow, func(e abi.Event) {
+				var cn abi.Connection
+				if e.Event != abi.EventData || json.Unmarshal(e.Payload, &cn) != nil || cn.Type != abi.PayloadConnection {
+					return
 				}
-				return nil
+				if format == formatJSON {
+					b, _ := json.Marshal(cn)
+					fmt.Fprintf(a.env.Stdout, "%s\n", b)
+				} else {
+					fmt.Fprintf(a.env.Stdout, "%-7s %-12s %-22s %-22s %10d %10d %8.3f\n", cn.Action, cn.State, cn.Local, cn.Remote, cn.BytesSent, cn.BytesReceived, cn.RTTMs)
+				}
 			})
-			if errors.Is(err, errDone) || (err != nil && errors.Is(err, ctx.Err())) {
-				return nil
-			}
-			return err
 		},
 	}
 	f := cmd.Flags()
@@ -402,4 +342,47 @@ func (a *app) networkMonitorCmd() *cobra.Command {
 	f.DurationVar(&interval, "interval", 0, "how often the sockets are listed (default 1s)")
 	enumFlag(cmd, &format, "format", "text", "text, or json (one connection payload per line)", "text", formatJSON)
 	return cmd
+}
+
+// observe streams an observer session to show: session sid, or a session created from req for
+// this command (ephemeral: it closes when the command ends). Without follow it stops once the
+// session says it has caught up (metadata caughtUp). Error events go to stderr.
+func (a *app) observe(ctx context.Context, sid string, req *abi.CreateRequest, follow bool, show func(abi.Event)) error {
+	c := a.client()
+	id, hold := sid, false
+	if id == "" {
+		req.Ephemeral = true
+		s, err := c.Create(ctx, *req)
+		if err != nil {
+			return err
+		}
+		id, hold = s.SessionID, true
+		if !follow {
+			defer func() {
+				_, _ = c.Control(context.WithoutCancel(ctx), id, abi.ControlRequest{Command: abi.CommandClose})
+			}()
+		}
+	}
+	errDone := errors.New("caught up")
+	err := c.Stream(ctx, id, client.StreamOptions{Follow: true, Hold: hold}, func(e abi.Event) error {
+		switch e.Event {
+		case abi.EventMetadata:
+			var md abi.MetadataPayload
+			if !follow && json.Unmarshal(e.Payload, &md) == nil && md.Metadata["caughtUp"] == true {
+				return errDone
+			}
+		case abi.EventError:
+			var ep abi.ErrorPayload
+			if json.Unmarshal(e.Payload, &ep) == nil {
+				fmt.Fprintln(a.env.Stderr, "nexus: "+ep.Error.Message)
+			}
+		default:
+			show(e)
+		}
+		return nil
+	})
+	if errors.Is(err, errDone) || (err != nil && errors.Is(err, ctx.Err())) {
+		return nil
+	}
+	return err
 }
