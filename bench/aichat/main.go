@@ -4,9 +4,12 @@
 // It measures the loop's overhead per tool call (turns of cheap list_dir calls, minus the time
 // in model calls and tools), the latency of each token from the provider's socket to a
 // WebSocket subscriber (and to the SDK read directly, with no gateway), the relay rate as a
-// ratio to the rate the provider wrote, and the memory of idle ai-chat sessions.
+// ratio to the rate the provider wrote, and the memory of idle ai-chat sessions. With -llm
+// (or -llm-url) the subagent burst runs a second time on the real local model server,
+// llama.cpp's llama-server with the tiny model of ../shared/llm (llm.go).
 //
 //	go run ./bench/aichat           # the figures of docs/BENCHMARKS.md
+//	go run ./bench/aichat -llm      # and the subagents on the real llama-server
 //	go run ./bench/aichat -quick    # a smoke run
 package main
 
@@ -50,6 +53,11 @@ type config struct {
 	acks          int
 	subagents     int
 	outDir        string
+	// llm runs spawn a second time on the real llama-server (llmURL: one already running;
+	// llmArgs: extra llama-server arguments for the one started here).
+	llm     bool
+	llmURL  string
+	llmArgs string
 }
 
 // Results is the JSON document written to bench/results/.
@@ -65,6 +73,7 @@ type Results struct {
 	Memory   *MemoryResult    `json:"memory,omitempty"`
 	Ack      *AckResult       `json:"ack,omitempty"`
 	Spawn    *SpawnResult     `json:"spawn,omitempty"`
+	SpawnLLM *LLMSpawnResult  `json:"spawnLlamaServer,omitempty"`
 	Errors   []string         `json:"errors,omitempty"`
 }
 
@@ -117,6 +126,10 @@ type SpawnResult struct {
 	Subagents      int     `json:"subagents"`
 	SpawnMs        float64 `json:"spawnMs"`
 	AllAnnouncedMs float64 `json:"allAnnouncedMs"`
+	// AllDeliveredMs: every announcement delivered into the parent's transcript (its turn
+	// started); CPUMs: this process's CPU time (the gateway, the bench) until then.
+	AllDeliveredMs float64 `json:"allDeliveredMs"`
+	CPUMs          float64 `json:"cpuMs"`
 	HeapPerKB      float64 `json:"heapPerSubagentKB"`
 }
 
@@ -149,6 +162,9 @@ func run() error {
 	flag.IntVar(&cfg.subagents, "subagents", 100, "spawn: subagents spawned at once")
 	flag.BoolVar(&quick, "quick", false, "smoke run: -calls 10 -turns 2 -tokens 2000 -paced-tokens 300 -sessions 30")
 	flag.StringVar(&cfg.outDir, "out", "bench/results", "directory for the JSON results")
+	flag.BoolVar(&cfg.llm, "llm", false, "spawn: also on the real local model server (llama-server started with ../shared/llm/serve.sh)")
+	flag.StringVar(&cfg.llmURL, "llm-url", "", "spawn: also on this running llama-server (http://127.0.0.1:PORT) instead of starting one")
+	flag.StringVar(&cfg.llmArgs, "llm-args", "", "extra llama-server arguments for -llm (e.g. \"-np 4 -c 32768\": slots share the context)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -168,7 +184,14 @@ func run() error {
 	res := &Results{Command: strings.Join(os.Args, " "), Started: start.UTC().Format(time.RFC3339), Machine: benchenv.Probe("bash"),
 		Config: map[string]any{"calls": cfg.calls, "turns": cfg.turns, "tokens": cfg.tokens, "pacedTokens": cfg.paced, "rate": cfg.rate, "sessions": cfg.sessions}}
 	ctx := context.Background()
-	h, err := startHarness(ctx)
+	// First, in a process with nothing else in it yet: its own gateway's shutdown would free
+	// memory while memory measures, and the others' idle sessions would weigh on its GC.
+	if cfg.llm || cfg.llmURL != "" {
+		if err := runLLM(ctx, cfg, res); err != nil {
+			return err
+		}
+	}
+	h, err := startHarness(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -212,6 +235,8 @@ func run() error {
 type model struct {
 	mu   sync.Mutex
 	sent []time.Time
+	// tools are the names of the tools the last request offered.
+	tools []string
 }
 
 func (m *model) serve(w http.ResponseWriter, r *http.Request) {
@@ -220,11 +245,23 @@ func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
+		Tools []struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	tools := make([]string, len(req.Tools))
+	for i, t := range req.Tools {
+		tools[i] = t.Function.Name
+	}
+	m.mu.Lock()
+	m.tools = tools
+	m.mu.Unlock()
 	var user string
 	results := 0
 	for _, msg := range req.Messages {
@@ -323,6 +360,7 @@ func nilIf(s string) any {
 
 type harness struct {
 	dir    string
+	state  string
 	ws     string
 	sock   string
 	reg    *live.Registry
@@ -334,7 +372,8 @@ type harness struct {
 	done   chan error
 }
 
-func startHarness(ctx context.Context) (*harness, error) {
+// startHarness starts the gateway; llmBase, when set, is the real server's (the llm backend).
+func startHarness(ctx context.Context, llmBase string) (*harness, error) {
 	dir, err := os.MkdirTemp("", "nexus-bench-aichat-")
 	if err != nil {
 		return nil, err
@@ -349,6 +388,7 @@ func startHarness(ctx context.Context) (*harness, error) {
 	if err := os.Mkdir(state, 0o700); err != nil {
 		return nil, err
 	}
+	h.state = state
 	h.srv = httptest.NewServer(http.HandlerFunc(h.m.serve))
 	queues, err := broker.Open(ctx, broker.Path(state), broker.Options{})
 	if err != nil {
@@ -356,6 +396,10 @@ func startHarness(ctx context.Context) (*harness, error) {
 	}
 	h.queues = queues
 	cfgText := fmt.Sprintf("[backends.bench]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"bench\"\ncontext_window = 1000000\n", h.srv.URL+"/v1")
+	if llmBase != "" {
+		// As the real-model tests configure it (internal/cli/ai_script_test.go).
+		cfgText += fmt.Sprintf("\n[backends.%s]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"probe\"\ncontext_window = 4096\nmax_tokens = 256\n", llmBackend, llmBase+"/v1")
+	}
 	shells := agentshell.New(agentshell.Config{AuditDir: filepath.Join(state, "audit"), IdleTimeout: -1})
 	kind := &aichat.Kind{
 		Chats:    conversation.New(conversation.Options{Dir: conversation.SessionsDir(state)}),
@@ -712,6 +756,7 @@ func spawn(ctx context.Context, h *harness, cfg config) (*SpawnResult, error) {
 		return nil, err
 	}
 	key, _ := s.Metadata["chatKey"].(string)
+	cpu0 := cpuTime("self")
 	t0 := time.Now()
 	for i := range n {
 		if _, err := h.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandSpawn, Spawn: &abi.SpawnRequest{Task: fmt.Sprintf("task %d", i), Cleanup: "keep"}}); err != nil {
@@ -719,26 +764,11 @@ func spawn(ctx context.Context, h *harness, cfg config) (*SpawnResult, error) {
 		}
 	}
 	res := &SpawnResult{Subagents: n, SpawnMs: float64(time.Since(t0)) / 1e6}
-	for {
-		ms, err := h.queues.History(ctx, key, 10*n)
-		if err != nil {
-			return nil, err
-		}
-		got := 0
-		for _, m := range ms {
-			if strings.HasPrefix(m.ID, "announce_") {
-				got++
-			}
-		}
-		if got >= n {
-			break
-		}
-		if time.Since(t0) > 5*time.Minute {
-			return nil, fmt.Errorf("%d of %d announced after 5 minutes", got, n)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the store: the figure's resolution
+	announced, delivered, _, err := waitAnnounced(ctx, h, key, n, t0, true)
+	if err != nil {
+		return nil, err
 	}
-	res.AllAnnouncedMs = float64(time.Since(t0)) / 1e6
+	res.AllAnnouncedMs, res.AllDeliveredMs, res.CPUMs = float64(announced)/1e6, float64(delivered)/1e6, ms(cpuTime("self")-cpu0)
 	if _, err := h.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandClose}); err != nil {
 		return nil, err
 	}
@@ -754,6 +784,48 @@ func spawn(ctx context.Context, h *harness, cfg config) (*SpawnResult, error) {
 	}
 	res.HeapPerKB = (heap() - h0) / float64(n) / 1024
 	return res, nil
+}
+
+// waitAnnounced polls the conversation key's queue until n subagents have announced into it
+// (stored there), and returns when that was after t0, with the announcements. delivered:
+// also until each is delivered (its turn started in the parent), and when that was.
+func waitAnnounced(ctx context.Context, h *harness, key string, n int, t0 time.Time, delivered bool) (announcedAt, deliveredAt time.Duration, msgs []broker.Message, err error) {
+	for {
+		hist, err := h.queues.History(ctx, key, 10*n)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		got, done := 0, 0
+		msgs = msgs[:0]
+		for _, m := range hist {
+			if strings.HasPrefix(m.ID, "announce_") {
+				got++
+				msgs = append(msgs, m)
+				if m.State == broker.StateDelivered {
+					done++
+				}
+			}
+		}
+		if got >= n && announcedAt == 0 {
+			announcedAt = time.Since(t0)
+		}
+		if done >= n && deliveredAt == 0 {
+			deliveredAt = time.Since(t0)
+		}
+		if announcedAt > 0 && (!delivered || deliveredAt > 0) {
+			return announcedAt, deliveredAt, msgs, nil
+		}
+		if time.Since(t0) > 5*time.Minute {
+			return 0, 0, nil, fmt.Errorf("%d of %d announced, %d delivered, after 5 minutes", got, n, done)
+		}
+		if announcedAt == 0 {
+			time.Sleep(5 * time.Millisecond) // polling the store: the figure's resolution
+		} else {
+			// Each poll reads the announcements whole (about 1.4 ms of CPU at 100): the
+			// delivered figure, seconds long on the real server, is polled less often.
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
 }
 
 func memory(ctx context.Context, h *harness, cfg config) (*MemoryResult, error) {
@@ -812,7 +884,10 @@ func report(r *Results) {
 		fmt.Fprintf(w, "  the queue's commit alone (SQLite, synchronous=FULL)\tp50 %.3f ms, p99 %.3f ms; a bare write+fsync: p50 %.3f ms\n", a.StoreP50Ms, a.StoreP99Ms, a.FsyncP50Ms)
 	}
 	if sp := r.Spawn; sp != nil {
-		fmt.Fprintf(w, "%d subagents spawned at once (scripted model)\tspawned in %.0f ms, all announced after %.0f ms; %.1f KB of heap per idle subagent\n", sp.Subagents, sp.SpawnMs, sp.AllAnnouncedMs, sp.HeapPerKB)
+		fmt.Fprintf(w, "%d subagents spawned at once (scripted model)\tspawned in %.0f ms, all announced after %.0f ms, all delivered into the parent after %.0f ms (CPU %.0f ms); %.1f KB of heap per idle subagent\n", sp.Subagents, sp.SpawnMs, sp.AllAnnouncedMs, sp.AllDeliveredMs, sp.CPUMs, sp.HeapPerKB)
+	}
+	if sp := r.SpawnLLM; sp != nil {
+		printLLMSpawn(w, sp)
 	}
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "memory per idle ai-chat session (%d sessions)\theap %.1f KB, RSS %.1f KB\n", m.Sessions, m.HeapPerKB, m.RSSPerKB)
