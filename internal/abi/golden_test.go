@@ -111,6 +111,8 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"event_log-line", event(t, abi.EventData, 4, abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamStderr, Line: "listening on :8080", Offset: 4096})},
 		{"event_log-line_gateway", event(t, abi.EventData, 5, abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamGateway, Line: "session created id=0190a1b2", Level: "INFO", Offset: 17})},
 		{"event_connection_open", event(t, abi.EventData, 6, abi.Connection{Type: abi.PayloadConnection, Action: "open", Local: "127.0.0.1:8080", Remote: "127.0.0.1:53752", State: "established", BytesSent: 0, BytesReceived: 5, RTTMs: 0.024, Inode: 3665324})},
+		{"event_roadmap-item", event(t, abi.EventData, 7, abi.RoadmapEvent{Type: abi.PayloadRoadmapItem, Action: "updated", RoadmapID: "rm63bc7dba", Item: &abi.RoadmapItem{ID: "it0a1b2c3d", Title: "write the docs", Status: "doing"}})},
+		{"event_roadmap-turn", event(t, abi.EventData, 8, abi.RoadmapEvent{Type: abi.PayloadRoadmapTurn, RoadmapID: "rm63bc7dba", SessionID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", ChatKey: "agent:worker:main", RunID: "run-1", End: "completed", Iterations: 2})},
 		{"event_ai-run_start", event(t, abi.EventData, 3, abi.AIRun{Type: abi.PayloadAIRun, Phase: abi.RunStart, RunID: "run-1"})},
 		{"event_ai-run_end", event(t, abi.EventData, 21, abi.RunOf(abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, RunID: "run-1", End: abi.TurnCompleted}))},
 		{"event_ai-run_error", event(t, abi.EventData, 21, abi.RunOf(abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, RunID: "run-1", End: abi.TurnError, Reason: "the backend answered 529 overloaded"}))},

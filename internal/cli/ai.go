@@ -44,6 +44,7 @@ func (a *app) aiCmd() *cobra.Command {
 type aiOpen struct {
 	abi.AIChatOptions
 	chat        string
+	roadmap     string
 	temperature float64
 	resume      bool
 }
@@ -53,6 +54,7 @@ func (a *app) aiOpenFlags(cmd *cobra.Command, o *aiOpen) {
 	f.StringVar(&o.Backend, "backend", "", "backend of config.toml (claude, codex, gemini, qwen, or one you named; default: the agent's, else the first whose API key is set)")
 	f.StringVar(&o.Model, "model", "", "model (default: the backend's)")
 	f.StringVar(&o.chat, "chat", "", "the conversation's session key (default: a new agent:<agent>:ai:<id>); an existing key continues it")
+	f.StringVar(&o.roadmap, "roadmap", "", "link the session to a roadmap (its meta-chat sessions see its turns and subagents)")
 	f.StringVar(&o.Agent, "agent", "", "agent id (default main; see nexus agent list)")
 	enumFlag(cmd, &o.Level, "level", "", "permission level: yolo, trusted or sandboxed (default: the agent's, else trusted)", "yolo", "trusted", "sandboxed")
 	f.StringVar(&o.Workspace, "workspace", "", "directory the tools work in (default: the agent's, else this directory)")
@@ -86,7 +88,7 @@ func (a *app) openAIChat(ctx context.Context, o aiOpen) (abi.Session, error) {
 	if err != nil {
 		return abi.Session{}, fmt.Errorf("encode options: %w", err)
 	}
-	s, err := a.client().Create(ctx, abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: o.chat}, Options: opts})
+	s, err := a.client().Create(ctx, abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: o.chat, RoadmapID: o.roadmap}, Options: opts})
 	if err != nil {
 		return s, err
 	}

@@ -19,12 +19,14 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/kinds/debugstream"
+	"github.com/nexus-run/nexus/internal/kinds/metachat"
 	"github.com/nexus-run/nexus/internal/kinds/netstream"
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/project"
+	"github.com/nexus-run/nexus/internal/roadmap"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/trigger"
 )
@@ -189,6 +191,11 @@ func (a *app) serveCmd() *cobra.Command {
 			procs.SetGatewayAddr(listen)
 			debugKind := &debugstream.Kind{Processes: procs, Journal: journal}
 			netKind := &netstream.Kind{Processes: procs}
+			roadmaps, err := roadmap.Open(filepath.Join(a.stateDir, "roadmaps.json"), a.env.Now)
+			if err != nil {
+				return err
+			}
+			metaKind := &metachat.Kind{Roadmaps: roadmaps}
 			// Sessions and their events live in state/live, so the next gateway still answers
 			// for them (docs/live-sessions.md).
 			openRegistry := func(ctx context.Context) (live.Backend, error) {
@@ -203,7 +210,7 @@ func (a *app) serveCmd() *cobra.Command {
 					Store:       store,
 					Now:         a.env.Now,
 					Logger:      logger,
-				}, kind, aiKind, debugKind, netKind)
+				}, kind, aiKind, debugKind, netKind, metaKind)
 				if err != nil {
 					_ = store.Close()
 					return nil, err
@@ -227,6 +234,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Index:        historyIndex,
 				Triggers:     triggers,
 				Processes:    procs,
+				Roadmaps:     roadmaps,
 				Version:      a.env.Version,
 				Logger:       logger,
 				Ready: func(in gateway.Info) {

@@ -36,6 +36,7 @@ func (a *app) agentCmd() *cobra.Command {
 
 type openOptions struct {
 	project    string
+	roadmap    string
 	ttl        time.Duration
 	shell      string
 	cols, rows int
@@ -50,6 +51,7 @@ func (a *app) openFlags(cmd *cobra.Command, o *openOptions, full bool) {
 	if !full {
 		return
 	}
+	f.StringVar(&o.roadmap, "roadmap", "", "link the session to a roadmap (its meta-chat sessions see it)")
 	f.DurationVar(&o.ttl, "ttl", 0, "close the session after this long, a Go duration such as 90m (sets expiresAt; 0: no expiry)")
 	f.StringVar(&o.shell, "shell", "", "shell to run (default the gateway's)")
 	sizeFlags(cmd, &o.cols, &o.rows, "cols", "rows", " (default 80x24, or this terminal's with --ephemeral)")
@@ -74,7 +76,7 @@ func (a *app) openTerminal(ctx context.Context, o openOptions) (abi.Session, err
 	}
 	req := abi.CreateRequest{
 		Type:       abi.TypeTerminal,
-		Context:    abi.Context{ProjectID: o.project},
+		Context:    abi.Context{ProjectID: o.project, RoadmapID: o.roadmap},
 		Transport:  abi.Transport(o.transport),
 		TTLSeconds: int64(math.Ceil(o.ttl.Seconds())),
 		Ephemeral:  o.ephemeral,

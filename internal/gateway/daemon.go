@@ -22,6 +22,7 @@ import (
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/process"
+	"github.com/nexus-run/nexus/internal/roadmap"
 	"github.com/nexus-run/nexus/internal/trigger"
 )
 
@@ -81,6 +82,8 @@ type DaemonOptions struct {
 	Triggers *trigger.Service
 	// Processes, when set, serves the managed processes and servers on every listener.
 	Processes *process.Manager
+	// Roadmaps, when set, serves the roadmaps on every listener.
+	Roadmaps *roadmap.Store
 }
 
 // ErrAlreadyRunning is returned when another gateway holds the state directory.
@@ -164,7 +167,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 	if o.Index != nil {
 		indexSync = o.Index.Sync
 	}
-	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Roadmaps: o.Roadmaps, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 	servers := []*http.Server{local}
 	errc := make(chan error, 2)
 	go func() { errc <- local.Serve(ul) }()
@@ -182,7 +185,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 		info.Listen = tl.Addr().String()
-		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Roadmaps: o.Roadmaps, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 		servers = append(servers, remote)
 		gl := guard(tl, o.MaxUnauthenticated)
 		go func() { errc <- remote.Serve(gl) }()

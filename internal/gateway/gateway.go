@@ -28,6 +28,7 @@ import (
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/process"
+	"github.com/nexus-run/nexus/internal/roadmap"
 	"github.com/nexus-run/nexus/internal/trigger"
 )
 
@@ -48,6 +49,8 @@ type Options struct {
 	Triggers *trigger.Service
 	// Processes, when set, serves the managed processes and servers (processes.go).
 	Processes *process.Manager
+	// Roadmaps, when set, serves the roadmaps (roadmaps.go).
+	Roadmaps *roadmap.Store
 	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
 	Token   string
 	Version string
@@ -107,6 +110,7 @@ func Handler(opt Options) http.Handler {
 	s.indexRoutes(mux)
 	s.triggerRoutes(mux)
 	s.processRoutes(mux)
+	s.roadmapRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "no route %s %s (the API lives under %s/)", r.Method, r.URL.Path, abi.APIPrefix), http.StatusNotFound)
 	})

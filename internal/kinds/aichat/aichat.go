@@ -175,6 +175,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level,
 		thinking: thinking, temperature: opts.Temperature, maxIter: opts.MaxToolIterations,
 		pending: map[string]chan permission.Answer{}, idle: make(chan struct{}), background: opts.Background,
+		roadmap: req.Context.RoadmapID,
 	}
 	close(c.idle)
 	c.base, c.stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -412,6 +413,8 @@ type chat struct {
 	// starts of the kind's sessions (the newest foreground one delivers its conversation's queue).
 	background bool
 	seq        uint64
+	// roadmap is the roadmap the session is linked to; its subagents are linked too.
+	roadmap string
 	// options are what the session was started with, recorded in sessions.json at each turn's
 	// start, with the queue mode when the start asked for one (setQueueMode).
 	options      abi.AIChatOptions

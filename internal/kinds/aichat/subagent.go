@@ -167,7 +167,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	}
 	opts, _ := json.Marshal(abi.AIChatOptions{Backend: c.backend.Name, Model: c.backend.Model, Agent: agentID, Level: string(level),
 		Workspace: c.workspace, Temperature: c.temperature})
-	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey}, Options: opts})
+	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey, RoadmapID: c.roadmap}, Options: opts})
 	if err == nil {
 		err = k.Sessions.Send(live.WithSendOptions(context.WithoutCancel(ctx), &live.SendOptions{Mode: "followup"}), s.SessionID, []byte(a.Task))
 	}

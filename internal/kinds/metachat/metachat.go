@@ -1,0 +1,318 @@
+// Package metachat is the meta-chat session kind (docs/observers.md): a manager's live view
+// of a roadmap. A session on a roadmap (context roadmapId) receives, in order, the roadmap's
+// item changes, the sessions linked to it (created, status changes, closed), the turns that
+// end in its linked ai-chat sessions and the subagents they spawn. An interrupt stops the
+// updates and the session stays open for queries (its roadmap in its metadata); resume reports
+// what changed meanwhile.
+package metachat
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/roadmap"
+)
+
+// Kind starts meta-chat sessions. It is a live.Observer: the registry gives it its view.
+type Kind struct {
+	Roadmaps *roadmap.Store
+
+	mu   sync.Mutex
+	view live.View
+}
+
+// Attach implements live.Observer.
+func (k *Kind) Attach(v live.View) {
+	k.mu.Lock()
+	k.view = v
+	k.mu.Unlock()
+}
+
+// Type implements live.Kind.
+func (k *Kind) Type() abi.SessionType { return abi.TypeMetaChat }
+
+// Capabilities implements live.Kind: the seed's set (receive, close, stream) and interrupt,
+// which its control rules give meta-chat (stop receiving updates, the session stays open).
+func (k *Kind) Capabilities() abi.Capabilities {
+	return abi.Capabilities{Receive: true, Interrupt: true, Close: true, Stream: true}
+}
+
+// Start implements live.Kind.
+func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+	if len(req.Options) > 0 && string(req.Options) != "{}" && string(req.Options) != "null" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "meta-chat sessions take no options")
+	}
+	if req.Context.RoadmapID == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "a meta-chat follows a roadmap: context roadmapId (nexus roadmap list)")
+	}
+	if k.Roadmaps == nil {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "this gateway keeps no roadmaps")
+	}
+	rm, err := k.Roadmaps.Get(req.Context.RoadmapID)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	view := k.view
+	k.mu.Unlock()
+	if view == nil {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "meta-chat needs the registry's view")
+	}
+	m := &meta{sink: sink, k: k, view: view, id: rm.ID, resume: make(chan struct{}),
+		items: map[string]int{}, sessions: map[string]abi.Session{}, readers: map[string]context.CancelFunc{}}
+	m.ctx, m.stop = context.WithCancel(context.Background())
+	sink.SetMetadata(map[string]any{"roadmapId": rm.ID, "title": rm.Title})
+	return m, nil
+}
+
+// meta is one meta-chat session.
+type meta struct {
+	sink *live.Sink
+	k    *Kind
+	view live.View
+	id   string
+
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	held     bool
+	paused   bool
+	resume   chan struct{}
+	items    map[string]int         // item id -> version reported
+	sessions map[string]abi.Session // linked session -> as reported
+	readers  map[string]context.CancelFunc
+	pub      sync.Mutex // one report at a time, so they stay in order
+}
+
+// Begin implements live.Beginner.
+func (m *meta) Begin() {
+	changes, unsubscribe := m.k.Roadmaps.Subscribe(m.id)
+	m.wg.Go(func() {
+		defer unsubscribe()
+		for m.gate() {
+			m.reportItems()
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-changes:
+			case <-m.resumed():
+			}
+		}
+	})
+	m.wg.Go(func() {
+		var version uint64
+		for first := true; m.gate(); first = false {
+			snap, err := m.view.WatchSessions(m.ctx, version, time.Minute)
+			if err != nil {
+				return
+			}
+			if snap.Version == version && !first {
+				continue
+			}
+			if !m.gate() { // interrupted while it waited: report after resume
+				return
+			}
+			version = snap.Version
+			m.reportSessions(snap.Sessions, first)
+		}
+	})
+}
+
+// resumed is a channel closed when delivery resumes (or never while it runs).
+func (m *meta) resumed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held {
+		return m.resume
+	}
+	return nil
+}
+
+func (m *meta) gate() bool {
+	for {
+		m.mu.Lock()
+		held, ch := m.held, m.resume
+		m.mu.Unlock()
+		if !held {
+			return m.ctx.Err() == nil
+		}
+		select {
+		case <-ch:
+		case <-m.ctx.Done():
+			return false
+		}
+	}
+}
+
+func (m *meta) publish(payload any) {
+	m.pub.Lock()
+	defer m.pub.Unlock()
+	m.sink.Publish(abi.EventData, payload)
+}
+
+// reportItems reports the items added or changed since the last report.
+func (m *meta) reportItems() {
+	rm, err := m.k.Roadmaps.Get(m.id)
+	if err != nil {
+		return
+	}
+	for _, it := range rm.Items {
+		m.mu.Lock()
+		v, seen := m.items[it.ID]
+		m.items[it.ID] = it.Version
+		m.mu.Unlock()
+		if seen && v == it.Version {
+			continue
+		}
+		action := "updated"
+		if !seen {
+			action = "added"
+		}
+		m.publish(abi.RoadmapEvent{Type: abi.PayloadRoadmapItem, Action: action, RoadmapID: m.id,
+			Item: &abi.RoadmapItem{ID: it.ID, Title: it.Title, Status: it.Status}})
+	}
+}
+
+// reportSessions reports the linked sessions created, changed and closed since the last
+// report, and follows the events of linked ai-chat sessions (those there before the meta-chat
+// opened, first, from their present: their past is not news).
+func (m *meta) reportSessions(all []abi.Session, first bool) {
+	self := m.sink.SessionID()
+	for _, s := range all {
+		if s.Context.RoadmapID != m.id || s.SessionID == self {
+			continue
+		}
+		m.mu.Lock()
+		old, seen := m.sessions[s.SessionID]
+		m.sessions[s.SessionID] = s
+		m.mu.Unlock()
+		var action string
+		switch {
+		case !seen && s.Status.Final():
+			action = "closed"
+		case !seen:
+			action = "created"
+		case old.Status != s.Status && s.Status.Final():
+			action = "closed"
+		case old.Status != s.Status:
+			action = "status"
+		default:
+			continue
+		}
+		ev := abi.RoadmapEvent{Type: abi.PayloadRoadmapSession, Action: action, RoadmapID: m.id, SessionID: s.SessionID,
+			SessionType: string(s.Type), Status: string(s.Status)}
+		if k, ok := s.Metadata["chatKey"].(string); ok {
+			ev.ChatKey = k
+		}
+		m.publish(ev)
+		if action == "created" && s.Type == abi.TypeAIChat {
+			m.follow(s.SessionID, ev.ChatKey, first)
+		}
+	}
+}
+
+// follow forwards a linked ai-chat session's turn ends and subagent spawns.
+func (m *meta) follow(id, chatKey string, fromNow bool) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.mu.Lock()
+	m.readers[id] = cancel
+	m.mu.Unlock()
+	m.wg.Go(func() {
+		defer cancel()
+		var after uint64
+		if fromNow {
+			var err error
+			if after, err = m.view.LastSeq(ctx, id); err != nil {
+				return
+			}
+		}
+		for m.gate() {
+			b, err := m.view.Read(ctx, id, after, 0, time.Minute)
+			if err != nil || !m.gate() {
+				return
+			}
+			for _, e := range b.Events {
+				after = e.Seq
+				switch p := e.Payload.(type) {
+				case abi.AITurn:
+					if p.Phase == abi.PhaseEnded {
+						m.publish(abi.RoadmapEvent{Type: abi.PayloadRoadmapTurn, RoadmapID: m.id, SessionID: id, ChatKey: chatKey,
+							RunID: p.RunID, End: p.End, Iterations: p.Iterations})
+					}
+				case abi.AISubagent:
+					m.publish(abi.RoadmapEvent{Type: abi.PayloadRoadmapSubagent, Action: "spawned", RoadmapID: m.id, SessionID: id, ChatKey: chatKey,
+						RunID: p.RunID, ChildSessionKey: p.ChildSessionKey, Label: p.Label, Task: p.Task})
+				}
+			}
+			if b.Done {
+				return
+			}
+		}
+	})
+}
+
+func (m *meta) hold(held bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if held == m.held {
+		return
+	}
+	m.held = held
+	if held {
+		m.resume = make(chan struct{})
+	} else {
+		close(m.resume)
+	}
+}
+
+// Send implements live.Instance.
+func (m *meta) Send(context.Context, []byte) error {
+	return abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions take no input")
+}
+
+// Control implements live.Instance: interrupt stops the updates; the session stays open.
+func (m *meta) Control(_ context.Context, req abi.ControlRequest) (any, error) {
+	if req.Command != abi.CommandInterrupt {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions do not support %s", req.Command)
+	}
+	m.hold(true)
+	return map[string]any{"updating": false, "note": "resume reports what changed meanwhile"}, nil
+}
+
+// Resume implements live.Resumer.
+func (m *meta) Resume(context.Context) (any, error) {
+	m.mu.Lock()
+	paused := m.paused
+	m.mu.Unlock()
+	if !paused {
+		m.hold(false)
+	}
+	return map[string]any{"updating": !paused}, nil
+}
+
+// SetPaused implements live.Pauser.
+func (m *meta) SetPaused(paused bool) {
+	m.mu.Lock()
+	m.paused = paused
+	m.mu.Unlock()
+	m.hold(paused)
+}
+
+// Close implements live.Instance.
+func (m *meta) Close(ctx context.Context) error {
+	m.stop()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.New("meta-chat: its readers did not stop in time")
+	}
+	return nil
+}
