@@ -41,7 +41,11 @@ type Line struct {
 	Level string `json:"level,omitempty"`
 }
 
-// ring keeps the recent lines of a process and wakes its followers.
+// ring keeps the recent lines of a process and wakes its followers. Followers that registered
+// a cursor hold the capture back: while one is more than half a ring behind, adding waits (the
+// process then blocks on its full pipe, as a program behind a slow terminal does) for at most
+// MaxStall without progress, after which that cursor is released until it catches up. So a
+// session that keeps up loses nothing, and a stuck one cannot stall the process for long.
 type ring struct {
 	mu      sync.Mutex
 	lines   []Line // circular, len = capacity
@@ -49,10 +53,111 @@ type ring struct {
 	n       int
 	offsets map[string]int64
 	wake    chan struct{} // closed and replaced at each append
+	cursors map[*Cursor]struct{}
+	room    chan struct{} // closed and replaced when a cursor advances
 }
 
+// MaxStall is how long the capture waits for a cursor that makes no progress.
+const MaxStall = time.Second
+
 func newRing(capacity int) *ring {
-	return &ring{lines: make([]Line, capacity), next: 1, offsets: map[string]int64{}, wake: make(chan struct{})}
+	return &ring{lines: make([]Line, capacity), next: 1, offsets: map[string]int64{}, wake: make(chan struct{}),
+		cursors: map[*Cursor]struct{}{}, room: make(chan struct{})}
+}
+
+// Cursor is a follower of a process's lines whose progress the capture waits for.
+type Cursor struct {
+	r        *ring
+	pos      uint64 // read so far (the reader's own)
+	acked    uint64 // delivered, under r.mu
+	released bool   // under r.mu: too slow, no longer waited for
+}
+
+// behindLocked reports whether c holds the capture back.
+func (r *ring) behindLocked(c *Cursor) bool {
+	return !c.released && r.next-1-c.acked > uint64(len(r.lines)/2)
+}
+
+// waitRoom blocks the capture while a cursor is too far behind (at most MaxStall without
+// progress, then that cursor is released).
+func (r *ring) waitRoom() {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		r.mu.Lock()
+		var slow []*Cursor
+		for c := range r.cursors {
+			if r.behindLocked(c) {
+				slow = append(slow, c)
+			}
+		}
+		room := r.room
+		r.mu.Unlock()
+		if len(slow) == 0 {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(MaxStall)
+		}
+		select {
+		case <-room:
+			timer.Reset(MaxStall)
+		case <-timer.C:
+			r.mu.Lock()
+			for _, c := range slow {
+				c.released = true
+			}
+			r.mu.Unlock()
+			return
+		}
+	}
+}
+
+// Read returns the lines after the cursor's position (waiting for one) and moves it on; lost
+// says some were overwritten before it read them (it had been released).
+func (c *Cursor) Read(ctx context.Context, limit int) ([]Line, bool, error) {
+	lines, lost, err := c.r.read(ctx, c.pos, limit)
+	if len(lines) > 0 {
+		c.pos = lines[len(lines)-1].Seq
+	}
+	return lines, lost, err
+}
+
+// Ack says every line up to seq is delivered: the capture may go on.
+func (c *Cursor) Ack(seq uint64) {
+	r := c.r
+	r.mu.Lock()
+	if seq > c.acked {
+		c.acked = seq
+		if c.released && !r.behindLocked(&Cursor{acked: seq}) {
+			c.released = false // caught up: waited for again
+		}
+		close(r.room)
+		r.room = make(chan struct{})
+	}
+	r.mu.Unlock()
+}
+
+// Close unregisters the cursor.
+func (c *Cursor) Close() {
+	r := c.r
+	r.mu.Lock()
+	delete(r.cursors, c)
+	close(r.room)
+	r.room = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *ring) cursor(after uint64) *Cursor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := &Cursor{r: r, pos: after, acked: after}
+	r.cursors[c] = struct{}{}
+	return c
 }
 
 func (r *ring) add(stream, text string, size int64, now time.Time) {
@@ -124,6 +229,16 @@ func (r *ring) last(n int) uint64 {
 	return r.next - 1 - uint64(n)
 }
 
+// Subscribe registers a cursor on the process's lines, positioned after seq after; the
+// capture waits for it (see ring). Close it when the follower goes.
+func (m *Manager) Subscribe(ref string, after uint64) (*Cursor, error) {
+	p, err := m.get(ref)
+	if err != nil {
+		return nil, err
+	}
+	return p.ring.cursor(after), nil
+}
+
 // capture reads a stream of the process line by line into its log file and the ring.
 func (p *proc) capture(rd io.Reader, stream string, w *rotating) {
 	br := bufio.NewReaderSize(rd, MaxLine)
@@ -140,6 +255,7 @@ func (p *proc) capture(rd io.Reader, stream string, w *rotating) {
 			if n := len(text); n > 0 && text[n-1] == '\r' {
 				text = text[:n-1]
 			}
+			p.ring.waitRoom()
 			p.ring.add(stream, string(text), int64(len(line)), p.m.opt.Now())
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {

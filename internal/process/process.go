@@ -296,6 +296,7 @@ func (m *Manager) Restart(ctx context.Context, ref string) (Info, error) {
 	p.stop(ctx, StatusStopped)
 	p.mu.Lock()
 	p.info.Restarts++
+	p.stopping = false
 	p.mu.Unlock()
 	if err := p.start(); err != nil {
 		return Info{}, err
@@ -396,10 +397,17 @@ func (p *proc) start() error {
 	}
 	done := make(chan struct{})
 	p.mu.Lock()
-	p.group, p.done, p.stopping = g, done, false
+	p.group, p.done = g, done
 	p.info.Status, p.info.PID, p.info.StartedAt = StatusRunning, cmd.Process.Pid, m.opt.Now().UnixMilli()
 	p.info.EndedAt, p.info.ExitCode, p.info.Signal, p.info.Reason = 0, nil, "", ""
+	// A stop that came while this run started (a restart racing a stop) ends it at once.
+	stopNow := p.stopping
 	p.mu.Unlock()
+	defer func() {
+		if stopNow {
+			go p.stop(context.Background(), StatusStopped)
+		}
+	}()
 	p.ring.status(fmt.Sprintf("started pid %d", cmd.Process.Pid), m.opt.Now())
 	var readers sync.WaitGroup
 	readers.Go(func() { p.capture(stdout, StreamStdout, outLog) })

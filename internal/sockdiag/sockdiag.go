@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Socket is one TCP socket.
@@ -42,6 +43,16 @@ var states = map[uint8]string{
 
 // List returns every TCP socket of the network namespace, IPv4 and IPv6.
 func List() ([]Socket, error) {
+	buf := make([]byte, 1<<20)
+	out, err := dump(unix.AF_INET, buf, nil)
+	if err != nil {
+		return nil, err
+	}
+	return dump(unix.AF_INET6, buf, out)
+}
+
+// ListLibrary is List through vishvananda/netlink (the bench's reference).
+func ListLibrary() ([]Socket, error) {
 	var out []Socket
 	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
 		res, err := netlink.SocketDiagTCPInfo(fam)
@@ -61,9 +72,6 @@ func List() ([]Socket, error) {
 				State:  states[m.State],
 				RQueue: m.RQueue, WQueue: m.WQueue,
 			}
-			if s.State == "" {
-				s.State = strconv.Itoa(int(m.State))
-			}
 			if ti := r.TCPInfo; ti != nil {
 				s.BytesAcked, s.BytesReceived = ti.Bytes_acked, ti.Bytes_received
 				s.RTT = time.Duration(ti.Rtt) * time.Microsecond
@@ -73,14 +81,6 @@ func List() ([]Socket, error) {
 		}
 	}
 	return out, nil
-}
-
-func addrPort(ip []byte, port uint16) netip.AddrPort {
-	a, ok := netip.AddrFromSlice(ip)
-	if !ok {
-		return netip.AddrPortFrom(netip.IPv4Unspecified(), port)
-	}
-	return netip.AddrPortFrom(a.Unmap(), port)
 }
 
 // Inodes returns the socket inodes the processes hold open. A process that is gone, or whose
@@ -106,6 +106,77 @@ func Inodes(pids []int) map[uint32]bool {
 			if err == nil {
 				out[uint32(n)] = true
 			}
+		}
+	}
+	return out
+}
+
+func addrPort(ip []byte, port uint16) netip.AddrPort {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.AddrPortFrom(netip.IPv4Unspecified(), port)
+	}
+	return netip.AddrPortFrom(a.Unmap(), port)
+}
+
+// InodeCache finds the socket inodes processes hold, reading a descriptor's link only when it
+// is new or its socket is gone from the last listing: a server with ten thousand connections
+// costs one directory read per poll, not ten thousand readlinks. A descriptor closed and
+// reused for another socket between two polls while its old socket lives on in another
+// process is seen at the poll after that socket ends.
+type InodeCache struct {
+	fds map[int]map[string]uint32 // pid -> fd name -> inode (0: not a socket)
+}
+
+// Inodes returns the socket inodes pids hold; alive says whether a socket of the current
+// listing has an inode.
+func (c *InodeCache) Inodes(pids []int, alive func(uint32) bool) map[uint32]bool {
+	if c.fds == nil {
+		c.fds = map[int]map[string]uint32{}
+	}
+	out := map[uint32]bool{}
+	seen := map[int]bool{}
+	for _, pid := range pids {
+		seen[pid] = true
+		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+		f, err := os.Open(dir) //nolint:gosec // G304: /proc/<pid>/fd of a pid the caller owns
+		if err != nil {
+			delete(c.fds, pid)
+			continue
+		}
+		names, err := f.Readdirnames(-1)
+		_ = f.Close()
+		if err != nil {
+			continue
+		}
+		old := c.fds[pid]
+		cur := make(map[string]uint32, len(names))
+		for _, n := range names {
+			if ino, ok := old[n]; ok && (ino == 0 || alive(ino)) {
+				cur[n] = ino
+				if ino != 0 {
+					out[ino] = true
+				}
+				continue
+			}
+			link, err := os.Readlink(dir + "/" + n)
+			if err != nil {
+				continue
+			}
+			var ino uint32
+			if rest, ok := strings.CutPrefix(link, "socket:["); ok {
+				if v, err := strconv.ParseUint(strings.TrimSuffix(rest, "]"), 10, 32); err == nil {
+					ino = uint32(v)
+					out[ino] = true
+				}
+			}
+			cur[n] = ino
+		}
+		c.fds[pid] = cur
+	}
+	for pid := range c.fds {
+		if !seen[pid] {
+			delete(c.fds, pid)
 		}
 	}
 	return out

@@ -46,16 +46,39 @@ type source interface {
 	since(n int) uint64
 	// follow returns lines after pos, waiting for some; lost: some after pos are gone.
 	follow(ctx context.Context, pos uint64) ([]process.Line, bool, error)
+	// ack says the lines up to seq are delivered; done ends the following.
+	ack(seq uint64)
+	done()
 }
 
+// processSource follows a process through a cursor: the process's capture waits for this
+// session (within the manager's MaxStall), so a flood is not lost to a session that keeps up.
 type processSource struct {
 	m  *process.Manager
 	id string
+	c  *process.Cursor
 }
 
-func (s processSource) since(n int) uint64 { p, _ := s.m.Since(s.id, n); return p }
-func (s processSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
-	return s.m.Follow(ctx, s.id, pos, 4096) //nolint:wrapcheck // the manager's errors carry their code
+func (s *processSource) since(n int) uint64 { p, _ := s.m.Since(s.id, n); return p }
+func (s *processSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
+	if s.c == nil {
+		c, err := s.m.Subscribe(s.id, pos)
+		if err != nil {
+			return nil, false, err //nolint:wrapcheck // the manager's errors carry their code
+		}
+		s.c = c
+	}
+	return s.c.Read(ctx, 4096) //nolint:wrapcheck // the caller's own context
+}
+func (s *processSource) ack(seq uint64) {
+	if s.c != nil {
+		s.c.Ack(seq)
+	}
+}
+func (s *processSource) done() {
+	if s.c != nil {
+		s.c.Close()
+	}
 }
 
 type journalSource struct{ j *process.Journal }
@@ -64,6 +87,8 @@ func (s journalSource) since(n int) uint64 { return s.j.Since(n) }
 func (s journalSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
 	return s.j.Follow(ctx, pos, 4096)
 }
+func (journalSource) ack(uint64) {}
+func (journalSource) done()      {}
 
 // Start implements live.Kind.
 func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
@@ -120,7 +145,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 			}
 			s.src = journalSource{k.Journal}
 		case srv.ProcessID != "":
-			s.src = processSource{k.Processes, srv.ProcessID}
+			s.src = &processSource{m: k.Processes, id: srv.ProcessID}
 			md["processId"] = srv.ProcessID
 		default:
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "server %s is an address nexus does not manage: it has no logs to stream (follow its log file with option file)", srv.Name)
@@ -133,7 +158,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 		if err != nil {
 			return nil, err
 		}
-		s.src = processSource{k.Processes, in.ID}
+		s.src = &processSource{m: k.Processes, id: in.ID}
 		md["processId"], md["processName"] = in.ID, in.Name
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
@@ -216,6 +241,7 @@ func (s *stream) followSource() error {
 	if pos >= end {
 		s.caughtUp()
 	}
+	defer s.src.done()
 	for s.gate() {
 		lines, lost, err := s.src.follow(s.ctx, pos)
 		if err != nil {
@@ -245,6 +271,7 @@ func (s *stream) followSource() error {
 			s.lastLine = l.Seq
 			s.mu.Unlock()
 		}
+		s.src.ack(pos)
 		if pos >= end {
 			s.caughtUp()
 		}

@@ -29,14 +29,18 @@ type env struct {
 	reg *live.Registry
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, ring ...int) *env {
 	t.Helper()
+	size := 0
+	if len(ring) > 0 {
+		size = ring[0]
+	}
 	owner, err := reaper.Open(t.Context(), reaper.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = owner.Close(context.Background()) })
-	m, err := process.Open(t.TempDir(), process.Options{Owner: owner, MaxLogBytes: 64 << 10, Keep: 2, Backoff: func(int) time.Duration { return 0 }})
+	m, err := process.Open(t.TempDir(), process.Options{Owner: owner, MaxLogBytes: 64 << 10, Keep: 2, Ring: size, Backoff: func(int) time.Duration { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,10 +136,17 @@ func exited(ev *live.Event) bool {
 // TestFloodToSubscribers: a process writing 20,000 lines as fast as it can, through many
 // rotations of its log files: two debug-stream sessions opened before it ends each get every
 // line exactly once, in order (count and checksum), and a reader resuming a session after any
-// sequence N gets the rest with no gap and no repeat.
+// sequence N gets the rest with no gap and no repeat. With a ring of 512 lines, far fewer than
+// the flood, the sessions hold the process back rather than lose lines.
 func TestFloodToSubscribers(t *testing.T) {
+	for _, ring := range []int{0, 512} {
+		t.Run(fmt.Sprintf("ring=%d", ring), func(t *testing.T) { testFlood(t, ring) })
+	}
+}
+
+func testFlood(t *testing.T, ring int) {
 	const n = 20000
-	e := newEnv(t)
+	e := newEnv(t, ring)
 	fifo := filepath.Join(t.TempDir(), "go")
 	if err := exec.Command("mkfifo", fifo).Run(); err != nil {
 		t.Skipf("mkfifo: %v", err)

@@ -116,6 +116,7 @@ type watch struct {
 	resume chan struct{}
 	prev   map[uint64]sockdiag.Socket // what the last report said, by socket cookie
 	first  bool
+	cache  sockdiag.InodeCache // of the poll goroutine
 }
 
 func (w *watch) list() ([]sockdiag.Socket, error) {
@@ -125,11 +126,17 @@ func (w *watch) list() ([]sockdiag.Socket, error) {
 	return sockdiag.List()
 }
 
-func (w *watch) inodes(pids []int) map[uint32]bool {
+func (w *watch) inodes(pids []int, all []sockdiag.Socket) map[uint32]bool {
 	if w.k.Inodes != nil {
 		return w.k.Inodes(pids)
 	}
-	return sockdiag.Inodes(pids)
+	alive := make(map[uint32]bool, len(all))
+	for _, s := range all {
+		if s.Inode != 0 {
+			alive[s.Inode] = true
+		}
+	}
+	return w.cache.Inodes(pids, func(i uint32) bool { return alive[i] })
 }
 
 // Begin implements live.Beginner: the first report follows the session's announcement.
@@ -179,7 +186,7 @@ func (w *watch) poll() error {
 	}
 	var mine map[uint32]bool
 	if w.pids != nil {
-		mine = w.inodes(w.pids())
+		mine = w.inodes(w.pids(), all)
 	}
 	cur := map[uint64]sockdiag.Socket{}
 	listenPorts := map[uint16]bool{}
