@@ -154,7 +154,7 @@ func run() error {
 		for _, c := range []struct {
 			name    string
 			backlog int
-		}{{"idle process, nothing printed", 0}, {"idle process, 100 lines printed", 100}} {
+		}{{"debug-stream on an idle process, nothing printed", 0}, {"debug-stream on an idle process, 100 lines printed", 100}} {
 			row, err := memory(ctx, cfg, c.name, c.backlog)
 			if err != nil {
 				res.Errors = append(res.Errors, "memory "+c.name+": "+err.Error())
@@ -162,6 +162,11 @@ func run() error {
 			}
 			res.Memory = append(res.Memory, *row)
 		}
+		rows, err := memoryOthers(ctx, cfg)
+		if err != nil {
+			res.Errors = append(res.Errors, "memory of the other observers: "+err.Error())
+		}
+		res.Memory = append(res.Memory, rows...)
 	}
 	if cfg.only == "" || cfg.only == "flood" {
 		// A small untimed round first: the binary, the tail and the page cache are warm.
@@ -233,7 +238,7 @@ func report(r *Results, cfg config) {
 	if len(r.Memory) > 0 {
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		for _, mr := range r.Memory {
-			fmt.Fprintf(w, "memory per idle debug-stream session, %s (%d sessions)\t%.1f KB heap + %.1f KB stacks (%.1f goroutines); %.1f KB RSS\n",
+			fmt.Fprintf(w, "memory per idle session, %s (%d sessions)\t%.1f KB heap + %.1f KB stacks (%.1f goroutines); %.1f KB RSS\n",
 				mr.Case, mr.Sessions, mr.HeapKB, mr.StackKB, mr.Goroutines, mr.RSSKB)
 		}
 		_ = w.Flush()

@@ -24,9 +24,8 @@ const (
 	tiBytesRecv    = 128
 )
 
-// dump lists the TCP sockets of one family with one netlink request and a large receive
-// buffer, decoding each message in place: a poll of ten thousand connections must not cost
-// an allocation per attribute.
+// dump lists the TCP sockets of one family with one netlink request, decoding each message
+// in place: a poll of ten thousand connections must not cost an allocation per attribute.
 func dump(family uint8, buf []byte, out []Socket) ([]Socket, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {

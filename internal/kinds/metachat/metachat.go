@@ -17,12 +17,78 @@ import (
 	"github.com/nexus-run/nexus/internal/roadmap"
 )
 
-// Kind starts meta-chat sessions. It is a live.Observer: the registry gives it its view.
+// Kind starts meta-chat sessions. It is a live.Observer: the registry gives it its view. One
+// watcher of the registry's sessions serves all its sessions (started with the first, stopped
+// with the last): a change costs one snapshot, not one per meta-chat, and each session keeps
+// only its roadmap's linked sessions.
 type Kind struct {
 	Roadmaps *roadmap.Store
 
-	mu   sync.Mutex
-	view live.View
+	mu        sync.Mutex
+	view      live.View
+	metas     map[*meta]struct{}
+	stopWatch context.CancelFunc
+}
+
+// register adds m to the watcher's sessions (starting the watcher) and offers it the present.
+func (k *Kind) register(m *meta) {
+	snap, err := k.view.WatchSessions(context.Background(), 0, 0)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.metas == nil {
+		k.metas = map[*meta]struct{}{}
+	}
+	k.metas[m] = struct{}{}
+	if err == nil {
+		m.offer(linked(snap.Sessions)[m.id])
+	}
+	if k.stopWatch == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		k.stopWatch = cancel
+		go k.watch(ctx, snap.Version)
+	}
+}
+
+func (k *Kind) unregister(m *meta) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.metas, m)
+	if len(k.metas) == 0 && k.stopWatch != nil {
+		k.stopWatch()
+		k.stopWatch = nil
+	}
+}
+
+// linked groups the sessions linked to a roadmap by roadmap. Meta-chats are the roadmap's
+// viewers, not its work: they are left out (a hundred of them would each hold the others).
+func linked(all []abi.Session) map[string][]abi.Session {
+	out := map[string][]abi.Session{}
+	for _, s := range all {
+		if s.Context.RoadmapID != "" && s.Type != abi.TypeMetaChat {
+			out[s.Context.RoadmapID] = append(out[s.Context.RoadmapID], s)
+		}
+	}
+	return out
+}
+
+// watch offers each meta-chat its roadmap's sessions at every change of the registry.
+func (k *Kind) watch(ctx context.Context, version uint64) {
+	for {
+		snap, err := k.view.WatchSessions(ctx, version, time.Minute)
+		if err != nil || ctx.Err() != nil {
+			return
+		}
+		if snap.Version == version {
+			continue
+		}
+		version = snap.Version
+		by := linked(snap.Sessions)
+		k.mu.Lock()
+		for m := range k.metas {
+			m.offer(by[m.id])
+		}
+		k.mu.Unlock()
+	}
 }
 
 // Attach implements live.Observer.
@@ -62,7 +128,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 	if view == nil {
 		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "meta-chat needs the registry's view")
 	}
-	m := &meta{sink: sink, k: k, view: view, id: rm.ID, resume: make(chan struct{}),
+	m := &meta{sink: sink, k: k, view: view, id: rm.ID, resume: make(chan struct{}), offered: make(chan struct{}, 1),
 		items: map[string]int{}, sessions: map[string]abi.Session{}, readers: map[string]context.CancelFunc{}}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	sink.SetMetadata(map[string]any{"roadmapId": rm.ID, "title": rm.Title})
@@ -88,6 +154,20 @@ type meta struct {
 	sessions map[string]abi.Session // linked session -> as reported
 	readers  map[string]context.CancelFunc
 	pub      sync.Mutex // one report at a time, so they stay in order
+	// latest is the roadmap's linked sessions as the kind's watcher last offered them.
+	latest  []abi.Session
+	offered chan struct{}
+}
+
+// offer gives m the roadmap's linked sessions now (the kind's watcher, never blocking).
+func (m *meta) offer(list []abi.Session) {
+	m.mu.Lock()
+	m.latest = list
+	m.mu.Unlock()
+	select {
+	case m.offered <- struct{}{}:
+	default:
+	}
 }
 
 // Begin implements live.Beginner.
@@ -105,21 +185,21 @@ func (m *meta) Begin() {
 			}
 		}
 	})
+	m.k.register(m)
 	m.wg.Go(func() {
-		var version uint64
 		for first := true; m.gate(); first = false {
-			snap, err := m.view.WatchSessions(m.ctx, version, time.Minute)
-			if err != nil {
+			select {
+			case <-m.ctx.Done():
 				return
-			}
-			if snap.Version == version && !first {
-				continue
+			case <-m.offered:
 			}
 			if !m.gate() { // interrupted while it waited: report after resume
 				return
 			}
-			version = snap.Version
-			m.reportSessions(snap.Sessions, first)
+			m.mu.Lock()
+			list := m.latest
+			m.mu.Unlock()
+			m.reportSessions(list, first)
 		}
 	})
 }
@@ -185,7 +265,7 @@ func (m *meta) reportItems() {
 func (m *meta) reportSessions(all []abi.Session, first bool) {
 	self := m.sink.SessionID()
 	for _, s := range all {
-		if s.Context.RoadmapID != m.id || s.SessionID == self {
+		if s.SessionID == self {
 			continue
 		}
 		m.mu.Lock()
@@ -306,6 +386,7 @@ func (m *meta) SetPaused(paused bool) {
 
 // Close implements live.Instance.
 func (m *meta) Close(ctx context.Context) error {
+	m.k.unregister(m)
 	m.stop()
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
