@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -374,4 +375,51 @@ func TestStoreFiles(t *testing.T) {
 	if _, err := trigger.OpenStore(context.Background(), trigger.Path(other), nil); !isCode(err, abi.CodeInvalidArgument) {
 		t.Fatalf("a symlink: %v", err)
 	}
+}
+
+// TestRunFiresOnTime: the scheduler's loop itself, in a synctest bubble (virtual time): a
+// heartbeat added while it runs wakes it and fires at each interval, a removed job stops
+// firing, and the loop ends with its context.
+func TestRunFiresOnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := &inbox{}
+		st, err := trigger.OpenStore(context.Background(), trigger.Path(t.TempDir()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = st.Close() }()
+		svc := &trigger.Service{Store: st, Deliver: in.deliver}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { svc.Run(ctx); close(done) }()
+		synctest.Wait()
+		if _, err := svc.AddJob(context.Background(), trigger.Job{ID: "hb", EveryMs: time.Minute.Milliseconds(), Message: "tick", Target: trigger.Target{SessionKey: "agent:main:main"}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if n := len(in.texts()); n != 0 {
+			t.Fatalf("fired %d times before its minute", n)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n := len(in.texts()); n != 1 {
+			t.Fatalf("fired %d times after a minute", n)
+		}
+		time.Sleep(3 * time.Minute)
+		synctest.Wait()
+		if n := len(in.texts()); n != 4 {
+			t.Fatalf("fired %d times after four minutes", n)
+		}
+		if err := svc.RemoveJob(context.Background(), "hb"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if n := len(in.texts()); n != 4 {
+			t.Fatalf("fired %d times after its removal", n)
+		}
+		cancel()
+		<-done
+	})
 }
