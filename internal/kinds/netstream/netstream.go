@@ -33,6 +33,10 @@ type Kind struct {
 	// hold (default sockdiag.Inodes); both injectable for tests.
 	List   func() ([]sockdiag.Socket, error)
 	Inodes func(pids []int) map[uint32]bool
+
+	// The sessions on one server at one interval share a poller: each listing serves them all.
+	mu      sync.Mutex
+	pollers map[string]*poller
 }
 
 // Type implements live.Kind.
@@ -62,7 +66,8 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 		}
 		interval = time.Duration(opts.IntervalMs) * time.Millisecond
 	}
-	w := &watch{sink: sink, k: k, interval: interval, resume: make(chan struct{}), prev: map[uint64]sockdiag.Socket{}}
+	w := &watch{sink: sink, k: k, interval: interval, resume: make(chan struct{}), prev: map[uint64]sockdiag.Socket{},
+		offered: make(chan struct{}, 1), key: req.Context.ServerID + "@" + interval.String()}
 	md := map[string]any{"serverId": req.Context.ServerID, "intervalMs": interval.Milliseconds()}
 	switch {
 	case req.Context.ServerID == process.GatewayServer:
@@ -116,48 +121,186 @@ type watch struct {
 	resume chan struct{}
 	prev   map[uint64]sockdiag.Socket // what the last report said, by socket cookie
 	first  bool
-	cache  sockdiag.InodeCache // of the poll goroutine
+
+	key     string // its poller's: server and interval
+	poller  *poller
+	offered chan struct{} // a new listing is there
 }
 
-func (w *watch) list() ([]sockdiag.Socket, error) {
-	if w.k.List != nil {
-		return w.k.List()
-	}
-	return sockdiag.List()
+// poller lists the sockets of one server at one interval for all the sessions on it.
+type poller struct {
+	k        *Kind
+	interval time.Duration
+	pids     func() []int
+	port     uint16
+	cache    sockdiag.InodeCache // of the run goroutine
+	stop     context.CancelFunc
+
+	mu     sync.Mutex
+	latest *listing
+	subs   map[*watch]struct{}
 }
 
-func (w *watch) inodes(pids []int, all []sockdiag.Socket) map[uint32]bool {
-	if w.k.Inodes != nil {
-		return w.k.Inodes(pids)
+// listing is one poll's result for a server.
+type listing struct {
+	socks  map[uint64]sockdiag.Socket
+	counts map[string]any
+	err    error
+}
+
+// subscribe attaches w to its server's poller, starting one if there is none, and offers it
+// the latest listing at once.
+func (k *Kind) subscribe(w *watch) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.pollers == nil {
+		k.pollers = map[string]*poller{}
 	}
-	alive := make(map[uint32]bool, len(all))
-	for _, s := range all {
-		if s.Inode != 0 {
-			alive[s.Inode] = true
+	p := k.pollers[w.key]
+	if p == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		p = &poller{k: k, interval: w.interval, pids: w.pids, port: w.port, stop: cancel, subs: map[*watch]struct{}{}}
+		k.pollers[w.key] = p
+		go p.run(ctx)
+	}
+	w.poller = p
+	p.mu.Lock()
+	p.subs[w] = struct{}{}
+	if p.latest != nil {
+		w.offer()
+	}
+	p.mu.Unlock()
+}
+
+// unsubscribe detaches w; the last session of a poller stops it.
+func (k *Kind) unsubscribe(w *watch) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p := w.poller
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	delete(p.subs, w)
+	empty := len(p.subs) == 0
+	p.mu.Unlock()
+	if empty && k.pollers[w.key] == p {
+		p.stop()
+		delete(k.pollers, w.key)
+	}
+}
+
+func (w *watch) offer() {
+	select {
+	case w.offered <- struct{}{}:
+	default:
+	}
+}
+
+func (p *poller) run(ctx context.Context) {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		l := p.measure()
+		p.mu.Lock()
+		p.latest = l
+		for w := range p.subs {
+			w.offer()
+		}
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
-	return w.cache.Inodes(pids, func(i uint32) bool { return alive[i] })
+}
+
+// measure lists the sockets and keeps the server's, with the metadata counts.
+func (p *poller) measure() *listing {
+	list := sockdiag.List
+	if p.k.List != nil {
+		list = p.k.List
+	}
+	all, err := list()
+	if err != nil {
+		return &listing{err: fmt.Errorf("list sockets: %w", err)}
+	}
+	var mine map[uint32]bool
+	if p.pids != nil {
+		if p.k.Inodes != nil {
+			mine = p.k.Inodes(p.pids())
+		} else {
+			alive := make(map[uint32]bool, len(all))
+			for _, s := range all {
+				if s.Inode != 0 {
+					alive[s.Inode] = true
+				}
+			}
+			mine = p.cache.Inodes(p.pids(), func(i uint32) bool { return alive[i] })
+		}
+	}
+	cur := map[uint64]sockdiag.Socket{}
+	listenPorts := map[uint16]bool{}
+	var listening, established, acceptQueue int
+	for _, s := range all {
+		ours := false
+		switch {
+		case mine != nil:
+			ours = s.Inode != 0 && mine[s.Inode]
+		default:
+			ours = s.Local.Port() == p.port && s.State != "time-wait"
+		}
+		if !ours {
+			continue
+		}
+		cur[s.Cookie] = s
+		switch s.State {
+		case "listen":
+			listening++
+			acceptQueue += int(s.RQueue)
+			listenPorts[s.Local.Port()] = true
+		case "established":
+			established++
+		}
+	}
+	// Sockets in TIME_WAIT belong to no process any more: they are the server's by its ports.
+	timeWait := 0
+	if p.pids == nil {
+		listenPorts[p.port] = true
+	}
+	for _, s := range all {
+		if s.State == "time-wait" && listenPorts[s.Local.Port()] {
+			timeWait++
+		}
+	}
+	return &listing{socks: cur, counts: map[string]any{"connections": len(cur) - listening, "established": established,
+		"timeWait": timeWait, "listening": listening, "acceptQueue": acceptQueue}}
 }
 
 // Begin implements live.Beginner: the first report follows the session's announcement.
 func (w *watch) Begin() {
 	w.done = make(chan struct{})
+	w.k.subscribe(w)
 	go func() {
 		defer close(w.done)
-		t := time.NewTicker(w.interval)
-		defer t.Stop()
 		for {
-			if !w.gate() {
-				return
-			}
-			if err := w.poll(); err != nil {
-				w.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeResourceUnavailable, Message: err.Error()}})
-			}
 			select {
 			case <-w.ctx.Done():
 				return
-			case <-t.C:
+			case <-w.offered:
 			}
+			if !w.gate() {
+				return
+			}
+			w.poller.mu.Lock()
+			l := w.poller.latest
+			w.poller.mu.Unlock()
+			if l.err != nil {
+				w.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeResourceUnavailable, Message: l.err.Error()}})
+				continue
+			}
+			w.report(l)
 		}
 	}()
 }
@@ -178,50 +321,9 @@ func (w *watch) gate() bool {
 	}
 }
 
-// poll lists the sockets, keeps the server's, and reports what changed since the last report.
-func (w *watch) poll() error {
-	all, err := w.list()
-	if err != nil {
-		return fmt.Errorf("list sockets: %w", err)
-	}
-	var mine map[uint32]bool
-	if w.pids != nil {
-		mine = w.inodes(w.pids(), all)
-	}
-	cur := map[uint64]sockdiag.Socket{}
-	listenPorts := map[uint16]bool{}
-	var listening, established, acceptQueue int
-	for _, s := range all {
-		ours := false
-		switch {
-		case mine != nil:
-			ours = s.Inode != 0 && mine[s.Inode]
-		default:
-			ours = s.Local.Port() == w.port && s.State != "time-wait"
-		}
-		if !ours {
-			continue
-		}
-		cur[s.Cookie] = s
-		switch s.State {
-		case "listen":
-			listening++
-			acceptQueue += int(s.RQueue)
-			listenPorts[s.Local.Port()] = true
-		case "established":
-			established++
-		}
-	}
-	// Sockets in TIME_WAIT belong to no process any more: they are the server's by its ports.
-	timeWait := 0
-	if w.pids == nil {
-		listenPorts[w.port] = true
-	}
-	for _, s := range all {
-		if s.State == "time-wait" && listenPorts[s.Local.Port()] {
-			timeWait++
-		}
-	}
+// report publishes what changed since the session's last report.
+func (w *watch) report(l *listing) {
+	cur := l.socks
 	w.mu.Lock()
 	prev := w.prev
 	w.prev = cur
@@ -240,14 +342,15 @@ func (w *watch) poll() error {
 			w.sink.PublishFlow(conn("close", s))
 		}
 	}
-	md := map[string]any{"connections": len(cur) - listening, "established": established, "timeWait": timeWait,
-		"listening": listening, "acceptQueue": acceptQueue}
+	md := make(map[string]any, len(l.counts)+1)
+	for k, v := range l.counts {
+		md[k] = v
+	}
 	if !w.first {
 		w.first = true
 		md["caughtUp"] = true
 	}
 	w.sink.SetMetadata(md)
-	return nil
 }
 
 func conn(action string, s sockdiag.Socket) abi.Connection {
@@ -292,6 +395,7 @@ func (w *watch) Resume(context.Context) (any, error) {
 	w.mu.Unlock()
 	if !paused {
 		w.hold(false)
+		w.offer() // what changed meanwhile, from the latest listing
 	}
 	return map[string]any{"reporting": !paused}, nil
 }
@@ -306,6 +410,7 @@ func (w *watch) SetPaused(paused bool) {
 
 // Close implements live.Instance.
 func (w *watch) Close(ctx context.Context) error {
+	w.k.unsubscribe(w)
 	w.stop()
 	if w.done != nil {
 		select {
