@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	osexec "os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,5 +264,49 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := reg.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandRestart}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
 		t.Errorf("restart: %v", err)
+	}
+}
+
+// TestSessionsShareAPoller: a second session on the same server at the same interval gets its
+// first report from the poller's latest listing, without a listing of its own; another
+// interval is another poller.
+func TestSessionsShareAPoller(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	listen := sockdiag.Socket{Inode: 7, Cookie: 1, State: "listen", Local: netip.MustParseAddrPort("127.0.0.1:8080"), Remote: netip.MustParseAddrPort("0.0.0.0:0")}
+	k := &netstream.Kind{
+		List: func() ([]sockdiag.Socket, error) {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			return []sockdiag.Socket{listen}, nil
+		},
+		Inodes: func([]int) map[uint32]bool { return map[uint32]bool{7: true} },
+	}
+	reg := newRegistry(t, k)
+	open := func(interval int) {
+		t.Helper()
+		raw, _ := json.Marshal(abi.NetworkStreamOptions{IntervalMs: interval})
+		s, err := reg.Create(context.Background(), abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: "gateway"}, Options: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &reader{reg: reg, id: s.SessionID}
+		r.until(t, "the listening socket", connEvent("open", "", func(c abi.Connection) bool { return c.State == "listen" }))
+	}
+	hour := 3_600_000
+	open(hour)
+	open(hour)
+	mu.Lock()
+	shared := calls
+	mu.Unlock()
+	if shared != 1 {
+		t.Fatalf("%d listings for two sessions on one poller", shared)
+	}
+	open(hour - 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Fatalf("%d listings for two pollers", calls)
 	}
 }
