@@ -17,6 +17,10 @@ import (
 // the same way when a message arrives for it and no session is open.
 const OptionsField = "nexusChat"
 
+// RoadmapField is the sessions.json field recording the roadmap the conversation's sessions
+// were linked to, so a session the gateway opens to deliver is linked too.
+const RoadmapField = "nexusRoadmap"
+
 func recordedOptions(e *chatstore.SessionEntry) (abi.AIChatOptions, bool) {
 	var o abi.AIChatOptions
 	if e == nil {
@@ -142,9 +146,13 @@ func (k *Kind) ensure(ctx context.Context, key string, opts abi.AIChatOptions) e
 		delete(k.opening, key)
 		k.chatsMu.Unlock()
 	}()
+	var roadmap string
 	if sh, err := k.Chats.Show(ctx, key); err == nil {
 		if rec, ok := recordedOptions(sh.Entry); ok {
 			opts = rec
+		}
+		if sh.Entry != nil {
+			_ = json.Unmarshal(sh.Entry.Extra[RoadmapField], &roadmap)
 		}
 	}
 	opts.Background = true
@@ -152,7 +160,7 @@ func (k *Kind) ensure(ctx context.Context, key string, opts abi.AIChatOptions) e
 	if err != nil {
 		return fmt.Errorf("options: %w", err)
 	}
-	_, err = k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key}, Options: raw})
+	_, err = k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key, RoadmapID: roadmap}, Options: raw})
 	if err != nil {
 		return fmt.Errorf("open %s: %w", key, err)
 	}

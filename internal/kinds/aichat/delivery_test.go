@@ -112,12 +112,17 @@ func TestDeliverWakesTheLiveSession(t *testing.T) {
 }
 
 // TestResumeDeliversAfterARestart: messages a stopped gateway left queued are delivered by
-// the next one without anyone opening the conversation, as its last session was opened.
+// the next one without anyone opening the conversation, as its last session was opened (its
+// options, its roadmap).
 func TestResumeDeliversAfterARestart(t *testing.T) {
 	e := newEnv(t, echo).withBroker(t)
 	key := "agent:main:test:resumed"
 	r := e.gateway(t)
-	s := e.open(t, r, key, "yolo")
+	opts, _ := json.Marshal(e.options())
+	s, err := r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key, RoadmapID: "rm-release"}, Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
 	sayAndWait(t, r, s.SessionID, "first")
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -130,6 +135,16 @@ func TestResumeDeliversAfterARestart(t *testing.T) {
 	}
 	e.resume = true
 	r2 := e.gateway(t)
+	// The session the gateway opens is linked to the roadmap the conversation's last one was.
+	testkit.Eventually(t, "the background session linked to the roadmap", func() bool {
+		all, _ := r2.List(context.Background(), true)
+		for _, s := range all {
+			if s.Type == abi.TypeAIChat && s.Context.ChatID == key && s.Context.RoadmapID == "rm-release" {
+				return true
+			}
+		}
+		return false
+	})
 	e.delivered(t, key)
 	testkit.Eventually(t, "the background session closed", func() bool { return len(liveChats(t, r2)) == 0 })
 	if got := userTexts(t, e, key); got != "first|second|third" {

@@ -68,6 +68,9 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	if old, ok := recordedOptions(&h.Entry); !ok || !sameOptions(old, c.options) {
 		patch[OptionsField] = c.options
 	}
+	if c.roadmap != "" && string(h.Entry.Extra[RoadmapField]) != strconv.Quote(c.roadmap) {
+		patch[RoadmapField] = c.roadmap
+	}
 	if c.setQueueMode && h.Entry.QueueMode != string(c.queueMode) {
 		patch["queueMode"] = string(c.queueMode)
 	}
