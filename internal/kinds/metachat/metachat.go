@@ -40,7 +40,13 @@ func (k *Kind) register(m *meta) {
 	}
 	k.metas[m] = struct{}{}
 	if err == nil {
-		m.offer(linked(snap.Sessions)[m.id])
+		present := linked(snap.Sessions)[m.id]
+		m.mu.Lock()
+		for _, s := range present {
+			m.preexisting[s.SessionID] = true
+		}
+		m.mu.Unlock()
+		m.offer(present)
 	}
 	if k.stopWatch == nil {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -129,7 +135,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "meta-chat needs the registry's view")
 	}
 	m := &meta{sink: sink, k: k, view: view, id: rm.ID, resume: make(chan struct{}), offered: make(chan struct{}, 1),
-		items: map[string]int{}, sessions: map[string]abi.Session{}, readers: map[string]context.CancelFunc{}}
+		items: map[string]int{}, sessions: map[string]abi.Session{}, readers: map[string]context.CancelFunc{}, preexisting: map[string]bool{}}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	sink.SetMetadata(map[string]any{"roadmapId": rm.ID, "title": rm.Title})
 	return m, nil
@@ -154,9 +160,11 @@ type meta struct {
 	sessions map[string]abi.Session // linked session -> as reported
 	readers  map[string]context.CancelFunc
 	pub      sync.Mutex // one report at a time, so they stay in order
-	// latest is the roadmap's linked sessions as the kind's watcher last offered them.
-	latest  []abi.Session
-	offered chan struct{}
+	// latest is the roadmap's linked sessions as the kind's watcher last offered them;
+	// preexisting those linked when the meta-chat opened (their past is not news).
+	latest      []abi.Session
+	offered     chan struct{}
+	preexisting map[string]bool
 }
 
 // offer gives m the roadmap's linked sessions now (the kind's watcher, never blocking).
@@ -187,7 +195,7 @@ func (m *meta) Begin() {
 	})
 	m.k.register(m)
 	m.wg.Go(func() {
-		for first := true; m.gate(); first = false {
+		for m.gate() {
 			select {
 			case <-m.ctx.Done():
 				return
@@ -199,7 +207,7 @@ func (m *meta) Begin() {
 			m.mu.Lock()
 			list := m.latest
 			m.mu.Unlock()
-			m.reportSessions(list, first)
+			m.reportSessions(list)
 		}
 	})
 }
@@ -261,8 +269,8 @@ func (m *meta) reportItems() {
 
 // reportSessions reports the linked sessions created, changed and closed since the last
 // report, and follows the events of linked ai-chat sessions (those there before the meta-chat
-// opened, first, from their present: their past is not news).
-func (m *meta) reportSessions(all []abi.Session, first bool) {
+// opened from their present: their past is not news).
+func (m *meta) reportSessions(all []abi.Session) {
 	self := m.sink.SessionID()
 	for _, s := range all {
 		if s.SessionID == self {
@@ -292,7 +300,10 @@ func (m *meta) reportSessions(all []abi.Session, first bool) {
 		}
 		m.publish(ev)
 		if action == "created" && s.Type == abi.TypeAIChat {
-			m.follow(s.SessionID, ev.ChatKey, first)
+			m.mu.Lock()
+			old := m.preexisting[s.SessionID]
+			m.mu.Unlock()
+			m.follow(s.SessionID, ev.ChatKey, old)
 		}
 	}
 }
