@@ -7,7 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	osexec "os/exec"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +21,29 @@ import (
 	"github.com/nexus-run/nexus/internal/sockdiag"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
+
+// serverEnv makes the test binary a small TCP server (TestServerOfAProcess's process): it
+// prints its port, then accepts connections and reads and closes them.
+const serverEnv = "NEXUS_NETSTREAM_TEST_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serverEnv) != "" {
+		l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			os.Exit(1)
+		}
+		fmt.Println(l.Addr().(*net.TCPAddr).Port)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				os.Exit(0)
+			}
+			_, _ = c.Read(make([]byte, 100))
+			_ = c.Close()
+		}
+	}
+	os.Exit(m.Run())
+}
 
 func newRegistry(t *testing.T, k *netstream.Kind) *live.Registry {
 	t.Helper()
@@ -175,8 +198,9 @@ func TestConnectionsOfTheGateway(t *testing.T) {
 	})
 }
 
-// TestServerOfAProcess: a server named by a managed process is watched through that
-// process's sockets; one named by an address alone, through its port.
+// TestServerOfAProcess: a server named by a managed process (this test binary as a small TCP
+// server) is watched through that process's sockets; one named by an address alone, through
+// its port.
 func TestServerOfAProcess(t *testing.T) {
 	requireSockDiag(t)
 	owner, err := reaper.Open(t.Context(), reaper.Options{})
@@ -189,12 +213,13 @@ func TestServerOfAProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(context.Background()) })
-	py, err := osexec.LookPath("python3")
+	// The server is this test binary, run again as a process the manager starts.
+	self, err := os.Executable()
 	if err != nil {
-		testkit.SkipUnlessCI(t, "python3 is not installed: it is the test's server")
+		t.Fatal(err)
 	}
-	in, err := m.Start(context.Background(), process.Spec{Name: "web", Dir: t.TempDir(), Command: []string{py, "-c",
-		"import socket\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint(s.getsockname()[1],flush=True)\nwhile True:\n  c,_=s.accept()\n  c.recv(100)\n  c.close()"}})
+	in, err := m.Start(context.Background(), process.Spec{Name: "web", Dir: t.TempDir(), Command: []string{self, "-test.run", "^$"},
+		Env: []string{serverEnv + "=1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
