@@ -829,13 +829,13 @@ func waitAnnounced(ctx context.Context, h *harness, key string, n int, t0 time.T
 }
 
 func memory(ctx context.Context, h *harness, cfg config) (*MemoryResult, error) {
-	h0, r0 := heap(), rss()
+	h0, r0 := heap(), benchenv.RSS()
 	for range cfg.sessions {
 		if _, err := h.open(ctx, 0); err != nil {
 			return nil, err
 		}
 	}
-	h1, r1 := heap(), rss()
+	h1, r1 := heap(), benchenv.RSS()
 	n := float64(cfg.sessions)
 	return &MemoryResult{Sessions: cfg.sessions, HeapPerKB: (h1 - h0) / n / 1024, RSSPerKB: (r1 - r0) / n / 1024,
 		BaselineHeap: h0 / 1e6, BaselineRSSMB: r0 / 1e6}, nil
@@ -848,21 +848,6 @@ func heap() float64 {
 	var ms goruntime.MemStats
 	goruntime.ReadMemStats(&ms)
 	return float64(ms.HeapAlloc)
-}
-
-// rss is the process's resident set in bytes (/proc/self/status VmRSS).
-func rss() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }
 
 func report(r *Results) {

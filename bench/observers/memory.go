@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	goruntime "runtime"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/nexus-run/nexus/bench/internal/benchenv"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/live"
@@ -38,22 +38,7 @@ func memNow() memStat {
 	goruntime.GC()
 	var ms goruntime.MemStats
 	goruntime.ReadMemStats(&ms)
-	return memStat{heap: float64(ms.HeapAlloc), stack: float64(ms.StackInuse), rss: rss(), goroutines: float64(goruntime.NumGoroutine())}
-}
-
-// rss is the process's resident set in bytes (/proc/self/status VmRSS).
-func rss() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb * 1024
-		}
-	}
-	return 0
+	return memStat{heap: float64(ms.HeapAlloc), stack: float64(ms.StackInuse), rss: benchenv.RSS(), goroutines: float64(goruntime.NumGoroutine())}
 }
 
 // memory opens k debug-stream sessions with the default options on an idle managed process

@@ -35,12 +35,7 @@ func (s *server) processStart(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &spec) {
 		return
 	}
-	in, err := s.opt.Processes.Start(r.Context(), spec)
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	s.writeJSON(w, http.StatusCreated, in)
+	s.answer(w, http.StatusCreated)(s.opt.Processes.Start(r.Context(), spec))
 }
 
 func (s *server) processGet(w http.ResponseWriter, r *http.Request) {
@@ -56,24 +51,14 @@ func (s *server) processStop(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeNone(w, r) {
 		return
 	}
-	in, err := s.opt.Processes.Stop(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, in)
+	s.answer(w, http.StatusOK)(s.opt.Processes.Stop(r.Context(), r.PathValue("id")))
 }
 
 func (s *server) processRestart(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeNone(w, r) {
 		return
 	}
-	in, err := s.opt.Processes.Restart(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, in)
+	s.answer(w, http.StatusOK)(s.opt.Processes.Restart(r.Context(), r.PathValue("id")))
 }
 
 // processLogs answers the newest lines at once (?lines=N, default 100, at most the ring);
@@ -116,12 +101,7 @@ func (s *server) serverAdd(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &srv) {
 		return
 	}
-	srv, err := s.opt.Processes.AddServer(srv)
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	s.writeJSON(w, http.StatusCreated, srv)
+	s.answer(w, http.StatusCreated)(s.opt.Processes.AddServer(srv))
 }
 
 func (s *server) serverRemove(w http.ResponseWriter, r *http.Request) {

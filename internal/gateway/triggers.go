@@ -58,12 +58,7 @@ func (s *server) cronAdd(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &j) {
 		return
 	}
-	j, err := s.opt.Triggers.AddJob(r.Context(), j)
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	s.writeJSON(w, http.StatusCreated, j)
+	s.answer(w, http.StatusCreated)(s.opt.Triggers.AddJob(r.Context(), j))
 }
 
 func (s *server) cronRemove(w http.ResponseWriter, r *http.Request) {
@@ -111,12 +106,7 @@ func (s *server) hookAdd(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "a hook's secret is made by the gateway"), 0)
 		return
 	}
-	h, err := s.opt.Triggers.Store.AddHook(r.Context(), h)
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	s.writeJSON(w, http.StatusCreated, h)
+	s.answer(w, http.StatusCreated)(s.opt.Triggers.Store.AddHook(r.Context(), h))
 }
 
 func (s *server) hookRemove(w http.ResponseWriter, r *http.Request) {
@@ -153,10 +143,5 @@ func (s *server) hookCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	res, err := s.opt.Triggers.CallHook(r.Context(), trigger.HookCall{ID: r.PathValue("id"), Secret: secret, Signature: sig, Body: body, ContentType: r.Header.Get("Content-Type")})
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	s.writeJSON(w, http.StatusAccepted, res)
+	s.answer(w, http.StatusAccepted)(s.opt.Triggers.CallHook(r.Context(), trigger.HookCall{ID: r.PathValue("id"), Secret: secret, Signature: sig, Body: body, ContentType: r.Header.Get("Content-Type")}))
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -111,4 +112,19 @@ func PrintFooter(w io.Writer, errs []string, seconds float64) {
 		}
 	}
 	fmt.Fprintf(w, "\ntotal %.1fs\n", seconds)
+}
+
+// RSS is this process's resident set in bytes (/proc/self/status VmRSS), 0 when unknown.
+func RSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }

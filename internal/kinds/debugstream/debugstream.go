@@ -98,7 +98,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "debug-stream options: %v", err)
 		}
 	}
-	s := &stream{sink: sink, lines: opts.Lines, resume: make(chan struct{})}
+	s := &stream{sink: sink, lines: opts.Lines}
 	if s.lines == 0 {
 		s.lines = DefaultLines
 	}
@@ -179,10 +179,8 @@ type stream struct {
 	done chan struct{}
 
 	mu       sync.Mutex
-	caught   bool          // caughtUp was said
-	held     bool          // interrupted or paused: no delivery
-	paused   bool          // the registry's pause (held too)
-	resume   chan struct{} // closed when delivery may go on
+	caught   bool      // caughtUp was said
+	gate     live.Gate // interrupt and pause hold the delivery
 	lastLine uint64
 }
 
@@ -201,23 +199,6 @@ func (s *stream) Begin() {
 			s.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeOf(err), Message: err.Error()}})
 		}
 	}()
-}
-
-// gate waits while delivery is held; false once the session ends.
-func (s *stream) gate() bool {
-	for {
-		s.mu.Lock()
-		held, ch := s.held, s.resume
-		s.mu.Unlock()
-		if !held {
-			return s.ctx.Err() == nil
-		}
-		select {
-		case <-ch:
-		case <-s.ctx.Done():
-			return false
-		}
-	}
 }
 
 // caughtUp tells the session's readers that the lines there were at its start are delivered
@@ -242,7 +223,7 @@ func (s *stream) followSource() error {
 		s.caughtUp()
 	}
 	defer s.src.done()
-	for s.gate() {
+	for s.gate.Wait(s.ctx) {
 		lines, lost, err := s.src.follow(s.ctx, pos)
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
@@ -255,7 +236,7 @@ func (s *stream) followSource() error {
 				Message: fmt.Sprintf("lines after %d were overwritten before this session read them (the process writes faster than it is followed)", pos)}})
 		}
 		for _, l := range lines {
-			if !s.gate() {
+			if !s.gate.Wait(s.ctx) {
 				return nil
 			}
 			pos = l.Seq
@@ -288,7 +269,7 @@ func (s *stream) followFile() error {
 		s.caughtUp()
 	}
 	err := logtail.Follow(s.ctx, s.file, logtail.Options{Last: s.lines}, func(l logtail.Line) error {
-		if !s.gate() {
+		if !s.gate.Wait(s.ctx) {
 			return context.Canceled
 		}
 		if s.grep == nil || s.grep.MatchString(l.Text) {
@@ -308,21 +289,6 @@ func (s *stream) followFile() error {
 	return nil
 }
 
-// hold stops or restarts delivery.
-func (s *stream) hold(held bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if held == s.held {
-		return
-	}
-	s.held = held
-	if held {
-		s.resume = make(chan struct{})
-	} else {
-		close(s.resume)
-	}
-}
-
 // Send implements live.Instance: a debug stream takes no input (the registry refuses it first).
 func (s *stream) Send(context.Context, []byte) error {
 	return abi.Errorf(abi.CodeCapabilityUnsupported, s.sink.SessionID(), "debug-stream sessions take no input")
@@ -333,7 +299,7 @@ func (s *stream) Control(_ context.Context, req abi.ControlRequest) (any, error)
 	if req.Command != abi.CommandInterrupt {
 		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, s.sink.SessionID(), "debug-stream sessions do not support %s", req.Command)
 	}
-	s.hold(true)
+	s.gate.Interrupt()
 	s.mu.Lock()
 	last := s.lastLine
 	s.mu.Unlock()
@@ -342,22 +308,11 @@ func (s *stream) Control(_ context.Context, req abi.ControlRequest) (any, error)
 
 // Resume implements live.Resumer: delivery goes on after the last line delivered.
 func (s *stream) Resume(context.Context) (any, error) {
-	s.mu.Lock()
-	paused := s.paused
-	s.mu.Unlock()
-	if !paused {
-		s.hold(false)
-	}
-	return map[string]any{"delivering": !paused}, nil
+	return map[string]any{"delivering": s.gate.Resume()}, nil
 }
 
 // SetPaused implements live.Pauser.
-func (s *stream) SetPaused(paused bool) {
-	s.mu.Lock()
-	s.paused = paused
-	s.mu.Unlock()
-	s.hold(paused)
-}
+func (s *stream) SetPaused(paused bool) { s.gate.SetPaused(paused) }
 
 // Close implements live.Instance.
 func (s *stream) Close(ctx context.Context) error {

@@ -134,7 +134,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 	if view == nil {
 		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, "", "meta-chat needs the registry's view")
 	}
-	m := &meta{sink: sink, k: k, view: view, id: rm.ID, resume: make(chan struct{}), offered: make(chan struct{}, 1),
+	m := &meta{sink: sink, k: k, view: view, id: rm.ID, offered: make(chan struct{}, 1),
 		items: map[string]int{}, sessions: map[string]abi.Session{}, readers: map[string]context.CancelFunc{}, preexisting: map[string]bool{}}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	sink.SetMetadata(map[string]any{"roadmapId": rm.ID, "title": rm.Title})
@@ -153,9 +153,7 @@ type meta struct {
 	wg   sync.WaitGroup
 
 	mu       sync.Mutex
-	held     bool
-	paused   bool
-	resume   chan struct{}
+	gate     live.Gate              // interrupt and pause hold the updates
 	items    map[string]int         // item id -> version reported
 	sessions map[string]abi.Session // linked session -> as reported
 	readers  map[string]context.CancelFunc
@@ -183,25 +181,25 @@ func (m *meta) Begin() {
 	changes, unsubscribe := m.k.Roadmaps.Subscribe(m.id)
 	m.wg.Go(func() {
 		defer unsubscribe()
-		for m.gate() {
+		for m.gate.Wait(m.ctx) {
 			m.reportItems()
 			select {
 			case <-m.ctx.Done():
 				return
 			case <-changes:
-			case <-m.resumed():
+			case <-m.gate.Opened():
 			}
 		}
 	})
 	m.k.register(m)
 	m.wg.Go(func() {
-		for m.gate() {
+		for m.gate.Wait(m.ctx) {
 			select {
 			case <-m.ctx.Done():
 				return
 			case <-m.offered:
 			}
-			if !m.gate() { // interrupted while it waited: report after resume
+			if !m.gate.Wait(m.ctx) { // interrupted while it waited: report after resume
 				return
 			}
 			m.mu.Lock()
@@ -210,32 +208,6 @@ func (m *meta) Begin() {
 			m.reportSessions(list)
 		}
 	})
-}
-
-// resumed is a channel closed when delivery resumes (or never while it runs).
-func (m *meta) resumed() <-chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.held {
-		return m.resume
-	}
-	return nil
-}
-
-func (m *meta) gate() bool {
-	for {
-		m.mu.Lock()
-		held, ch := m.held, m.resume
-		m.mu.Unlock()
-		if !held {
-			return m.ctx.Err() == nil
-		}
-		select {
-		case <-ch:
-		case <-m.ctx.Done():
-			return false
-		}
-	}
 }
 
 func (m *meta) publish(payload any) {
@@ -323,9 +295,9 @@ func (m *meta) follow(id, chatKey string, fromNow bool) {
 				return
 			}
 		}
-		for m.gate() {
+		for m.gate.Wait(m.ctx) {
 			b, err := m.view.Read(ctx, id, after, 0, time.Minute)
-			if err != nil || !m.gate() {
+			if err != nil || !m.gate.Wait(m.ctx) {
 				return
 			}
 			for _, e := range b.Events {
@@ -348,20 +320,6 @@ func (m *meta) follow(id, chatKey string, fromNow bool) {
 	})
 }
 
-func (m *meta) hold(held bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if held == m.held {
-		return
-	}
-	m.held = held
-	if held {
-		m.resume = make(chan struct{})
-	} else {
-		close(m.resume)
-	}
-}
-
 // Send implements live.Instance.
 func (m *meta) Send(context.Context, []byte) error {
 	return abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions take no input")
@@ -372,28 +330,17 @@ func (m *meta) Control(_ context.Context, req abi.ControlRequest) (any, error) {
 	if req.Command != abi.CommandInterrupt {
 		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions do not support %s", req.Command)
 	}
-	m.hold(true)
+	m.gate.Interrupt()
 	return map[string]any{"updating": false, "note": "resume reports what changed meanwhile"}, nil
 }
 
 // Resume implements live.Resumer.
 func (m *meta) Resume(context.Context) (any, error) {
-	m.mu.Lock()
-	paused := m.paused
-	m.mu.Unlock()
-	if !paused {
-		m.hold(false)
-	}
-	return map[string]any{"updating": !paused}, nil
+	return map[string]any{"updating": m.gate.Resume()}, nil
 }
 
 // SetPaused implements live.Pauser.
-func (m *meta) SetPaused(paused bool) {
-	m.mu.Lock()
-	m.paused = paused
-	m.mu.Unlock()
-	m.hold(paused)
-}
+func (m *meta) SetPaused(paused bool) { m.gate.SetPaused(paused) }
 
 // Close implements live.Instance.
 func (m *meta) Close(ctx context.Context) error {

@@ -66,7 +66,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 		}
 		interval = time.Duration(opts.IntervalMs) * time.Millisecond
 	}
-	w := &watch{sink: sink, k: k, interval: interval, resume: make(chan struct{}), prev: map[uint64]sockdiag.Socket{},
+	w := &watch{sink: sink, k: k, interval: interval, prev: map[uint64]sockdiag.Socket{},
 		offered: make(chan struct{}, 1), key: req.Context.ServerID + "@" + interval.String()}
 	md := map[string]any{"serverId": req.Context.ServerID, "intervalMs": interval.Milliseconds()}
 	switch {
@@ -115,12 +115,10 @@ type watch struct {
 	stop context.CancelFunc
 	done chan struct{}
 
-	mu     sync.Mutex
-	held   bool
-	paused bool
-	resume chan struct{}
-	prev   map[uint64]sockdiag.Socket // what the last report said, by socket cookie
-	first  bool
+	mu    sync.Mutex
+	gate  live.Gate                  // interrupt and pause hold the reports
+	prev  map[uint64]sockdiag.Socket // what the last report said, by socket cookie
+	first bool
 
 	key     string // its poller's: server and interval
 	poller  *poller
@@ -290,7 +288,7 @@ func (w *watch) Begin() {
 				return
 			case <-w.offered:
 			}
-			if !w.gate() {
+			if !w.gate.Wait(w.ctx) {
 				return
 			}
 			w.poller.mu.Lock()
@@ -303,22 +301,6 @@ func (w *watch) Begin() {
 			w.report(l)
 		}
 	}()
-}
-
-func (w *watch) gate() bool {
-	for {
-		w.mu.Lock()
-		held, ch := w.held, w.resume
-		w.mu.Unlock()
-		if !held {
-			return w.ctx.Err() == nil
-		}
-		select {
-		case <-ch:
-		case <-w.ctx.Done():
-			return false
-		}
-	}
 }
 
 // report publishes what changed since the session's last report.
@@ -360,20 +342,6 @@ func conn(action string, s sockdiag.Socket) abi.Connection {
 
 func addr(a netip.AddrPort) string { return a.String() }
 
-func (w *watch) hold(held bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if held == w.held {
-		return
-	}
-	w.held = held
-	if held {
-		w.resume = make(chan struct{})
-	} else {
-		close(w.resume)
-	}
-}
-
 // Send implements live.Instance.
 func (w *watch) Send(context.Context, []byte) error {
 	return abi.Errorf(abi.CodeCapabilityUnsupported, w.sink.SessionID(), "network-stream sessions take no input")
@@ -384,28 +352,25 @@ func (w *watch) Control(_ context.Context, req abi.ControlRequest) (any, error) 
 	if req.Command != abi.CommandInterrupt {
 		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, w.sink.SessionID(), "network-stream sessions do not support %s", req.Command)
 	}
-	w.hold(true)
+	w.gate.Interrupt()
 	return map[string]any{"reporting": false, "note": "resume reports what changed since the last report"}, nil
 }
 
 // Resume implements live.Resumer.
 func (w *watch) Resume(context.Context) (any, error) {
-	w.mu.Lock()
-	paused := w.paused
-	w.mu.Unlock()
-	if !paused {
-		w.hold(false)
+	reporting := w.gate.Resume()
+	if reporting {
 		w.offer() // what changed meanwhile, from the latest listing
 	}
-	return map[string]any{"reporting": !paused}, nil
+	return map[string]any{"reporting": reporting}, nil
 }
 
 // SetPaused implements live.Pauser.
 func (w *watch) SetPaused(paused bool) {
-	w.mu.Lock()
-	w.paused = paused
-	w.mu.Unlock()
-	w.hold(paused)
+	w.gate.SetPaused(paused)
+	if !paused {
+		w.offer()
+	}
 }
 
 // Close implements live.Instance.
