@@ -50,15 +50,20 @@ type Measure struct {
 	FrameBytes int64 `json:"frameBytes,omitempty"`
 	// EventsPerRead is the mean number of events a subscriber's read returned.
 	EventsPerRead float64 `json:"eventsPerRead,omitempty"`
+	// LinesPerEvent is the mean number of lines in a data event (1 without option batch).
+	LinesPerEvent float64 `json:"linesPerEvent,omitempty"`
 }
 
-// FloodRow compares nexus with tail -F for S subscribers.
+// FloodRow compares nexus with tail -F for S subscribers: sessions with a log-line event per
+// line (Nexus), and sessions with option batch (NexusBatch).
 type FloodRow struct {
 	Subscribers int     `json:"subscribers"`
 	Lines       int     `json:"lines"`
 	Nexus       Measure `json:"nexus"`
+	NexusBatch  Measure `json:"nexusBatch"`
 	Tail        Measure `json:"tailF"`
 	Ratio       float64 `json:"ratio"`
+	BatchRatio  float64 `json:"batchRatio"`
 }
 
 // cpuNow is the user+system time of this process and its waited-for children.
@@ -103,7 +108,7 @@ func release(ctx context.Context, fifo string) (time.Time, error) {
 
 // floodNexus: a managed process writes n lines to stdout as fast as it can; s debug-stream
 // sessions follow it, each read by its own subscriber as a WebSocket stream would.
-func floodNexus(ctx context.Context, cfg config, s, n int) (Measure, error) {
+func floodNexus(ctx context.Context, cfg config, s, n int, batch bool) (Measure, error) {
 	g, err := openGateway(ctx, cfg.store, s+16)
 	if err != nil {
 		return Measure{}, err
@@ -119,7 +124,7 @@ func floodNexus(ctx context.Context, cfg config, s, n int) (Measure, error) {
 	}
 	subs := make([]*subscriber, s)
 	for i := range subs {
-		id, err := g.open(ctx, in.ID, -1)
+		id, err := g.open(ctx, in.ID, -1, batch)
 		if err != nil {
 			return Measure{}, err
 		}
@@ -147,7 +152,7 @@ func floodNexus(ctx context.Context, cfg config, s, n int) (Measure, error) {
 	wg.Wait()
 	m := Measure{CPUSeconds: (cpuNow() - cpu0).Seconds(), MinLines: n}
 	var slowest, fastest time.Time
-	batches, events, delivered := 0, 0, 0
+	batches, events, delivered, dataEvents := 0, 0, 0, 0
 	for i, sub := range subs {
 		if errs[i] != nil {
 			return m, fmt.Errorf("subscriber %d: %w", i, errs[i])
@@ -170,6 +175,7 @@ func floodNexus(ctx context.Context, cfg config, s, n int) (Measure, error) {
 		batches += sub.batches
 		events += sub.events
 		delivered += sub.lines
+		dataEvents += sub.dataEvents
 		if sub.lines == n && sub.lost == 0 && sub.disorder == 0 && sub.ringMissed+sub.logMissed == 0 {
 			m.Complete++
 		}
@@ -179,6 +185,9 @@ func floodNexus(ctx context.Context, cfg config, s, n int) (Measure, error) {
 	m.DeliveredPerSec = float64(delivered) / float64(s) / m.Seconds
 	if ls, err := g.procs.Tail(in.ID, 1); err == nil && len(ls) == 1 && ls[0].Stream == process.StreamStatus {
 		m.CaptureSeconds = time.UnixMilli(ls[0].Time).Sub(t0).Seconds()
+	}
+	if dataEvents > 0 {
+		m.LinesPerEvent = float64(delivered) / float64(dataEvents)
 	}
 	if batches > 0 {
 		m.EventsPerRead = float64(events) / float64(batches)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,8 +94,8 @@ func (g *gateway) start(ctx context.Context, env ...string) (process.Info, error
 
 // open creates a debug-stream session following process id, starting with its newest lines
 // lines (-1: all the ring holds).
-func (g *gateway) open(ctx context.Context, id string, lines int) (string, error) {
-	raw, err := json.Marshal(abi.DebugStreamOptions{Lines: lines})
+func (g *gateway) open(ctx context.Context, id string, lines int, batch bool) (string, error) {
+	raw, err := json.Marshal(abi.DebugStreamOptions{Lines: lines, Batch: batch})
 	if err != nil {
 		return "", err
 	}
@@ -121,6 +122,8 @@ type subscriber struct {
 	ringMissed, logMissed int
 	errs                  []string
 	batches, events       int
+	dataEvents            int
+	frame                 []byte
 	bytes                 int64
 	last                  time.Time // when the newest stdout line was read
 	next                  int       // the line number expected next
@@ -137,16 +140,35 @@ func (s *subscriber) run(ctx context.Context, want int) error {
 		}
 		exited, got := false, false
 		for _, e := range b.Events {
-			if s.encode {
-				s.bytes += int64(len(e.JSON(abi.ContentANSI)))
+			var frame []byte
+			if s.encode { // into a reused buffer, as the gateway's stream does
+				s.frame = e.AppendJSON(s.frame[:0], abi.ContentANSI)
+				frame = s.frame
+				s.bytes += int64(len(frame))
 			}
-			switch p := e.Payload.(type) {
+			payload := e.Payload
+			if j, ok := payload.(live.Joined); ok && !s.encode {
+				payload = json.RawMessage(j.AppendTo(nil))
+			}
+			switch p := payload.(type) {
+			case live.Joined: // its frame, as the gateway writes it, holds the lines
+				s.dataEvents++
+				n, err := s.encoded(frame)
+				if err != nil {
+					s.errs = append(s.errs, fmt.Sprintf("event %d: %v", e.Seq, err))
+				}
+				got = n > 0 || got
 			case abi.LogLine:
+				s.dataEvents++
 				got = s.line(p) || got
-			case json.RawMessage: // read back from the disk log
-				var l abi.LogLine
-				if e.Type == abi.EventData && json.Unmarshal(p, &l) == nil && l.Type == abi.PayloadLogLine {
-					got = s.line(l) || got
+			case json.RawMessage: // the lines as the kind encoded them (one, or a batch)
+				if e.Type == abi.EventData {
+					s.dataEvents++
+					n, err := s.encoded(p)
+					if err != nil {
+						s.errs = append(s.errs, fmt.Sprintf("event %d: %v", e.Seq, err))
+					}
+					got = n > 0 || got
 				}
 			case abi.StatusPayload:
 				if len(p.Message) >= len("process exited") && p.Message[:len("process exited")] == "process exited" {
@@ -198,6 +220,29 @@ func (s *subscriber) line(l abi.LogLine) bool {
 	s.next = max(s.next, n+1)
 	s.lines++
 	return true
+}
+
+// encoded takes the stdout lines out of a log-line or log-lines payload as a client that wants
+// their text would, without decoding the rest: each item starts with the prefix the kind
+// writes, and the writer's lines need no escaping. It returns how many it found.
+func (s *subscriber) encoded(p []byte) (int, error) {
+	const item = `{"type":"log-line","stream":"stdout","line":"`
+	n := 0
+	for {
+		i := bytes.Index(p, []byte(item))
+		if i < 0 {
+			break
+		}
+		p = p[i+len(item):]
+		end := bytes.IndexByte(p, '"')
+		if end < 0 {
+			return n, errors.New("a line without its end")
+		}
+		s.line(abi.LogLine{Stream: abi.StreamStdout, Line: string(p[:min(end, 8)])})
+		p = p[end:]
+		n++
+	}
+	return n, nil
 }
 
 var errIncomplete = errors.New("not every subscriber got every line")

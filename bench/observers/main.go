@@ -48,6 +48,7 @@ type config struct {
 	encode   bool
 	tail     string
 	only     string
+	modes    map[string]bool
 	timeout  time.Duration
 	outDir   string
 }
@@ -91,6 +92,7 @@ func run() error {
 	flag.BoolVar(&cfg.encode, "encode", true, "subscribers encode each event as its WebSocket frame's JSON, as the gateway does")
 	flag.StringVar(&cfg.tail, "tail", "tail", "the tail program of the baseline (GNU coreutils)")
 	flag.StringVar(&cfg.only, "only", "", "run only flood or memory")
+	modes := flag.String("modes", "log-line,batch", "flood: debug-stream sessions measured: log-line (an event per line), batch (option batch)")
 	flag.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "flood: give up on a row after this long")
 	flag.BoolVar(&quick, "quick", false, "smoke run: -lines 20000 -fit-lines 0 -subs 1,10 -sessions 30")
 	flag.StringVar(&cfg.outDir, "out", "bench/results", "directory for the JSON results")
@@ -118,6 +120,13 @@ func run() error {
 			return fmt.Errorf("-subs: %q is not a count", f)
 		}
 		cfg.subs = append(cfg.subs, n)
+	}
+	cfg.modes = map[string]bool{}
+	for _, m := range strings.Split(*modes, ",") {
+		if m != "log-line" && m != "batch" {
+			return fmt.Errorf("-modes: %q is neither log-line nor batch", m)
+		}
+		cfg.modes[m] = true
 	}
 	if cfg.store != "disk" && cfg.store != "memory" {
 		return fmt.Errorf("-store must be disk or memory, got %q", cfg.store)
@@ -171,7 +180,7 @@ func run() error {
 	if cfg.only == "" || cfg.only == "flood" {
 		// A small untimed round first: the binary, the tail and the page cache are warm.
 		warm := max(cfg.lines/20, 1000)
-		if _, err := floodNexus(ctx, cfg, 1, warm); err != nil {
+		if _, err := floodNexus(ctx, cfg, 1, warm, true); err != nil {
 			res.Errors = append(res.Errors, "warm-up nexus: "+err.Error())
 		}
 		if _, err := floodTail(ctx, cfg, 1, warm); err != nil {
@@ -198,17 +207,27 @@ func run() error {
 func floodRow(ctx context.Context, cfg config, res *Results, s, n int) FloodRow {
 	row := FloodRow{Subscribers: s, Lines: n}
 	var err error
-	if row.Nexus, err = floodNexus(ctx, cfg, s, n); err != nil {
-		res.Errors = append(res.Errors, fmt.Sprintf("nexus, %d lines, %d subscribers: %v", n, s, err))
-	} else if row.Nexus.Complete != s {
-		res.Errors = append(res.Errors, fmt.Sprintf("nexus, %d lines, %d subscribers: %v: %d complete, fewest lines %d, %d lost, %d out of order, EVENTS_MISSED: %d from the process's ring, %d from the event log",
-			n, s, errIncomplete, row.Nexus.Complete, row.Nexus.MinLines, row.Nexus.Lost, row.Nexus.Disorder, row.Nexus.RingMissed, row.Nexus.LogMissed))
+	for _, mode := range []struct {
+		name  string
+		batch bool
+		m     *Measure
+	}{{"log-line", false, &row.Nexus}, {"batch", true, &row.NexusBatch}} {
+		if !cfg.modes[mode.name] {
+			continue
+		}
+		if *mode.m, err = floodNexus(ctx, cfg, s, n, mode.batch); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("nexus %s, %d lines, %d subscribers: %v", mode.name, n, s, err))
+		} else if x := *mode.m; x.Complete != s {
+			res.Errors = append(res.Errors, fmt.Sprintf("nexus %s, %d lines, %d subscribers: %v: %d complete, fewest lines %d, %d lost, %d out of order, EVENTS_MISSED: %d from the process's ring, %d from the event log",
+				mode.name, n, s, errIncomplete, x.Complete, x.MinLines, x.Lost, x.Disorder, x.RingMissed, x.LogMissed))
+		}
 	}
 	if row.Tail, err = floodTail(ctx, cfg, s, n); err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("tail -F, %d lines, %d subscribers: %v", n, s, err))
 	}
 	if row.Tail.LinesPerSec > 0 {
 		row.Ratio = row.Nexus.LinesPerSec / row.Tail.LinesPerSec
+		row.BatchRatio = row.NexusBatch.LinesPerSec / row.Tail.LinesPerSec
 	}
 	return row
 }
@@ -221,16 +240,23 @@ func report(r *Results, cfg config) {
 		fmt.Println("(lines/s = N / time from the first line written to the slowest reader's last; delivered/s counts only the lines the readers got;")
 		fmt.Println(" CPU s: this process and its children; captured s: until the gateway had read every line of the process)")
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(w, "N\tS\tnexus lines/s\tdelivered/s\t(s, fastest s, CPU s)\ttail -F lines/s\t(s, fastest s, CPU s)\tratio\tnexus complete\tlost\tcaptured s\t")
+		fmt.Fprintln(w, "N\tS\tevents\tnexus lines/s\tdelivered/s\t(s, fastest s, CPU s)\ttail -F lines/s\t(s, fastest s, CPU s)\tratio\tnexus complete\tlost\tcaptured s\tlines/event\t")
 		for _, row := range r.Flood {
-			x, t := row.Nexus, row.Tail
-			lost := "0"
-			if x.Lost > 0 {
-				lost = fmt.Sprintf("%.1f%%", 100*float64(x.Lost)/float64(row.Lines*row.Subscribers))
+			t := row.Tail
+			for _, mode := range []struct {
+				name  string
+				x     Measure
+				ratio float64
+			}{{"log-line", row.Nexus, row.Ratio}, {"batch", row.NexusBatch, row.BatchRatio}} {
+				x := mode.x
+				lost := "0"
+				if x.Lost > 0 {
+					lost = fmt.Sprintf("%.1f%%", 100*float64(x.Lost)/float64(row.Lines*row.Subscribers))
+				}
+				fmt.Fprintf(w, "%d\t%d\t%s\t%.0f\t%.0f\t(%.2f, %.2f, %.2f)\t%.0f\t(%.2f, %.2f, %.2f)\t%.3f\t%d/%d\t%s\t%.2f\t%.1f\t\n", row.Lines, row.Subscribers, mode.name,
+					x.LinesPerSec, x.DeliveredPerSec, x.Seconds, x.FastestSeconds, x.CPUSeconds,
+					t.LinesPerSec, t.Seconds, t.FastestSeconds, t.CPUSeconds, mode.ratio, x.Complete, row.Subscribers, lost, x.CaptureSeconds, x.LinesPerEvent)
 			}
-			fmt.Fprintf(w, "%d\t%d\t%.0f\t%.0f\t(%.2f, %.2f, %.2f)\t%.0f\t(%.2f, %.2f, %.2f)\t%.3f\t%d/%d\t%s\t%.2f\t\n", row.Lines, row.Subscribers,
-				x.LinesPerSec, x.DeliveredPerSec, x.Seconds, x.FastestSeconds, x.CPUSeconds,
-				t.LinesPerSec, t.Seconds, t.FastestSeconds, t.CPUSeconds, row.Ratio, x.Complete, row.Subscribers, lost, x.CaptureSeconds)
 		}
 		_ = w.Flush()
 		fmt.Println()

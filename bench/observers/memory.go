@@ -78,7 +78,7 @@ func memory(ctx context.Context, cfg config, name string, backlog int) (*MemoryR
 		}
 	}()
 	for range k {
-		id, err := g.open(ctx, in.ID, 0)
+		id, err := g.open(ctx, in.ID, 0, false)
 		if err != nil {
 			return nil, err
 		}

@@ -462,7 +462,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = append(buf, e.JSON(p.ct)...)
+		buf = e.AppendJSON(buf, p.ct)
 	}
 	buf = append(buf, `],"next":`...)
 	buf = strconv.AppendUint(buf, b.Next, 10)
@@ -526,6 +526,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	go s.readClient(ctx, cancel, c, id)
 
 	after := p.after
+	var frame []byte // reused: Write is done with it when it returns
 	for {
 		b, err := s.opt.Registry.Read(ctx, id, after, 512, 30*time.Second)
 		if err != nil {
@@ -536,7 +537,8 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, e := range b.Events {
 			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-			err := c.Write(wctx, websocket.MessageText, e.JSON(p.ct))
+			frame = e.AppendJSON(frame[:0], p.ct)
+			err := c.Write(wctx, websocket.MessageText, frame)
 			wcancel()
 			if err != nil {
 				return

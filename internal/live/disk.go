@@ -57,7 +57,11 @@ const (
 	recordFile = "session.json"
 	seqFile    = "seq"
 	pinnedFile = "pinned.log"
-	segSuffix  = ".log"
+	// volatileFile marks a log whose data events are not written (LogVolatileData): restored,
+	// it goes on after its reservation, since data numbers past its last written event were
+	// handed out.
+	volatileFile = "volatile-data"
+	segSuffix    = ".log"
 	// seqBlock is how many sequence numbers are reserved at once: a reservation costs an fsync.
 	seqBlock = 1 << 16
 	// frameHeader is a record's length and CRC-32C (Castagnoli), both little-endian uint32.
@@ -223,6 +227,16 @@ func (s *DiskStore) Create(_ context.Context, rec abi.Session, limits LogLimits)
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	if limits.VolatileData {
+		f, err := os.OpenFile(filepath.Join(dir, volatileFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode) //nolint:gosec // G304: our own session directory
+		if err == nil {
+			err = f.Close()
+		}
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("mark the session's data volatile: %w", err)
+		}
+	}
 	if err := writeRecord(dir, rec); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -386,7 +400,19 @@ func (l *diskLog) Append(events ...*Event) error {
 	if l.broken != nil {
 		return fmt.Errorf("%w: %w", ErrNotDurable, l.broken)
 	}
-	err := l.queue(events)
+	persist := events
+	if l.limits.VolatileData {
+		persist = make([]*Event, 0, 1)
+		for _, e := range events {
+			if e.retained() {
+				persist = append(persist, e)
+			}
+		}
+	}
+	err := l.reserve(events[len(events)-1].Seq)
+	if err == nil && len(persist) > 0 {
+		err = l.queue(persist)
+	}
 	if err == nil {
 		err = l.prune()
 	}
@@ -401,15 +427,18 @@ func (l *diskLog) Append(events ...*Event) error {
 // writeBatch is how many framed bytes wait for a reader before they are written anyway.
 const writeBatch = 64 << 10
 
+// reserve makes sure sequence numbers up to last are reserved durably: they become visible
+// once appended (written or not, see VolatileData), so the reservation must be on disk first.
+func (l *diskLog) reserve(last uint64) error {
+	if last > l.reserved {
+		return l.writeReservation(last+seqBlock, true)
+	}
+	return nil
+}
+
 // queue frames events into the pending buffer, in the current segment.
 func (l *diskLog) queue(events []*Event) error {
 	lastSeq := events[len(events)-1].Seq
-	if lastSeq > l.reserved {
-		// The numbers become visible once written; the reservation must be durable first.
-		if err := l.writeReservation(lastSeq+seqBlock, true); err != nil {
-			return err
-		}
-	}
 	if err := l.rotate(events[0].Seq); err != nil {
 		return err
 	}
@@ -813,7 +842,8 @@ func (l *diskLog) load(boot string) error {
 	next := last
 	if n, rboot, ok := readReservation(l.dir); ok {
 		l.reserved = n
-		if rboot != boot {
+		_, verr := os.Lstat(filepath.Join(l.dir, volatileFile))
+		if rboot != boot || verr == nil {
 			next = max(next, n)
 		}
 	} else {

@@ -59,6 +59,12 @@ type LogLimits struct {
 	Pinned int // non-data events kept after they leave the ring
 	// MaxStall bounds how long output waits for a slow follower before leaving it behind.
 	MaxStall time.Duration
+	// VolatileData keeps data events in memory only: a store that persists writes the other
+	// events (status, errors, the close). The registry sets it for a kind that says its data is
+	// kept elsewhere (VolatileData), such as a debug stream's lines, which the followed
+	// process's own log files hold: writing them again per session would cost a disk write of
+	// every line for every subscriber.
+	VolatileData bool
 }
 
 // MemoryLog is the in-memory EventLog: a bounded ring plus the non-data events that fell out of

@@ -47,6 +47,15 @@ type Beginner interface {
 	Begin()
 }
 
+// DataKeeper is a Kind whose sessions' data events are derived from something kept elsewhere
+// (a debug stream's lines are in the followed process's log files): their event logs keep data
+// events in memory only (LogLimits.VolatileData). After a gateway restart such a session's
+// status, errors and close are still there; its data is not.
+type DataKeeper interface {
+	Kind
+	DataKeptElsewhere() bool
+}
+
 // Resumer is implemented by instances whose interrupt stops their delivery while the session
 // stays active (debug and network streams, meta-chat): resume on an active session starts it
 // again, after what was last delivered.
@@ -84,6 +93,20 @@ func (k *Sink) Output(b []byte) {
 func (k *Sink) PublishFlow(payload any) {
 	k.s.log.waitRoom()
 	k.s.publish(k.r.now(), abi.EventData, payload)
+}
+
+// PublishFlowAll publishes data events as PublishFlow does, in order, appended a step at a time:
+// a reader woken by the first sees the rest of its step, and the log takes each step in one
+// go (one lock, one wake-up, one write), which is what makes a flood of small events cheap.
+// Flow control is applied before each step; a step is at most an eighth of the log's ring.
+func (k *Sink) PublishFlowAll(payloads []any) {
+	step := max(1, k.s.log.limits.Events/8)
+	for len(payloads) > 0 {
+		n := min(len(payloads), step)
+		k.s.log.waitRoom()
+		k.s.publishAll(k.r.now(), abi.EventData, payloads[:n])
+		payloads = payloads[n:]
+	}
 }
 
 // Publish publishes an event with a payload of the ABI's payload types.

@@ -215,6 +215,19 @@ func (s *session) publish(now time.Time, typ abi.EventType, payload any) {
 	s.log.append(&Event{Type: typ, Time: now, SessionID: s.id, Payload: payload})
 }
 
+func (s *session) publishAll(now time.Time, typ abi.EventType, payloads []any) {
+	s.mu.Lock()
+	s.lastActive = now
+	s.mu.Unlock()
+	events := make([]*Event, len(payloads))
+	all := make([]Event, len(payloads)) // one allocation for the step
+	for i, p := range payloads {
+		all[i] = Event{Type: typ, Time: now, SessionID: s.id, Payload: p}
+		events[i] = &all[i]
+	}
+	s.log.appendAll(events...)
+}
+
 func (s *session) snapshot() abi.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -285,12 +298,16 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	if req.Ephemeral {
 		s.obj.Metadata["ephemeral"] = true
 	}
-	elog, err := r.cfg.Store.Create(ctx, s.snapshot(), r.cfg.Log)
+	limits := r.cfg.Log
+	if dk, ok := kind.(DataKeeper); ok && dk.DataKeptElsewhere() {
+		limits.VolatileData = true
+	}
+	elog, err := r.cfg.Store.Create(ctx, s.snapshot(), limits)
 	for try := 0; errors.Is(err, fs.ErrExist) && try < 10; try++ {
 		// A session the store keeps but could not restore holds the id: take another.
 		s.id = r.newID()
 		s.obj.SessionID = s.id
-		elog, err = r.cfg.Store.Create(ctx, s.snapshot(), r.cfg.Log)
+		elog, err = r.cfg.Store.Create(ctx, s.snapshot(), limits)
 	}
 	if err != nil {
 		r.mu.Lock()

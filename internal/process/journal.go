@@ -32,7 +32,7 @@ func NewJournal(capacity int, now func() time.Time) *Journal {
 // Follow returns the lines after seq after, waiting for some when there are none (see
 // Manager.Follow).
 func (j *Journal) Follow(ctx context.Context, after uint64, limit int) ([]Line, bool, error) {
-	return j.r.read(ctx, after, limit)
+	return j.r.read(ctx, after, limit, nil)
 }
 
 // Since is the seq after which the last n lines start.

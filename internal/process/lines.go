@@ -2,11 +2,13 @@ package process
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,13 @@ type Line struct {
 	Time   int64 `json:"time"`
 	// Level is a gateway log line's level.
 	Level string `json:"level,omitempty"`
+	// JSON is the line as a debug stream's log-line payload (abi.LogLine), encoded once by
+	// the capture while the process has followers, for all of them; nil otherwise. It is
+	// Run[At:At+len(JSON)]: the lines the capture added together are encoded in one run,
+	// separated by commas, so consecutive lines are one slice of it (a batch as it goes out).
+	JSON []byte `json:"-"`
+	Run  []byte `json:"-"`
+	At   int    `json:"-"`
 }
 
 // ring keeps the recent lines of a process and wakes its followers. Followers that registered
@@ -71,6 +80,7 @@ type Cursor struct {
 	pos      uint64 // read so far (the reader's own)
 	acked    uint64 // delivered, under r.mu
 	released bool   // under r.mu: too slow, no longer waited for
+	buf      []Line // what Read returns, reused
 }
 
 // behindLocked reports whether c holds the capture back.
@@ -118,9 +128,11 @@ func (r *ring) waitRoom() {
 }
 
 // Read returns the lines after the cursor's position (waiting for one) and moves it on; lost
-// says some were overwritten before it read them (it had been released).
+// says some were overwritten before it read them (it had been released). The slice is the
+// cursor's own, valid until the next Read: a flood is read without an allocation per read.
 func (c *Cursor) Read(ctx context.Context, limit int) ([]Line, bool, error) {
-	lines, lost, err := c.r.read(ctx, c.pos, limit)
+	lines, lost, err := c.r.read(ctx, c.pos, limit, c.buf[:0])
+	c.buf = lines[:0]
 	if len(lines) > 0 {
 		c.pos = lines[len(lines)-1].Seq
 	}
@@ -176,12 +188,42 @@ func (r *ring) addLevel(stream, text, level string, size int64, now time.Time) {
 	r.mu.Unlock()
 }
 
+// offset is where stream's next line starts.
+func (r *ring) offset(stream string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.offsets[stream]
+}
+
+// followed reports whether a cursor follows the ring (its lines are then worth encoding).
+func (r *ring) followed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.cursors) > 0
+}
+
+// addLines appends lines of one stream (their Offset set from the stream's, Seq unset) as one
+// step: one lock and one wake-up for all of them; size is the bytes they took in the stream.
+func (r *ring) addLines(stream string, lines []Line, size int64) {
+	r.mu.Lock()
+	for _, l := range lines {
+		l.Seq = r.next
+		r.lines[int(r.next%uint64(len(r.lines)))] = l
+		r.next++
+	}
+	r.n = min(r.n+len(lines), len(r.lines))
+	r.offsets[stream] += size
+	close(r.wake)
+	r.wake = make(chan struct{})
+	r.mu.Unlock()
+}
+
 func (r *ring) status(text string, now time.Time) { r.add(StreamStatus, text, 0, now) }
 
 // read returns up to limit lines after seq after (the oldest kept when after is older) and
 // whether lines after it were lost (overwritten before they were read); with none yet, it
 // waits until one comes or ctx ends.
-func (r *ring) read(ctx context.Context, after uint64, limit int) ([]Line, bool, error) {
+func (r *ring) read(ctx context.Context, after uint64, limit int, out []Line) ([]Line, bool, error) {
 	for {
 		r.mu.Lock()
 		first := r.next - uint64(r.n)
@@ -192,7 +234,9 @@ func (r *ring) read(ctx context.Context, after uint64, limit int) ([]Line, bool,
 			if limit > 0 && end-start > uint64(limit) {
 				end = start + uint64(limit)
 			}
-			out := make([]Line, 0, end-start)
+			if out == nil {
+				out = make([]Line, 0, end-start)
+			}
 			for s := start; s < end; s++ {
 				out = append(out, r.lines[int(s%uint64(len(r.lines)))])
 			}
@@ -239,31 +283,103 @@ func (m *Manager) Subscribe(ref string, after uint64) (*Cursor, error) {
 	return p.ring.cursor(after), nil
 }
 
-// capture reads a stream of the process line by line into its log file and the ring.
+// pipeBytes is the capacity asked for a process's output pipes (Linux's default is 64 KiB, and
+// what an unprivileged process may ask for is 1 MiB by default): a process that floods its
+// output then writes more between two reads of the capture, which takes it in larger chunks.
+const pipeBytes = 1 << 20
+
+// growPipe asks for a larger pipe, best effort (through SyscallConn: Fd would make the pipe
+// blocking).
+func growPipe(r io.Reader) {
+	f, ok := r.(*os.File)
+	if !ok {
+		return
+	}
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeBytes)
+		})
+	}
+}
+
+// capture reads a stream of the process into its log file and the ring, a read at a time: the
+// complete lines of each read are written with one call and added to the ring in steps of at
+// most a quarter of it (the capture waits for slow cursors before each), sharing one string and
+// one timestamp. A line longer than MaxLine is cut into pieces.
 func (p *proc) capture(rd io.Reader, stream string, w *rotating) {
-	br := bufio.NewReaderSize(rd, MaxLine)
+	buf := make([]byte, 4*MaxLine)
+	step := max(1, len(p.ring.lines)/4)
+	start, end := 0, 0
 	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			if _, werr := w.write(line); werr != nil {
+		if start > 0 && start == end {
+			start, end = 0, 0
+		}
+		if end == len(buf) && start > 0 { // an unfinished line: move it to the front
+			end = copy(buf, buf[start:end])
+			start = 0
+		}
+		n, err := rd.Read(buf[end:])
+		end += n
+		chunk := buf[start:end]
+		cut := bytes.LastIndexByte(chunk, '\n') + 1
+		if cut == 0 && (end == len(buf) || err != nil) {
+			cut = len(chunk) // a full buffer without a newline, or the last bytes
+		}
+		if cut > 0 {
+			chunk = chunk[:cut]
+			start += cut
+			if _, werr := w.write(chunk); werr != nil {
 				p.m.opt.Logger.Warn("process log", "process", p.info.ID, "err", werr)
 			}
-			text := line
-			if text[len(text)-1] == '\n' {
-				text = text[:len(text)-1]
-			}
-			if n := len(text); n > 0 && text[n-1] == '\r' {
-				text = text[:n-1]
-			}
-			p.ring.waitRoom()
-			p.ring.add(stream, string(text), int64(len(line)), p.m.opt.Now())
+			w.flush()
+			p.addChunk(stream, string(chunk), step)
 		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+		if err != nil {
 			return
 		}
-		if br.Buffered() == 0 {
-			w.flush()
+	}
+}
+
+// encodeRun encodes lines as log-line payloads into one run, separated by commas.
+func encodeRun(stream string, lines []Line, size int) {
+	run := make([]byte, 0, size+64*len(lines))
+	for i := range lines {
+		if i > 0 {
+			run = append(run, ',')
 		}
+		at := len(run)
+		run = abi.LogLine{Type: abi.PayloadLogLine, Stream: stream, Line: lines[i].Text, Offset: lines[i].Offset}.AppendJSON(run)
+		lines[i].JSON, lines[i].At = run[at:len(run):len(run)], at
+	}
+	for i := range lines { // the run may have grown: every line points into the final one
+		lines[i].Run = run
+		lines[i].JSON = run[lines[i].At : lines[i].At+len(lines[i].JSON) : lines[i].At+len(lines[i].JSON)]
+	}
+}
+
+// addChunk splits text (whole lines, the last maybe without its newline) into the ring.
+func (p *proc) addChunk(stream, text string, step int) {
+	now := p.m.opt.Now().UnixMilli()
+	lines := make([]Line, 0, min(step, strings.Count(text, "\n")+1))
+	for text != "" {
+		p.ring.waitRoom()
+		encode := p.ring.followed()
+		off := p.ring.offset(stream)
+		lines = lines[:0]
+		var size int64
+		for len(lines) < step && text != "" {
+			line := text
+			if i := strings.IndexByte(text, '\n'); i >= 0 {
+				line = text[:i+1]
+			}
+			text = text[len(line):]
+			lines = append(lines, Line{Stream: stream, Text: strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r"), Offset: off + size, Time: now})
+			size += int64(len(line))
+		}
+		if encode {
+			encodeRun(stream, lines, int(size))
+		}
+		p.ring.addLines(stream, lines, size)
 	}
 }
 
@@ -274,7 +390,7 @@ func (m *Manager) Follow(ctx context.Context, ref string, after uint64, limit in
 	if err != nil {
 		return nil, false, err
 	}
-	return p.ring.read(ctx, after, limit)
+	return p.ring.read(ctx, after, limit, nil)
 }
 
 // Tail returns the process's newest n lines (status lines included) without waiting.
@@ -331,24 +447,42 @@ func (r *rotating) open() error {
 	return nil
 }
 
-// write appends one line, rotating first when it would pass the size.
-func (r *rotating) write(line []byte) (int, error) {
+// write appends whole lines, rotating between two lines when the next would pass the size (a
+// single line longer than the size gets a file of its own).
+func (r *rotating) write(lines []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.f == nil {
 		return 0, errors.New("process log closed")
 	}
-	if r.size > 0 && r.size+int64(len(line)) > r.max {
-		if err := r.rotate(); err != nil {
-			return 0, err
+	written := 0
+	for len(lines) > 0 {
+		part := lines
+		if r.size+int64(len(part)) > r.max {
+			room := int(max(r.max-r.size, 0))
+			cut := bytes.LastIndexByte(part[:min(room, len(part))], '\n') + 1
+			if cut == 0 { // not even one line fits: it goes first into a new file
+				if r.size > 0 {
+					if err := r.rotate(); err != nil {
+						return written, err
+					}
+					continue
+				}
+				if cut = bytes.IndexByte(part, '\n') + 1; cut == 0 {
+					cut = len(part)
+				}
+			}
+			part = part[:cut]
 		}
+		n, err := r.bw.Write(part)
+		r.size += int64(n)
+		written += n
+		if err != nil {
+			return written, fmt.Errorf("process log: %w", err)
+		}
+		lines = lines[len(part):]
 	}
-	n, err := r.bw.Write(line)
-	r.size += int64(n)
-	if err != nil {
-		return n, fmt.Errorf("process log: %w", err)
-	}
-	return n, nil
+	return written, nil
 }
 
 func (r *rotating) rotate() error {

@@ -371,6 +371,8 @@ func (p *proc) start() error {
 		g.Release()
 		return fmt.Errorf("start %s: %w", spec.Command[0], err)
 	}
+	growPipe(stdout)
+	growPipe(stderr)
 	outLog, err := openRotating(filepath.Join(p.info.LogDir, "stdout.log"), m.opt.MaxLogBytes, m.opt.Keep)
 	if err != nil {
 		g.Release()

@@ -8,6 +8,7 @@ package debugstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +40,10 @@ func (k *Kind) Type() abi.SessionType { return abi.TypeDebugStream }
 func (k *Kind) Capabilities() abi.Capabilities {
 	return abi.Capabilities{Receive: true, Interrupt: true, Close: true, Stream: true}
 }
+
+// DataKeptElsewhere implements live.DataKeeper: the lines are in the process's log files, the
+// gateway's journal or the followed file; a session's event log keeps them in memory only.
+func (k *Kind) DataKeptElsewhere() bool { return true }
 
 // source is where a session's lines come from.
 type source interface {
@@ -99,6 +104,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 		}
 	}
 	s := &stream{sink: sink, lines: opts.Lines}
+	s.out.batch = opts.Batch
 	if s.lines == 0 {
 		s.lines = DefaultLines
 	}
@@ -178,6 +184,8 @@ type stream struct {
 	stop context.CancelFunc
 	done chan struct{}
 
+	out batcher // the lines on their way to the session, under the delivery goroutine
+
 	mu       sync.Mutex
 	caught   bool      // caughtUp was said
 	gate     live.Gate // interrupt and pause hold the delivery
@@ -235,22 +243,39 @@ func (s *stream) followSource() error {
 			s.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeEventsMissed,
 				Message: fmt.Sprintf("lines after %d were overwritten before this session read them (the process writes faster than it is followed)", pos)}})
 		}
+		s.out.expect = 0
 		for _, l := range lines {
-			if !s.gate.Wait(s.ctx) {
-				return nil
+			if s.grep == nil && l.Run == nil {
+				s.out.expect += len(l.Text) + 64
 			}
+		}
+		for _, l := range lines {
 			pos = l.Seq
 			if l.Stream == process.StreamStatus {
+				if !s.deliver() || !s.gate.Wait(s.ctx) {
+					return nil
+				}
 				s.sink.Publish(abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "process " + l.Text})
 				continue
 			}
 			if s.grep != nil && !s.grep.MatchString(l.Text) {
 				continue
 			}
-			s.sink.PublishFlow(abi.LogLine{Type: abi.PayloadLogLine, Stream: l.Stream, Line: l.Text, Level: l.Level, Offset: l.Offset})
-			s.mu.Lock()
-			s.lastLine = l.Seq
-			s.mu.Unlock()
+			var full bool
+			switch {
+			case l.Run != nil && s.grep == nil:
+				full = s.out.addShared(l)
+			case l.JSON != nil:
+				full = s.out.add(l.JSON, l.Seq)
+			default: // encoded by the capture only while the process is followed
+				full = s.out.add(abi.LogLine{Type: abi.PayloadLogLine, Stream: l.Stream, Line: l.Text, Level: l.Level, Offset: l.Offset}.AppendJSON(nil), l.Seq)
+			}
+			if full && !s.deliver() {
+				return nil
+			}
+		}
+		if !s.deliver() {
+			return nil
 		}
 		s.src.ack(pos)
 		if pos >= end {
@@ -268,14 +293,26 @@ func (s *stream) followFile() error {
 	if size == 0 {
 		s.caughtUp()
 	}
-	err := logtail.Follow(s.ctx, s.file, logtail.Options{Last: s.lines}, func(l logtail.Line) error {
-		if !s.gate.Wait(s.ctx) {
+	var n uint64 // the file's lines, numbered for the batcher
+	deliver := func() error {
+		if !s.deliver() {
 			return context.Canceled
 		}
+		return nil
+	}
+	err := logtail.Follow(s.ctx, s.file, logtail.Options{Last: s.lines, Read: deliver}, func(l logtail.Line) error {
+		n++
 		if s.grep == nil || s.grep.MatchString(l.Text) {
-			s.sink.PublishFlow(abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamFile, Line: l.Text, Offset: l.Offset, Gen: l.Gen})
+			if s.out.add(abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamFile, Line: l.Text, Offset: l.Offset, Gen: l.Gen}.AppendJSON(nil), n) {
+				if err := deliver(); err != nil {
+					return err
+				}
+			}
 		}
 		if l.Gen > 0 || l.Offset+int64(len(l.Text))+1 >= size {
+			if err := deliver(); err != nil { // what caughtUp announces is delivered first
+				return err
+			}
 			s.caughtUp()
 		}
 		return nil
@@ -287,6 +324,112 @@ func (s *stream) followFile() error {
 		return abi.Errorf(abi.CodeResourceUnavailable, s.sink.SessionID(), "follow %s: %v", s.file, err)
 	}
 	return nil
+}
+
+// batcher gathers the encoded lines that are ready together: as log-lines payloads of at most
+// abi.BatchBytes (option batch), or as one log-line payload each, published in one step. A run
+// of consecutive lines the process's capture encoded together goes out as a live.Joined slice
+// of that run, shared with every other session that follows the process; other lines (a
+// journal's, a file's, those grep keeps) are copied into a batch of their own.
+type batcher struct {
+	batch    bool
+	payloads []any
+
+	run           []byte // the capture run of the shared lines gathered, from runAt to runEnd
+	runAt, runEnd int
+	buf           []byte // the copied lines' payload being built
+	n             int    // lines in buf
+	last          uint64 // the source's number of the newest line gathered
+	// expect is how many encoded bytes are still to come from the current read: a new copied
+	// batch is sized for them (up to abi.BatchBytes), so building it copies each line once.
+	expect int
+}
+
+var (
+	batchPrefix = []byte(`{"type":"` + abi.PayloadLogLines + `","lines":[`)
+	batchSuffix = []byte(`]}`)
+)
+
+// addShared gathers l, whose JSON is in its capture run; it reports whether the batch should go
+// now.
+func (b *batcher) addShared(l process.Line) bool {
+	b.last = l.Seq
+	if !b.batch {
+		b.payloads = append(b.payloads, json.RawMessage(l.JSON))
+		return len(b.payloads) >= 1024
+	}
+	b.closeCopy()
+	if b.run != nil && (&b.run[0] != &l.Run[0] || l.At != b.runEnd+1) {
+		b.closeRun()
+	}
+	if b.run == nil {
+		b.run, b.runAt = l.Run, l.At
+	}
+	b.runEnd = l.At + len(l.JSON)
+	return b.runEnd-b.runAt >= abi.BatchBytes
+}
+
+// add gathers one encoded log-line payload (copied); it reports whether the batch should go
+// now.
+func (b *batcher) add(js []byte, seq uint64) bool {
+	b.last = seq
+	if !b.batch {
+		b.payloads = append(b.payloads, json.RawMessage(js))
+		return len(b.payloads) >= 1024
+	}
+	b.closeRun()
+	if b.n == 0 {
+		size := min(max(b.expect, 16<<10), abi.BatchBytes) + len(js) + 64
+		b.buf = append(make([]byte, 0, size), batchPrefix...)
+	} else {
+		b.buf = append(b.buf, ',')
+	}
+	b.buf = append(b.buf, js...)
+	b.expect -= len(js) + 1
+	b.n++
+	return len(b.buf) >= abi.BatchBytes
+}
+
+func (b *batcher) closeRun() {
+	if b.run != nil {
+		b.payloads = append(b.payloads, live.Joined{batchPrefix, b.run[b.runAt:b.runEnd:b.runEnd], batchSuffix})
+		b.run = nil
+	}
+}
+
+func (b *batcher) closeCopy() {
+	if b.n > 0 {
+		b.payloads = append(b.payloads, json.RawMessage(append(b.buf, batchSuffix...)))
+		b.buf, b.n = nil, 0
+	}
+}
+
+func (b *batcher) empty() bool { return len(b.payloads) == 0 && b.n == 0 && b.run == nil }
+
+// take returns what was gathered, as data event payloads, and empties the batcher.
+func (b *batcher) take() []any {
+	b.closeRun()
+	b.closeCopy()
+	out := b.payloads
+	b.payloads = nil
+	return out
+}
+
+// deliver publishes the gathered lines once the gate is open (an interrupt holds them, so
+// nothing is skipped); false when the session ends first.
+func (s *stream) deliver() bool {
+	if s.out.empty() {
+		return true
+	}
+	if !s.gate.Wait(s.ctx) {
+		return false
+	}
+	last := s.out.last
+	s.sink.PublishFlowAll(s.out.take())
+	s.mu.Lock()
+	s.lastLine = last
+	s.mu.Unlock()
+	return true
 }
 
 // Send implements live.Instance: a debug stream takes no input (the registry refuses it first).

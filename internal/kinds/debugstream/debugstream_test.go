@@ -102,9 +102,7 @@ func (e *env) collect(t *testing.T, id string, after uint64, stop func(ev *live.
 				t.Fatalf("an error event after %d: %+v", after, ev.Payload)
 			}
 			after = ev.Seq
-			if l, ok := ev.Payload.(abi.LogLine); ok {
-				lines = append(lines, l)
-			}
+			lines = append(lines, logLines(t, ev)...)
 			if stop(ev, lines) {
 				return lines, after
 			}
@@ -116,6 +114,49 @@ func (e *env) collect(t *testing.T, id string, after uint64, stop func(ev *live.
 			t.Fatalf("stopped after %d lines (seq %d)", len(lines), after)
 		}
 	}
+}
+
+// decodeLines returns the log lines of a data event: one (log-line), or a batch (log-lines),
+// whether the payload is a value or its JSON.
+func decodeLines(ev *live.Event) ([]abi.LogLine, error) {
+	if ev.Type != abi.EventData {
+		return nil, nil
+	}
+	payload := ev.Payload
+	if j, ok := payload.(live.Joined); ok {
+		payload = json.RawMessage(j.AppendTo(nil))
+	}
+	switch p := payload.(type) {
+	case abi.LogLine:
+		return []abi.LogLine{p}, nil
+	case json.RawMessage:
+		var v struct {
+			abi.LogLine
+			Lines []abi.LogLine `json:"lines"`
+		}
+		if err := json.Unmarshal(p, &v); err != nil {
+			return nil, fmt.Errorf("event %d: %w", ev.Seq, err)
+		}
+		switch v.Type {
+		case abi.PayloadLogLine:
+			return []abi.LogLine{v.LogLine}, nil
+		case abi.PayloadLogLines:
+			if len(v.Lines) == 0 {
+				return nil, fmt.Errorf("event %d: an empty batch", ev.Seq)
+			}
+			return v.Lines, nil
+		}
+	}
+	return nil, fmt.Errorf("event %d: unexpected data payload %T", ev.Seq, ev.Payload)
+}
+
+func logLines(t *testing.T, ev *live.Event) []abi.LogLine {
+	t.Helper()
+	ls, err := decodeLines(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls
 }
 
 func sh(t *testing.T) string {
@@ -138,14 +179,17 @@ func exited(ev *live.Event) bool {
 // rotations of its log files: two debug-stream sessions opened before it ends each get every
 // line exactly once, in order (count and checksum), and a reader resuming a session after any
 // sequence N gets the rest with no gap and no repeat. With a ring of 512 lines, far fewer than
-// the flood, the sessions hold the process back rather than lose lines.
+// the flood, the sessions hold the process back rather than lose lines. One session gets a
+// log-line event per line, the other batches (option batch); the resumed one is each in turn.
 func TestFloodToSubscribers(t *testing.T) {
 	for _, ring := range []int{0, 512} {
-		t.Run(fmt.Sprintf("ring=%d", ring), func(t *testing.T) { testFlood(t, ring) })
+		for _, batch := range []bool{false, true} {
+			t.Run(fmt.Sprintf("ring=%d/batch=%v", ring, batch), func(t *testing.T) { testFlood(t, ring, batch) })
+		}
 	}
 }
 
-func testFlood(t *testing.T, ring int) {
+func testFlood(t *testing.T, ring int, batch bool) {
 	const n = 20000
 	e := newEnv(t, ring)
 	fifo := filepath.Join(t.TempDir(), "go")
@@ -157,7 +201,7 @@ func testFlood(t *testing.T, ring int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{Lines: -1}), e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{Lines: -1})}
+	ids := []string{e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{Lines: -1, Batch: batch}), e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{Lines: -1, Batch: !batch})}
 	followers := []live.Follower{e.follow(t, ids[0]), e.follow(t, ids[1])}
 	if err := os.WriteFile(fifo, []byte("go\n"), 0); err != nil {
 		t.Fatal(err)
@@ -205,7 +249,7 @@ func testFlood(t *testing.T, ring int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first[len(first)-1].Line != "line-5000" || rest[0].Line != "line-5001" {
+	if first[len(first)-1].Line != fmt.Sprintf("line-%d", len(first)) || rest[0].Line != fmt.Sprintf("line-%d", len(first)+1) {
 		t.Fatalf("resumed after %q with %q", first[len(first)-1].Line, rest[0].Line)
 	}
 	check("the first session", append(first, rest...), 1)
@@ -231,11 +275,13 @@ func (e *env) read(id string, after uint64, stop func(*live.Event, []abi.LogLine
 				return lines, after, fmt.Errorf("an error event after %d: %+v", after, ev.Payload)
 			}
 			after = ev.Seq
-			if l, ok := ev.Payload.(abi.LogLine); ok {
-				lines = append(lines, l)
-				if len(maxLines) > 0 && len(lines) == maxLines[0] {
-					return lines, after, nil
-				}
+			ls, err := decodeLines(ev)
+			if err != nil {
+				return lines, after, err
+			}
+			lines = append(lines, ls...)
+			if len(maxLines) > 0 && len(ls) > 0 && len(lines) >= maxLines[0] {
+				return lines, after, nil
 			}
 			if stop(ev, lines) {
 				return lines, after, nil
@@ -288,7 +334,7 @@ func TestInterruptAndResume(t *testing.T) {
 		t.Fatal(err)
 	} else {
 		for _, ev := range b.Events {
-			if _, ok := ev.Payload.(abi.LogLine); ok {
+			if len(logLines(t, ev)) > 0 {
 				t.Fatalf("a line delivered while interrupted: %+v", ev)
 			}
 		}
@@ -338,6 +384,71 @@ func TestGatewayJournalAndFile(t *testing.T) {
 	got, _ = e.collect(t, fid, after, func(_ *live.Event, l []abi.LogLine) bool { return len(l) == 1 })
 	if got[0].Line != "new-1" || got[0].Gen != 1 {
 		t.Fatalf("after the rotation %+v", got)
+	}
+}
+
+// TestBatch: with option batch, the lines that are ready together come as log-lines events of
+// at most abi.BatchBytes, in order and complete, from a file and from a process; grep applies
+// to each line.
+func TestBatch(t *testing.T) {
+	const n = 5000
+	e := newEnv(t)
+	var content strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&content, "line-%d %s\n", i, strings.Repeat("x", i%50))
+	}
+	path := filepath.Join(t.TempDir(), "app.log")
+	if err := os.WriteFile(path, []byte(content.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, err := e.m.Start(context.Background(), process.Spec{Command: []string{"cat", path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the process's lines", func() bool {
+		ls, _ := e.m.Tail(in.ID, 1)
+		return len(ls) == 1 && strings.HasPrefix(ls[0].Text, "exited")
+	})
+	for name, opts := range map[string]struct {
+		c    abi.Context
+		opts abi.DebugStreamOptions
+		want func(i int) bool
+	}{
+		"file":         {opts: abi.DebugStreamOptions{File: path, Lines: -1, Batch: true}, want: func(int) bool { return true }},
+		"process":      {c: abi.Context{ProcessID: in.ID}, opts: abi.DebugStreamOptions{Lines: -1, Batch: true}, want: func(int) bool { return true }},
+		"process grep": {c: abi.Context{ProcessID: in.ID}, opts: abi.DebugStreamOptions{Lines: -1, Batch: true, Grep: `^line-\d*7 `}, want: func(i int) bool { return i%10 == 7 }},
+	} {
+		id := e.open(t, opts.c, opts.opts)
+		events, lines := 0, 0
+		var got []abi.LogLine
+		e.collect(t, id, 0, func(ev *live.Event, l []abi.LogLine) bool {
+			if ev.Type == abi.EventData {
+				events++
+				p := ev.JSON(abi.ContentANSI)
+				if _, payload, _ := strings.Cut(string(p), `"payload":`); !strings.HasPrefix(payload, `{"type":"log-lines","lines":[`) || len(payload) > abi.BatchBytes+8<<10 {
+					t.Fatalf("%s: event %d is not a batch: %.80s", name, ev.Seq, ev.Payload)
+				}
+			}
+			got, lines = l, len(l)
+			if ev.Type == abi.EventMetadata {
+				md := ev.Payload.(abi.MetadataPayload).Metadata
+				return md["caughtUp"] == true
+			}
+			return false
+		})
+		want := 0
+		for i := 1; i <= n; i++ {
+			if !opts.want(i) {
+				continue
+			}
+			if want >= len(got) || !strings.HasPrefix(got[want].Line, fmt.Sprintf("line-%d ", i)) {
+				t.Fatalf("%s: line %d of %d is %+v, want line-%d", name, want, len(got), got[min(want, len(got)-1)], i)
+			}
+			want++
+		}
+		if lines != want || events*20 > lines {
+			t.Errorf("%s: %d lines in %d events, want %d lines in batches", name, lines, events, want)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package livetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -92,13 +93,30 @@ func (o *output) pull(t *testing.T, wait time.Duration) {
 			t.Fatalf("event %d follows %d", e.Seq, o.after)
 		}
 		o.evs = append(o.evs, e)
-		switch p := e.Payload.(type) {
+		payload := e.Payload
+		if j, ok := payload.(live.Joined); ok {
+			payload = json.RawMessage(j.AppendTo(nil))
+		}
+		switch p := payload.(type) {
 		case live.Output:
 			o.buf.Write(p)
 		case abi.AIToken: // a chat's output is its reply
 			o.buf.WriteString(p.Content)
 		case abi.LogLine: // a debug stream's output is its lines
 			o.buf.WriteString(p.Line + "\n")
+		case json.RawMessage: // encoded data: a debug stream's lines, one or a batch
+			var v struct {
+				abi.LogLine
+				Lines []abi.LogLine `json:"lines"`
+			}
+			if json.Unmarshal(p, &v) == nil {
+				if v.Type == abi.PayloadLogLine {
+					v.Lines = []abi.LogLine{v.LogLine}
+				}
+				for _, l := range v.Lines {
+					o.buf.WriteString(l.Line + "\n")
+				}
+			}
 		}
 		if e.Seq != 0 {
 			o.after = e.Seq
