@@ -52,6 +52,8 @@ type Measure struct {
 	EventsPerRead float64 `json:"eventsPerRead,omitempty"`
 	// LinesPerEvent is the mean number of lines in a data event (1 without option batch).
 	LinesPerEvent float64 `json:"linesPerEvent,omitempty"`
+	// Runs are the lines/s of every run of the row, in order (this one is their median).
+	Runs []float64 `json:"runs,omitempty"`
 }
 
 // FloodRow compares nexus with tail -F for S subscribers: sessions with a log-line event per

@@ -23,6 +23,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -31,6 +32,7 @@ import (
 	"os/signal"
 	goruntime "runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -49,6 +51,7 @@ type config struct {
 	tail     string
 	only     string
 	modes    map[string]bool
+	runs     int
 	timeout  time.Duration
 	outDir   string
 }
@@ -92,9 +95,10 @@ func run() error {
 	flag.BoolVar(&cfg.encode, "encode", true, "subscribers encode each event as its WebSocket frame's JSON, as the gateway does")
 	flag.StringVar(&cfg.tail, "tail", "tail", "the tail program of the baseline (GNU coreutils)")
 	flag.StringVar(&cfg.only, "only", "", "run only flood or memory")
+	flag.IntVar(&cfg.runs, "runs", 3, "flood: runs of each row (nexus and tail -F in turn); the median run by lines/s is reported")
 	modes := flag.String("modes", "log-line,batch", "flood: debug-stream sessions measured: log-line (an event per line), batch (option batch)")
 	flag.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "flood: give up on a row after this long")
-	flag.BoolVar(&quick, "quick", false, "smoke run: -lines 20000 -fit-lines 0 -subs 1,10 -sessions 30")
+	flag.BoolVar(&quick, "quick", false, "smoke run: -lines 20000 -fit-lines 0 -subs 1,10 -sessions 30 -runs 1")
 	flag.StringVar(&cfg.outDir, "out", "bench/results", "directory for the JSON results")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	flag.Parse()
@@ -112,6 +116,9 @@ func run() error {
 		}
 		if !set["sessions"] {
 			cfg.sessions = 30
+		}
+		if !set["runs"] {
+			cfg.runs = 1
 		}
 	}
 	for _, f := range strings.Split(subs, ",") {
@@ -154,7 +161,7 @@ func run() error {
 	start := time.Now()
 	res := &Results{Command: strings.Join(os.Args, " "), Started: start.UTC().Format(time.RFC3339), Machine: benchenv.Probe("bash"),
 		Config: map[string]any{"lines": cfg.lines, "fitLines": cfg.fit, "lineBytes": lineLen, "subs": cfg.subs, "sessions": cfg.sessions, "store": cfg.store,
-			"encode": cfg.encode, "gomaxprocs": goruntime.GOMAXPROCS(0)}}
+			"encode": cfg.encode, "runs": cfg.runs, "gomaxprocs": goruntime.GOMAXPROCS(0)}}
 	if out, err := exec.CommandContext(ctx, cfg.tail, "--version").Output(); err == nil {
 		res.Tail = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
@@ -203,33 +210,75 @@ func run() error {
 	return nil
 }
 
-// floodRow measures nexus, then tail -F, with s readers of n lines.
+// floodRow measures nexus (each mode), then tail -F, with s readers of n lines, cfg.runs times
+// in turn; each is reported by its median run (by lines/s), so a burst of load on the machine
+// during one run does not decide a ratio.
 func floodRow(ctx context.Context, cfg config, res *Results, s, n int) FloodRow {
 	row := FloodRow{Subscribers: s, Lines: n}
-	var err error
-	for _, mode := range []struct {
+	modes := []struct {
 		name  string
 		batch bool
 		m     *Measure
-	}{{"log-line", false, &row.Nexus}, {"batch", true, &row.NexusBatch}} {
-		if !cfg.modes[mode.name] {
+		runs  []Measure
+	}{{"log-line", false, &row.Nexus, nil}, {"batch", true, &row.NexusBatch, nil}}
+	var tails []Measure
+	for range max(cfg.runs, 1) {
+		for i := range modes {
+			mode := &modes[i]
+			if !cfg.modes[mode.name] {
+				continue
+			}
+			x, err := floodNexus(ctx, cfg, s, n, mode.batch)
+			if err != nil {
+				res.Errors = append(res.Errors, fmt.Sprintf("nexus %s, %d lines, %d subscribers: %v", mode.name, n, s, err))
+				continue
+			}
+			if x.Complete != s {
+				res.Errors = append(res.Errors, fmt.Sprintf("nexus %s, %d lines, %d subscribers: %v: %d complete, fewest lines %d, %d lost, %d out of order, EVENTS_MISSED: %d from the process's ring, %d from the event log",
+					mode.name, n, s, errIncomplete, x.Complete, x.MinLines, x.Lost, x.Disorder, x.RingMissed, x.LogMissed))
+			}
+			mode.runs = append(mode.runs, x)
+		}
+		t, err := floodTail(ctx, cfg, s, n)
+		if err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("tail -F, %d lines, %d subscribers: %v", n, s, err))
 			continue
 		}
-		if *mode.m, err = floodNexus(ctx, cfg, s, n, mode.batch); err != nil {
-			res.Errors = append(res.Errors, fmt.Sprintf("nexus %s, %d lines, %d subscribers: %v", mode.name, n, s, err))
-		} else if x := *mode.m; x.Complete != s {
-			res.Errors = append(res.Errors, fmt.Sprintf("nexus %s, %d lines, %d subscribers: %v: %d complete, fewest lines %d, %d lost, %d out of order, EVENTS_MISSED: %d from the process's ring, %d from the event log",
-				mode.name, n, s, errIncomplete, x.Complete, x.MinLines, x.Lost, x.Disorder, x.RingMissed, x.LogMissed))
-		}
+		tails = append(tails, t)
 	}
-	if row.Tail, err = floodTail(ctx, cfg, s, n); err != nil {
-		res.Errors = append(res.Errors, fmt.Sprintf("tail -F, %d lines, %d subscribers: %v", n, s, err))
+	for _, mode := range modes {
+		*mode.m = median(mode.runs)
 	}
+	row.Tail = median(tails)
 	if row.Tail.LinesPerSec > 0 {
 		row.Ratio = row.Nexus.LinesPerSec / row.Tail.LinesPerSec
 		row.BatchRatio = row.NexusBatch.LinesPerSec / row.Tail.LinesPerSec
 	}
 	return row
+}
+
+// median is the run with the median lines/s (the lower middle one of an even count), with the
+// rates of all runs.
+func median(runs []Measure) Measure {
+	if len(runs) == 0 {
+		return Measure{}
+	}
+	sorted := slices.Clone(runs)
+	slices.SortFunc(sorted, func(a, b Measure) int { return cmp.Compare(a.LinesPerSec, b.LinesPerSec) })
+	m := sorted[(len(sorted)-1)/2]
+	for _, r := range runs {
+		m.Runs = append(m.Runs, r.LinesPerSec)
+	}
+	return m
+}
+
+// kRates prints rates in thousands: "412/530/611".
+func kRates(rates []float64) string {
+	parts := make([]string, len(rates))
+	for i, r := range rates {
+		parts[i] = strconv.FormatFloat(r/1000, 'f', 0, 64)
+	}
+	return strings.Join(parts, "/")
 }
 
 func report(r *Results, cfg config) {
@@ -240,7 +289,7 @@ func report(r *Results, cfg config) {
 		fmt.Println("(lines/s = N / time from the first line written to the slowest reader's last; delivered/s counts only the lines the readers got;")
 		fmt.Println(" CPU s: this process and its children; captured s: until the gateway had read every line of the process)")
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(w, "N\tS\tevents\tnexus lines/s\tdelivered/s\t(s, fastest s, CPU s)\ttail -F lines/s\t(s, fastest s, CPU s)\tratio\tnexus complete\tlost\tcaptured s\tlines/event\t")
+		fmt.Fprintln(w, "N\tS\tevents\tnexus lines/s\tdelivered/s\t(s, fastest s, CPU s)\ttail -F lines/s\t(s, fastest s, CPU s)\tratio\tnexus complete\tlost\tcaptured s\tlines/event\truns: nexus, tail k lines/s\t")
 		for _, row := range r.Flood {
 			t := row.Tail
 			for _, mode := range []struct {
@@ -253,9 +302,9 @@ func report(r *Results, cfg config) {
 				if x.Lost > 0 {
 					lost = fmt.Sprintf("%.1f%%", 100*float64(x.Lost)/float64(row.Lines*row.Subscribers))
 				}
-				fmt.Fprintf(w, "%d\t%d\t%s\t%.0f\t%.0f\t(%.2f, %.2f, %.2f)\t%.0f\t(%.2f, %.2f, %.2f)\t%.3f\t%d/%d\t%s\t%.2f\t%.1f\t\n", row.Lines, row.Subscribers, mode.name,
+				fmt.Fprintf(w, "%d\t%d\t%s\t%.0f\t%.0f\t(%.2f, %.2f, %.2f)\t%.0f\t(%.2f, %.2f, %.2f)\t%.3f\t%d/%d\t%s\t%.2f\t%.1f\t%s; %s\t\n", row.Lines, row.Subscribers, mode.name,
 					x.LinesPerSec, x.DeliveredPerSec, x.Seconds, x.FastestSeconds, x.CPUSeconds,
-					t.LinesPerSec, t.Seconds, t.FastestSeconds, t.CPUSeconds, mode.ratio, x.Complete, row.Subscribers, lost, x.CaptureSeconds, x.LinesPerEvent)
+					t.LinesPerSec, t.Seconds, t.FastestSeconds, t.CPUSeconds, mode.ratio, x.Complete, row.Subscribers, lost, x.CaptureSeconds, x.LinesPerEvent, kRates(x.Runs), kRates(t.Runs))
 			}
 		}
 		_ = w.Flush()

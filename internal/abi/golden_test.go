@@ -109,6 +109,10 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"event_ai-iteration", event(t, abi.EventData, 13, abi.AIIteration{Type: abi.PayloadAIIteration, Iteration: 1, WillContinue: true})},
 		{"event_ai-turn_started", event(t, abi.EventData, 2, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: "run-1"})},
 		{"event_log-line", event(t, abi.EventData, 4, abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamStderr, Line: "listening on :8080", Offset: 4096})},
+		{"event_log-lines", event(t, abi.EventData, 6, abi.LogLines{Type: abi.PayloadLogLines, Lines: []abi.LogLine{
+			{Type: abi.PayloadLogLine, Stream: abi.StreamStdout, Line: "GET /health 200", Offset: 8192},
+			{Type: abi.PayloadLogLine, Stream: abi.StreamStdout, Line: "GET /api/items 200", Offset: 8208},
+		}})},
 		{"event_log-line_gateway", event(t, abi.EventData, 5, abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamGateway, Line: "session created id=0190a1b2", Level: "INFO", Offset: 17})},
 		{"event_connection_open", event(t, abi.EventData, 6, abi.Connection{Type: abi.PayloadConnection, Action: "open", Local: "127.0.0.1:8080", Remote: "127.0.0.1:53752", State: "established", BytesSent: 0, BytesReceived: 5, RTTMs: 0.024, Inode: 3665324})},
 		{"event_roadmap-item", event(t, abi.EventData, 7, abi.RoadmapEvent{Type: abi.PayloadRoadmapItem, Action: "updated", RoadmapID: "rm63bc7dba", Item: &abi.RoadmapItem{ID: "it0a1b2c3d", Title: "write the docs", Status: "doing"}})},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -248,7 +249,8 @@ func (a *app) debugLogTailCmd() *cobra.Command {
 					}
 					file = wd + "/" + file
 				}
-				opts, err := json.Marshal(abi.DebugStreamOptions{File: file, Lines: limit, Grep: grep})
+				// Batched: a flood costs a frame per batch, not per line (docs/observers.md).
+				opts, err := json.Marshal(abi.DebugStreamOptions{File: file, Lines: limit, Grep: grep, Batch: true})
 				if err != nil {
 					return fmt.Errorf("encode options: %w", err)
 				}
@@ -257,16 +259,32 @@ func (a *app) debugLogTailCmd() *cobra.Command {
 			return a.observe(cmd.Context(), sid, req, follow, func(e abi.Event) {
 				switch e.Event {
 				case abi.EventData:
-					var l abi.LogLine
-					if json.Unmarshal(e.Payload, &l) != nil || l.Type != abi.PayloadLogLine {
+					// One line (log-line), or a batch of them (log-lines): a session opened
+					// elsewhere (--session-id) may be either.
+					var v struct {
+						abi.LogLine
+						Lines []abi.LogLine `json:"lines"`
+					}
+					if json.Unmarshal(e.Payload, &v) != nil {
 						return
 					}
-					if format == formatJSON {
-						b, _ := json.Marshal(l)
-						fmt.Fprintf(a.env.Stdout, "%s\n", b)
-					} else {
-						fmt.Fprintln(a.env.Stdout, logText(l.Stream, l.Level, l.Line))
+					switch v.Type {
+					case abi.PayloadLogLine:
+						v.Lines = []abi.LogLine{v.LogLine}
+					case abi.PayloadLogLines:
+					default:
+						return
 					}
+					w := bufio.NewWriter(a.env.Stdout)
+					for _, l := range v.Lines {
+						if format == formatJSON {
+							b, _ := json.Marshal(l)
+							_, _ = w.Write(append(b, '\n'))
+						} else {
+							_, _ = fmt.Fprintln(w, logText(l.Stream, l.Level, l.Line))
+						}
+					}
+					_ = w.Flush()
 				case abi.EventStatus:
 					var st abi.StatusPayload
 					if json.Unmarshal(e.Payload, &st) == nil && strings.HasPrefix(st.Message, "process ") {

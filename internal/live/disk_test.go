@@ -499,3 +499,34 @@ func TestDiskVolatileData(t *testing.T) {
 		t.Fatalf("the sequence restarts at %d: numbers readers saw would be given again", last)
 	}
 }
+
+// limitsStore records the limits each session's log was created with.
+type limitsStore struct {
+	live.MemoryStore
+	got []live.LogLimits
+}
+
+func (s *limitsStore) Create(ctx context.Context, rec abi.Session, l live.LogLimits) (live.EventLog, error) {
+	s.got = append(s.got, l)
+	return s.MemoryStore.Create(ctx, rec, l)
+}
+
+// keeperKind is a fake kind whose data is kept elsewhere.
+type keeperKind struct{ *livetest.FakeKind }
+
+func (keeperKind) DataKeptElsewhere() bool { return true }
+
+// TestRegistryVolatileDataForDataKeepers: a DataKeeper kind's sessions get logs that keep data
+// in memory only; other kinds' logs persist everything.
+func TestRegistryVolatileDataForDataKeepers(t *testing.T) {
+	st := &limitsStore{}
+	r := newRegistry(t, live.Config{Store: st, IdleTimeout: -1},
+		livetest.NewFakeKind(abi.TypeTerminal, false), keeperKind{livetest.NewFakeKind(abi.TypeDebugStream, false)})
+	for _, typ := range []abi.SessionType{abi.TypeTerminal, abi.TypeDebugStream} {
+		_, err := r.Create(context.Background(), abi.CreateRequest{Type: typ, Context: abi.Context{ProjectID: "p"}})
+		mustOK(t, err)
+	}
+	if len(st.got) != 2 || st.got[0].VolatileData || !st.got[1].VolatileData {
+		t.Fatalf("limits %+v: want the debug stream's alone volatile", st.got)
+	}
+}

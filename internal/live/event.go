@@ -182,10 +182,17 @@ func (e *Event) size() int {
 	return 256
 }
 
-// outputBytes is what e adds to the output that flow control paces.
+// outputBytes is what e adds to the output that flow control paces: terminal output, and the
+// encoded data of a payload that comes encoded (a debug stream's lines), whose size the log's
+// byte budget also counts; a reader lagging by more than that budget would be lapped.
 func (e *Event) outputBytes() uint64 {
-	if out, ok := e.Payload.(Output); ok {
-		return uint64(len(out))
+	switch p := e.Payload.(type) {
+	case Output:
+		return uint64(len(p))
+	case json.RawMessage:
+		return uint64(len(p))
+	case Joined:
+		return uint64(p.Len())
 	}
 	return 0
 }

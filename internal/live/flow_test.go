@@ -2,6 +2,8 @@ package live_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +184,49 @@ func TestFlowReleasedFollowerReengagesWhenCaughtUp(t *testing.T) {
 	f.Ack(head)
 	if live.FlowReleased(f) {
 		t.Fatal("follower that caught up is still released")
+	}
+}
+
+// TestFlowCountsEncodedBytes: data that comes encoded (a debug stream's batches of lines) is
+// paced by its bytes as terminal output is, not only by its count of events: a follower more
+// than half the log's byte budget behind holds the producer, before the ring, which evicts by
+// bytes, can lap it.
+func TestFlowCountsEncodedBytes(t *testing.T) {
+	for name, payload := range map[string]any{
+		"raw":    json.RawMessage(`"` + strings.Repeat("x", 198) + `"`),
+		"joined": live.Joined{[]byte(`"`), []byte(strings.Repeat("x", 198)), []byte(`"`)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k := livetest.NewFakeKind(abi.TypeTerminal, false)
+			r := newRegistry(t, live.Config{Log: live.LogLimits{Events: 1000, Bytes: 1000, MaxStall: time.Hour}}, k)
+			s, err := r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+			mustOK(t, err)
+			last, err := r.LastSeq(context.Background(), s.SessionID)
+			mustOK(t, err)
+			f, err := r.Follow(context.Background(), s.SessionID, last)
+			mustOK(t, err)
+			defer f.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range 10 {
+					k.Instance(s.SessionID).EmitData(payload)
+				}
+			}()
+			testkit.Eventually(t, "the producer to wait for the follower", func() bool { return live.FlowWaiting(f) })
+			// 200 bytes an event: three are 600 bytes, past half the budget of 1000.
+			if seq, err := r.LastSeq(context.Background(), s.SessionID); err != nil || seq != last+3 {
+				t.Fatalf("last sequence %d (%v) while the producer waits, want %d", seq, err, last+3)
+			}
+			f.Ack(last + 10)
+			for i := last + 4; i <= last+10; i++ {
+				testkit.Eventually(t, "the producer to go on", func() bool {
+					seq, _ := r.LastSeq(context.Background(), s.SessionID)
+					f.Ack(seq)
+					return seq >= i
+				})
+			}
+			<-done
+		})
 	}
 }

@@ -41,13 +41,73 @@ type Line struct {
 	Time   int64 `json:"time"`
 	// Level is a gateway log line's level.
 	Level string `json:"level,omitempty"`
-	// JSON is the line as a debug stream's log-line payload (abi.LogLine), encoded once by
-	// the capture while the process has followers, for all of them; nil otherwise. It is
-	// Run[At:At+len(JSON)]: the lines the capture added together are encoded in one run,
-	// separated by commas, so consecutive lines are one slice of it (a batch as it goes out).
-	JSON []byte `json:"-"`
-	Run  []byte `json:"-"`
-	At   int    `json:"-"`
+	// chunk holds the lines the capture added with this one, idx is this one's place in it.
+	chunk *Chunk
+	idx   int32
+}
+
+// Chunk is the lines of a process's stream that the capture added together, and their
+// encoding as a debug stream's log-line payloads (abi.LogLine): one run of JSON objects
+// separated by commas, so consecutive lines are one slice of it, a batch as it goes out. The
+// first follower that wants it encodes it, once, for every other: the capture does not pay
+// for it, and it runs on the followers' CPUs.
+type Chunk struct {
+	once   sync.Once
+	stream string
+	text   string // the lines as the stream wrote them, newlines included
+	base   int64  // the stream offset of text
+	run    []byte
+	ends   []int32 // where each line's object ends in run
+}
+
+// encode fills run and ends, once.
+func (c *Chunk) encode() {
+	c.once.Do(func() {
+		run := make([]byte, 0, len(c.text)+len(c.text)/8+64*strings.Count(c.text, "\n")+64)
+		text, off := c.text, c.base
+		for text != "" {
+			line := nextLine(text)
+			text = text[len(line):]
+			if len(run) > 0 {
+				run = append(run, ',')
+			}
+			run = abi.LogLine{Type: abi.PayloadLogLine, Stream: c.stream, Line: trimLine(line), Offset: off}.AppendJSON(run)
+			c.ends = append(c.ends, int32(len(run)))
+			off += int64(len(line))
+		}
+		c.run = run
+	})
+}
+
+// Encoded returns l as a log-line payload: run[at:end] is its JSON object, and consecutive
+// lines of one chunk follow one another in run, a comma apart. ok is false for a line that is
+// not in a chunk (a status line, a journal's).
+func (l *Line) Encoded() (run []byte, at, end int, ok bool) {
+	c := l.chunk
+	if c == nil {
+		return nil, 0, 0, false
+	}
+	c.encode()
+	if int(l.idx) > 0 {
+		at = int(c.ends[l.idx-1]) + 1
+	}
+	return c.run, at, int(c.ends[l.idx]), true
+}
+
+// SameChunk reports whether l and m were added together (so m may follow l in one run).
+func (l *Line) SameChunk(m *Line) bool { return l.chunk != nil && l.chunk == m.chunk }
+
+// nextLine is the first line of text with its newline, or its first MaxLine bytes when the
+// line is longer (the rest comes as more pieces).
+func nextLine(text string) string {
+	if i := strings.IndexByte(text, '\n'); i >= 0 && i < MaxLine {
+		return text[:i+1]
+	}
+	return text[:min(len(text), MaxLine)]
+}
+
+func trimLine(line string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
 }
 
 // ring keeps the recent lines of a process and wakes its followers. Followers that registered
@@ -195,13 +255,6 @@ func (r *ring) offset(stream string) int64 {
 	return r.offsets[stream]
 }
 
-// followed reports whether a cursor follows the ring (its lines are then worth encoding).
-func (r *ring) followed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.cursors) > 0
-}
-
 // addLines appends lines of one stream (their Offset set from the stream's, Seq unset) as one
 // step: one lock and one wake-up for all of them; size is the bytes they took in the stream.
 func (r *ring) addLines(stream string, lines []Line, size int64) {
@@ -322,8 +375,8 @@ func (p *proc) capture(rd io.Reader, stream string, w *rotating) {
 		end += n
 		chunk := buf[start:end]
 		cut := bytes.LastIndexByte(chunk, '\n') + 1
-		if cut == 0 && (end == len(buf) || err != nil) {
-			cut = len(chunk) // a full buffer without a newline, or the last bytes
+		if cut == 0 && (len(chunk) >= MaxLine || err != nil) {
+			cut = min(len(chunk), MaxLine) // a piece of a long line, or the last bytes
 		}
 		if cut > 0 {
 			chunk = chunk[:cut]
@@ -340,45 +393,24 @@ func (p *proc) capture(rd io.Reader, stream string, w *rotating) {
 	}
 }
 
-// encodeRun encodes lines as log-line payloads into one run, separated by commas.
-func encodeRun(stream string, lines []Line, size int) {
-	run := make([]byte, 0, size+64*len(lines))
-	for i := range lines {
-		if i > 0 {
-			run = append(run, ',')
-		}
-		at := len(run)
-		run = abi.LogLine{Type: abi.PayloadLogLine, Stream: stream, Line: lines[i].Text, Offset: lines[i].Offset}.AppendJSON(run)
-		lines[i].JSON, lines[i].At = run[at:len(run):len(run)], at
-	}
-	for i := range lines { // the run may have grown: every line points into the final one
-		lines[i].Run = run
-		lines[i].JSON = run[lines[i].At : lines[i].At+len(lines[i].JSON) : lines[i].At+len(lines[i].JSON)]
-	}
-}
-
-// addChunk splits text (whole lines, the last maybe without its newline) into the ring.
+// addChunk splits text (whole lines, the last maybe without its newline) into the ring, in
+// steps; each step is one Chunk.
 func (p *proc) addChunk(stream, text string, step int) {
 	now := p.m.opt.Now().UnixMilli()
 	lines := make([]Line, 0, min(step, strings.Count(text, "\n")+1))
 	for text != "" {
 		p.ring.waitRoom()
-		encode := p.ring.followed()
-		off := p.ring.offset(stream)
+		c := &Chunk{stream: stream, base: p.ring.offset(stream)}
 		lines = lines[:0]
+		rest := text
 		var size int64
-		for len(lines) < step && text != "" {
-			line := text
-			if i := strings.IndexByte(text, '\n'); i >= 0 {
-				line = text[:i+1]
-			}
-			text = text[len(line):]
-			lines = append(lines, Line{Stream: stream, Text: strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r"), Offset: off + size, Time: now})
+		for len(lines) < step && rest != "" {
+			line := nextLine(rest)
+			rest = rest[len(line):]
+			lines = append(lines, Line{Stream: stream, Text: trimLine(line), Offset: c.base + size, Time: now, chunk: c, idx: int32(len(lines))})
 			size += int64(len(line))
 		}
-		if encode {
-			encodeRun(stream, lines, int(size))
-		}
+		c.text, text = text[:len(text)-len(rest)], rest
 		p.ring.addLines(stream, lines, size)
 	}
 }

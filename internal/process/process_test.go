@@ -226,3 +226,55 @@ func TestFloodThroughRotation(t *testing.T) {
 		t.Fatalf("log files %v %v", rotated, err)
 	}
 }
+
+// TestLongLinesAndEncoding: a line longer than MaxLine comes in pieces of MaxLine, \r\n ends
+// a line as \n does, and each line's shared encoding is its log-line payload, its offset
+// included; consecutive lines of a chunk are one slice of the run, a comma apart.
+func TestLongLinesAndEncoding(t *testing.T) {
+	m := newManager(t, t.TempDir(), process.Options{})
+	long := strings.Repeat("x", 2*process.MaxLine+100)
+	file := filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(file, []byte("first <&>\r\n"+long+"\nshort\nno newline"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.Start(context.Background(), process.Spec{Command: []string{"cat", file}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := follow(t, m, in.ID, 0, func(l process.Line) bool { return strings.HasPrefix(l.Text, "exited") })
+	var got []string
+	var offsets []int64
+	for i := range lines {
+		l := &lines[i]
+		if l.Stream != process.StreamStdout {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%.12s/%d", l.Text, len(l.Text)))
+		offsets = append(offsets, l.Offset)
+		run, at, end, ok := l.Encoded()
+		if !ok {
+			t.Fatalf("line %d has no encoding", l.Seq)
+		}
+		want := abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamStdout, Line: l.Text, Offset: l.Offset}.AppendJSON(nil)
+		if string(run[at:end]) != string(want) {
+			t.Fatalf("line %d encodes as %.100s, want %.100s", l.Seq, run[at:end], want)
+		}
+		if i > 0 && l.SameChunk(&lines[i-1]) {
+			if _, _, prevEnd, _ := lines[i-1].Encoded(); prevEnd+1 != at || run[prevEnd] != ',' {
+				t.Fatalf("lines %d and %d of one chunk are not adjacent in its run", lines[i-1].Seq, l.Seq)
+			}
+		}
+	}
+	m1 := process.MaxLine
+	want := []string{"first <&>/9", fmt.Sprintf("xxxxxxxxxxxx/%d", m1), fmt.Sprintf("xxxxxxxxxxxx/%d", m1), "xxxxxxxxxxxx/100", "short/5", "no newline/10"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("lines %v, want %v", got, want)
+	}
+	wantOff := []int64{0, 11, 11 + int64(m1), 11 + 2*int64(m1), 11 + 2*int64(m1) + 101, 11 + 2*int64(m1) + 107}
+	if fmt.Sprint(offsets) != fmt.Sprint(wantOff) {
+		t.Fatalf("offsets %v, want %v", offsets, wantOff)
+	}
+	if _, _, _, ok := lines[0].Encoded(); ok {
+		t.Fatalf("the status line %q has an encoding", lines[0].Text)
+	}
+}

@@ -245,7 +245,7 @@ func (s *stream) followSource() error {
 		}
 		s.out.expect = 0
 		for _, l := range lines {
-			if s.grep == nil && l.Run == nil {
+			if s.grep != nil || l.Level != "" {
 				s.out.expect += len(l.Text) + 64
 			}
 		}
@@ -262,12 +262,9 @@ func (s *stream) followSource() error {
 				continue
 			}
 			var full bool
-			switch {
-			case l.Run != nil && s.grep == nil:
-				full = s.out.addShared(l)
-			case l.JSON != nil:
-				full = s.out.add(l.JSON, l.Seq)
-			default: // encoded by the capture only while the process is followed
+			if run, at, end, ok := l.Encoded(); ok && (s.grep == nil || !s.out.batch) {
+				full = s.out.addShared(run, at, end, l.Seq)
+			} else { // a journal's line, or a sparse run that grep leaves
 				full = s.out.add(abi.LogLine{Type: abi.PayloadLogLine, Stream: l.Stream, Line: l.Text, Level: l.Level, Offset: l.Offset}.AppendJSON(nil), l.Seq)
 			}
 			if full && !s.deliver() {
@@ -350,22 +347,22 @@ var (
 	batchSuffix = []byte(`]}`)
 )
 
-// addShared gathers l, whose JSON is in its capture run; it reports whether the batch should go
-// now.
-func (b *batcher) addShared(l process.Line) bool {
-	b.last = l.Seq
+// addShared gathers a line whose JSON is run[at:end], in its chunk's shared run; it reports
+// whether the batch should go now.
+func (b *batcher) addShared(run []byte, at, end int, seq uint64) bool {
+	b.last = seq
 	if !b.batch {
-		b.payloads = append(b.payloads, json.RawMessage(l.JSON))
+		b.payloads = append(b.payloads, json.RawMessage(run[at:end:end]))
 		return len(b.payloads) >= 1024
 	}
 	b.closeCopy()
-	if b.run != nil && (&b.run[0] != &l.Run[0] || l.At != b.runEnd+1) {
+	if b.run != nil && (&b.run[0] != &run[0] || at != b.runEnd+1) {
 		b.closeRun()
 	}
 	if b.run == nil {
-		b.run, b.runAt = l.Run, l.At
+		b.run, b.runAt = run, at
 	}
-	b.runEnd = l.At + len(l.JSON)
+	b.runEnd = end
 	return b.runEnd-b.runAt >= abi.BatchBytes
 }
 

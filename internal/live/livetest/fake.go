@@ -222,6 +222,9 @@ func (f *FakeInstance) Request() abi.CreateRequest { return f.req }
 // Emit publishes output as the backend's own.
 func (f *FakeInstance) Emit(b []byte) { f.sink.Output(b) }
 
+// EmitData publishes a data event under flow control (Sink.PublishFlow).
+func (f *FakeInstance) EmitData(payload any) { f.sink.PublishFlow(payload) }
+
 // End reports that the backend stopped by itself.
 func (f *FakeInstance) End(reason string, exitCode *int) { f.sink.Ended(reason, exitCode) }
 
