@@ -9,11 +9,11 @@ GOLANGCI_VERSION ?= v2.15.0
 # "go install" would put it; PREFIX=/usr/local installs it for everyone (run as root).
 PREFIX      ?= $(patsubst %/bin,%,$(GOBIN_DIR))
 
-.PHONY: build install run test test-short bench lint fuzz clean pi-deps mcp-client-deps
+.PHONY: build install run test test-short bench lint fuzz clean pi-deps mcp-client-deps web
 
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-build:
+build: web
 	@test -e $(BIN) || echo "First build of $(BIN): Go downloads the modules and compiles nexus; this takes a minute or two."
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/nexus
 
@@ -32,7 +32,7 @@ run: build
 # The whole suite, as CI runs it. The pi interoperability test needs the
 # pinned pi coding agent from npm (tools/pi), the MCP-over-HTTP test the pinned
 # MCP TypeScript SDK (tools/mcp-client); both are installed when npm exists.
-test: pi-deps mcp-client-deps
+test: web pi-deps mcp-client-deps
 	@echo "Vetting, then testing every package with the race detector (the first run compiles everything: several minutes)."
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 8m ./...
@@ -46,6 +46,17 @@ bench: build pi-deps
 	$(GO) run ./bench/gateway
 	$(GO) run ./bench/shell
 	$(GO) run ./bench/transcript
+
+# The web console's page: xterm.js and the page's code bundled by esbuild (npm ci once, then a
+# build of a fraction of a second) into internal/console/dist, which the binary embeds.
+# playwright-core comes with it for the console's browser tests.
+web:
+	@if command -v npm >/dev/null 2>&1; then \
+		test -d web/node_modules/@xterm/xterm -a -d web/node_modules/playwright-core || { \
+			echo "Installing the web console's packages into web/ (npm ci, once)"; \
+			npm ci --prefix web --no-audit --no-fund --loglevel=error; }; \
+		npm run --prefix web --silent build; \
+	else echo "npm not found: nexus is built without its web console's page"; fi
 
 pi-deps:
 	@if command -v npm >/dev/null 2>&1; then \

@@ -5,10 +5,11 @@
 #   rg          bench/history's tests check its ripgrep baseline against a plain scan;
 #   node, npm, curl  ../shared/llm/setup.sh and serve.sh, the real model server of
 #               internal/provider's and internal/agent's tests (setup.sh installs nothing
-#               system-wide: it unpacks llama.cpp under its cache directory).
+#               system-wide: it unpacks llama.cpp under its cache directory);
+#   chromium    the web console's end-to-end tests drive it with playwright-core (web/).
 set -euo pipefail
 missing=()
-for p in zsh:zsh fish:fish rg:ripgrep node:nodejs npm:npm curl:curl; do
+for p in zsh:zsh fish:fish rg:ripgrep node:nodejs npm:npm curl:curl chromium:chromium; do
 	command -v "${p%%:*}" >/dev/null 2>&1 || missing+=("${p#*:}")
 done
 if [ ${#missing[@]} -eq 0 ]; then

@@ -126,6 +126,8 @@ type Session struct {
 	Status       Status         `json:"status"`
 	Capabilities Capabilities   `json:"capabilities"`
 	Metadata     map[string]any `json:"metadata"`
+	// LastActivityAt is when the session last had input or output (a live session's).
+	LastActivityAt string `json:"lastActivityAt,omitempty"`
 }
 
 // Command is a control command.

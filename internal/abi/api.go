@@ -81,11 +81,13 @@ type VersionResponse struct {
 // ClientMessage is what a WebSocket client may send: input and window sizes, so an attached
 // terminal needs a single connection.
 type ClientMessage struct {
-	Op       string `json:"op"` // "send" or "resize"
+	Op       string `json:"op"` // "send", "resize", or "ack" (a stream opened with ack=client)
 	Data     string `json:"data,omitempty"`
 	Encoding string `json:"encoding,omitempty"`
 	Width    int    `json:"width,omitempty"`
 	Height   int    `json:"height,omitempty"`
+	// Seq is what an ack acknowledges: every event up to it has been handled (rendered).
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // RunRequest is the body of POST /v1/sessions/{id}/run: run one command and return its
@@ -110,4 +112,12 @@ type Shell struct {
 	Execs     int      `json:"execs"`
 	Allow     []string `json:"allow,omitempty"`
 	Deny      []string `json:"deny,omitempty"`
+}
+
+// ConsoleCode is the answer of POST /v1/console/codes: a one-time sign-in code for the web
+// console and the URL that uses it (empty when the gateway has no TCP listener).
+type ConsoleCode struct {
+	Code      string `json:"code"`
+	URL       string `json:"url,omitempty"`
+	ExpiresAt string `json:"expiresAt"`
 }

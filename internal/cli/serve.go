@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
@@ -224,7 +225,12 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			var consoleAuth *console.Auth
+			if listen != "" {
+				consoleAuth = console.NewAuth(console.Options{Now: a.env.Now})
+			}
 			serveErr := gateway.Serve(ctx, gateway.DaemonOptions{
+				Console:      consoleAuth,
 				StateDir:     a.stateDir,
 				Listen:       listen,
 				AllowedHosts: allowHosts,
@@ -243,6 +249,13 @@ func (a *app) serveCmd() *cobra.Command {
 						msg += " and http://" + in.Listen + " (bearer token in " + a.stateDir + "/" + gateway.TokenFile + ")"
 					}
 					fmt.Fprintln(a.env.Stderr, msg)
+					// The sign-in link goes to the terminal that started the gateway, never to
+					// its log; it works once.
+					if consoleAuth != nil {
+						if _, url, _, err := consoleAuth.NewCode(); err == nil {
+							fmt.Fprintf(a.env.Stderr, "nexus: console: %s (one-time sign-in link; nexus console makes another)\n", url)
+						}
+					}
 				},
 			})
 			// Sessions are closed; the companion run shells go next, then whatever is left of

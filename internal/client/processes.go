@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"github.com/nexus-run/nexus/internal/abi"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -60,4 +61,11 @@ func (c *Client) ServerAdd(ctx context.Context, s process.Server) (process.Serve
 // ServerRemove forgets a server.
 func (c *Client) ServerRemove(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/servers/"+url.PathEscape(name), nil, nil)
+}
+
+// ConsoleCode mints a one-time sign-in code for the gateway's web console.
+func (c *Client) ConsoleCode(ctx context.Context) (abi.ConsoleCode, error) {
+	var out abi.ConsoleCode
+	err := c.do(ctx, http.MethodPost, "/console/codes", nil, &out)
+	return out, err
 }

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/index"
@@ -67,6 +68,10 @@ type DaemonOptions struct {
 	// MaxUnauthenticated bounds the connections one peer may hold on the TCP listener before
 	// authenticating; default DefaultMaxUnauthenticated.
 	MaxUnauthenticated int
+
+	// Console, when set, serves the web console on the TCP listener (and mints its sign-in
+	// codes on both listeners); its base URL is set once the TCP listener is up.
+	Console *console.Auth
 
 	// Chats, when set, is served under /v1/chats on every listener.
 	Chats conversation.API
@@ -167,7 +172,7 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 	if o.Index != nil {
 		indexSync = o.Index.Sync
 	}
-	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Roadmaps: o.Roadmaps, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+	local := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Roadmaps: o.Roadmaps, Version: o.Version, Logger: o.Logger, Streams: &streams, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout, Console: o.Console}))
 	servers := []*http.Server{local}
 	errc := make(chan error, 2)
 	go func() { errc <- local.Serve(ul) }()
@@ -185,7 +190,10 @@ func Serve(ctx context.Context, o DaemonOptions) error {
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 		info.Listen = tl.Addr().String()
-		remote := mk(Handler(Options{Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Roadmaps: o.Roadmaps, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
+		if o.Console != nil {
+			o.Console.SetBase("http://" + info.Listen)
+		}
+		remote := mk(Handler(Options{Console: o.Console, Registry: o.Registry, Chats: o.Chats, Shells: o.Shells, Index: ix, IndexSync: indexSync, Triggers: o.Triggers, Processes: o.Processes, Roadmaps: o.Roadmaps, Version: o.Version, Logger: o.Logger, Token: token, Streams: &streams, AllowedHosts: o.AllowedHosts, BodyTimeout: o.BodyTimeout, WriteTimeout: o.WriteTimeout}))
 		servers = append(servers, remote)
 		gl := guard(tl, o.MaxUnauthenticated)
 		go func() { errc <- remote.Serve(gl) }()

@@ -17,12 +17,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/index"
 	"github.com/nexus-run/nexus/internal/live"
@@ -51,8 +53,12 @@ type Options struct {
 	Processes *process.Manager
 	// Roadmaps, when set, serves the roadmaps (roadmaps.go).
 	Roadmaps *roadmap.Store
-	// Token, when set, is required as "Authorization: Bearer <token>" on every request.
-	Token   string
+	// Token, when set, is required as "Authorization: Bearer <token>" on every request, or
+	// the cookie of a browser signed in to the console.
+	Token string
+	// Console, when set, serves the web console under /console/ and mints its sign-in codes
+	// (POST /v1/console/codes, never with the console's own cookie).
+	Console *console.Auth
 	Version string
 	Logger  *slog.Logger
 	Now     func() time.Time
@@ -105,6 +111,11 @@ func Handler(opt Options) http.Handler {
 	mux.HandleFunc("POST "+p+"/sessions/{id}/run", s.run)
 	mux.HandleFunc("GET "+p+"/sessions/{id}/events", s.events)
 	mux.HandleFunc("GET "+p+"/sessions/{id}/stream", s.stream)
+	mux.HandleFunc("GET "+p+"/sessions/watch", s.watchSessions)
+	if opt.Console != nil {
+		mux.Handle(console.Prefix, console.Handler(opt.Console))
+		mux.HandleFunc("POST "+p+"/console/codes", s.consoleCode)
+	}
 	s.chatRoutes(mux)
 	s.shellRoutes(mux)
 	s.indexRoutes(mux)
@@ -151,7 +162,29 @@ func (s *server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r) // the hook's own secret guards it (triggers.go)
 			return
 		}
+		if s.opt.Console != nil && strings.HasPrefix(r.URL.Path, console.Prefix) {
+			next.ServeHTTP(w, r) // the console's sign-in and cookie guard it (internal/console)
+			return
+		}
 		got, ok := bearer(r.Header.Get("Authorization"))
+		if !ok && s.opt.Console != nil && s.opt.Console.SignedIn(r) {
+			// A signed-in browser: only from the gateway's own pages. SameSite=Strict keeps the
+			// cookie off other sites' requests; the Origin check is the second lock, and
+			// minting sign-in codes stays the token's.
+			if !console.SameOrigin(r) && (r.Method != http.MethodGet || r.Header.Get("Origin") != "") {
+				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "a console request from another origin (%q)", r.Header.Get("Origin")), http.StatusForbidden)
+				return
+			}
+			if r.URL.Path == abi.APIPrefix+"/console/codes" {
+				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "sign-in codes are minted with the gateway's token (nexus console), not from the console"), http.StatusForbidden)
+				return
+			}
+			if c, ok := r.Context().Value(connKey{}).(*guardedConn); ok {
+				c.authenticated()
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
 		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus"`)
 			s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "missing or wrong bearer token (see state/gateway.token)"), 0)
@@ -398,6 +431,9 @@ type readParams struct {
 	wait  time.Duration
 	ct    abi.ContentType
 	hold  bool
+	// clientAck: a stream whose follower is acknowledged by the client's ack messages (once
+	// it has rendered the events), not by the gateway's writes.
+	clientAck bool
 }
 
 func (s *server) params(r *http.Request) (readParams, error) {
@@ -432,6 +468,13 @@ func (s *server) params(r *http.Request) (readParams, error) {
 		p.wait = min(p.wait, s.opt.MaxWait)
 	}
 	p.hold = q.Get("hold") == "1" || q.Get("hold") == "true"
+	switch v := q.Get("ack"); v {
+	case "", "server":
+	case "client":
+		p.clientAck = true
+	default:
+		return p, abi.Errorf(abi.CodeInvalidArgument, id, "ack must be server or client, got %q", v)
+	}
 	return p, nil
 }
 
@@ -523,7 +566,14 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(abi.MaxRequestBody)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	go s.readClient(ctx, cancel, c, id)
+	var acks *ackWindow
+	if p.clientAck {
+		acks = &ackWindow{fl: fl, acked: p.after, moved: make(chan struct{})}
+		if w, ok := fl.(live.Windowed); ok {
+			w.SetWindow(clientWindow) // the program waits too, not only this stream's writes
+		}
+	}
+	go s.readClient(ctx, cancel, c, id, acks)
 
 	after := p.after
 	var frame []byte // reused: Write is done with it when it returns
@@ -536,22 +586,144 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, e := range b.Events {
-			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 			frame = e.AppendJSON(frame[:0], p.ct)
+			if acks != nil && !acks.room(ctx, e.Seq, len(frame)) {
+				return
+			}
+			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 			err := c.Write(wctx, websocket.MessageText, frame)
 			wcancel()
 			if err != nil {
 				return
 			}
-			fl.Ack(e.Seq)
+			if !p.clientAck {
+				fl.Ack(e.Seq)
+			}
 		}
 		after = b.Next
-		fl.Ack(after) // a batch that skipped a lost range still moves the follower on
+		if !p.clientAck || len(b.Events) == 0 {
+			fl.Ack(after) // a batch that skipped a lost range still moves the follower on
+		}
 		if b.Done {
 			_ = c.Close(websocket.StatusNormalClosure, "session closed")
 			return
 		}
 	}
+}
+
+// clientWindow is how many bytes of frames a stream opened with ack=client writes ahead of the
+// client's acknowledgments. It bounds what a browser holds unrendered (xterm.js parses some
+// tens of MB/s): Ctrl-C after a flood shows its prompt within a fraction of a second, and the
+// session's own flow control holds the program while the window is full.
+const clientWindow = 256 << 10
+
+// ackWindow is the client-acknowledged pacing of one stream: the frames written and not yet
+// acknowledged, and the follower the acknowledgments move.
+type ackWindow struct {
+	fl      live.Follower
+	mu      sync.Mutex
+	acked   uint64
+	pending []sentFrame // written after acked, oldest first
+	bytes   int
+	moved   chan struct{} // closed and replaced at each acknowledgment
+}
+
+type sentFrame struct {
+	seq  uint64
+	size int
+}
+
+// room waits until a frame of size for event seq fits in the window (one frame always goes, so
+// a frame larger than the window is not stuck), and counts it; false when ctx ends first.
+func (a *ackWindow) room(ctx context.Context, seq uint64, size int) bool {
+	for {
+		a.mu.Lock()
+		if a.bytes == 0 || a.bytes+size <= clientWindow || seq == 0 {
+			if seq != 0 {
+				a.pending = append(a.pending, sentFrame{seq, size})
+				a.bytes += size
+			}
+			a.mu.Unlock()
+			return true
+		}
+		moved := a.moved
+		a.mu.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// ack records the client's acknowledgment of every event up to seq.
+func (a *ackWindow) ack(seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seq <= a.acked {
+		return
+	}
+	a.acked = seq
+	n := 0
+	for n < len(a.pending) && a.pending[n].seq <= seq {
+		a.bytes -= a.pending[n].size
+		n++
+	}
+	a.pending = a.pending[n:]
+	a.fl.Ack(seq)
+	close(a.moved)
+	a.moved = make(chan struct{})
+}
+
+// watchSessions streams the registry's sessions over a WebSocket: a snapshot {version,
+// sessions} now and after every change (a session created, closed, or its status or metadata
+// changed), closed ones included, so a page keeps its list current without polling.
+func (s *server) watchSessions(w http.ResponseWriter, r *http.Request) {
+	if !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", "websocket") {
+		w.Header().Set("Upgrade", "websocket")
+		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "%s is a WebSocket endpoint: send a WebSocket upgrade request (or GET %s/sessions)", r.URL.Path, abi.APIPrefix), http.StatusUpgradeRequired)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept has answered the client
+	}
+	defer func() { _ = c.CloseNow() }()
+	ctx := c.CloseRead(r.Context()) // nothing is read; a close from the client ends ctx
+	var version uint64
+	for {
+		snap, err := s.opt.Registry.WatchSessions(ctx, version, 30*time.Second)
+		if err != nil {
+			return
+		}
+		if snap.Version == version && version != 0 {
+			continue // the wait elapsed with no change
+		}
+		version = snap.Version
+		b, err := json.Marshal(struct {
+			Version  uint64        `json:"version"`
+			Sessions []abi.Session `json:"sessions"`
+		}{snap.Version, snap.Sessions})
+		if err != nil {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = c.Write(wctx, websocket.MessageText, b)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// consoleCode mints a one-time sign-in code for the web console (nexus console).
+func (s *server) consoleCode(w http.ResponseWriter, _ *http.Request) {
+	code, url, exp, err := s.opt.Console.NewCode()
+	if err != nil {
+		s.fail(w, fmt.Errorf("mint a sign-in code: %w", err), 0)
+		return
+	}
+	s.writeJSON(w, http.StatusCreated, abi.ConsoleCode{Code: code, URL: url, ExpiresAt: abi.FormatTime(exp)})
 }
 
 // headerHasToken reports whether a comma-separated header of h holds token (case-insensitive).
@@ -566,7 +738,10 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
-func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, id string) {
+// readClient handles what a stream's client sends: input, resizes, and (acks set: a stream
+// opened with ack=client) acknowledgments of the events it has rendered, which are what its
+// follower waits for, so a session's output is paced by the browser's rendering.
+func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, id string, acks *ackWindow) {
 	defer cancel()
 	for {
 		_, data, err := c.Read(ctx)
@@ -591,8 +766,14 @@ func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *w
 			if _, err := s.opt.Registry.Control(ctx, id, abi.ControlRequest{Command: abi.CommandResize, Width: m.Width, Height: m.Height}); err != nil {
 				s.notify(ctx, c, id, err)
 			}
+		case "ack":
+			if acks == nil {
+				s.notify(ctx, c, id, abi.Errorf(abi.CodeInvalidArgument, id, "ack on a stream the gateway acknowledges (open it with ack=client)"))
+				continue
+			}
+			acks.ack(m.Seq)
 		default:
-			s.notify(ctx, c, id, abi.Errorf(abi.CodeInvalidArgument, id, "unknown op %q (want send or resize)", m.Op))
+			s.notify(ctx, c, id, abi.Errorf(abi.CodeInvalidArgument, id, "unknown op %q (want send, resize or ack)", m.Op))
 		}
 	}
 }

@@ -73,7 +73,20 @@ type follower struct {
 	seq      atomic.Uint64
 	released atomic.Bool
 	unwatch  func()
+	window   atomic.Int64 // bytes of output it may lag before output waits; 0: half the log's
 }
+
+// Windowed is a Follower whose lag allowance can be narrowed below half the session's log: a
+// browser that renders what it acknowledges wants output to wait while it holds more than a
+// screenful or so unrendered, so that Ctrl-C after a flood shows its prompt at once.
+type Windowed interface {
+	Follower
+	// SetWindow sets the bytes of output (and of encoded data) the follower may lag.
+	SetWindow(bytes int)
+}
+
+// SetWindow implements Windowed.
+func (f *follower) SetWindow(bytes int) { f.window.Store(int64(bytes)) }
 
 // follow registers a follower positioned after seq.
 func (l *sessionLog) follow(after uint64) *follower {
@@ -132,7 +145,11 @@ func (l *sessionLog) behindLocked(f *follower) bool {
 	if !ok || lagBytes > uint64(l.limits.Bytes) {
 		return false
 	}
-	return l.last-c > uint64(l.limits.Events/2) || lagBytes > uint64(l.limits.Bytes/2)
+	limit := uint64(l.limits.Bytes / 2)
+	if w := f.window.Load(); w > 0 && uint64(w) < limit {
+		limit = uint64(w)
+	}
+	return l.last-c > uint64(l.limits.Events/2) || lagBytes > limit
 }
 
 // waitRoom blocks the producer while an engaged follower is too far behind, for at most

@@ -232,6 +232,9 @@ func (s *session) snapshot() abi.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := s.obj
+	if !s.lastActive.IsZero() && out.Status == abi.StatusActive {
+		out.LastActivityAt = abi.FormatTime(s.lastActive)
+	}
 	out.Metadata = make(map[string]any, len(s.obj.Metadata))
 	for k, v := range s.obj.Metadata {
 		out.Metadata[k] = v

@@ -1,0 +1,114 @@
+package console
+
+import (
+	"embed"
+	"html"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+)
+
+// Paths of the console under the gateway's TCP listener.
+const (
+	Prefix     = "/console/"
+	SignInPath = "/console/signin"
+)
+
+// The bundle web/ builds (make web: npm ci, then esbuild). Without it the console answers that
+// it was not built.
+//
+//go:embed all:dist
+var dist embed.FS
+
+// securityHeaders go on every console answer: the page loads only from its own origin, cannot
+// be framed, and sends no referrer (the sign-in URL's code never leaves in one).
+func securityHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+}
+
+// Handler serves the console: the sign-in (a one-time code becomes the session cookie and
+// leaves the address bar), the sign-out, and the bundled page, which only a signed-in browser
+// gets. The gateway has checked the Host header before.
+func Handler(a *Auth) http.Handler {
+	files, err := fs.Sub(dist, "dist")
+	if err != nil { // the embed directive guarantees dist
+		panic(err)
+	}
+	static := http.FileServerFS(files)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+SignInPath, func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w)
+		w.Header().Set("Cache-Control", "no-store")
+		cookie, err := a.Redeem(r.URL.Query().Get("code"))
+		if err != nil {
+			page(w, http.StatusUnauthorized, "Sign-in refused", err.Error()+". Run <code>nexus console</code> for a new sign-in link.")
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+			Secure: r.TLS != nil, MaxAge: int(a.opt.SessionTTL.Seconds())})
+		// A redirect, so the code leaves the address bar and the history.
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+	})
+	mux.HandleFunc("POST /console/signout", func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w)
+		if !SameOrigin(r) {
+			page(w, http.StatusForbidden, "Refused", "a sign-out from another origin")
+			return
+		}
+		if c, err := r.Cookie(CookieName); err == nil {
+			a.SignOut(c.Value)
+		}
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w)
+		name := strings.TrimPrefix(path.Clean("/"+strings.TrimPrefix(r.URL.Path, Prefix)), "/")
+		if name == "" || name == "index.html" {
+			if !a.SignedIn(r) {
+				page(w, http.StatusUnauthorized, "Sign in", "This is the nexus console. Run <code>nexus console</code> on the gateway's machine for a one-time sign-in link.")
+				return
+			}
+			if _, err := fs.Stat(files, "index.html"); err != nil {
+				page(w, http.StatusServiceUnavailable, "Console not built", "This nexus was built without the console's bundle: build it with <code>make build</code> (it needs npm).")
+				return
+			}
+			w.Header().Set("Cache-Control", "no-store")
+		}
+		http.StripPrefix(Prefix, static).ServeHTTP(w, r)
+	})
+	return mux
+}
+
+// SignedIn reports whether r carries a signed-in browser session's cookie.
+func (a *Auth) SignedIn(r *http.Request) bool {
+	c, err := r.Cookie(CookieName)
+	return err == nil && a.Valid(c.Value)
+}
+
+// SameOrigin reports whether r comes from a page of the gateway's own origin: its Origin
+// header names the host it was sent to. A request without Origin is not one a page's script
+// made with a body (browsers send Origin on those), and is refused where it matters.
+func SameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return false
+	}
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return strings.EqualFold(o, scheme+r.Host)
+}
+
+func page(w http.ResponseWriter, status int, title, body string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>nexus: ` + html.EscapeString(title) +
+		`</title></head><body><main><h1>` + html.EscapeString(title) + `</h1><p>` + body + `</p></main></body></html>`))
+}

@@ -1,0 +1,115 @@
+// End-to-end test of the web console in a real headless Chromium, driven by playwright-core.
+// internal/cli's console scripts run it against a real `nexus serve`:
+//
+//   node e2e/console.mjs SIGNIN_URL PROJECT ARTIFACTS_DIR
+//
+// It prints one line per check ("ok NAME ..." or "FAIL NAME ...") and exits 1 on a failure;
+// screenshots of each view go to ARTIFACTS_DIR.
+import { chromium } from "playwright-core";
+
+const [signin, project, artifacts] = process.argv.slice(2);
+const origin = new URL(signin).origin;
+let failed = false;
+const ok = (name, detail = "") => console.log("ok", name, detail);
+const fail = (name, detail = "") => { failed = true; console.log("FAIL", name, detail); };
+const check = (name, cond, detail) => (cond ? ok(name, detail) : fail(name, detail));
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--enable-precise-memory-info", "--js-flags=--expose-gc"],
+});
+try {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await ctx.newPage();
+  page.setDefaultTimeout(30000);
+
+  // Sign in: the code becomes a cookie and leaves the address bar.
+  const res = await page.goto(signin);
+  check("signin", res.ok() && page.url() === origin + "/console/", page.url());
+  const cookies = await ctx.cookies();
+  const c = cookies.find((x) => x.name === "nexus_console");
+  check("cookie", c && c.httpOnly && c.sameSite === "Strict", JSON.stringify(c && { httpOnly: c.httpOnly, sameSite: c.sameSite }));
+  await page.waitForSelector("table[aria-label=Sessions]");
+  await page.screenshot({ path: artifacts + "/sessions.png" });
+
+  // A terminal: type, see the output rendered.
+  await page.fill("#new-project", project);
+  await page.click("text=New terminal");
+  await page.waitForSelector(".xterm-rows");
+  const rows = () => page.evaluate(() => [...document.querySelectorAll(".xterm-rows > div")].map((d) => d.textContent.trimEnd()));
+  const waitRow = async (text, ms = 20000) => {
+    const end = Date.now() + ms;
+    while (Date.now() < end) {
+      if ((await rows()).includes(text)) return true;
+      await page.waitForTimeout(50);
+    }
+    return false;
+  };
+  const count = async (text) => (await rows()).filter((r) => r === text).length;
+  await page.waitForFunction(() => document.querySelector(".conn").textContent === "connected");
+  await page.locator(".xterm-helper-textarea").focus();
+  // The quotes keep the typed command from being the line looked for.
+  await page.keyboard.type("echo hel''lo\n");
+  check("echo", await waitRow("hello"), "");
+  await page.screenshot({ path: artifacts + "/terminal.png" });
+
+  // Resize with the window: the shell learns the new size.
+  const before = await page.evaluate(() => window.nexusConsole.term.cols);
+  await page.setViewportSize({ width: 900, height: 600 });
+  await page.waitForFunction((b) => window.nexusConsole.term.cols !== b, before);
+  const [cols, rowsN] = await page.evaluate(() => [window.nexusConsole.term.cols, window.nexusConsole.term.rows]);
+  await page.keyboard.type("echo size=$(stty size | tr ' ' x)\n");
+  check("resize", await waitRow(`size=${rowsN}x${cols}`), `${before} -> ${cols} columns`);
+
+  // A dropped connection: output resumes, nothing lost, nothing twice.
+  await page.evaluate(() => window.nexusConsole.dropConnection());
+  await page.keyboard.type("echo ag''ain\n");
+  check("reconnect", (await waitRow("again")) && (await count("hello")) === 1 && (await count("again")) === 1, "");
+
+  // A flood, then Ctrl-C: the prompt comes back at once, the page's memory stays bounded.
+  const floodSecs = Number(process.env.FLOOD_SECONDS || "5");
+  await page.keyboard.type("yes\n");
+  await page.waitForTimeout(floodSecs * 1000);
+  const t0 = Date.now();
+  await page.keyboard.press("Control+C");
+  await page.keyboard.type("echo do''ne\n");
+  const back = await waitRow("done", 30000);
+  const heap = await page.evaluate(() => { if (window.gc) window.gc(); return performance.memory ? performance.memory.usedJSHeapSize : 0; });
+  check("flood", back && heap < 200e6, `prompt back after ${Date.now() - t0} ms; heap ${(heap / 1e6).toFixed(1)} MB after ${floodSecs} s of yes`);
+
+  // The sessions view lists the terminal, live.
+  await page.goto(origin + "/console/#/sessions");
+  await page.waitForSelector("tr[data-id] td");
+  check("sessions", (await page.locator("tr[data-id]").count()) >= 1, "");
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.screenshot({ path: artifacts + "/sessions-live.png" });
+
+  // The code is used up; a wrong one is refused the same way.
+  const other = await browser.newContext();
+  const p2 = await other.newPage();
+  check("reused-code", (await p2.goto(signin)).status() === 401, "");
+  check("wrong-code", (await p2.goto(origin + "/console/signin?code=nope")).status() === 401, "");
+  check("no-cookie", (await p2.goto(origin + "/console/")).status() === 401, "");
+
+  // A page of another origin, in the signed-in browser: no cookie goes (SameSite=Strict), and
+  // the gateway refuses it anyway.
+  await page.route("http://elsewhere.test/", (r) => r.fulfill({ contentType: "text/html", body: "<!doctype html><title>elsewhere</title>" }));
+  await page.goto("http://elsewhere.test/");
+  const cross = await page.evaluate(async (o) => {
+    let fetchStatus;
+    try { fetchStatus = (await fetch(o + "/v1/sessions", { credentials: "include" })).status; } catch (e) { fetchStatus = "error"; }
+    const ws = await new Promise((resolve) => {
+      const s = new WebSocket(o.replace("http", "ws") + "/v1/sessions/watch");
+      s.onmessage = () => resolve("message");
+      s.onerror = () => resolve("refused");
+      s.onclose = () => resolve("refused");
+    });
+    return { fetchStatus, ws };
+  }, origin);
+  check("cross-origin", cross.fetchStatus !== 200 && cross.ws === "refused", JSON.stringify(cross));
+} catch (e) {
+  fail("exception", String(e && e.stack || e));
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);
