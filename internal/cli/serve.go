@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"

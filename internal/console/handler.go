@@ -49,7 +49,9 @@ func Handler(a *Auth) http.Handler {
 			page(w, http.StatusUnauthorized, "Sign-in refused", err.Error()+". Run <code>nexus console</code> for a new sign-in link.")
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		// Secure only over TLS: the gateway's listener is plain HTTP (loopback, or a LAN address
+		// where a browser would drop a Secure cookie); HttpOnly and SameSite=Strict hold always.
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, //nolint:gosec // G124: see above
 			Secure: r.TLS != nil, MaxAge: int(a.opt.SessionTTL.Seconds())})
 		// A redirect, so the code leaves the address bar and the history.
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
@@ -63,7 +65,7 @@ func Handler(a *Auth) http.Handler {
 		if c, err := r.Cookie(CookieName); err == nil {
 			a.SignOut(c.Value)
 		}
-		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1, Secure: r.TLS != nil}) //nolint:gosec // G124: an expired cookie, as set above
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 	})
 	mux.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {

@@ -172,11 +172,11 @@ func (s *server) auth(next http.Handler) http.Handler {
 			// cookie off other sites' requests; the Origin check is the second lock, and
 			// minting sign-in codes stays the token's.
 			if !console.SameOrigin(r) && (r.Method != http.MethodGet || r.Header.Get("Origin") != "") {
-				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "a console request from another origin (%q)", r.Header.Get("Origin")), http.StatusForbidden)
+				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "a console request from another origin (%q)", r.Header.Get("Origin")), 0)
 				return
 			}
 			if r.URL.Path == abi.APIPrefix+"/console/codes" {
-				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "sign-in codes are minted with the gateway's token (nexus console), not from the console"), http.StatusForbidden)
+				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "sign-in codes are minted with the gateway's token (nexus console), not from the console"), 0)
 				return
 			}
 			if c, ok := r.Context().Value(connKey{}).(*guardedConn); ok {

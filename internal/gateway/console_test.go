@@ -1,0 +1,217 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/console"
+	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/live"
+)
+
+// consoleEnv is a gateway with a token and a console, as the TCP listener of nexus serve is.
+func consoleEnv(t *testing.T) (*env, *console.Auth) {
+	t.Helper()
+	e := newEnv(t, "tok", live.Config{})
+	auth := console.NewAuth(console.Options{Now: e.clock.Now})
+	auth.SetBase("http://127.0.0.1:7777")
+	e.h = gateway.Handler(gateway.Options{Registry: e.reg, Token: "tok", Console: auth, Version: "v-test", Now: e.clock.Now, MaxWait: 2 * time.Second})
+	return e, auth
+}
+
+// signIn redeems a fresh code through the route and returns the cookie.
+func signIn(t *testing.T, e *env) string {
+	t.Helper()
+	rec := e.do(t, "POST", "/v1/console/codes", "", "Authorization", "Bearer tok")
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("mint: %d %s", rec.Code, rec.Body)
+	}
+	var code abi.ConsoleCode
+	if err := json.Unmarshal(rec.Body.Bytes(), &code); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(code.URL, "http://127.0.0.1:7777/console/signin?code="+code.Code) {
+		t.Fatalf("url %q", code.URL)
+	}
+	rec = e.do(t, "GET", "/console/signin?code="+code.Code, "")
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/console/" {
+		t.Fatalf("sign-in: %d to %q", rec.Code, rec.Header().Get("Location"))
+	}
+	if rec.Header().Get("Referrer-Policy") != "no-referrer" || rec.Header().Get("Cache-Control") != "no-store" {
+		t.Errorf("sign-in headers %v", rec.Header())
+	}
+	c := rec.Result().Cookies()
+	if len(c) != 1 || c[0].Name != console.CookieName || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode || c[0].Path != "/" {
+		t.Fatalf("cookie %+v", c)
+	}
+	// Used once: the same code again is refused, as a wrong one is.
+	for _, q := range []string{"code=" + code.Code, "code=wrong", ""} {
+		if rec := e.do(t, "GET", "/console/signin?"+q, ""); rec.Code != http.StatusUnauthorized || len(rec.Result().Cookies()) != 0 {
+			t.Errorf("sign-in with %q: %d", q, rec.Code)
+		}
+	}
+	return c[0].Value
+}
+
+func TestConsoleSignInAndCookie(t *testing.T) {
+	e, _ := consoleEnv(t)
+	// Without a cookie: the page asks to sign in, the API refuses.
+	if rec := e.do(t, "GET", "/console/", ""); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "nexus console") {
+		t.Fatalf("console without a cookie: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.do(t, "GET", "/v1/sessions", "", "Cookie", console.CookieName+"=forged"); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a forged cookie: %d", rec.Code)
+	}
+	cookie := console.CookieName + "=" + signIn(t, e)
+
+	// The page, with its security headers.
+	rec := e.do(t, "GET", "/console/", "", "Cookie", cookie)
+	if rec.Code != http.StatusOK && rec.Code != http.StatusServiceUnavailable { // 503: built without the bundle
+		t.Fatalf("console: %d %s", rec.Code, rec.Body)
+	}
+	if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("CSP %q", csp)
+	}
+	// The API with the cookie: reads from anywhere on the page; writes only from its origin.
+	if rec := e.do(t, "GET", "/v1/sessions", "", "Cookie", cookie); rec.Code != http.StatusOK {
+		t.Fatalf("list with the cookie: %d %s", rec.Code, rec.Body)
+	}
+	body := `{"type":"terminal","context":{"projectId":"p"}}`
+	if rec := e.do(t, "POST", "/v1/sessions", body, "Cookie", cookie, "Origin", "http://127.0.0.1:7777"); rec.Code != http.StatusCreated {
+		t.Fatalf("create from the console: %d %s", rec.Code, rec.Body)
+	}
+	for name, hdr := range map[string][]string{
+		"another origin":  {"Origin", "http://evil.example"},
+		"no origin":       {},
+		"another port":    {"Origin", "http://127.0.0.1:8888"},
+		"a GET elsewhere": {"Origin", "http://evil.example", "X-Method", "GET"},
+	} {
+		method := "POST"
+		if len(hdr) == 4 {
+			method, hdr = "GET", hdr[:2]
+		}
+		rec := e.do(t, method, "/v1/sessions", body, append([]string{"Cookie", cookie}, hdr...)...)
+		if rec.Code != http.StatusUnauthorized {
+			t.Errorf("%s: %d %s", name, rec.Code, rec.Body)
+		}
+		checkError(t, rec.Code, rec.Header(), rec.Body.Bytes(), http.StatusUnauthorized, abi.CodeAuthenticationInvalid, "")
+	}
+	// Codes are minted with the token only, never by a signed-in page.
+	if rec := e.do(t, "POST", "/v1/console/codes", "", "Cookie", cookie, "Origin", "http://127.0.0.1:7777"); rec.Code != http.StatusUnauthorized {
+		t.Errorf("mint with the cookie: %d", rec.Code)
+	}
+	// The Host check comes first: a rebinding name gets nothing, the console included.
+	if rec := e.do(t, "GET", "/console/", "", "Cookie", cookie, "Host", "evil.example:7777"); rec.Code != http.StatusUnauthorized {
+		t.Errorf("console under another host name: %d", rec.Code)
+	}
+	// Sign-out from the page ends the cookie's session.
+	if rec := e.do(t, "POST", "/console/signout", "", "Cookie", cookie, "Origin", "http://127.0.0.1:7777"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", rec.Code)
+	}
+	if rec := e.do(t, "GET", "/v1/sessions", "", "Cookie", cookie); rec.Code != http.StatusUnauthorized {
+		t.Errorf("after sign-out: %d", rec.Code)
+	}
+}
+
+// TestConsoleCodeExpires: a code is good for its TTL only.
+func TestConsoleCodeExpires(t *testing.T) {
+	e, auth := consoleEnv(t)
+	code, _, _, err := auth.NewCode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(11 * time.Minute)
+	if rec := e.do(t, "GET", "/console/signin?code="+code, ""); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("an expired code: %d", rec.Code)
+	}
+}
+
+// TestSessionsWatchAndClientAck: the sessions view's WebSocket sends a snapshot now and after
+// each change; a stream opened with ack=client is acknowledged by its client, and an ack on
+// a stream that is not is refused.
+func TestSessionsWatchAndClientAck(t *testing.T) {
+	e, _ := consoleEnv(t)
+	cookie := console.CookieName + "=" + signIn(t, e)
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hdr := http.Header{"Cookie": {cookie}, "Origin": {srv.URL}}
+	ws := "ws" + strings.TrimPrefix(srv.URL, "http")
+	// A page of another origin cannot open it, cookie or not.
+	if _, _, err := websocket.Dial(ctx, ws+"/v1/sessions/watch", &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {cookie}, "Origin": {"http://evil.example"}}}); err == nil {
+		t.Fatal("a watch from another origin was accepted")
+	}
+	c, _, err := websocket.Dial(ctx, ws+"/v1/sessions/watch", &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.CloseNow() }()
+	type snap struct {
+		Version  uint64        `json:"version"`
+		Sessions []abi.Session `json:"sessions"`
+	}
+	next := func() snap {
+		t.Helper()
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s snap
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := next()
+	rec := e.do(t, "POST", "/v1/sessions", `{"type":"terminal","context":{"projectId":"p"}}`, "Authorization", "Bearer tok")
+	var s abi.Session
+	if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil || rec.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	second := next()
+	if second.Version <= first.Version || len(second.Sessions) != len(first.Sessions)+1 {
+		t.Fatalf("snapshots %+v then %+v", first, second)
+	}
+
+	// ack=client: the gateway waits for the client's acks; an ack elsewhere is an error.
+	st, _, err := websocket.Dial(ctx, ws+"/v1/sessions/"+s.SessionID+"/stream?ack=client", &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.CloseNow() }()
+	if _, _, err := st.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Write(ctx, websocket.MessageText, []byte(`{"op":"ack","seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	plain, _, err := websocket.Dial(ctx, ws+"/v1/sessions/"+s.SessionID+"/stream", &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = plain.CloseNow() }()
+	if err := plain.Write(ctx, websocket.MessageText, []byte(`{"op":"ack","seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, b, err := plain.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "ack=client") {
+			break
+		}
+	}
+	if rec := e.do(t, "GET", "/v1/sessions/"+s.SessionID+"/stream?ack=sometimes", "", "Authorization", "Bearer tok"); rec.Code != http.StatusBadRequest {
+		t.Errorf("ack=sometimes: %d", rec.Code)
+	}
+}
