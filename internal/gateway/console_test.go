@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -213,5 +214,58 @@ func TestSessionsWatchAndClientAck(t *testing.T) {
 	}
 	if rec := e.do(t, "GET", "/v1/sessions/"+s.SessionID+"/stream?ack=sometimes", "", "Authorization", "Bearer tok"); rec.Code != http.StatusBadRequest {
 		t.Errorf("ack=sometimes: %d", rec.Code)
+	}
+}
+
+// TestStreamMerge: with merge=true, terminal output that is ready together comes as one frame
+// carrying the last event's seq; other events keep their own frames, in order, and a reader
+// resuming after the merged frame's seq misses nothing.
+func TestStreamMerge(t *testing.T) {
+	e := newEnv(t, "", live.Config{})
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	s := e.create(t, termBody)
+	sink := sinkOf(t, e.terminal, s.SessionID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start, err := e.reg.LastSeq(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []string{"one ", "two ", "three"} {
+		sink.Output([]byte(chunk))
+	}
+	sink.SetMetadata(map[string]any{"mark": 1})
+	sink.Output([]byte(" four"))
+	last, _ := e.reg.LastSeq(ctx, s.SessionID)
+	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/sessions/" + s.SessionID + fmt.Sprintf("/stream?after=%d&contentType=raw&merge=true", start)
+	c, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.CloseNow() }()
+	var got []string
+	for len(got) < 3 {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev abi.Event
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatal(err)
+		}
+		var out abi.TerminalOutput
+		if ev.Event == abi.EventData && json.Unmarshal(ev.Payload, &out) == nil {
+			data, _ := out.Bytes()
+			got = append(got, fmt.Sprintf("%d:%s", ev.Seq-start, data))
+		} else {
+			got = append(got, fmt.Sprintf("%d:%s", ev.Seq-start, ev.Event))
+		}
+	}
+	if want := []string{"3:one two three", "4:metadata", fmt.Sprintf("%d: four", last-start)}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("frames %q, want %q", got, want)
+	}
+	if rec := e.do(t, "GET", "/v1/sessions/"+s.SessionID+"/stream?merge=sometimes", ""); rec.Code != http.StatusBadRequest {
+		t.Errorf("merge=sometimes: %d", rec.Code)
 	}
 }

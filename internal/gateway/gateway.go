@@ -434,6 +434,9 @@ type readParams struct {
 	// clientAck: a stream whose follower is acknowledged by the client's ack messages (once
 	// it has rendered the events), not by the gateway's writes.
 	clientAck bool
+	// merge: consecutive terminal output events that are ready together go out as one frame
+	// (the last one's seq), so a flood costs a browser a message per batch, not per PTY read.
+	merge bool
 }
 
 func (s *server) params(r *http.Request) (readParams, error) {
@@ -468,6 +471,13 @@ func (s *server) params(r *http.Request) (readParams, error) {
 		p.wait = min(p.wait, s.opt.MaxWait)
 	}
 	p.hold = q.Get("hold") == "1" || q.Get("hold") == "true"
+	switch v := q.Get("merge"); v {
+	case "", "0", "false":
+	case "1", "true", "data":
+		p.merge = true
+	default:
+		return p, abi.Errorf(abi.CodeInvalidArgument, id, "merge must be true or false, got %q", v)
+	}
 	switch v := q.Get("ack"); v {
 	case "", "server":
 	case "client":
@@ -585,7 +595,11 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		for _, e := range b.Events {
+		events := b.Events
+		if p.merge {
+			events = mergeOutput(events)
+		}
+		for _, e := range events {
 			frame = e.AppendJSON(frame[:0], p.ct)
 			if acks != nil && !acks.room(ctx, e.Seq, len(frame)) {
 				return
@@ -609,6 +623,47 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// maxMerged bounds the output one merged frame carries.
+const maxMerged = 32 << 10
+
+// mergeOutput joins runs of consecutive terminal output events into one event each (the
+// sequence number and time of the run's last), up to maxMerged bytes: a reader that resumes
+// after it, or acknowledges it, has had the whole run.
+func mergeOutput(events []*live.Event) []*live.Event {
+	out := events[:0:0]
+	for i := 0; i < len(events); {
+		e := events[i]
+		first, ok := e.Payload.(live.Output)
+		if !ok || e.Seq == 0 {
+			out = append(out, e)
+			i++
+			continue
+		}
+		j, size := i+1, len(first)
+		for j < len(events) {
+			o, ok := events[j].Payload.(live.Output)
+			if !ok || events[j].Seq == 0 || size+len(o) > maxMerged {
+				break
+			}
+			size += len(o)
+			j++
+		}
+		if j == i+1 {
+			out = append(out, e)
+			i++
+			continue
+		}
+		buf := make(live.Output, 0, size)
+		for _, m := range events[i:j] {
+			buf = append(buf, m.Payload.(live.Output)...)
+		}
+		last := events[j-1]
+		out = append(out, &live.Event{Seq: last.Seq, Type: last.Type, Time: last.Time, SessionID: last.SessionID, Payload: buf})
+		i = j
+	}
+	return out
 }
 
 // clientWindow is how many bytes of frames a stream opened with ack=client writes ahead of the

@@ -30,7 +30,6 @@ try {
   const c = cookies.find((x) => x.name === "nexus_console");
   check("cookie", c && c.httpOnly && c.sameSite === "Strict", JSON.stringify(c && { httpOnly: c.httpOnly, sameSite: c.sameSite }));
   await page.waitForSelector("table[aria-label=Sessions]");
-  await page.screenshot({ path: artifacts + "/sessions.png" });
 
   // A terminal: type, see the output rendered.
   await page.fill("#new-project", project);
@@ -83,6 +82,24 @@ try {
   check("sessions", (await page.locator("tr[data-id]").count()) >= 1, "");
   await page.setViewportSize({ width: 1280, height: 800 });
   await page.screenshot({ path: artifacts + "/sessions-live.png" });
+
+  // The gateway's own log as a log view: its lines, then a filter.
+  await page.fill("#new-log", "gateway");
+  await page.click("text=Follow its log");
+  await page.waitForFunction(() => [...document.querySelectorAll("ol.log li")].some((li) => li.textContent.includes("session created")));
+  await page.fill("#o-filter", "type=terminal");
+  const visible = await page.evaluate(() => [...document.querySelectorAll("ol.log li")].filter((li) => !li.hidden).map((li) => li.textContent));
+  check("log", visible.length >= 1 && visible.every((t) => t.includes("type=terminal")), `${visible.length} lines match the filter`);
+  await page.fill("#o-filter", "");
+  await page.screenshot({ path: artifacts + "/log.png" });
+
+  // The gateway's connections as a live table: its listening socket, at least.
+  await page.goto(origin + "/console/#/sessions");
+  await page.fill("#new-log", "gateway");
+  await page.click("text=Watch its connections");
+  await page.waitForFunction(() => [...document.querySelectorAll("table[aria-label=Connections] td")].some((td) => td.textContent === "listen"));
+  check("net", true, "");
+  await page.screenshot({ path: artifacts + "/connections.png" });
 
   // The code is used up; a wrong one is refused the same way.
   const other = await browser.newContext();

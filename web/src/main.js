@@ -63,6 +63,17 @@ function sessionsView() {
   const projectIn = el("input", { id: "f-project", placeholder: "project or roadmap", oninput: () => { filters.project = projectIn.value.trim(); render(); } });
   const newProject = el("input", { id: "new-project", placeholder: "project id", "aria-label": "Project of the new terminal", value: localStorage.getItem("nexus.project") || "" });
   const newTerm = el("button", { type: "submit" }, "New terminal");
+  const follow = el("input", { id: "new-log", placeholder: "process id, or gateway", "aria-label": "Process or server the new log view follows", value: "gateway" });
+  const newObserver = (type, context, options, view) => async () => {
+    try {
+      const s = await api("POST", "/sessions", { type, context, options });
+      location.hash = "#/" + view + "/" + s.sessionId;
+    } catch (e) { say(e.message, true); }
+  };
+  const target = () => (follow.value.trim() === "gateway" ? { serverId: "gateway" } : { processId: follow.value.trim() });
+  const observers = el("div", { class: "toolbar", role: "group", "aria-label": "New observer" }, follow,
+    el("button", { type: "button", onclick: () => newObserver("debug-stream", target(), { batch: true, lines: 200 }, "log")() }, "Follow its log"),
+    el("button", { type: "button", onclick: () => newObserver("network-stream", { serverId: follow.value.trim() || "gateway" }, undefined, "net")() }, "Watch its connections"));
   const form = el("form", { class: "toolbar", onsubmit: async (ev) => {
     ev.preventDefault();
     try {
@@ -75,7 +86,7 @@ function sessionsView() {
     el("label", { for: "f-type" }, "Type", typeSel), el("label", { for: "f-status" }, "Status", statusSel), el("label", { for: "f-project" }, "Context", projectIn));
   const table = el("table", { "aria-label": "Sessions" },
     el("thead", {}, el("tr", {}, ...["Type", "Status", "Context", "Age", "Last activity", "Actions"].map((h, i) => el("th", { scope: "col", class: i === 3 || i === 4 ? "opt" : undefined }, h)))), body);
-  main.replaceChildren(el("h2", {}, "Sessions"), form, filtersBar, table);
+  main.replaceChildren(el("h2", {}, "Sessions"), form, observers, filtersBar, table);
 
   async function control(id, command) {
     try {
@@ -91,11 +102,14 @@ function sessionsView() {
       const caps = s.capabilities || {};
       const ctx = Object.entries(s.context || {}).map(([k, v]) => k + "=" + v).join(" ");
       const actions = el("td", { class: "actions" });
-      if (s.type === "terminal") actions.append(el("button", { type: "button", onclick: () => { location.hash = "#/terminal/" + s.sessionId; } }, "Open"));
-      if (s.status === "active") {
-        for (const [cmd, cap] of [["interrupt", caps.interrupt], ["pause", caps.pause], ["resume", caps.pause || caps.interrupt], ["restart", caps.restart], ["close", caps.close]]) {
-          if (cap) actions.append(el("button", { type: "button", "aria-label": cmd + " " + s.sessionId, onclick: () => control(s.sessionId, cmd) }, cmd));
-        }
+      const view = { terminal: "terminal", "debug-stream": "log", "network-stream": "net", "meta-chat": "feed" }[s.type];
+      if (view) actions.append(el("button", { type: "button", "aria-label": "Open " + s.type + " " + s.sessionId.slice(0, 8), onclick: () => { location.hash = "#/" + view + "/" + s.sessionId; } }, "Open"));
+      const observer = ["debug-stream", "network-stream", "meta-chat"].includes(s.type);
+      const cmds = s.status === "active"
+        ? [["interrupt", caps.interrupt], ["resume", observer && caps.interrupt], ["pause", caps.pause], ["restart", caps.restart], ["close", caps.close]]
+        : s.status === "paused" ? [["resume", true], ["close", caps.close]] : [];
+      for (const [cmd, cap] of cmds) {
+        if (cap) actions.append(el("button", { type: "button", "aria-label": cmd + " " + s.type + " " + s.sessionId.slice(0, 8), onclick: () => control(s.sessionId, cmd) }, cmd));
       }
       return el("tr", { "data-id": s.sessionId },
         el("td", {}, s.type), el("td", { class: "status-" + s.status }, s.status), el("td", {}, ctx),
@@ -149,7 +163,12 @@ function terminalView(id) {
     acked = Math.max(acked, seq);
     if (!ackTimer) ackTimer = setTimeout(() => { ackTimer = null; send({ op: "ack", seq: acked }); }, 0);
   };
-  const decode = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const decode = Uint8Array.fromBase64 ? (b64) => Uint8Array.fromBase64(b64) : (b64) => {
+    const s = atob(b64);
+    const b = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) b[i] = s.charCodeAt(i);
+    return b;
+  };
 
   const handle = (e) => {
     if (e.seq > 0 && e.seq <= lastSeq) return; // already rendered before a reconnection
@@ -165,7 +184,7 @@ function terminalView(id) {
     if (e.seq > 0) ack(e.seq);
   };
   const connect = () => {
-    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?contentType=raw&ack=client&after=" + lastSeq);
+    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?contentType=raw&ack=client&merge=true&after=" + lastSeq);
     ws.onopen = () => {
       delay = 100;
       conn.textContent = "connected";
@@ -192,15 +211,93 @@ function terminalView(id) {
   return () => { closed = true; window.removeEventListener("resize", onResize); if (ws) ws.close(); term.dispose(); };
 }
 
+// --- observers: a debug stream's log, a network stream's connections, a meta-chat's feed -----
+
+// An observer session's events, read over its stream (resuming after the last seq on a
+// reconnection), rendered by kind: a log with filter and follow, a live table of connections,
+// or a roadmap's activity feed.
+function observerView(kind, id) {
+  const title = { log: "Log", net: "Connections", feed: "Roadmap activity" }[kind];
+  const conn = el("span", { class: "conn" }, "connecting…");
+  const filter = el("input", { id: "o-filter", placeholder: "filter", "aria-label": "Filter lines" });
+  const followBox = el("input", { id: "o-follow", type: "checkbox", checked: true });
+  const bar = el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, title + " " + id.slice(0, 8)), conn);
+  if (kind === "log") bar.append(el("label", { for: "o-filter" }, "Filter", filter), el("label", { for: "o-follow", class: "inline" }, followBox, " follow"));
+  const list = el("ol", { class: "log", "aria-label": title, "aria-live": "off" });
+  const tbody = el("tbody");
+  const summary = el("p", { class: "conn" });
+  const table = el("table", { "aria-label": "Connections" }, el("thead", {}, el("tr", {}, ...["State", "Local", "Remote", "Sent", "Received", "RTT ms"].map((h) => el("th", { scope: "col" }, h)))), tbody);
+  main.replaceChildren(bar, kind === "net" ? el("div", {}, summary, table) : list);
+  const conns = new Map();
+  const max = 5000; // lines kept in the page
+  const matches = (text) => { const f = filter.value; return !f || text.toLowerCase().includes(f.toLowerCase()); };
+  filter.addEventListener("input", () => { for (const li of list.children) li.hidden = !matches(li.textContent); });
+  const addLine = (text, cls) => {
+    const li = el("li", { class: cls }, text);
+    li.hidden = !matches(text);
+    list.append(li);
+    while (list.children.length > max) list.firstChild.remove();
+    if (followBox.checked) li.scrollIntoView({ block: "end" });
+  };
+  const renderConns = () => {
+    tbody.replaceChildren(...[...conns.values()].map((c) => el("tr", {}, el("td", {}, c.state), el("td", {}, c.local), el("td", {}, c.remote),
+      el("td", {}, String(c.bytesSent)), el("td", {}, String(c.bytesReceived)), el("td", {}, (c.rttMs || 0).toFixed(2)))));
+  };
+  const handle = (e) => {
+    const p = e.payload || {};
+    const text = (l) => (l.level ? l.level + " " : "") + l.line;
+    if (e.event === "data" && p.type === "log-lines") for (const l of p.lines) addLine(text(l), l.stream);
+    else if (e.event === "data" && p.type === "log-line") addLine(text(p), p.stream);
+    else if (e.event === "data" && p.type === "connection") {
+      const k = p.local + " " + p.remote;
+      if (p.action === "close") conns.delete(k); else conns.set(k, p);
+      renderConns();
+    } else if (e.event === "data") addLine(feedText(p), "feed");
+    else if (e.event === "metadata" && kind === "net") {
+      const m = p.metadata || {};
+      if ("established" in m) summary.textContent = `established ${m.established}, time-wait ${m.timeWait || 0}, listening ${m.listening || 0}, accept queue ${m.acceptQueue || 0}`;
+    } else if (e.event === "status" && kind !== "net") addLine("— " + (p.message || p.status), "status");
+    else if (e.event === "error") say((p.error && p.error.code) + ": " + (p.error && p.error.message), true);
+    else if (e.event === "close") conn.textContent = "session closed";
+  };
+  let ws, closed = false, lastSeq = 0, delay = 100;
+  const connect = () => {
+    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?after=" + lastSeq);
+    ws.onopen = () => { delay = 100; conn.textContent = "live"; };
+    ws.onmessage = (m) => {
+      const e = JSON.parse(m.data);
+      if (e.seq > 0 && e.seq <= lastSeq) return;
+      if (e.seq > 0) lastSeq = e.seq;
+      handle(e);
+    };
+    ws.onclose = () => { if (!closed) { conn.textContent = "reconnecting…"; setTimeout(connect, delay); delay = Math.min(delay * 2, 3000); } };
+  };
+  connect();
+  return () => { closed = true; ws.close(); };
+}
+
+// feedText is one line of a meta-chat's feed.
+function feedText(p) {
+  switch (p.type) {
+    case "roadmap-item": return `item ${p.action}: ${p.item ? p.item.title + " [" + p.item.status + "]" : ""}`;
+    case "roadmap-session": return `session ${p.sessionId ? p.sessionId.slice(0, 8) : ""} (${p.sessionType || ""}) ${p.action || p.status || ""}`;
+    case "roadmap-turn": return `turn of ${p.chatKey || p.sessionId}: ${p.end || ""} after ${p.iterations || 0} iterations`;
+    case "roadmap-subagent": return `subagent ${p.label || p.childSessionKey || ""}: ${p.task || ""}`;
+  }
+  return JSON.stringify(p);
+}
+
 // --- routing -----------------------------------------------------------------------------
 
 function route() {
   leave();
   say("");
   const h = location.hash || "#/sessions";
-  const m = h.match(/^#\/terminal\/([\w-]+)$/);
-  leave = m ? terminalView(m[1]) : sessionsView();
-  if (!m) main.focus({ preventScroll: true });
+  const m = h.match(/^#\/(terminal|log|net|feed)\/([\w-]+)$/);
+  if (m && m[1] === "terminal") leave = terminalView(m[2]);
+  else if (m) leave = observerView(m[1], m[2]);
+  else leave = sessionsView();
+  if (!m || m[1] !== "terminal") main.focus({ preventScroll: true });
 }
 window.addEventListener("hashchange", route);
 route();
