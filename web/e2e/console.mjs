@@ -101,6 +101,21 @@ try {
   check("net", true, "");
   await page.screenshot({ path: artifacts + "/connections.png" });
 
+  // Search the history index; a hit opens its conversation, tool call included.
+  await page.goto(origin + "/console/#/search");
+  await page.fill("#q", "walruses");
+  await page.press("#q", "Enter");
+  await page.waitForSelector("ol.hits li a");
+  const hit = await page.locator("ol.hits li").first().textContent();
+  check("search", hit.includes("walruses") || hit.includes("walrus"), JSON.stringify(hit.slice(0, 80)));
+  await page.screenshot({ path: artifacts + "/search.png" });
+  await page.locator("ol.hits li a").first().click();
+  await page.waitForSelector("ol.chat li.msg");
+  await page.locator("details.tool summary").first().click();
+  const chat = await page.locator("ol.chat").textContent();
+  check("conversation", chat.includes("On the ice floes") && chat.includes("grep -i walrus atlas.txt") && chat.includes("Bash"), "");
+  await page.screenshot({ path: artifacts + "/conversation.png" });
+
   // The code is used up; a wrong one is refused the same way.
   const other = await browser.newContext();
   const p2 = await other.newPage();

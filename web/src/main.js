@@ -287,6 +287,66 @@ function feedText(p) {
   return JSON.stringify(p);
 }
 
+// --- search: the history index, and a conversation from it -----------------------------
+
+// highlight turns the index's match marks (U+E000 … U+E001) into <mark> elements.
+function highlight(text) {
+  const out = [];
+  for (const [i, part] of text.split(/[\uE000\uE001]/).entries()) out.push(i % 2 ? el("mark", {}, part) : part);
+  return out;
+}
+
+function searchView(query) {
+  const q = el("input", { id: "q", type: "search", value: query, placeholder: "words, \"a phrase\", tool:bash …", "aria-label": "Search every agent's history" });
+  const results = el("ol", { class: "hits", "aria-label": "Results" });
+  const form = el("form", { class: "toolbar", role: "search", onsubmit: (ev) => { ev.preventDefault(); location.hash = "#/search?q=" + encodeURIComponent(q.value); } },
+    q, el("button", { type: "submit" }, "Search"));
+  main.replaceChildren(el("h2", {}, "Search"), form, results);
+  q.focus();
+  if (query) {
+    say("searching…");
+    api("GET", "/index/search?limit=50&q=" + encodeURIComponent(query)).then((r) => {
+      say(r.hits.length + " results");
+      results.replaceChildren(...r.hits.map((h) => el("li", {},
+        el("a", { href: "#/history/" + encodeURIComponent(h.source) + "/" + encodeURIComponent(h.session) + (h.message_id ? "?around=" + encodeURIComponent(h.message_id) : "") },
+          (h.title || h.session.slice(0, 8)) + (h.project ? " — " + h.project : "")),
+        el("span", { class: "meta" }, ` ${h.source} · ${h.role}${h.tool ? " · " + h.tool : ""}${h.timestamp ? " · " + h.timestamp : ""}`),
+        el("p", {}, ...highlight(h.snippet)))));
+      if (!r.hits.length) results.append(el("li", {}, "Nothing found."));
+    }).catch((e) => say(e.message, true));
+  }
+  return () => {};
+}
+
+// historyView shows one conversation of the history index: its messages, thinking and tool
+// calls collapsed, token usage, the message a search hit named in view.
+function historyView(source, id, around) {
+  const list = el("ol", { class: "chat", "aria-label": "Messages" });
+  const head = el("div", {});
+  main.replaceChildren(el("div", { class: "toolbar" }, el("a", { href: "#/search" }, "← Search")), head, list);
+  api("GET", "/index/sessions/" + encodeURIComponent(id) + "?source=" + encodeURIComponent(source)).then((r) => {
+    const s = r.session;
+    const t = s.tokens || {};
+    head.replaceChildren(el("h2", {}, s.title || s.id), el("p", { class: "meta" },
+      `${s.source}${s.project ? " · " + s.project : ""}${s.model ? " · " + s.model : ""} · ${s.messages} messages, ${s.turns} turns · tokens in ${t.input || 0}, out ${t.output || 0}${s.resume ? " · resume: " : ""}`,
+      s.resume ? el("code", {}, s.resume) : ""));
+    list.replaceChildren(...r.messages.map((m) => {
+      const li = el("li", { class: "msg role-" + m.role, id: "m-" + m.id, "aria-current": m.id === around ? "true" : undefined },
+        el("div", { class: "meta" }, m.role + (m.timestamp ? " · " + m.timestamp : "") + (m.model ? " · " + m.model : "") + (m.tokens ? ` · ${m.tokens.input}/${m.tokens.output} tokens` : "")));
+      if (m.role === "thinking" || m.role === "reasoning") li.append(el("details", {}, el("summary", {}, "thinking"), el("div", { class: "text" }, m.text)));
+      else if (m.text) li.append(el("div", { class: "text" }, m.text));
+      for (const c of m.tool_calls || []) {
+        li.append(el("details", { class: "tool" }, el("summary", {}, `${c.name} (${c.status})`),
+          c.params ? el("pre", {}, c.params) : "", c.result ? el("pre", { class: "result" }, c.result) : ""));
+      }
+      return li;
+    }));
+    const target = around && document.getElementById("m-" + around);
+    if (target) target.scrollIntoView({ block: "center" });
+  }).catch((e) => say(e.message, true));
+  return () => {};
+}
+
 // --- routing -----------------------------------------------------------------------------
 
 function route() {
@@ -294,10 +354,14 @@ function route() {
   say("");
   const h = location.hash || "#/sessions";
   const m = h.match(/^#\/(terminal|log|net|feed)\/([\w-]+)$/);
+  const search = h.match(/^#\/search(?:\?q=(.*))?$/);
+  const hist = h.match(/^#\/history\/([^/]+)\/([^?]+)(?:\?around=(.*))?$/);
   if (m && m[1] === "terminal") leave = terminalView(m[2]);
   else if (m) leave = observerView(m[1], m[2]);
+  else if (search) leave = searchView(decodeURIComponent(search[1] || ""));
+  else if (hist) leave = historyView(decodeURIComponent(hist[1]), decodeURIComponent(hist[2]), hist[3] && decodeURIComponent(hist[3]));
   else leave = sessionsView();
-  if (!m || m[1] !== "terminal") main.focus({ preventScroll: true });
+  if (!(m && m[1] === "terminal") && !search) main.focus({ preventScroll: true });
 }
 window.addEventListener("hashchange", route);
 route();
