@@ -118,6 +118,23 @@ func TestMCPOverUnixSocket(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].SessionID != id || list[0].Execs != 2 || list[0].Cwd != work {
 		t.Fatalf("GET /v1/shells: %+v %v", list, err)
 	}
+	// ?logs=N adds the audit directory's logs (the console lists closed shells from them).
+	for q, want := range map[string]int{"logs=10": http.StatusOK, "logs=x": http.StatusBadRequest, "logs=5000": http.StatusBadRequest} {
+		resp, err := unixHTTP(sock).Get("http://nexus" + abi.APIPrefix + "/shells?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Logs []struct {
+				ID string `json:"session_id"`
+			} `json:"logs"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusOK && (len(body.Logs) != 1 || body.Logs[0].ID != id)) {
+			t.Fatalf("GET /v1/shells?%s: %d %+v", q, resp.StatusCode, body)
+		}
+	}
 	got, err := c.Shell(ctx, id)
 	if err != nil || got.SessionID != id || got.Transport != "local" {
 		t.Fatalf("GET /v1/shells/{id}: %+v %v", got, err)

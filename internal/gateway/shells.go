@@ -45,9 +45,23 @@ func shellError(id string, err error) error {
 	return abi.Errorf(abi.CodeInternal, id, "%v", err)
 }
 
-// shellList answers GET /v1/shells: the open shells, as session_list gives them.
-func (s *server) shellList(w http.ResponseWriter, _ *http.Request) {
-	s.writeJSON(w, http.StatusOK, mcp.ListOutput{Sessions: s.opt.Shells.Manager().List()})
+// shellList answers GET /v1/shells: the open shells, as session_list gives them; with
+// ?logs=N also the newest N audit logs of the audit directory, open or closed shells (the
+// console lists them; a companion shell of a terminal is one).
+func (s *server) shellList(w http.ResponseWriter, r *http.Request) {
+	out := struct {
+		mcp.ListOutput
+		Logs []audit.LogInfo `json:"logs,omitempty"`
+	}{ListOutput: mcp.ListOutput{Sessions: s.opt.Shells.Manager().List()}}
+	if v := r.URL.Query().Get("logs"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1000 {
+			s.fail(w, abi.Errorf(abi.CodeInvalidArgument, "", "logs must be a count from 0 to 1000, got %q", v), 0)
+			return
+		}
+		out.Logs = s.opt.Shells.ShellLogs(n)
+	}
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // shellGet answers GET /v1/shells/{id}: an open shell as session_list describes it;

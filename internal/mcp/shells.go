@@ -20,6 +20,15 @@ func (s *Server) ReadAudit(ctx context.Context, id string, after uint64, limit i
 // is still there.
 var ErrShellClosed = errors.New("shell closed")
 
+// ShellLogs returns the shells whose audit logs the server's audit directory holds (open or
+// not), newest first, at most limit; none without an audit log.
+func (s *Server) ShellLogs(limit int) []audit.LogInfo {
+	if s.audit == nil {
+		return nil
+	}
+	return s.audit.Logs(limit)
+}
+
 // Shell describes the open shell id as session_list does. For a shell that is not open it
 // returns ErrShellClosed when its audit log exists (with the reason of its close record when
 // it has one), else audit.ErrUnknownSession.

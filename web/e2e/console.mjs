@@ -116,6 +116,20 @@ try {
   check("conversation", chat.includes("On the ice floes") && chat.includes("grep -i walrus atlas.txt") && chat.includes("Bash"), "");
   await page.screenshot({ path: artifacts + "/conversation.png" });
 
+  // An agent shell's audit log as a transcript: the command, stdout and stderr apart, the exit.
+  await page.goto(origin + "/console/#/shells");
+  await page.waitForSelector("table[aria-label='Agent shells'] a");
+  await page.locator("table[aria-label='Agent shells'] a").first().click();
+  await page.waitForFunction(() => document.querySelector("ol.shell .exit") !== null);
+  const tr = await page.evaluate(() => ({
+    cmd: [...document.querySelectorAll("ol.shell .cmd")].map((d) => d.textContent).join("|"),
+    out: [...document.querySelectorAll("ol.shell pre.stdout")].map((d) => d.textContent).join("|"),
+    err: [...document.querySelectorAll("ol.shell pre.stderr")].map((d) => d.textContent).join("|"),
+    exit: [...document.querySelectorAll("ol.shell .exit")].map((d) => d.textContent).join("|"),
+  }));
+  check("shell", tr.cmd.includes("$ echo from-an-agent") && tr.out.includes("from-an-agent") && tr.err.includes("oops") && /→ exit 0 \(\d+ ms\)/.test(tr.exit), JSON.stringify(tr));
+  await page.screenshot({ path: artifacts + "/shell.png" });
+
   // The code is used up; a wrong one is refused the same way.
   const other = await browser.newContext();
   const p2 = await other.newPage();

@@ -287,6 +287,78 @@ function feedText(p) {
   return JSON.stringify(p);
 }
 
+// --- agent shells: their audit logs as transcripts -------------------------------------
+
+function shellsView() {
+  const body = el("tbody");
+  const idIn = el("input", { id: "shell-id", placeholder: "shell id", "aria-label": "Open a shell's audit log by id" });
+  main.replaceChildren(el("h2", {}, "Agent shells"),
+    el("form", { class: "toolbar", onsubmit: (ev) => { ev.preventDefault(); location.hash = "#/shell/" + encodeURIComponent(idIn.value.trim()); } }, idIn, el("button", { type: "submit" }, "Open")),
+    el("table", { "aria-label": "Agent shells" }, el("thead", {}, el("tr", {}, ...["Shell", "State", "Transport", "Directory", "Commands", "Last activity"].map((h) => el("th", { scope: "col" }, h)))), body));
+  // The open shells (session_list), then every other shell whose audit log the gateway has.
+  const load = () => api("GET", "/shells?logs=100").then((r) => {
+    const open = new Map((r.sessions || []).map((s) => [s.session_id, s]));
+    const rows = [...open.values()].map((s) => ({ id: s.session_id, state: "open", transport: s.transport, cwd: s.cwd, execs: s.execs, when: s.last_used }));
+    for (const l of r.logs || []) if (!open.has(l.session_id)) rows.push({ id: l.session_id, state: "log", when: l.modified });
+    body.replaceChildren(...rows.map((s) => el("tr", {},
+      el("td", {}, el("a", { href: "#/shell/" + encodeURIComponent(s.id) }, s.id)), el("td", {}, s.state), el("td", {}, s.transport || ""),
+      el("td", {}, s.cwd || ""), el("td", {}, s.execs === undefined ? "" : String(s.execs)), el("td", {}, s.when ? ago(s.when) : ""))));
+    if (!rows.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No agent shell has run here yet.")));
+  }).catch((e) => say(e.message, true));
+  load();
+  const tick = setInterval(load, 5000);
+  return () => clearInterval(tick);
+}
+
+// shellView is one agent shell's audit log as a transcript, live: `cwd $ command`, its stdout
+// and stderr apart, the exit code and duration, blocks, checkpoints, the open and the close.
+function shellView(id) {
+  const conn = el("span", { class: "conn" }, "connecting…");
+  const list = el("ol", { class: "shell", "aria-label": "Transcript of " + id });
+  main.replaceChildren(el("div", { class: "toolbar" }, el("a", { href: "#/shells" }, "← Agent shells"), el("strong", {}, id), conn), list);
+  const add = (...nodes) => { const li = el("li", {}, ...nodes); list.append(li); li.scrollIntoView({ block: "end" }); };
+  const record = (r) => {
+    switch (r.event) {
+      case "open": add(el("div", { class: "meta" }, `[opened ${r.transport || ""}] ${r.workspace || r.cwd || ""}`)); break;
+      case "exec": {
+        const tail = [`→ exit ${r.exit_code === undefined ? "?" : r.exit_code} (${r.duration_ms || 0} ms)`];
+        if (r.timed_out) tail.push("[timed out]");
+        if (r.truncated) tail.push("[truncated]");
+        add(el("div", { class: "cmd" }, el("span", { class: "meta" }, (r.cwd || "") + " $ "), r.command || ""),
+          r.stdout ? el("pre", { class: "stdout", "aria-label": "stdout" }, r.stdout) : "",
+          r.stderr ? el("pre", { class: "stderr", "aria-label": "stderr" }, r.stderr) : "",
+          el("div", { class: r.exit_code ? "exit fail" : "exit" }, tail.join(" ")));
+        break;
+      }
+      case "block": add(el("div", { class: "exit fail" }, `✗ blocked: ${r.command || ""}${r.reason ? " (" + r.reason + ")" : ""}`)); break;
+      case "checkpoint": case "restore": add(el("div", { class: "meta" }, `[${r.event} ${r.checkpoint_id || ""}]`)); break;
+      case "close": add(el("div", { class: "meta" }, `[closed${r.reason ? " " + r.reason : ""}]`)); break;
+      default: add(el("div", { class: "meta" }, JSON.stringify(r)));
+    }
+  };
+  let ws, closed = false, lastSeq = 0, delay = 100;
+  const connect = () => {
+    ws = new WebSocket(wsBase + "/v1/shells/" + encodeURIComponent(id) + "/stream?after=" + lastSeq);
+    ws.onopen = () => { delay = 100; conn.textContent = "live"; };
+    ws.onmessage = (m) => {
+      const e = JSON.parse(m.data);
+      if (e.seq > 0 && e.seq <= lastSeq) return;
+      if (e.seq > 0) lastSeq = e.seq;
+      if (e.event === "audit" && e.payload && e.payload.record) record(e.payload.record);
+      else if (e.event === "error") say((e.payload.error && e.payload.error.code) + ": " + (e.payload.error && e.payload.error.message), true);
+    };
+    ws.onclose = (ev) => {
+      if (closed) return;
+      if (ev.code === 1000) { conn.textContent = "closed"; return; }
+      conn.textContent = "reconnecting…";
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 3000);
+    };
+  };
+  connect();
+  return () => { closed = true; ws.close(); };
+}
+
 // --- search: the history index, and a conversation from it -----------------------------
 
 // highlight turns the index's match marks (U+E000 … U+E001) into <mark> elements.
@@ -356,9 +428,12 @@ function route() {
   const m = h.match(/^#\/(terminal|log|net|feed)\/([\w-]+)$/);
   const search = h.match(/^#\/search(?:\?q=(.*))?$/);
   const hist = h.match(/^#\/history\/([^/]+)\/([^?]+)(?:\?around=(.*))?$/);
+  const shell = h.match(/^#\/shell\/(.+)$/);
   if (m && m[1] === "terminal") leave = terminalView(m[2]);
   else if (m) leave = observerView(m[1], m[2]);
   else if (search) leave = searchView(decodeURIComponent(search[1] || ""));
+  else if (h === "#/shells") leave = shellsView();
+  else if (shell) leave = shellView(decodeURIComponent(shell[1]));
   else if (hist) leave = historyView(decodeURIComponent(hist[1]), decodeURIComponent(hist[2]), hist[3] && decodeURIComponent(hist[3]));
   else leave = sessionsView();
   if (!(m && m[1] === "terminal") && !search) main.focus({ preventScroll: true });

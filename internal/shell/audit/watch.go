@@ -153,6 +153,37 @@ func Watch(ctx context.Context, o WatchOptions) error {
 // maxListed bounds the session ids an unknown-session error lists.
 const maxListed = 10
 
+// LogInfo is one shell's audit log in the audit directory.
+type LogInfo struct {
+	ID       string    `json:"session_id"`
+	Modified time.Time `json:"modified"`
+}
+
+// listLogs returns the audit directory's logs, newest first.
+func listLogs(dir string) []LogInfo {
+	ents, _ := os.ReadDir(dir)
+	var ks []LogInfo
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".jsonl")
+		if !ok || !e.Type().IsRegular() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		var mod time.Time
+		if info, err := e.Info(); err == nil {
+			mod = info.ModTime()
+		}
+		ks = append(ks, LogInfo{name, mod})
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].Modified.After(ks[j].Modified) })
+	return ks
+}
+
+// Logs returns the shells whose audit logs the directory holds, newest first, at most limit.
+func (r *Reader) Logs(limit int) []LogInfo {
+	ks := listLogs(r.dir)
+	return ks[:min(len(ks), limit)]
+}
+
 // knownSession fails, naming the sessions there are, when dir holds no audit log of id. A
 // session's log is created when it opens, so an id without one is a typo or another
 // directory's: following it would print nothing, forever.
@@ -164,31 +195,14 @@ func knownSession(dir, id string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("audit log of session %q: %w", id, err)
 	}
-	ents, _ := os.ReadDir(dir)
-	type known struct {
-		id  string
-		mod time.Time
-	}
-	var ks []known
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".jsonl")
-		if !ok || !e.Type().IsRegular() || strings.HasPrefix(name, ".") {
-			continue
-		}
-		var mod time.Time
-		if info, err := e.Info(); err == nil {
-			mod = info.ModTime()
-		}
-		ks = append(ks, known{name, mod})
-	}
+	ks := listLogs(dir)
 	if len(ks) == 0 {
 		return fmt.Errorf("%w %q: the audit directory %s holds no session's log yet "+
 			"(is it the directory `nexus mcp` writes to? see --audit-dir)", ErrUnknownSession, id, dir)
 	}
-	sort.Slice(ks, func(i, j int) bool { return ks[i].mod.After(ks[j].mod) })
 	ids := make([]string, 0, min(len(ks), maxListed))
 	for _, k := range ks[:min(len(ks), maxListed)] {
-		ids = append(ids, k.id)
+		ids = append(ids, k.ID)
 	}
 	more := ""
 	if len(ks) > maxListed {
