@@ -211,6 +211,33 @@ function terminalView(id) {
   return () => { closed = true; window.removeEventListener("resize", onResize); if (ws) ws.close(); term.dispose(); };
 }
 
+// followStream reads a stream of events (a session's or a shell's) over a WebSocket, passing
+// each new one to onEvent; when the connection drops it reconnects with after= the last seq it
+// had, so nothing is missed or repeated. A normal close (the stream ended) is final. It
+// returns the function that stops it.
+function followStream(path, conn, onEvent) {
+  let ws, closed = false, lastSeq = 0, delay = 100;
+  const connect = () => {
+    ws = new WebSocket(wsBase + path + (path.includes("?") ? "&" : "?") + "after=" + lastSeq);
+    ws.onopen = () => { delay = 100; conn.textContent = "live"; };
+    ws.onmessage = (m) => {
+      const e = JSON.parse(m.data);
+      if (e.seq > 0 && e.seq <= lastSeq) return;
+      if (e.seq > 0) lastSeq = e.seq;
+      onEvent(e);
+    };
+    ws.onclose = (ev) => {
+      if (closed) return;
+      if (ev.code === 1000) { conn.textContent = "ended"; return; }
+      conn.textContent = "reconnecting…";
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 3000);
+    };
+  };
+  connect();
+  return () => { closed = true; ws.close(); };
+}
+
 // --- observers: a debug stream's log, a network stream's connections, a meta-chat's feed -----
 
 // An observer session's events, read over its stream (resuming after the last seq on a
@@ -260,20 +287,7 @@ function observerView(kind, id) {
     else if (e.event === "error") say((p.error && p.error.code) + ": " + (p.error && p.error.message), true);
     else if (e.event === "close") conn.textContent = "session closed";
   };
-  let ws, closed = false, lastSeq = 0, delay = 100;
-  const connect = () => {
-    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?after=" + lastSeq);
-    ws.onopen = () => { delay = 100; conn.textContent = "live"; };
-    ws.onmessage = (m) => {
-      const e = JSON.parse(m.data);
-      if (e.seq > 0 && e.seq <= lastSeq) return;
-      if (e.seq > 0) lastSeq = e.seq;
-      handle(e);
-    };
-    ws.onclose = () => { if (!closed) { conn.textContent = "reconnecting…"; setTimeout(connect, delay); delay = Math.min(delay * 2, 3000); } };
-  };
-  connect();
-  return () => { closed = true; ws.close(); };
+  return followStream("/v1/sessions/" + encodeURIComponent(id) + "/stream", conn, handle);
 }
 
 // feedText is one line of a meta-chat's feed.
@@ -336,27 +350,10 @@ function shellView(id) {
       default: add(el("div", { class: "meta" }, JSON.stringify(r)));
     }
   };
-  let ws, closed = false, lastSeq = 0, delay = 100;
-  const connect = () => {
-    ws = new WebSocket(wsBase + "/v1/shells/" + encodeURIComponent(id) + "/stream?after=" + lastSeq);
-    ws.onopen = () => { delay = 100; conn.textContent = "live"; };
-    ws.onmessage = (m) => {
-      const e = JSON.parse(m.data);
-      if (e.seq > 0 && e.seq <= lastSeq) return;
-      if (e.seq > 0) lastSeq = e.seq;
-      if (e.event === "audit" && e.payload && e.payload.record) record(e.payload.record);
-      else if (e.event === "error") say((e.payload.error && e.payload.error.code) + ": " + (e.payload.error && e.payload.error.message), true);
-    };
-    ws.onclose = (ev) => {
-      if (closed) return;
-      if (ev.code === 1000) { conn.textContent = "closed"; return; }
-      conn.textContent = "reconnecting…";
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 3000);
-    };
-  };
-  connect();
-  return () => { closed = true; ws.close(); };
+  return followStream("/v1/shells/" + encodeURIComponent(id) + "/stream", conn, (e) => {
+    if (e.event === "audit" && e.payload && e.payload.record) record(e.payload.record);
+    else if (e.event === "error") say((e.payload.error && e.payload.error.code) + ": " + (e.payload.error && e.payload.error.message), true);
+  });
 }
 
 // --- search: the history index, and a conversation from it -----------------------------
