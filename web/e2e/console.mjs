@@ -130,6 +130,15 @@ try {
   check("shell", tr.cmd.includes("$ echo from-an-agent") && tr.out.includes("from-an-agent") && tr.err.includes("oops") && /→ exit 0 \(\d+ ms\)/.test(tr.exit), JSON.stringify(tr));
   await page.screenshot({ path: artifacts + "/shell.png" });
 
+  // A meta-chat: its roadmap's items beside the activity feed.
+  await page.goto(origin + "/console/#/sessions");
+  await page.selectOption("#f-type", "meta-chat");
+  await page.locator("tr[data-id] button", { hasText: "Open" }).first().click();
+  await page.waitForSelector("ul.items li");
+  const item = await page.locator("ul.items li").first().textContent();
+  check("roadmap", item.includes("write the docs") && item.includes("todo"), JSON.stringify(item));
+  await page.screenshot({ path: artifacts + "/roadmap.png" });
+
   // The code is used up; a wrong one is refused the same way.
   const other = await browser.newContext();
   const p2 = await other.newPage();

@@ -254,7 +254,14 @@ function observerView(kind, id) {
   const tbody = el("tbody");
   const summary = el("p", { class: "conn" });
   const table = el("table", { "aria-label": "Connections" }, el("thead", {}, el("tr", {}, ...["State", "Local", "Remote", "Sent", "Received", "RTT ms"].map((h) => el("th", { scope: "col" }, h)))), tbody);
-  main.replaceChildren(bar, kind === "net" ? el("div", {}, summary, table) : list);
+  // A meta-chat's roadmap: its items, kept from the feed's item events (the items there at the
+  // start, then each change), beside the feed.
+  const items = new Map();
+  const itemList = el("ul", { class: "items", "aria-label": "Roadmap items" });
+  const renderItems = () => itemList.replaceChildren(...[...items.values()].map((it) =>
+    el("li", { class: "item-" + it.status }, el("span", { class: "badge" }, it.status), " " + it.title)));
+  if (kind === "feed") main.replaceChildren(bar, el("h3", {}, "Items"), itemList, el("h3", {}, "Activity"), list);
+  else main.replaceChildren(bar, kind === "net" ? el("div", {}, summary, table) : list);
   const conns = new Map();
   const max = 5000; // lines kept in the page
   const matches = (text) => { const f = filter.value; return !f || text.toLowerCase().includes(f.toLowerCase()); };
@@ -279,7 +286,10 @@ function observerView(kind, id) {
       const k = p.local + " " + p.remote;
       if (p.action === "close") conns.delete(k); else conns.set(k, p);
       renderConns();
-    } else if (e.event === "data") addLine(feedText(p), "feed");
+    } else if (e.event === "data") {
+      if (p.type === "roadmap-item" && p.item) { items.set(p.item.id, p.item); renderItems(); }
+      addLine(feedText(p), "feed");
+    }
     else if (e.event === "metadata" && kind === "net") {
       const m = p.metadata || {};
       if ("established" in m) summary.textContent = `established ${m.established}, time-wait ${m.timeWait || 0}, listening ${m.listening || 0}, accept queue ${m.acceptQueue || 0}`;
