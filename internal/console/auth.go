@@ -48,8 +48,19 @@ type Auth struct {
 	mu       sync.Mutex
 	codes    map[[32]byte]time.Time // digest → expiry
 	sessions map[[32]byte]time.Time
+	shares   map[[32]byte]share
 	base     string // the console's URL, once the gateway listens
 }
+
+// share is a read-only view of one live session: a link a signed-in user hands to someone
+// who may watch it but not type.
+type share struct {
+	session string
+	expires time.Time
+}
+
+// maxShares bounds the share links kept.
+const maxShares = 256
 
 // NewAuth returns an Auth with no code and no session.
 func NewAuth(opt Options) *Auth {
@@ -65,7 +76,7 @@ func NewAuth(opt Options) *Auth {
 	if opt.SessionTTL <= 0 {
 		opt.SessionTTL = 24 * time.Hour
 	}
-	return &Auth{opt: opt, codes: map[[32]byte]time.Time{}, sessions: map[[32]byte]time.Time{}}
+	return &Auth{opt: opt, codes: map[[32]byte]time.Time{}, sessions: map[[32]byte]time.Time{}, shares: map[[32]byte]share{}}
 }
 
 // SetBase records the gateway's own origin (http://host:port), which sign-in URLs start with.
@@ -91,24 +102,26 @@ func (a *Auth) secret() (string, [32]byte, error) {
 	return s, sha256.Sum256([]byte(s)), nil
 }
 
-// prune drops what has expired and, past max, the entries closest to expiring.
-func prune(m map[[32]byte]time.Time, now time.Time, limit int) {
-	for k, exp := range m {
-		if !now.Before(exp) {
+// prune drops what has expired and, past limit, the entries closest to expiring.
+func prune[T any](m map[[32]byte]T, now time.Time, limit int, expiry func(T) time.Time) {
+	for k, v := range m {
+		if !now.Before(expiry(v)) {
 			delete(m, k)
 		}
 	}
 	for len(m) >= limit {
 		var oldest [32]byte
 		var at time.Time
-		for k, exp := range m {
-			if at.IsZero() || exp.Before(at) {
+		for k, v := range m {
+			if exp := expiry(v); at.IsZero() || exp.Before(at) {
 				oldest, at = k, exp
 			}
 		}
 		delete(m, oldest)
 	}
 }
+
+func itself(t time.Time) time.Time { return t }
 
 // NewCode issues a one-time sign-in code and returns it with its expiry and the sign-in URL
 // ("" before SetBase).
@@ -120,7 +133,7 @@ func (a *Auth) NewCode() (code, url string, expires time.Time, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.opt.Now()
-	prune(a.codes, now, maxCodes)
+	prune(a.codes, now, maxCodes, itself)
 	expires = now.Add(a.opt.CodeTTL)
 	a.codes[digest] = expires
 	if a.base != "" {
@@ -146,7 +159,7 @@ func (a *Auth) Redeem(code string) (string, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	prune(a.sessions, now, maxSessions)
+	prune(a.sessions, now, maxSessions, itself)
 	a.sessions[sd] = now.Add(a.opt.SessionTTL)
 	return cookie, nil
 }
@@ -169,4 +182,43 @@ func (a *Auth) SignOut(cookie string) {
 	a.mu.Lock()
 	delete(a.sessions, digest)
 	a.mu.Unlock()
+}
+
+// ShareTTL is how long a share link lets someone watch.
+const ShareTTL = 24 * time.Hour
+
+// NewShare issues a read-only share token for the live session id, and the link that uses it
+// ("" before SetBase). Whoever has the link may watch that session, not type into it, and
+// nothing else.
+func (a *Auth) NewShare(id string) (token, url string, expires time.Time, err error) {
+	token, digest, err := a.secret()
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.opt.Now()
+	prune(a.shares, now, maxShares, func(sh share) time.Time { return sh.expires })
+	expires = now.Add(ShareTTL)
+	a.shares[digest] = share{session: id, expires: expires}
+	if a.base != "" {
+		url = a.base + SharePath + "?token=" + token
+	}
+	return token, url, expires, nil
+}
+
+// Shared returns the session a share token lets its holder watch; false for an unknown or
+// expired token.
+func (a *Auth) Shared(token string) (string, bool) {
+	if token == "" {
+		return "", false
+	}
+	digest := sha256.Sum256([]byte(token))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sh, ok := a.shares[digest]
+	if !ok || !a.opt.Now().Before(sh.expires) {
+		return "", false
+	}
+	return sh.session, true
 }

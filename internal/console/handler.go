@@ -2,17 +2,23 @@ package console
 
 import (
 	"embed"
+	"encoding/json"
 	"html"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
+	"time"
 )
 
 // Paths of the console under the gateway's TCP listener.
 const (
 	Prefix     = "/console/"
 	SignInPath = "/console/signin"
+	SharePath  = "/console/share"
+	// ShareCookie carries a share token: the holder watches one session, read-only.
+	ShareCookie = "nexus_share"
 )
 
 // The bundle web/ builds (make web: npm ci, then esbuild). Without it the console answers that
@@ -56,6 +62,38 @@ func Handler(a *Auth) http.Handler {
 		// A redirect, so the code leaves the address bar and the history.
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 	})
+	// A share link: its token becomes a cookie (HttpOnly, SameSite=Strict) that lets the
+	// browser watch one session read-only, and leaves the address bar.
+	mux.HandleFunc("GET "+SharePath, func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w)
+		w.Header().Set("Cache-Control", "no-store")
+		token := r.URL.Query().Get("token")
+		id, ok := a.Shared(token)
+		if !ok {
+			page(w, http.StatusUnauthorized, "Share link refused", "This share link is invalid or has expired. Ask for a new one.")
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: ShareCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, //nolint:gosec // G124: Secure over TLS only, as the sign-in cookie
+			Secure: r.TLS != nil, MaxAge: int(ShareTTL.Seconds())})
+		http.Redirect(w, r, Prefix+"#/view/"+url.PathEscape(id), http.StatusSeeOther)
+	})
+	// Minting a share link is a signed-in page's, from the gateway's own origin.
+	mux.HandleFunc("POST "+SharePath, func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w)
+		w.Header().Set("Content-Type", "application/json")
+		id := r.URL.Query().Get("session")
+		if !a.SignedIn(r) || !SameOrigin(r) || id == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"sign in to the console, from its own page, and name a session"}`))
+			return
+		}
+		_, link, exp, err := a.NewShare(id)
+		if err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"url": link, "expiresAt": exp.UTC().Format(time.RFC3339)})
+	})
 	mux.HandleFunc("POST /console/signout", func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w)
 		if !SameOrigin(r) {
@@ -72,7 +110,7 @@ func Handler(a *Auth) http.Handler {
 		securityHeaders(w)
 		name := strings.TrimPrefix(path.Clean("/"+strings.TrimPrefix(r.URL.Path, Prefix)), "/")
 		if name == "" || name == "index.html" {
-			if !a.SignedIn(r) {
+			if !a.SignedIn(r) && !a.Sharing(r) {
 				page(w, http.StatusUnauthorized, "Sign in", "This is the nexus console. Run <code>nexus console</code> on the gateway's machine for a one-time sign-in link.")
 				return
 			}
@@ -91,6 +129,21 @@ func Handler(a *Auth) http.Handler {
 func (a *Auth) SignedIn(r *http.Request) bool {
 	c, err := r.Cookie(CookieName)
 	return err == nil && a.Valid(c.Value)
+}
+
+// Sharing reports whether r carries a valid share link's cookie.
+func (a *Auth) Sharing(r *http.Request) bool {
+	_, ok := a.SharedSession(r)
+	return ok
+}
+
+// SharedSession is the session r's share cookie lets it watch.
+func (a *Auth) SharedSession(r *http.Request) (string, bool) {
+	c, err := r.Cookie(ShareCookie)
+	if err != nil {
+		return "", false
+	}
+	return a.Shared(c.Value)
 }
 
 // SameOrigin reports whether r comes from a page of the gateway's own origin: its Origin

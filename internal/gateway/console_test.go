@@ -269,3 +269,66 @@ func TestStreamMerge(t *testing.T) {
 		t.Errorf("merge=sometimes: %d", rec.Code)
 	}
 }
+
+// TestConsoleShare: a signed-in page mints a read-only share link for one session; its holder
+// gets that session's object and stream and nothing else, and only for a day.
+func TestConsoleShare(t *testing.T) {
+	e, _ := consoleEnv(t)
+	cookie := console.CookieName + "=" + signIn(t, e)
+	mk := func() abi.Session {
+		rec := e.do(t, "POST", "/v1/sessions", `{"type":"terminal","context":{"projectId":"p"}}`, "Authorization", "Bearer tok")
+		var s abi.Session
+		if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil || rec.Code != http.StatusCreated {
+			t.Fatalf("create: %d %s", rec.Code, rec.Body)
+		}
+		return s
+	}
+	s, other := mk(), mk()
+	if rec := e.do(t, "POST", "/console/share?session="+s.SessionID, ""); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a share minted without signing in: %d", rec.Code)
+	}
+	if rec := e.do(t, "POST", "/console/share?session="+s.SessionID, "", "Cookie", cookie, "Origin", "http://evil.example"); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a share minted from another origin: %d", rec.Code)
+	}
+	rec := e.do(t, "POST", "/console/share?session="+s.SessionID, "", "Cookie", cookie, "Origin", "http://127.0.0.1:7777")
+	var out struct{ URL string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != http.StatusOK || !strings.HasPrefix(out.URL, "http://127.0.0.1:7777/console/share?token=") {
+		t.Fatalf("mint: %d %s", rec.Code, rec.Body)
+	}
+	rec = e.do(t, "GET", strings.TrimPrefix(out.URL, "http://127.0.0.1:7777"), "")
+	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/console/#/view/"+s.SessionID {
+		t.Fatalf("redeem: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	c := rec.Result().Cookies()
+	if len(c) != 1 || c[0].Name != console.ShareCookie || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode {
+		t.Fatalf("share cookie %+v", c)
+	}
+	share := console.ShareCookie + "=" + c[0].Value
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/console/", http.StatusOK},
+		{"GET", "/v1/sessions/" + s.SessionID, http.StatusOK},
+		{"GET", "/v1/sessions/" + other.SessionID, http.StatusUnauthorized},
+		{"GET", "/v1/sessions", http.StatusUnauthorized},
+		{"POST", "/v1/sessions/" + s.SessionID + "/send", http.StatusUnauthorized},
+		{"POST", "/v1/sessions/" + s.SessionID + "/control", http.StatusUnauthorized},
+		{"GET", "/v1/sessions/" + s.SessionID + "/events", http.StatusUnauthorized},
+		{"POST", "/v1/console/codes", http.StatusUnauthorized},
+	} {
+		rec := e.do(t, tc.method, tc.path, `{"data":"x","command":"close"}`, "Cookie", share, "Origin", "http://127.0.0.1:7777")
+		if rec.Code != tc.want && (tc.want != http.StatusOK || rec.Code != http.StatusServiceUnavailable) {
+			t.Errorf("%s %s with the share: %d, want %d", tc.method, tc.path, rec.Code, tc.want)
+		}
+	}
+	// A viewer's stream cannot pace the session; its input is refused (stream tests: the
+	// browser test). The link lasts a day.
+	if rec := e.do(t, "GET", "/v1/sessions/"+s.SessionID+"/stream?ack=client", "", "Cookie", share); rec.Code != http.StatusBadRequest {
+		t.Errorf("ack=client on a shared view: %d", rec.Code)
+	}
+	e.clock.Advance(console.ShareTTL)
+	if rec := e.do(t, "GET", "/v1/sessions/"+s.SessionID, "", "Cookie", share); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a share past its day: %d", rec.Code)
+	}
+}

@@ -185,6 +185,16 @@ func (s *server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if id, shared := s.sharedSession(r); !ok && shared {
+			// A share link's holder watches one session: its object and its stream, read-only.
+			if r.Method != http.MethodGet || (r.URL.Path != abi.APIPrefix+"/sessions/"+id && r.URL.Path != abi.APIPrefix+"/sessions/"+id+"/stream") ||
+				(r.Header.Get("Origin") != "" && !console.SameOrigin(r)) {
+				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "a share link lets its holder watch session %s, read-only, and nothing else", id), 0)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), readOnlyKey{}, true)))
+			return
+		}
 		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus"`)
 			s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "missing or wrong bearer token (see state/gateway.token)"), 0)
@@ -195,6 +205,19 @@ func (s *server) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readOnlyKey marks a request of a share link's holder: it watches, it does not type.
+type readOnlyKey struct{}
+
+func readOnly(r *http.Request) bool { return r.Context().Value(readOnlyKey{}) != nil }
+
+// sharedSession is the session r's share cookie lets it watch, when the console is served.
+func (s *server) sharedSession(r *http.Request) (string, bool) {
+	if s.opt.Console == nil {
+		return "", false
+	}
+	return s.opt.Console.SharedSession(r)
 }
 
 // refuse answers a request whose body is not (or no longer) read, then ends the connection.
@@ -541,6 +564,11 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err, 0)
 		return
 	}
+	ro := readOnly(r)
+	if ro && p.clientAck {
+		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, id, "a shared view does not pace the session: open it without ack=client"), 0)
+		return
+	}
 	if _, err := s.opt.Registry.LastSeq(r.Context(), id); err != nil {
 		s.fail(w, err, 0)
 		return
@@ -583,7 +611,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			w.SetWindow(clientWindow) // the program waits too, not only this stream's writes
 		}
 	}
-	go s.readClient(ctx, cancel, c, id, acks)
+	go s.readClient(ctx, cancel, c, id, acks, ro)
 
 	after := p.after
 	var frame []byte // reused: Write is done with it when it returns
@@ -796,7 +824,7 @@ func headerHasToken(h http.Header, name, token string) bool {
 // readClient handles what a stream's client sends: input, resizes, and (acks set: a stream
 // opened with ack=client) acknowledgments of the events it has rendered, which are what its
 // follower waits for, so a session's output is paced by the browser's rendering.
-func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, id string, acks *ackWindow) {
+func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, id string, acks *ackWindow, readOnly bool) {
 	defer cancel()
 	for {
 		_, data, err := c.Read(ctx)
@@ -806,6 +834,10 @@ func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *w
 		var m abi.ClientMessage
 		if err := abi.DecodeStrict(data, &m); err != nil {
 			s.notify(ctx, c, id, abi.Errorf(abi.CodeInvalidArgument, id, "invalid client message: %v", err))
+			continue
+		}
+		if readOnly {
+			s.notify(ctx, c, id, abi.Errorf(abi.CodeAuthenticationInvalid, id, "a shared view is read-only: %s refused", m.Op))
 			continue
 		}
 		switch m.Op {

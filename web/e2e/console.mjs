@@ -76,6 +76,42 @@ try {
   const heap = await page.evaluate(() => { if (window.gc) window.gc(); return performance.memory ? performance.memory.usedJSHeapSize : 0; });
   check("flood", back && heap < 200e6, `prompt back after ${Date.now() - t0} ms; heap ${(heap / 1e6).toFixed(1)} MB after ${floodSecs} s of yes`);
 
+  // A read-only share link: another browser watches the terminal live, and cannot type.
+  await page.click("text=Share read-only");
+  const shareURL = await page.inputValue("#share-url");
+  const viewerCtx = await browser.newContext({ viewport: { width: 1000, height: 700 } });
+  const viewer = await viewerCtx.newPage();
+  await viewer.goto(shareURL);
+  const viewed = viewer.url();
+  await viewer.waitForFunction(() => document.querySelector(".conn") && document.querySelector(".conn").textContent === "connected");
+  await page.locator(".xterm-helper-textarea").focus();
+  await page.keyboard.type("echo sha''red\n");
+  const seen = await (async () => {
+    const end = Date.now() + 20000;
+    while (Date.now() < end) {
+      const r = await viewer.evaluate(() => [...document.querySelectorAll(".xterm-rows > div")].map((d) => d.textContent.trimEnd()));
+      if (r.includes("shared")) return true;
+      await viewer.waitForTimeout(50);
+    }
+    return false;
+  })();
+  const refused = await viewer.evaluate(async () => {
+    const id = location.hash.split("/")[2];
+    const post = (await fetch("/v1/sessions/" + id + "/send", { method: "POST", headers: { "Content-Type": "application/json" }, body: '{"data":"x"}' })).status;
+    const list = (await fetch("/v1/sessions")).status;
+    const ws = await new Promise((resolve) => {
+      const s = new WebSocket("ws://" + location.host + "/v1/sessions/" + id + "/stream?after=999999999");
+      s.onopen = () => s.send(JSON.stringify({ op: "send", data: "echo typed-by-viewer\r" }));
+      s.onmessage = (m) => { const e = JSON.parse(m.data); if (e.event === "error") { resolve(e.payload.error.code); s.close(); } };
+      s.onerror = () => resolve("error");
+    });
+    return { post, list, ws };
+  });
+  check("share", viewed.includes("/console/#/view/") && !viewed.includes("token") && seen && refused.post === 401 && refused.list === 401 && refused.ws === "AUTHENTICATION_INVALID",
+    JSON.stringify({ viewed, seen, refused }));
+  await viewer.screenshot({ path: artifacts + "/shared-view.png" });
+  await viewerCtx.close();
+
   // The sessions view lists the terminal, live.
   await page.goto(origin + "/console/#/sessions");
   await page.waitForSelector("tr[data-id] td");

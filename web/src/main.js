@@ -137,14 +137,32 @@ function sessionsView() {
 // waits while the window is full (xterm.js's flow-control guide, with the acknowledgment
 // carried to the runtime's own flow control). A dropped connection reconnects after the last
 // sequence rendered: the same shell, nothing lost, nothing twice.
-function terminalView(id) {
-  const term = new Terminal({ scrollback: 10000, cursorBlink: true, fontFamily: "ui-monospace, monospace", fontSize: 14 });
+//
+// With readOnly (a share link's view) it watches: no input, no resize of the session's window,
+// and the gateway's acknowledgments, so a slow viewer does not pace the session.
+function terminalView(id, readOnly) {
+  const term = new Terminal({ scrollback: 10000, cursorBlink: !readOnly, disableStdin: !!readOnly, fontFamily: "ui-monospace, monospace", fontSize: 14 });
   const fit = new FitAddon();
   term.loadAddon(fit);
   const box = el("div", { class: "term", role: "application", "aria-label": "Terminal " + id });
   const conn = el("span", { class: "conn" }, "connecting…");
-  main.replaceChildren(el("div", { class: "term-wrap" },
-    el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "terminal " + id.slice(0, 8)), conn), box));
+  const bar = el("div", { class: "toolbar" });
+  if (readOnly) bar.append(el("strong", {}, "terminal " + id.slice(0, 8) + " (read-only view)"), conn);
+  else {
+    const shareOut = el("input", { id: "share-url", readonly: true, "aria-label": "Read-only share link", hidden: true, size: 60 });
+    bar.append(el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "terminal " + id.slice(0, 8)), conn,
+      el("button", { type: "button", onclick: async () => {
+        try {
+          const res = await fetch("/console/share?session=" + encodeURIComponent(id), { method: "POST", credentials: "same-origin" });
+          if (!res.ok) throw new Error("share: HTTP " + res.status);
+          shareOut.value = (await res.json()).url;
+          shareOut.hidden = false;
+          shareOut.select();
+          say("read-only link: anyone with it can watch this terminal for 24 hours, not type");
+        } catch (e) { say(e.message, true); }
+      } }, "Share read-only"), shareOut);
+  }
+  main.replaceChildren(el("div", { class: "term-wrap" }, bar, box));
   term.open(box);
   fit.fit();
   term.focus();
@@ -160,6 +178,7 @@ function terminalView(id) {
     else outbox.push(m);
   };
   const ack = (seq) => {
+    if (readOnly) return;
     acked = Math.max(acked, seq);
     if (!ackTimer) ackTimer = setTimeout(() => { ackTimer = null; send({ op: "ack", seq: acked }); }, 0);
   };
@@ -184,10 +203,11 @@ function terminalView(id) {
     if (e.seq > 0) ack(e.seq);
   };
   const connect = () => {
-    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?contentType=raw&ack=client&merge=true&after=" + lastSeq);
+    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?contentType=raw&merge=true" + (readOnly ? "" : "&ack=client") + "&after=" + lastSeq);
     ws.onopen = () => {
       delay = 100;
       conn.textContent = "connected";
+      if (readOnly) return;
       send({ op: "resize", width: term.cols, height: term.rows });
       if (acked) send({ op: "ack", seq: acked });
       while (outbox.length) send(outbox.shift());
@@ -201,9 +221,11 @@ function terminalView(id) {
     };
   };
   connect();
-  term.onData((d) => input({ op: "send", data: d }));
-  term.onBinary((d) => input({ op: "send", data: btoa(d), encoding: "base64" }));
-  term.onResize(({ cols, rows }) => send({ op: "resize", width: cols, height: rows }));
+  if (!readOnly) {
+    term.onData((d) => input({ op: "send", data: d }));
+    term.onBinary((d) => input({ op: "send", data: btoa(d), encoding: "base64" }));
+    term.onResize(({ cols, rows }) => send({ op: "resize", width: cols, height: rows }));
+  }
   const onResize = () => fit.fit();
   window.addEventListener("resize", onResize);
   // For the end-to-end tests: cut the connection as a network would.
@@ -432,18 +454,19 @@ function route() {
   leave();
   say("");
   const h = location.hash || "#/sessions";
-  const m = h.match(/^#\/(terminal|log|net|feed)\/([\w-]+)$/);
+  const m = h.match(/^#\/(terminal|view|log|net|feed)\/([\w-]+)$/);
   const search = h.match(/^#\/search(?:\?q=(.*))?$/);
   const hist = h.match(/^#\/history\/([^/]+)\/([^?]+)(?:\?around=(.*))?$/);
   const shell = h.match(/^#\/shell\/(.+)$/);
   if (m && m[1] === "terminal") leave = terminalView(m[2]);
+  else if (m && m[1] === "view") leave = terminalView(m[2], true);
   else if (m) leave = observerView(m[1], m[2]);
   else if (search) leave = searchView(decodeURIComponent(search[1] || ""));
   else if (h === "#/shells") leave = shellsView();
   else if (shell) leave = shellView(decodeURIComponent(shell[1]));
   else if (hist) leave = historyView(decodeURIComponent(hist[1]), decodeURIComponent(hist[2]), hist[3] && decodeURIComponent(hist[3]));
   else leave = sessionsView();
-  if (!(m && m[1] === "terminal") && !search) main.focus({ preventScroll: true });
+  if (!(m && (m[1] === "terminal" || m[1] === "view")) && !search) main.focus({ preventScroll: true });
 }
 window.addEventListener("hashchange", route);
 route();
