@@ -47,6 +47,9 @@ func TestConsoleBrowser(t *testing.T) {
 		testkit.SkipUnlessCI(t, "the console's page is not built: run make web")
 	}
 	artifacts := os.Getenv("NEXUS_ARTIFACTS")
+	// The chat view talks to an ai-chat session on a scripted OpenAI-compatible model (it
+	// echoes each message; ai_script_test.go).
+	scripted := scriptedModel(t)
 	testscript.Run(t, scriptParams(filepath.Join("testdata", "console"), repo, bash, func(env *testscript.Env) error {
 		env.Setenv("NODE", node)
 		env.Setenv("CHROMIUM", chromium)
@@ -57,7 +60,15 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 		env.Setenv("ARTIFACTS", dir)
 		// The shells the console opens read no rc file of the machine's user.
-		env.Setenv("HOME", filepath.Join(env.WorkDir, "home"))
+		home := filepath.Join(env.WorkDir, "home")
+		env.Setenv("HOME", home)
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return err
+		}
+		cfg := "[backends.scripted]\nkind = \"openai-compatible\"\nbase_url = \"" + scripted + "/v1\"\nmodel = \"scripted\"\ncontext_window = 100000\n"
+		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600); err != nil {
+			return err
+		}
 		env.Setenv("PS1", "$ ")
 		return os.MkdirAll(dir, 0o700)
 	}))

@@ -175,6 +175,19 @@ try {
   check("roadmap", item.includes("write the docs") && item.includes("todo"), JSON.stringify(item));
   await page.screenshot({ path: artifacts + "/roadmap.png" });
 
+  // An ai-chat session: send a message with its queue mode; the reply streams in.
+  await page.goto(origin + "/console/#/sessions");
+  await page.selectOption("#f-type", "ai-chat");
+  await page.locator("tr[data-id] button", { hasText: "Open" }).first().click();
+  await page.waitForFunction(() => document.querySelector(".conn") && document.querySelector(".conn").textContent === "live");
+  await page.fill("#chat-input", "hello from the console");
+  await page.selectOption("#chat-mode", "followup");
+  await page.click("form.chat-send button[type=submit]");
+  await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.role-assistant .text")].some((d) => d.textContent.includes("echo: hello from the console")));
+  const turnEnded = await page.evaluate(() => [...document.querySelectorAll("ol.chat li.marker")].some((li) => li.textContent.includes("turn completed")));
+  check("chat", turnEnded, "");
+  await page.screenshot({ path: artifacts + "/chat.png" });
+
   // The code is used up; a wrong one is refused the same way.
   const other = await browser.newContext();
   const p2 = await other.newPage();

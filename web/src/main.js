@@ -102,7 +102,7 @@ function sessionsView() {
       const caps = s.capabilities || {};
       const ctx = Object.entries(s.context || {}).map(([k, v]) => k + "=" + v).join(" ");
       const actions = el("td", { class: "actions" });
-      const view = { terminal: "terminal", "debug-stream": "log", "network-stream": "net", "meta-chat": "feed" }[s.type];
+      const view = { terminal: "terminal", "ai-chat": "chat", "debug-stream": "log", "network-stream": "net", "meta-chat": "feed" }[s.type];
       if (view) actions.append(el("button", { type: "button", "aria-label": "Open " + s.type + " " + s.sessionId.slice(0, 8), onclick: () => { location.hash = "#/" + view + "/" + s.sessionId; } }, "Open"));
       const observer = ["debug-stream", "network-stream", "meta-chat"].includes(s.type);
       const cmds = s.status === "active"
@@ -237,8 +237,11 @@ function terminalView(id, readOnly) {
 // each new one to onEvent; when the connection drops it reconnects with after= the last seq it
 // had, so nothing is missed or repeated. A normal close (the stream ended) is final. It
 // returns the function that stops it.
-function followStream(path, conn, onEvent) {
-  let ws, closed = false, lastSeq = 0, delay = 100;
+function followStream(path, conn, onEvent) { return followStreamFrom(path, conn, onEvent, 0); }
+
+// followStreamFrom is followStream starting after seq start.
+function followStreamFrom(path, conn, onEvent, start) {
+  let ws, closed = false, lastSeq = start, delay = 100;
   const connect = () => {
     ws = new WebSocket(wsBase + path + (path.includes("?") ? "&" : "?") + "after=" + lastSeq);
     ws.onopen = () => { delay = 100; conn.textContent = "live"; };
@@ -331,6 +334,123 @@ function feedText(p) {
     case "roadmap-subagent": return `subagent ${p.label || p.childSessionKey || ""}: ${p.task || ""}`;
   }
   return JSON.stringify(p);
+}
+
+// --- chats: a live ai-chat session --------------------------------------------------------
+
+// chatView is an ai-chat session: its conversation so far (the transcript's context, from
+// /v1/chats), then its turns live: the reply's tokens as they stream, thinking and tool calls
+// collapsed, confirmation requests as buttons, subagents, compactions as markers, and a box
+// to send a message with its queue mode.
+function chatView(id) {
+  const conn = el("span", { class: "conn" }, "connecting…");
+  const usage = el("span", { class: "meta" });
+  const list = el("ol", { class: "chat", "aria-label": "Conversation" });
+  const text = el("textarea", { id: "chat-input", rows: 3, "aria-label": "Message", placeholder: "Message (Ctrl+Enter sends)" });
+  const mode = el("select", { id: "chat-mode", "aria-label": "Queue mode" },
+    ...["followup", "steer", "collect", "queue", "interrupt", "steer-backlog"].map((m) => el("option", { value: m }, m)));
+  const send = async () => {
+    const data = text.value.trim();
+    if (!data) return;
+    try {
+      await api("POST", "/sessions/" + encodeURIComponent(id) + "/send", { data, mode: mode.value });
+      bubble("user", data);
+      text.value = "";
+    } catch (e) { say(e.message, true); }
+  };
+  text.addEventListener("keydown", (ev) => { if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); send(); } });
+  const form = el("form", { class: "toolbar chat-send", onsubmit: (ev) => { ev.preventDefault(); send(); } }, text, el("label", { for: "chat-mode" }, "Mode", mode), el("button", { type: "submit" }, "Send"));
+  main.replaceChildren(el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "ai-chat " + id.slice(0, 8)), conn, usage), list, form);
+  const bubble = (role, body) => {
+    const li = el("li", { class: "msg role-" + role }, el("div", { class: "meta" }, role));
+    if (body) li.append(el("div", { class: "text" }, body));
+    list.append(li);
+    li.scrollIntoView({ block: "end" });
+    return li;
+  };
+  const marker = (t) => list.append(el("li", { class: "marker" }, t));
+  const tool = (li, name, args, out, isError) => {
+    const d = el("details", { class: "tool" }, el("summary", {}, name + (isError ? " (error)" : "")));
+    if (args) d.append(el("pre", {}, typeof args === "string" ? args : JSON.stringify(args)));
+    if (out !== undefined) d.append(el("pre", { class: "result" }, out));
+    li.append(d);
+    return d;
+  };
+  // The conversation so far: the transcript's messages as pi stores them.
+  const history = (m) => {
+    if (m.role === "user") {
+      const t = typeof m.content === "string" ? m.content : (m.content || []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
+      bubble("user", t);
+    } else if (m.role === "assistant") {
+      const li = bubble("assistant");
+      for (const c of m.content || []) {
+        if (c.type === "text") li.append(el("div", { class: "text" }, c.text));
+        else if (c.type === "thinking") li.append(el("details", {}, el("summary", {}, "thinking"), el("div", { class: "text" }, c.thinking || "")));
+        else if (c.type === "toolCall") tool(li, c.name, c.arguments);
+      }
+    } else if (m.role === "toolResult") {
+      const li = bubble("tool");
+      tool(li, m.toolName || "result", null, (m.content || []).map((c) => c.text || "").join(""), m.isError);
+    } else if (m.role === "compactionSummary" || m.role === "branchSummary") {
+      marker((m.role === "compactionSummary" ? "— compacted: " : "— branch summary: ") + (m.summary || "").slice(0, 200));
+    }
+  };
+  // Live: a reply's text blocks by messageId, tool calls by id.
+  const replies = new Map(), calls = new Map();
+  let current = null;
+  const live = (e) => {
+    const p = e.payload || {};
+    if (e.event === "metadata" && p.metadata && "tokenCount" in p.metadata) usage.textContent = `context ${p.metadata.tokenCount} / ${p.metadata.contextWindow} tokens`;
+    if (e.event === "error") say((p.error && p.error.code) + ": " + (p.error && p.error.message), true);
+    if (e.event !== "data") return;
+    switch (p.type) {
+      case "ai-turn": if (p.phase === "ended") marker(`— turn ${p.end || ""}${p.usage ? ", " + p.usage.total + " tokens" : ""}`); break;
+      case "ai-token": {
+        let b = replies.get(p.messageId);
+        if (!b) { current = bubble("assistant"); b = el("div", { class: "text" }); current.append(b); replies.set(p.messageId, b); }
+        b.textContent += p.content || "";
+        break;
+      }
+      case "ai-reasoning": if (p.phase === "delta") { const li = current || bubble("assistant"); let d = li.querySelector("details.thinking"); if (!d) { d = el("details", { class: "thinking" }, el("summary", {}, "thinking"), el("div", { class: "text" })); li.append(d); } d.lastChild.textContent += p.content || ""; } break;
+      case "ai-tool":
+        if (p.phase === "detected") { current = current || bubble("assistant"); calls.set(p.toolCallId, tool(current, p.name, p.arguments)); }
+        else if (p.phase === "completed") { const d = calls.get(p.toolCallId) || tool(bubble("tool"), p.name); d.append(el("pre", { class: "result" }, p.output || "")); if (p.isError) d.firstChild.textContent += " (error)"; current = null; replies.clear(); }
+        break;
+      case "confirmation-request": {
+        const li = bubble("confirm", `${p.tool} wants to run${p.command ? ": " + p.command : ""}${p.reason ? " (" + p.reason + ")" : ""}`);
+        const buttons = el("div", { class: "toolbar", role: "group", "aria-label": "Answer" });
+        for (const answer of p.options || ["allow-once", "deny"]) {
+          buttons.append(el("button", { type: "button", onclick: async () => {
+            try { await api("POST", "/sessions/" + encodeURIComponent(id) + "/control", { command: "confirm", requestId: p.requestId, answer }); buttons.replaceChildren(el("span", { class: "meta" }, answer)); } catch (err) { say(err.message, true); }
+          } }, answer));
+        }
+        li.append(buttons);
+        break;
+      }
+      case "ai-subagent": marker(`— subagent ${p.label || ""} started: ${p.task || ""}`); break;
+      case "ai-compaction": if (p.phase === "ended") marker(`— compacted: ${p.tokensBefore} → ${p.tokensAfter} tokens`); break;
+      case "ai-queue": if (p.phase === "queued") marker(`— queued (${p.mode})`); break;
+    }
+  };
+  let stop = () => {};
+  (async () => {
+    try {
+      const s = await api("GET", "/sessions/" + encodeURIComponent(id));
+      const key = s.metadata && s.metadata.chatKey;
+      // Where the stream starts: after what the session has published so far (the history has it).
+      const now = await api("GET", "/sessions/" + encodeURIComponent(id) + "/events?after=18446744073709551615&limit=1");
+      if (key) {
+        const res = await fetch("/v1/chats/" + encodeURIComponent(key) + "/history", { credentials: "same-origin" });
+        for (const line of (await res.text()).split("\n")) {
+          if (!line) continue;
+          const o = JSON.parse(line);
+          if (o.message) history(o.message);
+        }
+      }
+      stop = followStreamFrom("/v1/sessions/" + encodeURIComponent(id) + "/stream", conn, live, now.next || 0);
+    } catch (e) { say(e.message, true); }
+  })();
+  return () => stop();
 }
 
 // --- agent shells: their audit logs as transcripts -------------------------------------
@@ -454,12 +574,13 @@ function route() {
   leave();
   say("");
   const h = location.hash || "#/sessions";
-  const m = h.match(/^#\/(terminal|view|log|net|feed)\/([\w-]+)$/);
+  const m = h.match(/^#\/(terminal|view|log|net|feed|chat)\/([\w-]+)$/);
   const search = h.match(/^#\/search(?:\?q=(.*))?$/);
   const hist = h.match(/^#\/history\/([^/]+)\/([^?]+)(?:\?around=(.*))?$/);
   const shell = h.match(/^#\/shell\/(.+)$/);
   if (m && m[1] === "terminal") leave = terminalView(m[2]);
   else if (m && m[1] === "view") leave = terminalView(m[2], true);
+  else if (m && m[1] === "chat") leave = chatView(m[2]);
   else if (m) leave = observerView(m[1], m[2]);
   else if (search) leave = searchView(decodeURIComponent(search[1] || ""));
   else if (h === "#/shells") leave = shellsView();
