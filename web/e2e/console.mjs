@@ -186,7 +186,26 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.role-assistant .text")].some((d) => d.textContent.includes("echo: hello from the console")));
   const turnEnded = await page.evaluate(() => [...document.querySelectorAll("ol.chat li.marker")].some((li) => li.textContent.includes("turn completed")));
   check("chat", turnEnded, "");
+  // A subagent: the scripted model spawns one on "spawn"; the panel lists it.
+  await page.fill("#chat-input", "spawn");
+  await page.click("form.chat-send button[type=submit]");
+  await page.waitForFunction(() => [...document.querySelectorAll("ul[aria-label=Subagents] li")].some((li) => li.textContent.includes("child task")));
+  check("subagent", true, "");
+  await page.locator("aside.chat-side details summary", { hasText: "Branch tree" }).click();
   await page.screenshot({ path: artifacts + "/chat.png" });
+
+  // A confirmation (level trusted): the model wants to run sleep; "deny" answers it, and the
+  // turn goes on with the refusal.
+  const trusted = await page.evaluate(async () => (await (await fetch("/v1/sessions")).json()).sessions.find((s) => s.type === "ai-chat" && s.metadata.level === "trusted").sessionId);
+  await page.goto(origin + "/console/#/chat/" + trusted);
+  await page.waitForFunction(() => document.querySelector(".conn") && document.querySelector(".conn").textContent === "live");
+  await page.fill("#chat-input", "slow");
+  await page.click("form.chat-send button[type=submit]");
+  await page.waitForSelector("li.role-confirm button");
+  await page.screenshot({ path: artifacts + "/confirm.png" });
+  await page.locator("li.role-confirm button", { hasText: "deny" }).click();
+  await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.role-assistant .text")].some((d) => d.textContent.trim() === "done"));
+  check("confirm", true, "");
 
   // The code is used up; a wrong one is refused the same way.
   const other = await browser.newContext();

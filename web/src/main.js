@@ -352,15 +352,30 @@ function chatView(id) {
   const send = async () => {
     const data = text.value.trim();
     if (!data) return;
+    const mine = bubble("user", data); // shown at once, before the events it causes
     try {
       await api("POST", "/sessions/" + encodeURIComponent(id) + "/send", { data, mode: mode.value });
-      bubble("user", data);
       text.value = "";
-    } catch (e) { say(e.message, true); }
+    } catch (e) { mine.remove(); say(e.message, true); }
   };
   text.addEventListener("keydown", (ev) => { if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); send(); } });
   const form = el("form", { class: "toolbar chat-send", onsubmit: (ev) => { ev.preventDefault(); send(); } }, text, el("label", { for: "chat-mode" }, "Mode", mode), el("button", { type: "submit" }, "Send"));
-  main.replaceChildren(el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "ai-chat " + id.slice(0, 8)), conn, usage), list, form);
+  const tree = el("ol", { class: "tree", "aria-label": "Branch tree" });
+  const subagents = el("ul", { class: "items", "aria-label": "Subagents" });
+  const side = el("aside", { class: "chat-side" },
+    el("details", {}, el("summary", {}, "Branch tree"), tree),
+    el("details", { open: true }, el("summary", {}, "Subagents"), subagents));
+  main.replaceChildren(el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "ai-chat " + id.slice(0, 8)), conn, usage),
+    el("div", { class: "chat-wrap" }, el("div", { class: "chat-main" }, list, form), side));
+  // The transcript's tree: every entry, indented by depth, the active branch marked.
+  const loadTree = async (key) => {
+    const t = await api("GET", "/chats/" + encodeURIComponent(key) + "/tree");
+    tree.replaceChildren(...(t.entries || []).filter((e) => e.type === "message" || e.label).map((e) =>
+      el("li", { class: e.active ? "active" : "", style: "padding-left:" + Math.min(e.depth || 0, 40) * 8 + "px" },
+        (e.role || e.type) + (e.label ? " [" + e.label + "]" : "") + ": " + (e.preview || "").slice(0, 80))));
+  };
+  const addSubagent = (p) => subagents.append(el("li", {}, el("span", { class: "badge" }, p.label || "subagent"), " " + (p.task || ""),
+    p.sessionId ? el("a", { href: "#/chat/" + p.sessionId, "aria-label": "Open subagent " + (p.label || "") }, " open") : ""));
   const bubble = (role, body) => {
     const li = el("li", { class: "msg role-" + role }, el("div", { class: "meta" }, role));
     if (body) li.append(el("div", { class: "text" }, body));
@@ -404,7 +419,7 @@ function chatView(id) {
     if (e.event === "error") say((p.error && p.error.code) + ": " + (p.error && p.error.message), true);
     if (e.event !== "data") return;
     switch (p.type) {
-      case "ai-turn": if (p.phase === "ended") marker(`— turn ${p.end || ""}${p.usage ? ", " + p.usage.total + " tokens" : ""}`); break;
+      case "ai-turn": if (p.phase === "started") { current = null; replies.clear(); } if (p.phase === "ended") { marker(`— turn ${p.end || ""}${p.usage ? ", " + p.usage.total + " tokens" : ""}`); if (chatKey) loadTree(chatKey).catch(() => {}); } break;
       case "ai-token": {
         let b = replies.get(p.messageId);
         if (!b) { current = bubble("assistant"); b = el("div", { class: "text" }); current.append(b); replies.set(p.messageId, b); }
@@ -427,16 +442,19 @@ function chatView(id) {
         li.append(buttons);
         break;
       }
-      case "ai-subagent": marker(`— subagent ${p.label || ""} started: ${p.task || ""}`); break;
+      case "ai-subagent": marker(`— subagent ${p.label || ""} started: ${p.task || ""}`); addSubagent(p); break;
       case "ai-compaction": if (p.phase === "ended") marker(`— compacted: ${p.tokensBefore} → ${p.tokensAfter} tokens`); break;
       case "ai-queue": if (p.phase === "queued") marker(`— queued (${p.mode})`); break;
     }
   };
   let stop = () => {};
+  let chatKey = "";
   (async () => {
     try {
       const s = await api("GET", "/sessions/" + encodeURIComponent(id));
       const key = s.metadata && s.metadata.chatKey;
+      chatKey = key || "";
+      if (key) loadTree(key).catch(() => {});
       // Where the stream starts: after what the session has published so far (the history has it).
       const now = await api("GET", "/sessions/" + encodeURIComponent(id) + "/events?after=18446744073709551615&limit=1");
       if (key) {
