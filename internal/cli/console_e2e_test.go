@@ -59,6 +59,7 @@ func TestConsoleBrowser(t *testing.T) {
 			dir = filepath.Join(env.WorkDir, "artifacts")
 		}
 		env.Setenv("ARTIFACTS", dir)
+		env.Setenv("FLOOD_SECONDS", "30") // yes for 30 s, then Ctrl-C: the page stays bounded
 		// The shells the console opens read no rc file of the machine's user.
 		home := filepath.Join(env.WorkDir, "home")
 		env.Setenv("HOME", home)

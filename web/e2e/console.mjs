@@ -78,6 +78,7 @@ try {
 
   // A read-only share link: another browser watches the terminal live, and cannot type.
   await page.click("text=Share read-only");
+  await page.waitForFunction(() => { const i = document.querySelector("#share-url"); return i && i.value.startsWith("http"); });
   const shareURL = await page.inputValue("#share-url");
   const viewerCtx = await browser.newContext({ viewport: { width: 1000, height: 700 } });
   const viewer = await viewerCtx.newPage();
@@ -184,8 +185,8 @@ try {
   await page.selectOption("#chat-mode", "followup");
   await page.click("form.chat-send button[type=submit]");
   await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.role-assistant .text")].some((d) => d.textContent.includes("echo: hello from the console")));
-  const turnEnded = await page.evaluate(() => [...document.querySelectorAll("ol.chat li.marker")].some((li) => li.textContent.includes("turn completed")));
-  check("chat", turnEnded, "");
+  await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.marker")].some((li) => li.textContent.includes("turn completed")));
+  check("chat", true, "the reply streamed in, then the turn's end");
   // A subagent: the scripted model spawns one on "spawn"; the panel lists it.
   await page.fill("#chat-input", "spawn");
   await page.click("form.chat-send button[type=submit]");
