@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 // consoleEnv is a gateway with a token and a console, as the TCP listener of nexus serve is.
@@ -219,7 +222,9 @@ func TestSessionsWatchAndClientAck(t *testing.T) {
 
 // TestStreamMerge: with merge=true, terminal output that is ready together comes as one frame
 // carrying the last event's seq; other events keep their own frames, in order, and a reader
-// resuming after the merged frame's seq misses nothing.
+// resuming after the merged frame's seq misses nothing. With binary=true, output goes as
+// binary messages (the event's seq, 8 bytes big-endian, then the output's own bytes) and every
+// other event stays a JSON text message; binary needs contentType=raw.
 func TestStreamMerge(t *testing.T) {
 	e := newEnv(t, "", live.Config{})
 	srv := httptest.NewServer(e.h)
@@ -232,41 +237,119 @@ func TestStreamMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, chunk := range []string{"one ", "two ", "three"} {
+	for _, chunk := range []string{"one ", "two ", "\x1b[1mthree\xff"} {
 		sink.Output([]byte(chunk))
 	}
 	sink.SetMetadata(map[string]any{"mark": 1})
 	sink.Output([]byte(" four"))
 	last, _ := e.reg.LastSeq(ctx, s.SessionID)
-	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/sessions/" + s.SessionID + fmt.Sprintf("/stream?after=%d&contentType=raw&merge=true", start)
-	c, _, err := websocket.Dial(ctx, u, nil)
+	base := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/sessions/" + s.SessionID
+	// read returns n messages of a stream from after, as "seq:output" or "seq:event".
+	read := func(query string, after uint64, n int) []string {
+		t.Helper()
+		c, _, err := websocket.Dial(ctx, base+fmt.Sprintf("/stream?after=%d&contentType=raw&merge=true%s", after, query), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.CloseNow() }()
+		var got []string
+		for len(got) < n {
+			typ, b, err := c.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if typ == websocket.MessageBinary {
+				if len(b) < 8 {
+					t.Fatalf("binary message of %d bytes", len(b))
+				}
+				got = append(got, fmt.Sprintf("%d:%q (binary)", binary.BigEndian.Uint64(b)-start, b[8:]))
+				continue
+			}
+			var ev abi.Event
+			if err := json.Unmarshal(b, &ev); err != nil {
+				t.Fatal(err)
+			}
+			var out abi.TerminalOutput
+			if ev.Event == abi.EventData && json.Unmarshal(ev.Payload, &out) == nil {
+				data, _ := out.Bytes()
+				got = append(got, fmt.Sprintf("%d:%q", ev.Seq-start, data))
+			} else {
+				got = append(got, fmt.Sprintf("%d:%s", ev.Seq-start, ev.Event))
+			}
+		}
+		return got
+	}
+	for _, tc := range []struct{ query, suffix string }{{"", ""}, {"&binary=true", " (binary)"}} {
+		want := []string{`3:"one two \x1b[1mthree\xff"` + tc.suffix, "4:metadata", fmt.Sprintf("%d:%q", last-start, " four") + tc.suffix}
+		if got := read(tc.query, start, 3); strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("%s: messages %q, want %q", tc.query, got, want)
+		}
+		if got := read(tc.query, start+3, 2); strings.Join(got, "|") != strings.Join(want[1:], "|") {
+			t.Fatalf("%s: resumed after the merged message: %q, want %q", tc.query, got, want[1:])
+		}
+	}
+	for _, q := range []string{"merge=sometimes", "binary=true", "binary=true&contentType=ansi", "binary=sometimes&contentType=raw"} {
+		rec := e.do(t, "GET", "/v1/sessions/"+s.SessionID+"/stream?"+q, "")
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), string(abi.CodeInvalidArgument)) {
+			t.Errorf("%s: %d %s", q, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestClientAckFlood: a client that acknowledges what it has handled, as the console does
+// (per 128 KiB), gets a flood whole and in order, in binary messages no larger than a merged
+// frame, while the program's output waits for it.
+func TestClientAckFlood(t *testing.T) {
+	e := newEnv(t, "", live.Config{})
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	s := e.create(t, termBody)
+	sink := sinkOf(t, e.terminal, s.SessionID)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+	defer cancel()
+	start, err := e.reg.LastSeq(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/sessions/"+s.SessionID+fmt.Sprintf("/stream?after=%d&contentType=raw&binary=true&merge=true&ack=client", start), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.CloseNow() }()
-	var got []string
-	for len(got) < 3 {
-		_, b, err := c.Read(ctx)
+	c.SetReadLimit(1 << 20)
+	const chunks, size = 400, 4 << 10 // 1.6 MB: six windows
+	go func() {
+		for i := range chunks {
+			sink.Output(bytes.Repeat([]byte{byte('a' + i%26)}, size)) // waits while the client lags
+		}
+	}()
+	var got bytes.Buffer
+	unacked, lastSeq := 0, uint64(0)
+	for got.Len() < chunks*size {
+		typ, b, err := c.Read(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("after %d bytes: %v", got.Len(), err)
 		}
-		var ev abi.Event
-		if err := json.Unmarshal(b, &ev); err != nil {
-			t.Fatal(err)
+		if typ != websocket.MessageBinary {
+			continue
 		}
-		var out abi.TerminalOutput
-		if ev.Event == abi.EventData && json.Unmarshal(ev.Payload, &out) == nil {
-			data, _ := out.Bytes()
-			got = append(got, fmt.Sprintf("%d:%s", ev.Seq-start, data))
-		} else {
-			got = append(got, fmt.Sprintf("%d:%s", ev.Seq-start, ev.Event))
+		seq := binary.BigEndian.Uint64(b)
+		if seq <= lastSeq || len(b)-8 > 64<<10 {
+			t.Fatalf("message seq %d after %d, %d bytes", seq, lastSeq, len(b)-8)
+		}
+		lastSeq = seq
+		got.Write(b[8:])
+		if unacked += len(b); unacked >= 128<<10 {
+			unacked = 0
+			if err := c.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"op":"ack","seq":%d}`, seq))); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	if want := []string{"3:one two three", "4:metadata", fmt.Sprintf("%d: four", last-start)}; strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("frames %q, want %q", got, want)
-	}
-	if rec := e.do(t, "GET", "/v1/sessions/"+s.SessionID+"/stream?merge=sometimes", ""); rec.Code != http.StatusBadRequest {
-		t.Errorf("merge=sometimes: %d", rec.Code)
+	for i := range chunks {
+		if !bytes.Equal(got.Bytes()[i*size:(i+1)*size], bytes.Repeat([]byte{byte('a' + i%26)}, size)) {
+			t.Fatalf("chunk %d is not where it belongs", i)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -460,6 +461,9 @@ type readParams struct {
 	// merge: consecutive terminal output events that are ready together go out as one frame
 	// (the last one's seq), so a flood costs a browser a message per batch, not per PTY read.
 	merge bool
+	// binary: terminal output events go out as binary messages, an 8-byte big-endian seq and
+	// then the output's bytes (no JSON, no base64: a browser hands them to xterm.js as they are).
+	binary bool
 }
 
 func (s *server) params(r *http.Request) (readParams, error) {
@@ -500,6 +504,16 @@ func (s *server) params(r *http.Request) (readParams, error) {
 		p.merge = true
 	default:
 		return p, abi.Errorf(abi.CodeInvalidArgument, id, "merge must be true or false, got %q", v)
+	}
+	switch v := q.Get("binary"); v {
+	case "", "0", "false":
+	case "1", "true":
+		p.binary = true
+	default:
+		return p, abi.Errorf(abi.CodeInvalidArgument, id, "binary must be true or false, got %q", v)
+	}
+	if p.binary && p.ct != abi.ContentRaw {
+		return p, abi.Errorf(abi.CodeInvalidArgument, id, "binary=true carries the output's own bytes: ask for contentType=raw")
 	}
 	switch v := q.Get("ack"); v {
 	case "", "server":
@@ -616,6 +630,12 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	after := p.after
 	var frame []byte // reused: Write is done with it when it returns
 	for {
+		// A client slower than the output: wait for room for a whole merged frame before
+		// reading, so that the output that piles up meanwhile goes in a few large frames
+		// rather than a frame per PTY read (a browser pays per message).
+		if acks != nil && p.merge && !acks.space(ctx, maxMerged) {
+			return
+		}
 		b, err := s.opt.Registry.Read(ctx, id, after, 512, 30*time.Second)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -628,12 +648,18 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			events = mergeOutput(events)
 		}
 		for _, e := range events {
-			frame = e.AppendJSON(frame[:0], p.ct)
+			typ := websocket.MessageText
+			if out, ok := e.Payload.(live.Output); ok && p.binary && e.Seq != 0 {
+				typ = websocket.MessageBinary
+				frame = append(binary.BigEndian.AppendUint64(frame[:0], e.Seq), out...)
+			} else {
+				frame = e.AppendJSON(frame[:0], p.ct)
+			}
 			if acks != nil && !acks.room(ctx, e.Seq, len(frame)) {
 				return
 			}
 			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-			err := c.Write(wctx, websocket.MessageText, frame)
+			err := c.Write(wctx, typ, frame)
 			wcancel()
 			if err != nil {
 				return
@@ -654,7 +680,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 }
 
 // maxMerged bounds the output one merged frame carries.
-const maxMerged = 32 << 10
+const maxMerged = 64 << 10
 
 // mergeOutput joins runs of consecutive terminal output events into one event each (the
 // sequence number and time of the run's last), up to maxMerged bytes: a reader that resumes
@@ -731,6 +757,25 @@ func (a *ackWindow) room(ctx context.Context, seq uint64, size int) bool {
 		}
 		moved := a.moved
 		a.mu.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// space waits until size bytes of frames fit in the window (or nothing is in flight); false
+// when ctx ends first.
+func (a *ackWindow) space(ctx context.Context, size int) bool {
+	for {
+		a.mu.Lock()
+		ok := a.bytes == 0 || a.bytes+size <= clientWindow
+		moved := a.moved
+		a.mu.Unlock()
+		if ok {
+			return true
+		}
 		select {
 		case <-moved:
 		case <-ctx.Done():

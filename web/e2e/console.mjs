@@ -49,7 +49,7 @@ try {
   await page.locator(".xterm-helper-textarea").focus();
   // The quotes keep the typed command from being the line looked for.
   await page.keyboard.type("echo hel''lo\n");
-  check("echo", await waitRow("hello"), "");
+  check("echo", await waitRow("hello"), "renderer " + await page.evaluate(() => window.nexusConsole.renderer()));
   await page.screenshot({ path: artifacts + "/terminal.png" });
 
   // Resize with the window: the shell learns the new size.
@@ -75,6 +75,28 @@ try {
   const back = await waitRow("done", 30000);
   const heap = await page.evaluate(() => { if (window.gc) window.gc(); return performance.memory ? performance.memory.usedJSHeapSize : 0; });
   check("flood", back && heap < 200e6, `prompt back after ${Date.now() - t0} ms; heap ${(heap / 1e6).toFixed(1)} MB after ${floodSecs} s of yes`);
+
+  // xterm.js's WebGL renderer, which a browser with a GPU gets (this one draws it in software):
+  // the same terminal in a second tab, typed into, draws on a canvas.
+  {
+    const termId = await page.evaluate(() => location.hash.split("/")[2]);
+    const gl = await ctx.newPage();
+    await gl.goto(origin + "/console/#/sessions");
+    await gl.evaluate(() => localStorage.setItem("nexus.renderer", "webgl"));
+    await gl.goto(origin + "/console/#/terminal/" + termId);
+    await gl.waitForFunction(() => document.querySelector(".conn") && document.querySelector(".conn").textContent === "connected");
+    const used = await gl.evaluate(() => window.nexusConsole.renderer());
+    await gl.evaluate(() => window.nexusConsole.term.input("echo we''bgl\r"));
+    const drawn = await gl.waitForFunction(() => {
+      const b = window.nexusConsole.term.buffer.active;
+      for (let y = 0; y < b.length; y++) if (b.getLine(y).translateToString(true) === "webgl") return true;
+      return false;
+    }).then(() => true, () => false);
+    const canvas = await gl.evaluate(() => !!document.querySelector(".term canvas"));
+    check("webgl", used === "webgl" && drawn && canvas, `renderer ${used}, canvas ${canvas}`);
+    await gl.evaluate(() => localStorage.removeItem("nexus.renderer"));
+    await gl.close();
+  }
 
   // A read-only share link: another browser watches the terminal live, and cannot type.
   await page.click("text=Share read-only");

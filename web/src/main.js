@@ -3,6 +3,7 @@
 // with the HttpOnly session cookie; nothing secret is in a URL.
 import { Terminal } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
+import { WebglAddon } from "@xterm/addon-webgl";
 
 const main = document.getElementById("main");
 const statusEl = document.getElementById("status");
@@ -132,6 +133,19 @@ function sessionsView() {
 
 // --- the terminal view -------------------------------------------------------------------
 
+// softwareGL says whether the browser's WebGL is drawn by the CPU (SwiftShader, llvmpipe: no
+// GPU), where xterm.js's WebGL renderer is an order of magnitude slower than its DOM renderer.
+function softwareGL() {
+  try {
+    const gl = document.createElement("canvas").getContext("webgl2");
+    if (!gl) return true;
+    const info = gl.getExtension("WEBGL_debug_renderer_info");
+    const name = String(gl.getParameter(info ? info.UNMASKED_RENDERER_WEBGL : gl.RENDERER));
+    gl.getExtension("WEBGL_lose_context")?.loseContext();
+    return /swiftshader|llvmpipe|softpipe|software/i.test(name);
+  } catch { return true; }
+}
+
 // A terminal session in xterm.js. The stream is opened with ack=client: the gateway writes at
 // most a window of frames ahead of what this page has rendered, and the session's program
 // waits while the window is full (xterm.js's flow-control guide, with the acknowledgment
@@ -164,6 +178,18 @@ function terminalView(id, readOnly) {
   }
   main.replaceChildren(el("div", { class: "term-wrap" }, bar, box));
   term.open(box);
+  // The GPU draws the cells when the browser has WebGL 2; else (or when the context is lost)
+  // xterm.js's DOM renderer does, which costs the page's main thread far more per frame.
+  let renderer = "dom";
+  // localStorage "nexus.renderer" ("dom" or "webgl") outranks the detection.
+  const choice = localStorage.getItem("nexus.renderer");
+  try {
+    if (choice === "dom" || (choice !== "webgl" && softwareGL())) throw new Error("DOM renderer chosen");
+    const gl = new WebglAddon();
+    gl.onContextLoss(() => { gl.dispose(); renderer = "dom"; });
+    term.loadAddon(gl);
+    renderer = "webgl";
+  } catch { /* no WebGL 2: the DOM renderer stays */ }
   fit.fit();
   term.focus();
 
@@ -177,33 +203,29 @@ function terminalView(id, readOnly) {
     if (ws && ws.readyState === WebSocket.OPEN && !outbox.length) ws.send(JSON.stringify(m));
     else outbox.push(m);
   };
-  const ack = (seq) => {
+  // Acknowledgments go per half window rendered (the gateway's window is 256 KiB), or a frame's
+  // time after the last rendering: a message per frame would cost the page as much as the frame.
+  let unacked = 0;
+  const flushAck = () => { clearTimeout(ackTimer); ackTimer = null; unacked = 0; send({ op: "ack", seq: acked }); };
+  const ack = (seq, bytes) => {
     if (readOnly) return;
     acked = Math.max(acked, seq);
-    if (!ackTimer) ackTimer = setTimeout(() => { ackTimer = null; send({ op: "ack", seq: acked }); }, 0);
-  };
-  const decode = Uint8Array.fromBase64 ? (b64) => Uint8Array.fromBase64(b64) : (b64) => {
-    const s = atob(b64);
-    const b = new Uint8Array(s.length);
-    for (let i = 0; i < s.length; i++) b[i] = s.charCodeAt(i);
-    return b;
+    unacked += bytes;
+    if (unacked >= 128 << 10) flushAck();
+    else if (!ackTimer) ackTimer = setTimeout(flushAck, 16);
   };
 
   const handle = (e) => {
     if (e.seq > 0 && e.seq <= lastSeq) return; // already rendered before a reconnection
     if (e.seq > 0) lastSeq = e.seq;
     const p = e.payload || {};
-    if (e.event === "data" && p.type === "terminal-output") {
-      const seq = e.seq;
-      term.write(decode(p.content), () => ack(seq));
-      return;
-    }
     if (e.event === "close") { ended = true; conn.textContent = "session closed" + (p.reason ? " (" + p.reason + ")" : ""); }
     if (e.event === "error") say((p.error && p.error.code) + ": " + (p.error && p.error.message), true);
-    if (e.seq > 0) ack(e.seq);
+    if (e.seq > 0) ack(e.seq, 0);
   };
   const connect = () => {
-    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?contentType=raw&merge=true" + (readOnly ? "" : "&ack=client") + "&after=" + lastSeq);
+    ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?contentType=raw&binary=true&merge=true" + (readOnly ? "" : "&ack=client") + "&after=" + lastSeq);
+    ws.binaryType = "arraybuffer";
     ws.onopen = () => {
       delay = 100;
       conn.textContent = "connected";
@@ -212,7 +234,14 @@ function terminalView(id, readOnly) {
       if (acked) send({ op: "ack", seq: acked });
       while (outbox.length) send(outbox.shift());
     };
-    ws.onmessage = (m) => handle(JSON.parse(m.data));
+    ws.onmessage = (m) => {
+      if (typeof m.data === "string") { handle(JSON.parse(m.data)); return; }
+      // Terminal output: the event's seq, then its bytes, straight to xterm.js.
+      const seq = Number(new DataView(m.data).getBigUint64(0));
+      if (seq <= lastSeq) return; // already rendered before a reconnection
+      lastSeq = seq;
+      term.write(new Uint8Array(m.data, 8), () => ack(seq, m.data.byteLength));
+    };
     ws.onclose = () => {
       if (closed || ended) return;
       conn.textContent = "reconnecting…";
@@ -229,7 +258,7 @@ function terminalView(id, readOnly) {
   const onResize = () => fit.fit();
   window.addEventListener("resize", onResize);
   // For the end-to-end tests: cut the connection as a network would.
-  window.nexusConsole = { dropConnection: () => ws && ws.close(), lastSeq: () => lastSeq, term };
+  window.nexusConsole = { dropConnection: () => ws && ws.close(), lastSeq: () => lastSeq, term, renderer: () => renderer };
   return () => { closed = true; window.removeEventListener("resize", onResize); if (ws) ws.close(); term.dispose(); };
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -256,10 +257,15 @@ func foregroundGroup(f *os.File) (int, error) {
 	return pgrp, nil
 }
 
-// readSize is the PTY read buffer. The kernel hands out at most a few KiB per read, so 16 KiB
-// loses nothing. The buffer hangs off proc, on the heap: a local one would sit on the reader's
-// stack and double it (to 64 KiB per idle session with 32 KiB).
-const readSize = 16 << 10
+// readSize is the PTY read buffer. The kernel hands out at most a few KiB per read(2), and the
+// reader takes whatever is ready in a loop of them (readReady), up to the buffer's size. The
+// buffer hangs off proc, on the heap: a local one would sit on the reader's stack and double
+// it. A session whose output fills it (a flood) moves to floodReadSize, for good: a few large
+// events instead of a stream of 4 KiB ones, which every reader and browser pays for per event.
+const (
+	readSize      = 16 << 10
+	floodReadSize = 64 << 10
+)
 
 // startReader starts streaming p's output (once).
 func (t *term) startReader(p *proc) {
@@ -278,6 +284,10 @@ func (t *term) read(p *proc) {
 	defer close(p.readerDone)
 	p.buf = make([]byte, readSize)
 	buf := p.buf
+	rc, err := p.ptm.SyscallConn()
+	if err != nil {
+		return
+	}
 	carry := 0
 	for {
 		t.mu.Lock()
@@ -288,7 +298,10 @@ func (t *term) read(p *proc) {
 		case <-p.closing:
 			return
 		}
-		n, err := p.ptm.Read(buf[carry:])
+		n, err := readReady(rc, buf[carry:])
+		if err != nil {
+			err = &os.PathError{Op: "read", Path: p.ptm.Name(), Err: err}
+		}
 		n += carry
 		carry = 0
 		if n > 0 {
@@ -302,11 +315,51 @@ func (t *term) read(p *proc) {
 				t.sink.Output(out)
 			}
 			carry = copy(buf, buf[cut:n])
+			if n == len(buf) && len(buf) < floodReadSize {
+				p.buf = make([]byte, floodReadSize)
+				carry = copy(p.buf, buf[:carry])
+				buf = p.buf
+			}
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// readReady reads what the PTY master has ready into buf: it waits (in the netpoller) until
+// some output is there, then reads on without waiting until buf is full or nothing more is
+// ready. The kernel's line discipline hands out 4 KiB per read(2) and refills as it is read,
+// so a flood comes out in buffer-sized pieces, while a keystroke's echo goes at once.
+func readReady(rc syscall.RawConn, buf []byte) (int, error) {
+	n := 0
+	var rerr error
+	err := rc.Read(func(fd uintptr) bool {
+		for n < len(buf) {
+			m, err := unix.Read(int(fd), buf[n:])
+			switch {
+			case errors.Is(err, unix.EINTR):
+				continue
+			case errors.Is(err, unix.EAGAIN):
+				return n > 0 // nothing yet: wait for the poller
+			case err != nil:
+				rerr = err
+				return true
+			case m == 0:
+				rerr = io.EOF
+				return true
+			}
+			n += m
+		}
+		return true
+	})
+	if n > 0 {
+		return n, nil // an error after output comes back at the next call
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 0, rerr
 }
 
 func (t *term) wait(p *proc) {

@@ -470,7 +470,7 @@ func TestUTF8NeverSplit(t *testing.T) {
 	e := newEnv(t)
 	s := e.open(t, "")
 	s.ready()
-	const n = 30000 // 90 KB of three-byte characters: many reads, many chances to split one
+	const n = 60000 // 180 KB of three-byte characters: many reads, many chances to split one
 	s.send(fmt.Sprintf("printf '\\xe2\\x82\\xac%%.0s' {1..%d}; echo; echo EUROS$((5*5))X\n", n))
 	s.waitOutput("EUROS25X")
 	data := 0
@@ -493,6 +493,33 @@ func TestUTF8NeverSplit(t *testing.T) {
 	}
 	if data < 3 {
 		t.Fatalf("only %d data events: the output was not spread over several reads", data)
+	}
+}
+
+// TestFloodInLargeEvents: a flood is read in pieces as large as the reader's buffer, not one
+// event per 4 KiB read(2) of the line discipline, and none of it is lost or reordered.
+func TestFloodInLargeEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open(t, "")
+	s.ready()
+	const n = 4_000_000
+	s.send(fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a; echo; echo FLOOD$((2*3))X\n", n))
+	s.waitOutput("FLOOD6X")
+	largest := 0
+	for _, ev := range s.snapshot() {
+		if out, ok := ev.Payload.(live.Output); ok {
+			largest = max(largest, len(out))
+		}
+	}
+	if got := strings.Count(s.output(), "a"); got < n {
+		t.Fatalf("%d of %d bytes of the flood arrived", got, n)
+	}
+	if !strings.Contains(s.output(), strings.Repeat("a", n)) {
+		t.Fatal("the flood did not arrive in one piece, in order")
+	}
+	if largest <= 16<<10 {
+		t.Fatalf("the largest output event is %d bytes: the reader did not read on while output was ready", largest)
 	}
 }
 
