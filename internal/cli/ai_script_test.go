@@ -18,8 +18,9 @@ import (
 
 // scriptedModel is an OpenAI-compatible server for what the tiny real model cannot be made
 // to do: the message "slow" makes it call bash with a command that runs for minutes (a turn
-// to kill the gateway in), "spawn" makes it spawn a subagent on "child task"; after a tool
-// result it says "done"; any other message it echoes.
+// to kill the gateway in), "spawn" makes it spawn a subagent on "child task", "spawn deep" one
+// on "spawn" (which spawns its own); after a tool result it says "done"; any other message it
+// echoes.
 func scriptedModel(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -31,6 +32,9 @@ func scriptedModel(t *testing.T) string {
 			delta = `{"role":"assistant","content":"done"}`
 		case last == "spawn":
 			delta = `{"role":"assistant","tool_calls":[{"index":0,"id":"call_spawn","type":"function","function":{"name":"sessions_spawn","arguments":"{\"task\":\"child task\",\"label\":\"kid\",\"cleanup\":\"keep\"}"}}]}`
+			finish = "tool_calls"
+		case last == "spawn deep":
+			delta = `{"role":"assistant","tool_calls":[{"index":0,"id":"call_spawn","type":"function","function":{"name":"sessions_spawn","arguments":"{\"task\":\"spawn\",\"label\":\"parent\",\"cleanup\":\"keep\"}"}}]}`
 			finish = "tool_calls"
 		case last == "slow":
 			delta = `{"role":"assistant","tool_calls":[{"index":0,"id":"call_slow","type":"function","function":{"name":"bash","arguments":"{\"command\":\"sleep 300\",\"timeout_secs\":600}"}}]}`

@@ -209,11 +209,13 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.role-assistant .text")].some((d) => d.textContent.includes("echo: hello from the console")));
   await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.marker")].some((li) => li.textContent.includes("turn completed")));
   check("chat", true, "the reply streamed in, then the turn's end");
-  // A subagent: the scripted model spawns one on "spawn"; the panel lists it.
-  await page.fill("#chat-input", "spawn");
+  // Subagents: on "spawn deep" the scripted model spawns one on "spawn", which spawns its own on
+  // "child task"; the panel shows them as a tree, the grandchild under the child.
+  await page.fill("#chat-input", "spawn deep");
   await page.click("form.chat-send button[type=submit]");
-  await page.waitForFunction(() => [...document.querySelectorAll("ul[aria-label=Subagents] li")].some((li) => li.textContent.includes("child task")));
-  check("subagent", true, "");
+  const nested = await page.waitForFunction(() => [...document.querySelectorAll("ul[aria-label=Subagents] > li > ul > li")].some((li) => li.textContent.includes("child task")))
+    .then(() => true, () => false);
+  check("subagent", nested, await page.evaluate(() => document.querySelector("ul[aria-label=Subagents]").textContent));
   await page.locator("aside.chat-side details summary", { hasText: "Branch tree" }).click();
   await page.screenshot({ path: artifacts + "/chat.png" });
 

@@ -403,8 +403,41 @@ function chatView(id) {
       el("li", { class: e.active ? "active" : "", style: "padding-left:" + Math.min(e.depth || 0, 40) * 8 + "px" },
         (e.role || e.type) + (e.label ? " [" + e.label + "]" : "") + ": " + (e.preview || "").slice(0, 80))));
   };
-  const addSubagent = (p) => subagents.append(el("li", {}, el("span", { class: "badge" }, p.label || "subagent"), " " + (p.task || ""),
-    p.sessionId ? el("a", { href: "#/chat/" + p.sessionId, "aria-label": "Open subagent " + (p.label || "") }, " open") : ""));
+  // The subagent tree: the chat index's entries spawned by this conversation, theirs below
+  // them, and so on; plus those this stream announced whose entries are already cleaned up.
+  const announced = new Map(); // child chat key -> its ai-subagent payload
+  const loadSubagents = async () => {
+    if (!chatKey) return;
+    const [{ chats }, { sessions }] = await Promise.all([api("GET", "/chats"), api("GET", "/sessions?all=true&type=ai-chat")]);
+    const kids = new Map(), known = new Set();
+    for (const c of chats || []) {
+      const parent = c.entry && c.entry.spawnedBy;
+      if (!parent) continue;
+      known.add(c.key);
+      if (!kids.has(parent)) kids.set(parent, []);
+      kids.get(parent).push({ key: c.key, label: c.entry.label || (announced.get(c.key) || {}).label, task: c.entry.taskDescription, status: c.entry.taskStatus });
+    }
+    for (const [key, p] of announced) {
+      if (known.has(key)) continue;
+      if (!kids.has(chatKey)) kids.set(chatKey, []);
+      kids.get(chatKey).push({ key, label: p.label, task: p.task, status: "done", sessionId: p.sessionId });
+    }
+    const sessionOf = new Map((sessions || []).map((x) => [(x.metadata && x.metadata.chatKey) || (x.context && x.context.chatId), x.sessionId]));
+    const node = (c, depth, seen) => {
+      const sid = c.sessionId || sessionOf.get(c.key);
+      const li = el("li", {}, el("span", { class: "badge" }, c.label || "subagent"), " " + (c.task || ""), c.status ? el("span", { class: "meta" }, " (" + c.status + ")") : "",
+        sid ? el("a", { href: "#/chat/" + sid, "aria-label": "Open subagent " + (c.label || c.task || "") }, " open") : "");
+      const below = seen.has(c.key) || depth > 8 ? [] : kids.get(c.key) || [];
+      if (below.length) li.append(el("ul", { class: "items" }, ...below.map((k) => node(k, depth + 1, new Set([...seen, c.key])))));
+      return li;
+    };
+    subagents.replaceChildren(...(kids.get(chatKey) || []).map((c) => node(c, 0, new Set([chatKey]))));
+  };
+  let subagentsTimer = null;
+  const refreshSubagents = () => {
+    if (!subagentsTimer) subagentsTimer = setTimeout(() => { subagentsTimer = null; loadSubagents().catch((e) => say(e.message, true)); }, 50);
+  };
+  const addSubagent = (p) => { announced.set(p.childSessionKey, p); refreshSubagents(); };
   const bubble = (role, body) => {
     const li = el("li", { class: "msg role-" + role }, el("div", { class: "meta" }, role));
     if (body) li.append(el("div", { class: "text" }, body));
@@ -448,7 +481,7 @@ function chatView(id) {
     if (e.event === "error") say((p.error && p.error.code) + ": " + (p.error && p.error.message), true);
     if (e.event !== "data") return;
     switch (p.type) {
-      case "ai-turn": if (p.phase === "started") { current = null; replies.clear(); } if (p.phase === "ended") { marker(`— turn ${p.end || ""}${p.usage ? ", " + p.usage.total + " tokens" : ""}`); if (chatKey) loadTree(chatKey).catch(() => {}); } break;
+      case "ai-turn": if (p.phase === "started") { current = null; replies.clear(); } if (p.phase === "ended") { marker(`— turn ${p.end || ""}${p.usage ? ", " + p.usage.total + " tokens" : ""}`); if (chatKey) loadTree(chatKey).catch(() => {}); refreshSubagents(); } break;
       case "ai-token": {
         let b = replies.get(p.messageId);
         if (!b) { current = bubble("assistant"); b = el("div", { class: "text" }); current.append(b); replies.set(p.messageId, b); }
@@ -483,7 +516,7 @@ function chatView(id) {
       const s = await api("GET", "/sessions/" + encodeURIComponent(id));
       const key = s.metadata && s.metadata.chatKey;
       chatKey = key || "";
-      if (key) loadTree(key).catch(() => {});
+      if (key) { loadTree(key).catch(() => {}); refreshSubagents(); }
       // Where the stream starts: after what the session has published so far (the history has it).
       const now = await api("GET", "/sessions/" + encodeURIComponent(id) + "/events?after=18446744073709551615&limit=1");
       if (key) {
