@@ -373,6 +373,13 @@ func TestConsoleShare(t *testing.T) {
 	if rec := e.do(t, "POST", "/console/share?session="+s.SessionID, "", "Cookie", cookie, "Origin", "http://evil.example"); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("a share minted from another origin: %d", rec.Code)
 	}
+	// A session that does not exist gets no link; only a signed-in page learns that.
+	if rec := e.do(t, "POST", "/console/share?session=no-such-session", "", "Cookie", cookie, "Origin", "http://127.0.0.1:7777"); rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), string(abi.CodeSessionNotFound)) {
+		t.Fatalf("a share for no session: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.do(t, "POST", "/console/share?session=no-such-session", ""); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a share for no session, not signed in: %d", rec.Code)
+	}
 	rec := e.do(t, "POST", "/console/share?session="+s.SessionID, "", "Cookie", cookie, "Origin", "http://127.0.0.1:7777")
 	var out struct{ URL string }
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != http.StatusOK || !strings.HasPrefix(out.URL, "http://127.0.0.1:7777/console/share?token=") {

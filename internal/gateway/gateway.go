@@ -114,7 +114,19 @@ func Handler(opt Options) http.Handler {
 	mux.HandleFunc("GET "+p+"/sessions/{id}/stream", s.stream)
 	mux.HandleFunc("GET "+p+"/sessions/watch", s.watchSessions)
 	if opt.Console != nil {
-		mux.Handle(console.Prefix, console.Handler(opt.Console))
+		page := console.Handler(opt.Console)
+		mux.Handle(console.Prefix, page)
+		// A share link is for a session that exists: the console itself has no registry. Only a
+		// signed-in page learns whether an id exists.
+		mux.HandleFunc("POST "+console.SharePath, func(w http.ResponseWriter, r *http.Request) {
+			if id := r.URL.Query().Get("session"); id != "" && opt.Console.SignedIn(r) && console.SameOrigin(r) {
+				if _, err := s.opt.Registry.LastSeq(r.Context(), id); err != nil {
+					s.fail(w, err, 0)
+					return
+				}
+			}
+			page.ServeHTTP(w, r)
+		})
 		mux.HandleFunc("POST "+p+"/console/codes", s.consoleCode)
 	}
 	s.chatRoutes(mux)

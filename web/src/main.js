@@ -168,7 +168,10 @@ function terminalView(id, readOnly) {
       el("button", { type: "button", onclick: async () => {
         try {
           const res = await fetch("/console/share?session=" + encodeURIComponent(id), { method: "POST", credentials: "same-origin" });
-          if (!res.ok) throw new Error("share: HTTP " + res.status);
+          if (!res.ok) {
+            const e = await res.json().catch(() => ({}));
+            throw new Error("share: " + (e.error && e.error.code ? e.error.code + ": " + e.error.message : "HTTP " + res.status));
+          }
           shareOut.value = (await res.json()).url;
           shareOut.hidden = false;
           shareOut.select();
