@@ -154,6 +154,19 @@ func (s *Service) Name(ctx context.Context, ref string, req NameRequest) (*NameR
 	return &NameResult{Key: c.Key, Entry: e}, nil
 }
 
+// SetTaskStatus records a subagent conversation's task status in its index entry (pending,
+// running, completed or failed).
+func (s *Service) SetTaskStatus(ctx context.Context, key, status string) error {
+	st, err := s.store()
+	if err != nil {
+		return err
+	}
+	if _, err := st.Patch(ctx, key, map[string]any{"taskStatus": status}); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
 // Fork writes pi's createBranchedSession of ref at req.At as a new transcript, then indexes
 // it; a transcript that cannot be indexed is archived, never left behind unindexed.
 func (s *Service) Fork(ctx context.Context, ref string, req ForkRequest) (*ForkResult, error) {

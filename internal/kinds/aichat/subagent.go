@@ -232,6 +232,13 @@ func (k *Kind) endRun(ctx context.Context, rec chatstore.SubagentRunRecord, outc
 		} else {
 			k.logger().Warn("subagent run", "run", rec.RunID, "err", err)
 		}
+		status := "completed"
+		if outcome != chatstore.OutcomeOK {
+			status = "failed"
+		}
+		if err := k.Chats.SetTaskStatus(ctx, rec.ChildSessionKey, status); err != nil {
+			k.logger().Warn("subagent run: the child's task status", "run", rec.RunID, "err", err)
+		}
 	}
 	k.announce(ctx, rec, stats)
 }

@@ -87,7 +87,7 @@ func TestSubagentAnnounce(t *testing.T) {
 		t.Fatal(err)
 	}
 	en := sh.Entry
-	if en.SpawnedBy != key || en.ParentSessionID != parent.Entry.SessionID || en.ToolCallID != "call_spawn" || !en.IsSubagent || en.TaskDescription != "count the files" {
+	if en.SpawnedBy != key || en.ParentSessionID != parent.Entry.SessionID || en.ToolCallID != "call_spawn" || !en.IsSubagent || en.TaskDescription != "count the files" || en.TaskStatus != "completed" {
 		t.Fatalf("child entry %+v", en)
 	}
 	f, err := transcript.Open(sh.File)
