@@ -206,8 +206,8 @@ function terminalView(id, readOnly) {
     if (ws && ws.readyState === WebSocket.OPEN && !outbox.length) ws.send(JSON.stringify(m));
     else outbox.push(m);
   };
-  // Acknowledgments go per half window rendered (the gateway's window is 256 KiB), or a frame's
-  // time after the last rendering: a message per frame would cost the page as much as the frame.
+  // Acknowledgments go per half window (the gateway's window is 256 KiB), or 16 ms after the
+  // last output: a message per frame would cost the page as much as the frame.
   let unacked = 0;
   const flushAck = () => { clearTimeout(ackTimer); ackTimer = null; unacked = 0; send({ op: "ack", seq: acked }); };
   const ack = (seq, bytes) => {
@@ -216,6 +216,51 @@ function terminalView(id, readOnly) {
     unacked += bytes;
     if (unacked >= 128 << 10) flushAck();
     else if (!ackTimer) ackTimer = setTimeout(flushAck, 16);
+  };
+
+  // Output goes to xterm.js at once while it trickles, so a keystroke's echo is drawn on the
+  // next frame. In a flood (more than 64 KiB in 100 ms) it is gathered and written every
+  // flushMs or 1 MiB: xterm.js parses what it is given for 12 ms before it yields to draw, so
+  // it draws a few times per batch instead of at every animation frame.
+  // The gateway is acknowledged as output arrives while the page holds at most `budget` bytes
+  // not yet parsed, and as xterm.js parses beyond that: the batching does not stall the
+  // gateway's window, and the page's memory stays bounded.
+  const budget = 2 << 20, flushMs = 40, flushBytes = 1 << 20, floodBytes = 64 << 10;
+  let unparsed = 0, heldSeq = 0;
+  let batch = [], batchBytes = 0, batchSeq = 0, batchTimer = null, rateStart = 0, rateBytes = 0;
+  const parsed = (seq, n) => {
+    unparsed -= n;
+    if (heldSeq && unparsed <= budget) {
+      const s = heldSeq;
+      heldSeq = 0;
+      ack(s, 128 << 10); // at once
+    }
+  };
+  const flushBatch = () => {
+    batchTimer = null;
+    const seq = batchSeq, n = batchBytes;
+    for (let i = 0; i < batch.length - 1; i++) term.write(batch[i]);
+    term.write(batch[batch.length - 1], () => parsed(seq, n));
+    batch = []; batchBytes = 0;
+  };
+  const output = (seq, bytes) => {
+    const now = performance.now();
+    if (now - rateStart > 100) { rateStart = now; rateBytes = 0; }
+    rateBytes += bytes.length;
+    unparsed += bytes.length;
+    if (unparsed <= budget) ack(seq, bytes.length);
+    else heldSeq = seq;
+    if (!batch.length && rateBytes < floodBytes) {
+      term.write(bytes, () => parsed(seq, bytes.length));
+      return;
+    }
+    batch.push(bytes);
+    batchBytes += bytes.length;
+    batchSeq = seq;
+    if (batchBytes >= flushBytes) {
+      clearTimeout(batchTimer);
+      flushBatch();
+    } else if (!batchTimer) batchTimer = setTimeout(flushBatch, flushMs);
   };
 
   const handle = (e) => {
@@ -239,11 +284,11 @@ function terminalView(id, readOnly) {
     };
     ws.onmessage = (m) => {
       if (typeof m.data === "string") { handle(JSON.parse(m.data)); return; }
-      // Terminal output: the event's seq, then its bytes, straight to xterm.js.
+      // Terminal output: the event's seq, then its bytes, for xterm.js.
       const seq = Number(new DataView(m.data).getBigUint64(0));
       if (seq <= lastSeq) return; // already rendered before a reconnection
       lastSeq = seq;
-      term.write(new Uint8Array(m.data, 8), () => ack(seq, m.data.byteLength));
+      output(seq, new Uint8Array(m.data, 8));
     };
     ws.onclose = () => {
       if (closed || ended) return;
@@ -262,7 +307,7 @@ function terminalView(id, readOnly) {
   window.addEventListener("resize", onResize);
   // For the end-to-end tests: cut the connection as a network would.
   window.nexusConsole = { dropConnection: () => ws && ws.close(), lastSeq: () => lastSeq, term, renderer: () => renderer };
-  return () => { closed = true; window.removeEventListener("resize", onResize); if (ws) ws.close(); term.dispose(); };
+  return () => { closed = true; clearTimeout(batchTimer); clearTimeout(ackTimer); window.removeEventListener("resize", onResize); if (ws) ws.close(); term.dispose(); };
 }
 
 // followStream reads a stream of events (a session's or a shell's) over a WebSocket, passing
