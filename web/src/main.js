@@ -269,7 +269,10 @@ function terminalView(id, readOnly) {
     const p = e.payload || {};
     if (e.event === "close") { ended = true; conn.textContent = "session closed" + (p.reason ? " (" + p.reason + ")" : ""); }
     if (e.event === "error") say((p.error && p.error.code) + ": " + (p.error && p.error.message), true);
-    if (e.seq > 0) ack(e.seq, 0);
+    if (e.seq > 0) {
+      if (heldSeq) heldSeq = e.seq; // over budget: acknowledged once the output before it is parsed
+      else ack(e.seq, 0);
+    }
   };
   const connect = () => {
     ws = new WebSocket(wsBase + "/v1/sessions/" + encodeURIComponent(id) + "/stream?contentType=raw&binary=true&merge=true" + (readOnly ? "" : "&ack=client") + "&after=" + lastSeq);
