@@ -44,8 +44,21 @@ func (l SubagentLimits) withDefaults() SubagentLimits {
 	return l
 }
 
-// depth is how many subagent levels a session key is below a top-level conversation.
-func depth(key string) int { return strings.Count(key, ":subagent:") }
+// depth is how many subagent levels a session key is below a top-level conversation: by the
+// run records, from child to requester (a subagent's key does not nest its parent's), or by
+// the key itself for keys written nested, whichever is deeper. The walk stops past limit, so
+// a cycle in the records cannot loop.
+func depth(runs []chatstore.SubagentRunRecord, key string, limit int) int {
+	requester := make(map[string]string, len(runs))
+	for _, r := range runs {
+		requester[r.ChildSessionKey] = r.RequesterSessionKey
+	}
+	d := 0
+	for k, ok := requester[key]; ok && d <= limit; k, ok = requester[k] {
+		d++
+	}
+	return max(d, strings.Count(key, ":subagent:"))
+}
 
 // levelRank orders levels by what they allow.
 func levelRank(l permission.Level) int {
@@ -115,7 +128,11 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	if k.Sessions == nil || k.Runs == nil || k.Broker == nil {
 		return nil, errors.New("subagents are not available in this gateway")
 	}
-	if d := depth(c.key); d >= lim.MaxDepth {
+	all, err := k.Runs.List(chatstore.SubagentFilter{})
+	if err != nil {
+		return nil, fmt.Errorf("subagents: %w", err)
+	}
+	if d := depth(all, c.key, lim.MaxDepth); d >= lim.MaxDepth {
 		return nil, fmt.Errorf("refused: this conversation is a subagent at depth %d, the most is %d", d, lim.MaxDepth)
 	}
 	active, err := k.Runs.List(chatstore.SubagentFilter{Active: true})
