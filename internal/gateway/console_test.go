@@ -220,34 +220,47 @@ func TestSessionsWatchAndClientAck(t *testing.T) {
 	}
 }
 
+// servedSession is a terminal session of a gateway served over HTTP.
+type servedSession struct {
+	abi.Session
+	ws string // its WebSocket base URL: ws://host/v1/sessions/{id}
+}
+
+// servedTerminal opens a terminal on a served gateway and returns it, the sink its output is
+// printed through, and the seq its stream starts after.
+func servedTerminal(t *testing.T) (*env, servedSession, *live.Sink, uint64) {
+	t.Helper()
+	e := newEnv(t, "", live.Config{})
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	s := e.create(t, termBody)
+	start, err := e.reg.LastSeq(context.Background(), s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/sessions/" + s.SessionID
+	return e, servedSession{s, ws}, sinkOf(t, e.terminal, s.SessionID), start
+}
+
 // TestStreamMerge: with merge=true, terminal output that is ready together comes as one frame
 // carrying the last event's seq; other events keep their own frames, in order, and a reader
 // resuming after the merged frame's seq misses nothing. With binary=true, output goes as
 // binary messages (the event's seq, 8 bytes big-endian, then the output's own bytes) and every
 // other event stays a JSON text message; binary needs contentType=raw.
 func TestStreamMerge(t *testing.T) {
-	e := newEnv(t, "", live.Config{})
-	srv := httptest.NewServer(e.h)
-	t.Cleanup(srv.Close)
-	s := e.create(t, termBody)
-	sink := sinkOf(t, e.terminal, s.SessionID)
+	e, s, sink, start := servedTerminal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	start, err := e.reg.LastSeq(ctx, s.SessionID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, chunk := range []string{"one ", "two ", "\x1b[1mthree\xff"} {
 		sink.Output([]byte(chunk))
 	}
 	sink.SetMetadata(map[string]any{"mark": 1})
 	sink.Output([]byte(" four"))
 	last, _ := e.reg.LastSeq(ctx, s.SessionID)
-	base := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/sessions/" + s.SessionID
 	// read returns n messages of a stream from after, as "seq:output" or "seq:event".
 	read := func(query string, after uint64, n int) []string {
 		t.Helper()
-		c, _, err := websocket.Dial(ctx, base+fmt.Sprintf("/stream?after=%d&contentType=raw&merge=true%s", after, query), nil)
+		c, _, err := websocket.Dial(ctx, s.ws+fmt.Sprintf("/stream?after=%d&contentType=raw&merge=true%s", after, query), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,18 +313,10 @@ func TestStreamMerge(t *testing.T) {
 // (per 128 KiB), gets a flood whole and in order, in binary messages no larger than a merged
 // frame, while the program's output waits for it.
 func TestClientAckFlood(t *testing.T) {
-	e := newEnv(t, "", live.Config{})
-	srv := httptest.NewServer(e.h)
-	t.Cleanup(srv.Close)
-	s := e.create(t, termBody)
-	sink := sinkOf(t, e.terminal, s.SessionID)
+	_, s, sink, start := servedTerminal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	defer cancel()
-	start, err := e.reg.LastSeq(ctx, s.SessionID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/sessions/"+s.SessionID+fmt.Sprintf("/stream?after=%d&contentType=raw&binary=true&merge=true&ack=client", start), nil)
+	c, _, err := websocket.Dial(ctx, s.ws+fmt.Sprintf("/stream?after=%d&contentType=raw&binary=true&merge=true&ack=client", start), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

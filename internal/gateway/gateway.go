@@ -755,26 +755,22 @@ type sentFrame struct {
 }
 
 // room waits until a frame of size for event seq fits in the window (one frame always goes, so
-// a frame larger than the window is not stuck), and counts it; false when ctx ends first.
+// a frame larger than the window is not stuck), and counts it; false when ctx ends first. A
+// seq 0 frame (an error for this client only) is not acknowledged, so it neither waits nor
+// counts.
 func (a *ackWindow) room(ctx context.Context, seq uint64, size int) bool {
-	for {
-		a.mu.Lock()
-		if a.bytes == 0 || a.bytes+size <= clientWindow || seq == 0 {
-			if seq != 0 {
-				a.pending = append(a.pending, sentFrame{seq, size})
-				a.bytes += size
-			}
-			a.mu.Unlock()
-			return true
-		}
-		moved := a.moved
-		a.mu.Unlock()
-		select {
-		case <-moved:
-		case <-ctx.Done():
-			return false
-		}
+	if seq == 0 {
+		return true
 	}
+	if !a.space(ctx, size) {
+		return false
+	}
+	// Only the stream's writer adds to the window; acknowledgments meanwhile only free it.
+	a.mu.Lock()
+	a.pending = append(a.pending, sentFrame{seq, size})
+	a.bytes += size
+	a.mu.Unlock()
+	return true
 }
 
 // space waits until size bytes of frames fit in the window (or nothing is in flight); false

@@ -299,9 +299,6 @@ func (t *term) read(p *proc) {
 			return
 		}
 		n, err := readReady(rc, buf[carry:])
-		if err != nil {
-			err = &os.PathError{Op: "read", Path: p.ptm.Name(), Err: err}
-		}
 		n += carry
 		carry = 0
 		if n > 0 {
