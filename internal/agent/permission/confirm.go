@@ -1,12 +1,11 @@
 package permission
 
 import (
-	"errors"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
-
-	"github.com/nexus-run/nexus/internal/shell/policy"
+	"strings"
 )
 
 // Answer is the user's answer to a confirmation request.
@@ -43,10 +42,51 @@ type Allowances struct {
 	Files []string `json:"files,omitempty"`
 	// WriteDirs are absolute, resolved directories under which writes are allowed.
 	WriteDirs []string `json:"write_dirs,omitempty"`
-	// ExecGlobal are program base names allowed from any directory.
+	// ExecGlobal are programs allowed from any directory, by path: absolute, with the
+	// directory's symbolic links resolved (see Request.Programs); a builtin, function or
+	// program PATH does not hold by its name; an MCP tool by its name.
 	ExecGlobal []string `json:"exec_global,omitempty"`
-	// ExecCwd maps a program base name to the directories it is allowed to run from.
+	// ExecCwd maps a program, named as in ExecGlobal, to the directories it is allowed to run
+	// from.
 	ExecCwd map[string][]string `json:"exec_cwd,omitempty"`
+}
+
+// UnmarshalJSON reads allowances as the conversation persisted them. Older versions named
+// programs by base name ("echo" for any echo, ./bin/echo included): such a name is resolved
+// through PATH as it is read, so it now allows the program PATH finds under that name and
+// nothing else; a name PATH does not hold stays a name (a builtin, a function, an MCP tool).
+func (al *Allowances) UnmarshalJSON(b []byte) error {
+	type plain Allowances // without this method
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err //nolint:wrapcheck // the caller says what it was reading
+	}
+	*al = Allowances(p)
+	var global []string
+	for _, name := range al.ExecGlobal {
+		global = addAll(global, byPath(name))
+	}
+	al.ExecGlobal = global
+	if al.ExecCwd != nil {
+		cwd := make(map[string][]string, len(al.ExecCwd))
+		for name, dirs := range al.ExecCwd {
+			k := byPath(name)
+			cwd[k] = addAll(cwd[k], dirs...)
+		}
+		al.ExecCwd = cwd
+	}
+	return nil
+}
+
+// byPath is the allowance key of a program persisted by name (see UnmarshalJSON).
+func byPath(name string) string {
+	if strings.Contains(name, "/") {
+		return name
+	}
+	if k, ok := programKey(name, "", false); ok {
+		return k
+	}
+	return name
 }
 
 // Call is what a decision looks at: the tool, its decided paths, and for the shell the
@@ -84,11 +124,13 @@ type Request struct {
 	Command string `json:"command,omitempty"`
 	// Cwd is the directory the command runs in.
 	Cwd string `json:"cwd,omitempty"`
-	// Programs are the programs the command runs that no allowance covers yet: an exec
-	// allowance grants exactly these. Empty with Dynamic set when they cannot be known.
+	// Programs are the programs the command runs that no allowance covers yet, by path
+	// (absolute, the directory's symbolic links resolved; a bare name is found through PATH,
+	// and one PATH does not hold, a builtin or a function, stays a name): an exec allowance
+	// grants exactly these, so an allowance of echo (/usr/bin/echo) does not admit ./bin/echo.
 	Programs []string `json:"programs,omitempty"`
-	// Dynamic explains why the programs of the command cannot be known (then only deny and
-	// allow-once are offered).
+	// Dynamic explains what in the command is only known when it runs: a program, or a
+	// redirection's path (then only deny and allow-once are offered).
 	Dynamic string `json:"dynamic,omitempty"`
 	// Options are the answers offered.
 	Options []Answer `json:"options"`
@@ -107,10 +149,19 @@ type Decision struct {
 }
 
 // Decide says whether call runs now, is refused, or needs the user's answer (TRUSTED mode
-// only). Its paths have already passed Resolve.
+// only). Its paths have already passed Resolve. A shell command naming a blocked path in its
+// text (a redirection, an argument) is refused at every level; in TRUSTED mode its
+// redirections are decided like a tool's paths, and its programs by their allowances.
 func (c *Checker) Decide(call Call, al *Allowances) Decision {
 	if err := c.ToolEnabled(call.Tool, call.Shell || call.External); err != nil {
 		return Decision{Verdict: Refuse, Reason: err.Error()}
+	}
+	var sh shellView
+	if call.Shell {
+		sh = c.viewShell(call.Tool, call.Command, call.Cwd, c.level == Trusted)
+		if sh.refusal != "" {
+			return Decision{Verdict: Refuse, Reason: sh.refusal}
+		}
 	}
 	if c.level != Trusted {
 		return Decision{Verdict: Allow}
@@ -124,7 +175,7 @@ func (c *Checker) Decide(call Call, al *Allowances) Decision {
 			req.Paths = append(req.Paths, call.Paths[i].Shown())
 		}
 	}
-	for _, p := range call.Paths {
+	for _, p := range append(slices.Clip(call.Paths), sh.paths...) {
 		if c.pathAllowed(p, al) {
 			continue
 		}
@@ -138,15 +189,8 @@ func (c *Checker) Decide(call Call, al *Allowances) Decision {
 	}
 	if call.Shell {
 		req.Command, req.Cwd = call.Command, call.Cwd
-		progs, err := policy.Programs(call.Command)
-		var v *policy.Violation
-		switch {
-		case errors.As(err, &v):
-			req.Dynamic = v.Rule + ": " + v.Program
-		case err != nil:
-			req.Dynamic = err.Error()
-		}
-		for _, prog := range progs {
+		req.Dynamic = strings.Join(sh.dynamic, "; ")
+		for _, prog := range sh.programs {
 			if !al.execAllowed(prog, call.Cwd) {
 				req.Programs = append(req.Programs, prog)
 			}

@@ -47,6 +47,8 @@ type Path struct {
 	Inside bool
 	rel    string // Abs relative to the workspace, when Inside
 	root   *os.Root
+	// oneLink refuses a regular file with more than one hard link (SANDBOXED mode).
+	oneLink bool
 }
 
 // Shown is the path as a confirmation request shows it to the user: relative to the workspace
@@ -107,7 +109,7 @@ func (c *Checker) Resolve(tool, arg string, acc Access) (Path, error) {
 			}
 			return Path{}, fmt.Errorf("%w: %s is outside the workspace", ErrRefused, shown)
 		}
-		p.root = c.root
+		p.root, p.oneLink = c.root, c.oneLink
 	}
 	return p, nil
 }
@@ -192,7 +194,36 @@ func (p Path) Open() (*os.File, error) {
 	if err != nil {
 		return nil, p.fail("open", err)
 	}
+	if err := p.checkLinks(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	return f, nil
+}
+
+// errHardLink is the sandbox's refusal of a file with other names.
+var errHardLink = errors.New("the file has more than one hard link: at level sandboxed a file that may also be named outside the workspace is neither read nor written")
+
+// checkLinks refuses, in SANDBOXED mode, an open regular file with more than one hard link:
+// os.Root confines names, not inodes, and a link planted in the workspace may be a file
+// outside it.
+func (p Path) checkLinks(f *os.File) error {
+	if !p.oneLink {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return p.fail("stat", err)
+	}
+	if linked(fi) {
+		return fmt.Errorf("%w: %s: %w", ErrRefused, quote(p.Arg), errHardLink)
+	}
+	return nil
+}
+
+func linked(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode().IsRegular() && st.Nlink > 1
 }
 
 // Stat describes the path.
@@ -232,9 +263,42 @@ func (p Path) FS() (fs.FS, error) {
 		if err != nil {
 			return nil, p.fail("walk", err)
 		}
+		if p.oneLink {
+			return oneLinkFS{sub}, nil
+		}
 		return sub, nil
 	}
 	return os.DirFS(p.Abs), nil
+}
+
+// oneLinkFS is the sandbox's file system refusing to open a regular file with more than one
+// hard link (see checkLinks). Its directory listings and Stat pass through: they read no
+// file's content.
+type oneLinkFS struct{ fsys fs.FS }
+
+func (o oneLinkFS) Open(name string) (fs.File, error) {
+	f, err := o.fsys.Open(name)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // an fs.FS's own error
+	}
+	fi, err := f.Stat()
+	if err == nil && linked(fi) {
+		_ = f.Close()
+		return nil, &fs.PathError{Op: "open", Path: name, Err: errHardLink}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err //nolint:wrapcheck // an fs.FS's own error
+	}
+	return f, nil
+}
+
+func (o oneLinkFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	return fs.ReadDir(o.fsys, name) //nolint:wrapcheck // an fs.FS's own error
+}
+
+func (o oneLinkFS) Stat(name string) (fs.FileInfo, error) {
+	return fs.Stat(o.fsys, name) //nolint:wrapcheck // an fs.FS's own error
 }
 
 // WriteFile replaces the file's content, creating it and its parent directories. An existing
@@ -251,8 +315,17 @@ func (p Path) WriteFile(data []byte, perm os.FileMode) error {
 			}
 		}
 		var f *os.File
-		f, err = p.root.OpenFile(p.rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, perm)
+		// Not O_TRUNC: the file's links are checked before anything of it changes.
+		f, err = p.root.OpenFile(p.rel, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, perm)
 		if err != nil {
+			return p.fail("write", err)
+		}
+		if err := p.checkLinks(f); err != nil {
+			_ = f.Close()
+			return err
+		}
+		if err := f.Truncate(0); err != nil {
+			_ = f.Close()
 			return p.fail("write", err)
 		}
 		return p.finish(f, data)

@@ -64,6 +64,12 @@ type Config struct {
 	BlockedPaths []string
 	// Tools holds per-tool settings by tool name.
 	Tools map[string]ToolSettings
+	// AllowHardLinks lets SANDBOXED mode read and write regular files that have more than one
+	// hard link. By default it does not: os.Root keeps every name inside the workspace, but a
+	// hard link planted there is the same file as a name outside it, and which names a file
+	// has elsewhere cannot be known cheaply. An operator whose workspaces hold hard links on
+	// purpose (pnpm's node_modules, say) sets it.
+	AllowHardLinks bool
 }
 
 // Checker applies one Config. It holds the sandbox's os.Root in SANDBOXED mode: Close it.
@@ -74,6 +80,8 @@ type Checker struct {
 	blocked []blockedPath
 	tools   map[string]toolRules
 	root    *os.Root
+	// oneLink: the sandbox refuses files with more than one hard link (Config.AllowHardLinks).
+	oneLink bool
 }
 
 type blockedPath struct{ lexical, resolved string }
@@ -135,6 +143,7 @@ func New(cfg Config) (*Checker, error) {
 			return nil, fmt.Errorf("permission: open the sandbox: %w", err)
 		}
 		c.root = r
+		c.oneLink = !cfg.AllowHardLinks
 	}
 	return c, nil
 }

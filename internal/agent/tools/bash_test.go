@@ -2,8 +2,8 @@ package tools_test
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -63,6 +63,20 @@ func TestBashPersistentShell(t *testing.T) {
 	}
 }
 
+// programs reports whether a request lists exactly the programs of these names, each by its
+// path as PATH finds it.
+func programs(req *permission.Request, names ...string) bool {
+	if len(req.Programs) != len(names) {
+		return false
+	}
+	for i, p := range req.Programs {
+		if !filepath.IsAbs(p) || filepath.Base(p) != names[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func TestBashPermissions(t *testing.T) {
 	f := newFixture(t)
 
@@ -84,7 +98,7 @@ func TestBashPermissions(t *testing.T) {
 	al := &permission.Allowances{}
 	p, err := r.Prepare("bash", json.RawMessage(`{"command":"git --version"}`), al)
 	mustOK(t, err)
-	if p.Decision.Verdict != permission.Ask || !slices.Equal(p.Decision.Request.Programs, []string{"git"}) || p.Decision.Request.Cwd != f.ws {
+	if p.Decision.Verdict != permission.Ask || !programs(p.Decision.Request, "git") || p.Decision.Request.Cwd != f.ws {
 		t.Fatalf("first git: %+v %+v", p.Decision, p.Decision.Request)
 	}
 	if ok, err := p.Confirm(permission.AllowExecCwd, al); err != nil || !ok {
@@ -97,7 +111,7 @@ func TestBashPermissions(t *testing.T) {
 	}
 	p, err = r.Prepare("bash", json.RawMessage(`{"command":"git --version && rm -rf src"}`), al)
 	mustOK(t, err)
-	if p.Decision.Verdict != permission.Ask || !slices.Equal(p.Decision.Request.Programs, []string{"rm"}) {
+	if p.Decision.Verdict != permission.Ask || !programs(p.Decision.Request, "rm") {
 		t.Fatalf("compound: %+v %+v", p.Decision, p.Decision.Request)
 	}
 	if ok, _ := p.Confirm(permission.Deny, al); ok {
@@ -155,5 +169,40 @@ func TestBashCallTimeout(t *testing.T) {
 	mustOK(t, err)
 	if !strings.Contains(res.Output, "ok\n[exit code 0]") {
 		t.Fatalf("output %q", res.Output)
+	}
+}
+
+// At level trusted the bash tool's redirections are decided from the shell's current
+// directory: after cd docs, ../src/x is in the workspace and ../../x is not; a denied one does
+// not run.
+func TestBashRedirections(t *testing.T) {
+	f := newFixture(t)
+	r := registry(t, f, permission.Trusted, nil)
+	b := withBash(t, r, f, agentshell.CreateOptions{})
+	al := &permission.Allowances{}
+	if _, err := call(t, r, al, "bash", `{"command":"cd docs && echo hi"}`, permission.AllowExecGlobal); err != nil {
+		t.Fatal(err)
+	}
+	if b.Cwd() != filepath.Join(f.ws, "docs") {
+		t.Fatalf("cwd %s", b.Cwd())
+	}
+	res, err := call(t, r, al, "bash", `{"command":"echo inside > ../src/x.txt"}`, "")
+	mustOK(t, err)
+	if !strings.Contains(res.Output, "[exit code 0]") {
+		t.Fatalf("inside write: %q", res.Output)
+	}
+	expectFile(t, filepath.Join(f.ws, "src", "x.txt"), "inside\n")
+	for _, cmd := range []string{"echo out > ../../outside-private/x.txt", "cat < ../../outside-private/s.txt", `x="$(<../../outside-private/s.txt)"`, "echo out > $HOME/x.txt"} {
+		p, err := r.Prepare("bash", json.RawMessage(jsonArgs(t, map[string]any{"command": cmd})), al)
+		mustOK(t, err)
+		if p.Decision.Verdict != permission.Ask {
+			t.Fatalf("%q: %+v", cmd, p.Decision)
+		}
+		if ok, _ := p.Confirm(permission.Deny, al); ok {
+			t.Fatal("deny allowed")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.outside, "x.txt")); err == nil {
+		t.Fatal("a denied redirection wrote outside")
 	}
 }

@@ -426,7 +426,7 @@ func (c *chat) openTools(prof *profile.Profile) error {
 	for _, t := range prof.DisabledTools {
 		settings[t] = permission.ToolSettings{Disabled: true}
 	}
-	perm, err := permission.New(permission.Config{Level: c.level, Workspace: c.workspace, Tools: settings})
+	perm, err := permission.New(permission.Config{Level: c.level, Workspace: c.workspace, Tools: settings, BlockedPaths: c.k.gatewayPaths()})
 	if err != nil {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "permissions: %v", err)
 	}
@@ -454,6 +454,24 @@ func (c *chat) openTools(prof *profile.Profile) error {
 		}
 	}
 	return nil
+}
+
+// gatewayPaths are blocked for the agent's tools at every level: the gateway's state
+// directory (its token, the conversations, the triggers' secrets, the audit logs) and
+// config.toml (which says where API keys are sent).
+func (k *Kind) gatewayPaths() []string {
+	var paths []string
+	if k.StateDir != "" {
+		if abs, err := filepath.Abs(k.StateDir); err == nil {
+			paths = append(paths, abs)
+		}
+	}
+	if cfg, err := provider.ConfigPath(k.getenv); err == nil {
+		if abs, err := filepath.Abs(cfg); err == nil {
+			paths = append(paths, abs)
+		}
+	}
+	return paths
 }
 
 // connectMCP starts (or dials) the configured MCP servers and offers their tools; a server

@@ -213,6 +213,18 @@
 // when it is set, not when it is used, so it must be set through a checked
 // command; nothing set before the policy applied exists in a new session.
 //
+// # Files and programs (Inspect)
+//
+// Inspect walks a command the same way and reports, for the ai-chat
+// permission layer (internal/agent/permission), the programs by the name the
+// command gives them (./bin/echo, not echo), the files its redirections open
+// (>, >>, &>, &>>, >|, <>, >&FILE, <, and so $(<FILE); not here-documents,
+// here-strings, descriptor copies or a process substitution as the target),
+// each with its path when the text fixes it (no variable, substitution, glob,
+// brace or tilde expansion) or else the start the text fixes, the argument
+// words of its simple commands, and whether it changes directory. It decides
+// nothing.
+//
 // # Read-only commands
 //
 // ReadOnly, a separate question answered with the same parser, tells the

@@ -44,6 +44,9 @@ const (
 	// findReserved: a command that reaches the session's own state (its
 	// variables, functions, descriptors or the builtins it relies on).
 	findReserved
+	// findFile: a file the command's text names (a redirection's target or
+	// an argument word); no policy rule applies to it (see Inspect).
+	findFile
 )
 
 // finding is one thing the walker reports.
@@ -52,8 +55,13 @@ type finding struct {
 	// name is the program base name (findProgram) or the source text of
 	// the unresolvable part.
 	name string
+	// written is a program's name as the command gives it, after quote
+	// removal ("./bin/echo" where name is "echo").
+	written string
 	// detail explains a non-program finding.
 	detail string
+	// file is what a findFile finding names.
+	file *FileRef
 }
 
 // callCtx is what a command inherits from the program that runs it.
@@ -120,11 +128,14 @@ func (w *walker) dynamic(text, detail string) {
 	w.report(finding{kind: findDynamic, name: text, detail: detail})
 }
 
-func (w *walker) program(name string) {
+// program reports a program by the name it is given (a path or a bare
+// name); the lists match its base name.
+func (w *walker) program(written string) {
+	name := baseName(written)
 	if name == "" {
 		return // "" is "command not found": nothing runs
 	}
-	w.report(finding{kind: findProgram, name: name})
+	w.report(finding{kind: findProgram, name: name, written: written})
 }
 
 // source parses src, a whole command line or a shell string found inside one
@@ -242,6 +253,7 @@ func (fr *frame) stmt(s *syntax.Stmt) {
 		}
 		fr.fdPathRedirect(r)
 		fr.fdRedirect(r)
+		fr.redirectFile(r)
 	}
 	fr.command(s.Cmd, s.Redirs)
 }
@@ -255,6 +267,11 @@ func (fr *frame) command(c syntax.Command, redirs []*syntax.Redirect) {
 		}
 		for _, a := range c.Args {
 			fr.word(a)
+		}
+		if len(c.Args) > 1 {
+			for _, a := range c.Args[1:] {
+				fr.argFile(a)
+			}
 		}
 		fr.call(c.Args, redirs, callCtx{})
 	case *syntax.IfClause:

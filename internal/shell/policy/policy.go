@@ -304,6 +304,8 @@ func (p *Policy) judge(f finding) *Violation {
 		return &Violation{Rule: RuleArithmetic, Program: f.name, Detail: f.detail}
 	case findReserved:
 		return &Violation{Rule: RuleReserved, Program: f.name, Detail: f.detail}
+	case findFile:
+		return nil // files are Inspect's report, not a rule of the lists
 	}
 	k := strings.ToLower(f.name)
 	if entry, ok := p.opDeny[k]; ok {
@@ -338,7 +340,7 @@ func Programs(command string) ([]string, error) {
 			}
 			return true
 		}
-		if first == nil {
+		if first == nil && f.kind != findFile {
 			first = (&Policy{}).judge(f)
 			first.Command = command
 		}

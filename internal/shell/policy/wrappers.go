@@ -42,7 +42,7 @@ func (fr *frame) call(args []*syntax.Word, redirs []*syntax.Redirect, ctx callCt
 		return
 	}
 	base := baseName(name)
-	w.program(base)
+	w.program(name)
 	if w.stop {
 		return
 	}
@@ -700,7 +700,7 @@ func (fr *frame) su(prog string, args []*syntax.Word, redirs []*syntax.Redirect,
 			fr.w.dynamic(prog+" -s", prog+" -s names a shell that is not a literal")
 			return
 		}
-		fr.w.program(baseName(f.value))
+		fr.w.program(f.value)
 	}
 	if f, ok := hasFlag(found, "c", "command", "session-command"); ok {
 		fr.shellString(prog+" -c", f.word, f.value, f.litVal, ctx)
@@ -946,7 +946,7 @@ func (fr *frame) hash(prog string, args []*syntax.Word, _ []*syntax.Redirect, _ 
 			fr.w.dynamic(prog+" -p", prog+" -p names a program that is not a literal")
 			return
 		}
-		fr.w.program(baseName(f.value))
+		fr.w.program(f.value)
 	}
 }
 

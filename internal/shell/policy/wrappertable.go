@@ -138,7 +138,7 @@ func (fr *frame) optionProgram(prog string, f flagVal) {
 	// The value may carry arguments (tar -I 'zstd -19'): its first word
 	// is the program.
 	if fields := strings.Fields(f.value); len(fields) > 0 {
-		fr.w.program(baseName(fields[0]))
+		fr.w.program(fields[0])
 	}
 }
 
