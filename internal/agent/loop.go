@@ -12,9 +12,13 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -201,13 +205,15 @@ func (t *turn) fail(err error) (*Result, error) {
 }
 
 // call streams one model reply, relaying its events, and returns the assistant message (nil
-// when nothing was received).
+// when nothing was received). Each call of the message has an id of its own (see callIDs), the
+// same in its events.
 func (t *turn) call(ctx context.Context, p provider.Provider, req provider.Request) (*provider.Message, error) {
 	t.opts.Emit(Event{Type: EventStatus, Status: StatusConnecting})
 	s, err := p.Stream(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("agent: model call: %w", err)
 	}
+	ids := callIDs{byIndex: map[int]string{}, used: map[string]bool{}}
 	defer func() { _ = s.Close() }()
 	responding := false
 	for s.Next() {
@@ -232,6 +238,7 @@ func (t *turn) call(ctx context.Context, p provider.Provider, req provider.Reque
 		case provider.EventToolCallEnd:
 			if ev.ToolCall != nil {
 				c := *ev.ToolCall
+				c.ID = ids.assign(ev.Index, c.ID)
 				t.opts.Emit(Event{Type: EventToolDetected, Call: &c})
 			}
 		case provider.EventUsage:
@@ -240,12 +247,57 @@ func (t *turn) call(ctx context.Context, p provider.Provider, req provider.Reque
 	}
 	msg := s.Message()
 	msg.Timestamp = t.opts.Now().UnixMilli()
+	// The ids are settled before the message is recorded or any call runs, so the transcript,
+	// the results and every later request agree on them.
+	msg.Content = slices.Clone(msg.Content)
+	for i := range msg.Content {
+		if msg.Content[i].Type == provider.BlockToolCall {
+			msg.Content[i].ID = ids.assign(i, msg.Content[i].ID)
+		}
+	}
 	addUsage(&t.res.Usage, msg.Usage)
 	t.opts.Emit(Event{Type: EventStatus, Status: StatusIdle})
 	if err := s.Err(); err != nil && msg.StopReason != provider.StopAborted {
 		return &msg, fmt.Errorf("agent: model reply: %w", err)
 	}
 	return &msg, nil
+}
+
+// callIDs gives each tool call of a reply an id no other call of the reply has. Some servers
+// give two calls one id, or none; their results could not be told apart, and an API refuses
+// a request holding them. A call keeps its id when it is the first with it (a Responses id
+// "call_id|item_id" counts by its call part); the others get their call part (or "call") and
+// a random suffix, so the new id is not met again in the conversation either.
+type callIDs struct {
+	byIndex map[int]string  // content index -> id given
+	used    map[string]bool // call parts given
+}
+
+func (ids *callIDs) assign(index int, id string) string {
+	if given, ok := ids.byIndex[index]; ok {
+		return given
+	}
+	key, _, _ := strings.Cut(id, "|")
+	if key == "" || ids.used[key] {
+		base := key
+		if base == "" {
+			base = "call"
+		}
+		for key == "" || ids.used[key] {
+			key = base + "_" + randomSuffix()
+		}
+		id = key
+	}
+	ids.used[key] = true
+	ids.byIndex[index] = id
+	return id
+}
+
+// randomSuffix is 8 random hex digits.
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics instead)
+	return hex.EncodeToString(b[:])
 }
 
 func addUsage(sum *provider.Usage, u provider.Usage) {
