@@ -88,6 +88,8 @@ type conversation struct {
 	tb testing.TB
 	w  *transcript.Writer
 	p  provider.Provider
+	// maxArgs is the requests' MaxToolArguments.
+	maxArgs int
 }
 
 func (c *conversation) turn(tools agent.Tools, text string, opts agent.Options) *agent.Result {
@@ -105,7 +107,7 @@ func (c *conversation) turn(tools agent.Tools, text string, opts agent.Options) 
 		c.tb.Fatal(err)
 	}
 	opts.Append = func(m provider.Message) error { _, err := c.w.AppendMessage(m); return err }
-	res, err := agent.Run(c.tb.Context(), c.p, tools, provider.Request{Messages: append(msgs, u)}, opts)
+	res, err := agent.Run(c.tb.Context(), c.p, tools, provider.Request{Messages: append(msgs, u), MaxToolArguments: c.maxArgs}, opts)
 	if err != nil {
 		c.tb.Fatalf("turn %q: %v", text, err)
 	}
