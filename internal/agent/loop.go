@@ -12,9 +12,13 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,14 +134,14 @@ func Run(ctx context.Context, p provider.Provider, tools Tools, req provider.Req
 	}
 	for t.res.Iterations < opts.MaxIterations {
 		t.res.Iterations++
-		msg, err := t.call(ctx, p, req)
+		msg, argErrs, err := t.call(ctx, p, req)
 		if msg != nil {
 			req.Messages = append(req.Messages, *msg)
 			if aerr := t.append(*msg); aerr != nil {
 				return t.fail(aerr)
 			}
 		}
-		calls := toolCalls(msg)
+		calls := toolCalls(msg, argErrs)
 		switch {
 		case ctx.Err() != nil || (msg != nil && msg.StopReason == provider.StopAborted):
 			results, aerr := t.unanswered(calls, "the turn was interrupted before this call ran")
@@ -201,13 +205,16 @@ func (t *turn) fail(err error) (*Result, error) {
 }
 
 // call streams one model reply, relaying its events, and returns the assistant message (nil
-// when nothing was received).
-func (t *turn) call(ctx context.Context, p provider.Provider, req provider.Request) (*provider.Message, error) {
+// when nothing was received) with the argument errors of its calls by content index. Each call
+// of the message has an id of its own (see callIDs), the same in its events.
+func (t *turn) call(ctx context.Context, p provider.Provider, req provider.Request) (*provider.Message, map[int]string, error) {
 	t.opts.Emit(Event{Type: EventStatus, Status: StatusConnecting})
 	s, err := p.Stream(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("agent: model call: %w", err)
+		return nil, nil, fmt.Errorf("agent: model call: %w", err)
 	}
+	ids := callIDs{byIndex: map[int]string{}, used: map[string]bool{}}
+	argErrs := map[int]string{}
 	defer func() { _ = s.Close() }()
 	responding := false
 	for s.Next() {
@@ -232,6 +239,10 @@ func (t *turn) call(ctx context.Context, p provider.Provider, req provider.Reque
 		case provider.EventToolCallEnd:
 			if ev.ToolCall != nil {
 				c := *ev.ToolCall
+				c.ID = ids.assign(ev.Index, c.ID)
+				if c.ArgumentsError != "" {
+					argErrs[ev.Index] = c.ArgumentsError
+				}
 				t.opts.Emit(Event{Type: EventToolDetected, Call: &c})
 			}
 		case provider.EventUsage:
@@ -240,12 +251,57 @@ func (t *turn) call(ctx context.Context, p provider.Provider, req provider.Reque
 	}
 	msg := s.Message()
 	msg.Timestamp = t.opts.Now().UnixMilli()
+	// The ids are settled before the message is recorded or any call runs, so the transcript,
+	// the results and every later request agree on them.
+	msg.Content = slices.Clone(msg.Content)
+	for i := range msg.Content {
+		if msg.Content[i].Type == provider.BlockToolCall {
+			msg.Content[i].ID = ids.assign(i, msg.Content[i].ID)
+		}
+	}
 	addUsage(&t.res.Usage, msg.Usage)
 	t.opts.Emit(Event{Type: EventStatus, Status: StatusIdle})
 	if err := s.Err(); err != nil && msg.StopReason != provider.StopAborted {
-		return &msg, fmt.Errorf("agent: model reply: %w", err)
+		return &msg, argErrs, fmt.Errorf("agent: model reply: %w", err)
 	}
-	return &msg, nil
+	return &msg, argErrs, nil
+}
+
+// callIDs gives each tool call of a reply an id no other call of the reply has. Some servers
+// give two calls one id, or none; their results could not be told apart, and an API refuses
+// a request holding them. A call keeps its id when it is the first with it (a Responses id
+// "call_id|item_id" counts by its call part); the others get their call part (or "call") and
+// a random suffix, so the new id is not met again in the conversation either.
+type callIDs struct {
+	byIndex map[int]string  // content index -> id given
+	used    map[string]bool // call parts given
+}
+
+func (ids *callIDs) assign(index int, id string) string {
+	if given, ok := ids.byIndex[index]; ok {
+		return given
+	}
+	key, _, _ := strings.Cut(id, "|")
+	if key == "" || ids.used[key] {
+		base := key
+		if base == "" {
+			base = "call"
+		}
+		for key == "" || ids.used[key] {
+			key = base + "_" + randomSuffix()
+		}
+		id = key
+	}
+	ids.used[key] = true
+	ids.byIndex[index] = id
+	return id
+}
+
+// randomSuffix is 8 random hex digits.
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics instead)
+	return hex.EncodeToString(b[:])
 }
 
 func addUsage(sum *provider.Usage, u provider.Usage) {
@@ -257,15 +313,20 @@ func addUsage(sum *provider.Usage, u provider.Usage) {
 	sum.TotalTokens += u.TotalTokens
 }
 
-// toolCalls are the calls of an assistant message.
-func toolCalls(msg *provider.Message) []provider.ToolCall {
+// toolCalls are the calls of an assistant message, with the argument errors of their end
+// events by content index (arguments too large to keep say so on the block itself).
+func toolCalls(msg *provider.Message, argErrs map[int]string) []provider.ToolCall {
 	if msg == nil {
 		return nil
 	}
 	var out []provider.ToolCall
-	for _, c := range msg.Content {
+	for i, c := range msg.Content {
 		if c.Type == provider.BlockToolCall {
-			out = append(out, provider.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+			tc := provider.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments, ArgumentsError: argErrs[i]}
+			if c.ArgumentsTruncated != nil {
+				tc.ArgumentsError = c.ArgumentsTruncated.Refusal()
+			}
+			out = append(out, tc)
 		}
 	}
 	return out
@@ -371,9 +432,12 @@ func (t *turn) runBatch(ctx context.Context, calls []provider.ToolCall) ([]provi
 	return out, ran, nil
 }
 
-// runOne runs a call under its timeout. Arguments the model did not send as a JSON object are
-// an error result, not a run.
+// runOne runs a call under its timeout. Arguments the model did not send as a JSON object, or
+// sent too large to keep, are an error result, not a run.
 func (t *turn) runOne(ctx context.Context, c provider.ToolCall) Outcome {
+	if c.ArgumentsError != "" {
+		return Outcome{Output: c.ArgumentsError, IsError: true}
+	}
 	if t.tools == nil {
 		return Outcome{Output: "no tools are available", IsError: true}
 	}

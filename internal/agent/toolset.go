@@ -48,7 +48,7 @@ func (ts *Toolset) Specs() []provider.Tool {
 func (ts *Toolset) Run(ctx context.Context, call provider.ToolCall) Outcome {
 	ctx = context.WithValue(ctx, callIDKey{}, call.ID)
 	if call.ArgumentsError != "" {
-		return Outcome{Output: "the arguments were not a JSON object: " + call.ArgumentsError, IsError: true}
+		return Outcome{Output: call.ArgumentsError, IsError: true}
 	}
 	p, err := ts.prepare(ctx, call)
 	if err != nil {

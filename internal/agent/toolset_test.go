@@ -14,7 +14,7 @@ import (
 	"github.com/nexus-run/nexus/internal/provider"
 )
 
-func toolset(t *testing.T, level permission.Level, ws string) *agent.Toolset {
+func toolset(t testing.TB, level permission.Level, ws string) *agent.Toolset {
 	t.Helper()
 	perm, err := permission.New(permission.Config{Level: level, Workspace: ws})
 	if err != nil {

@@ -161,7 +161,11 @@ func (c *client) Stream(ctx context.Context, req Request) (Stream, error) {
 		return nil, c.requestError(ctx, ex, err)
 	}
 	msg := Message{Role: RoleAssistant, API: c.api, Provider: c.name, Model: c.model(req), Timestamp: c.now().UnixMilli()}
-	return newEventStream(sctx, cancel, dec, msg, c.streamError), nil
+	maxArgs := req.MaxToolArguments
+	if maxArgs <= 0 {
+		maxArgs = DefaultMaxToolArguments
+	}
+	return newEventStream(sctx, cancel, dec, msg, maxArgs, c.streamError), nil
 }
 
 // callID maps tool call ids to what the backend's API accepts.

@@ -268,10 +268,24 @@ func checkPairing(path string, body []byte) error {
 	return fmt.Errorf("unknown path %s", path)
 }
 
-// pairing tracks the calls waiting for results.
-type pairing struct{ open []string }
+// pairing tracks the calls waiting for results; a call id used twice in a request, or
+// empty, is refused as the APIs refuse it.
+type pairing struct {
+	open []string
+	seen map[string]bool
+	err  error
+}
 
-func (p *pairing) call(id string) { p.open = append(p.open, id) }
+func (p *pairing) call(id string) {
+	if p.seen == nil {
+		p.seen = map[string]bool{}
+	}
+	if (id == "" || p.seen[id]) && p.err == nil {
+		p.err = fmt.Errorf("tool call id %q used twice or empty", id)
+	}
+	p.seen[id] = true
+	p.open = append(p.open, id)
+}
 
 func (p *pairing) result(i int, id string) error {
 	for j, o := range p.open {
@@ -284,6 +298,9 @@ func (p *pairing) result(i int, id string) error {
 }
 
 func (p *pairing) moveOn(i int) error {
+	if p.err != nil {
+		return p.err
+	}
 	if len(p.open) > 0 {
 		return fmt.Errorf("message %d: tool calls %q without results", i, p.open)
 	}

@@ -90,9 +90,35 @@ type Content struct {
 	Name             string
 	Arguments        json.RawMessage
 	ThoughtSignature string
+	// ArgumentsTruncated marks a call whose arguments were too large to keep: Arguments is
+	// then {}, and the call was refused without running.
+	ArgumentsTruncated *TruncatedArguments
 
 	Data     string
 	MimeType string
+}
+
+// TruncatedArguments is what is kept of tool call arguments past Request.MaxToolArguments: their
+// size, the limit and their first bytes (a nexus addition to pi's toolCall block, which pi
+// readers ignore).
+type TruncatedArguments struct {
+	Bytes  int    `json:"bytes"`
+	Limit  int    `json:"limit"`
+	Prefix string `json:"prefix"`
+}
+
+// truncatedPrefix is how much of oversized arguments is kept, to show what the call was.
+const truncatedPrefix = 256
+
+// Refusal is the error result the model gets for the call: the size and the limit, never the
+// arguments.
+func (t *TruncatedArguments) Refusal() string {
+	return fmt.Sprintf("the call was not run: its arguments were %d bytes (%s), more than the %d bytes (%s) a call may send, and were not kept. Send less in one call.",
+		t.Bytes, mib(t.Bytes), t.Limit, mib(t.Limit))
+}
+
+func mib(n int) string {
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
 }
 
 // Usage is token usage, pi's shape plus reasoning tokens. Input excludes the cached tokens
@@ -171,6 +197,8 @@ type toolCallJSON struct {
 	Name             string          `json:"name"`
 	Arguments        json.RawMessage `json:"arguments"`
 	ThoughtSignature string          `json:"thoughtSignature,omitempty"`
+	// ArgumentsTruncated is a nexus addition (pi ignores it).
+	ArgumentsTruncated *TruncatedArguments `json:"argumentsTruncated,omitempty"`
 }
 
 type imageJSON struct {
@@ -181,18 +209,19 @@ type imageJSON struct {
 
 // contentJSON reads any block.
 type contentJSON struct {
-	Type              string          `json:"type"`
-	Text              string          `json:"text,omitempty"`
-	TextSignature     string          `json:"textSignature,omitempty"`
-	Thinking          string          `json:"thinking,omitempty"`
-	ThinkingSignature string          `json:"thinkingSignature,omitempty"`
-	Redacted          bool            `json:"redacted,omitempty"`
-	ID                string          `json:"id,omitempty"`
-	Name              string          `json:"name,omitempty"`
-	Arguments         json.RawMessage `json:"arguments,omitempty"`
-	ThoughtSignature  string          `json:"thoughtSignature,omitempty"`
-	Data              string          `json:"data,omitempty"`
-	MimeType          string          `json:"mimeType,omitempty"`
+	Type               string              `json:"type"`
+	Text               string              `json:"text,omitempty"`
+	TextSignature      string              `json:"textSignature,omitempty"`
+	Thinking           string              `json:"thinking,omitempty"`
+	ThinkingSignature  string              `json:"thinkingSignature,omitempty"`
+	Redacted           bool                `json:"redacted,omitempty"`
+	ID                 string              `json:"id,omitempty"`
+	Name               string              `json:"name,omitempty"`
+	Arguments          json.RawMessage     `json:"arguments,omitempty"`
+	ThoughtSignature   string              `json:"thoughtSignature,omitempty"`
+	ArgumentsTruncated *TruncatedArguments `json:"argumentsTruncated,omitempty"`
+	Data               string              `json:"data,omitempty"`
+	MimeType           string              `json:"mimeType,omitempty"`
 }
 
 // MarshalJSON writes pi's shape of the block's type.
@@ -207,7 +236,7 @@ func (c Content) MarshalJSON() ([]byte, error) {
 		if len(args) == 0 {
 			args = json.RawMessage("{}")
 		}
-		return json.Marshal(toolCallJSON{c.Type, c.ID, c.Name, args, c.ThoughtSignature})
+		return json.Marshal(toolCallJSON{c.Type, c.ID, c.Name, args, c.ThoughtSignature, c.ArgumentsTruncated})
 	case BlockImage:
 		return json.Marshal(imageJSON{c.Type, c.Data, c.MimeType})
 	}

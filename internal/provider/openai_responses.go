@@ -154,7 +154,7 @@ func (d *responsesDecoder) event(b *builder, ev *responses.ResponseStreamEventUn
 		}
 	case "response.function_call_arguments.done":
 		// Servers that send the arguments only whole.
-		if i, ok := d.items[ev.OutputIndex]; ok && b.blocks[i].open && b.blocks[i].buf.Len() == 0 {
+		if i, ok := d.items[ev.OutputIndex]; ok && b.blocks[i].open && b.blocks[i].received == 0 {
 			b.delta(i, ev.Arguments)
 		}
 	case "response.output_item.done":
@@ -168,7 +168,7 @@ func (d *responsesDecoder) event(b *builder, ev *responses.ResponseStreamEventUn
 			// The whole item (id, summary, encrypted content) is what goes back next turn.
 			b.signature(i, it.RawJSON())
 		case "function_call":
-			if b.blocks[i].open && b.blocks[i].buf.Len() == 0 {
+			if b.blocks[i].open && b.blocks[i].received == 0 {
 				b.delta(i, it.Arguments.OfString)
 			}
 		}

@@ -3,6 +3,7 @@ package provider
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -25,30 +26,31 @@ type target struct {
 // to what the API accepts, on calls and results alike; a call left without a result gets a
 // synthetic error result before the next user or assistant message. A result whose call is not
 // in an earlier assistant message, or a message of another role, is an INVALID_ARGUMENT error.
+//
+// Beyond pi: every call is sent with an id no other call of the request has. A reply that gave
+// two calls one id, or none (some servers do, and transcripts written before the loop renamed
+// them hold such replies), has its results paired with its calls in order (a result answers the
+// first unanswered call of its id), and the later calls get ids of their own, on calls and
+// results alike. The new ids follow from the messages before them only, so a request's prefix
+// stays the same from one turn to the next (prompt caches still match).
 func prepare(msgs []Message, t target) ([]Message, error) {
-	skipped := map[string]bool{}
-	for _, m := range msgs {
-		if m.Role == RoleAssistant && (m.StopReason == StopError || m.StopReason == StopAborted) {
-			for _, c := range m.Content {
-				if c.Type == BlockToolCall {
-					skipped[c.ID] = true
-				}
-			}
-		}
+	type call struct {
+		orig     string  // the id in the message
+		c        Content // as sent
+		answered bool
 	}
 	out := make([]Message, 0, len(msgs))
-	ids := map[string]string{}    // original call id -> id sent
-	pending := []Content(nil)     // calls of the last assistant message, ids as sent
-	answered := map[string]bool{} // ids as sent
+	var pending []call           // calls of the last assistant message, waiting for results
+	skipped := map[string]bool{} // ids of the calls of replies left out
+	used := map[string]bool{}    // call ids sent (their call part, see callKey)
 	flush := func(ts int64) {
-		for _, c := range pending {
-			if !answered[c.ID] {
-				out = append(out, Message{Role: RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+		for _, p := range pending {
+			if !p.answered {
+				out = append(out, Message{Role: RoleToolResult, ToolCallID: p.c.ID, ToolName: p.c.Name,
 					Content: []Content{Text(noResult)}, IsError: true, Timestamp: ts})
 			}
 		}
 		pending = nil
-		clear(answered)
 	}
 	for i, m := range msgs {
 		switch m.Role {
@@ -58,6 +60,11 @@ func prepare(msgs []Message, t target) ([]Message, error) {
 		case RoleAssistant:
 			flush(m.Timestamp)
 			if m.StopReason == StopError || m.StopReason == StopAborted {
+				for _, c := range m.Content {
+					if c.Type == BlockToolCall {
+						skipped[c.ID] = true
+					}
+				}
 				continue
 			}
 			same := m.API == t.api && m.Provider == t.provider && m.Model == t.model
@@ -87,41 +94,38 @@ func prepare(msgs []Message, t target) ([]Message, error) {
 					if !same {
 						c.ThoughtSignature = ""
 					}
-					if t.callID != nil {
-						id := t.callID(c.ID)
-						ids[c.ID] = id
-						c.ID = id
-					}
-					pending = append(pending, c)
+					orig := c.ID
+					c.ID = t.uniqueID(c.ID, used)
+					pending = append(pending, call{orig: orig, c: c})
 				}
 				content = append(content, c)
 			}
 			m.Content = content
 			out = append(out, m)
 		case RoleToolResult:
-			if skipped[m.ToolCallID] {
-				continue
-			}
-			id := m.ToolCallID
-			if mapped, ok := ids[id]; ok {
-				id = mapped
-			}
-			known := false
-			for _, c := range pending {
-				if c.ID == id {
-					known = true
-					break
+			var p *call
+			answered := false
+			for j := range pending {
+				if pending[j].orig == m.ToolCallID {
+					if !pending[j].answered {
+						p = &pending[j]
+						break
+					}
+					answered = true
 				}
 			}
-			if !known || answered[id] {
+			if p == nil {
+				if skipped[m.ToolCallID] {
+					continue
+				}
 				what := "has no tool call before it"
-				if answered[id] {
+				if answered {
 					what = "answers a call that already has a result"
 				}
 				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "message %d: tool result for call %q %s", i, m.ToolCallID, what)
 			}
-			answered[id] = true
-			m.ToolCallID = id
+			p.answered = true
+			m.ToolCallID = p.c.ID
 			out = append(out, m)
 		default:
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "message %d: role %q cannot be sent to a model (convert transcript messages with FromContext)", i, m.Role)
@@ -133,6 +137,39 @@ func prepare(msgs []Message, t target) ([]Message, error) {
 	}
 	flush(last)
 	return out, nil
+}
+
+// uniqueID maps a call's id to what the API accepts and, when that is empty or taken by an
+// earlier call of the request, to a new one: its call part (or "call") and a number, the first
+// free one. used holds the call parts taken.
+func (t target) uniqueID(id string, used map[string]bool) string {
+	if t.callID != nil {
+		id = t.callID(id)
+	}
+	key := callKey(id)
+	if key == "" || used[key] {
+		base := key
+		if base == "" {
+			base = "call"
+		}
+		for n := 2; ; n++ {
+			id = base + "_" + strconv.Itoa(n)
+			if t.callID != nil {
+				id = t.callID(id)
+			}
+			if key = callKey(id); !used[key] {
+				break
+			}
+		}
+	}
+	used[key] = true
+	return id
+}
+
+// callKey is the part of a call id its result pairs with: a Responses id is "call_id|item_id".
+func callKey(id string) string {
+	k, _, _ := strings.Cut(id, "|")
+	return k
 }
 
 // shortID returns id when it is at most max characters, all accepted by ok; otherwise the

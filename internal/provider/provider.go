@@ -71,7 +71,17 @@ type Request struct {
 	// Thinking is a transcript thinking level (off, minimal, low, medium, high, xhigh, max);
 	// "" or off asks for no reasoning.
 	Thinking string
+	// MaxToolArguments bounds the arguments of one tool call as they stream, in bytes (0:
+	// DefaultMaxToolArguments). Past it the rest is neither kept nor relayed: the call ends
+	// with {} as arguments, ArgumentsTruncated on its block and ArgumentsError on its end
+	// event, so the loop refuses it without the arguments ever being whole in memory.
+	MaxToolArguments int
 }
+
+// DefaultMaxToolArguments is Request.MaxToolArguments's default: room for the largest call the
+// tools accept (two fields of 10 MB, the tools' per-field limit, with their JSON escapes), far
+// below what would take the process's memory with it.
+const DefaultMaxToolArguments = 24 << 20
 
 // Tool is a function the model may call.
 type Tool struct {
@@ -145,10 +155,12 @@ type Event struct {
 type ToolCall struct {
 	ID   string
 	Name string
-	// Arguments is a JSON object: what the model sent, or {} when it sent nothing or
-	// something that is not a JSON object (ArgumentsError then says what).
+	// Arguments is a JSON object: what the model sent, or {} when it sent nothing, something
+	// that is not a JSON object, or more than Request.MaxToolArguments (ArgumentsError then
+	// says what).
 	Arguments json.RawMessage
 	// ArgumentsError is set when the streamed arguments were not a JSON object (cut short
-	// by max tokens, or malformed): the loop should answer the call with an error result.
+	// by max tokens, or malformed) or too large to keep: the loop answers the call with it
+	// as an error result, without running it.
 	ArgumentsError string
 }

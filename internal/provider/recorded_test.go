@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -286,6 +287,18 @@ func TestPairingRepairs(t *testing.T) {
 		{name: "orphan result refused",
 			msgs:    []Message{UserText("a", 1), result("toolu_x")},
 			wantErr: `tool result for call "toolu_x" has no tool call before it`},
+		{name: "two calls of one id paired in order, the second renamed",
+			msgs: []Message{UserText("a", 1), asst(StopToolUse, call("same"), call("same")), result("same"), result("same"), UserText("b", 2)},
+			want: []string{`"id":"same"`, `"id":"same_2"`, `"tool_use_id":"same"`, `"tool_use_id":"same_2"`}, notWant: []string{noResult}},
+		{name: "calls without ids get ids of their own",
+			msgs:    []Message{UserText("a", 1), asst(StopToolUse, call(""), call("")), result(""), result(""), UserText("b", 2)},
+			notWant: []string{`"id":""`, `"tool_use_id":""`, noResult}},
+		{name: "one id in two replies",
+			msgs: []Message{UserText("a", 1), asst(StopToolUse, call("c")), result("c"), asst(StopToolUse, call("c")), result("c")},
+			want: []string{`"tool_use_id":"c"`, `"tool_use_id":"c_2"`}, notWant: []string{noResult}},
+		{name: "an aborted reply's id does not take a later call's result",
+			msgs: []Message{UserText("a", 1), asst(StopAborted, call("x")), result("x"), asst(StopToolUse, call("x")), result("x")},
+			want: []string{`"tool_use_id":"x"`}, notWant: []string{noResult}},
 		{name: "second result refused",
 			msgs:    []Message{UserText("a", 1), asst(StopToolUse, call("toolu_3")), result("toolu_3"), result("toolu_3")},
 			wantErr: "already has a result"},
@@ -519,6 +532,64 @@ func TestDroppedConnection(t *testing.T) {
 			}
 			if errors.Is(c.err, context.Canceled) {
 				t.Fatal("a dropped connection is not a cancellation")
+			}
+		})
+	}
+}
+
+// TestToolArgumentsCap: arguments past Request.MaxToolArguments are neither kept nor relayed,
+// over each API's recorded stream: the call ends with {}, the marker (size, limit, a prefix)
+// and a refusal naming the size, and the reply is otherwise whole.
+func TestToolArgumentsCap(t *testing.T) {
+	const limit = 16
+	for _, tc := range []struct{ kind, file string }{
+		{KindOpenAICompatible, "chat-tools.sse"},
+		{KindAnthropic, "anthropic-tools.sse"},
+		{KindOpenAIResponses, "responses-reasoning-tools.sse"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			stream := func(max int) collected {
+				f := newFake(t, testKey, reply{file: tc.file})
+				s, err := openFake(t, tc.kind, f, nil).Stream(context.Background(), Request{Messages: userAsk(), Tools: []Tool{sessionExec}, MaxToolArguments: max})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return collect(t, s)
+			}
+			first := stream(0)
+			whole := first.msg.ToolCalls()[0]
+			c := stream(limit)
+			if c.err != nil || c.msg.StopReason != StopToolUse {
+				t.Fatalf("stop %q, err %v", c.msg.StopReason, c.err)
+			}
+			call := c.msg.ToolCalls()[0]
+			cut := call.ArgumentsTruncated
+			if string(call.Arguments) != "{}" || call.ID != whole.ID || cut == nil {
+				t.Fatalf("call %+v (whole %s)", call, whole.Arguments)
+			}
+			if n := len(first.deltas(EventToolCallDelta)); cut.Bytes != n || cut.Limit != limit || cut.Prefix == "" || !strings.HasPrefix(strings.Join(strings.Fields(string(whole.Arguments)), ""), strings.Join(strings.Fields(cut.Prefix), "")) {
+				t.Fatalf("marker %+v, arguments %d bytes %s", cut, n, whole.Arguments)
+			}
+			if d := c.deltas(EventToolCallDelta); len(d) > limit {
+				t.Errorf("relayed %d bytes of arguments: %q", len(d), d)
+			}
+			var end *ToolCall
+			for _, ev := range c.events {
+				if ev.Type == EventToolCallEnd {
+					end = ev.ToolCall
+				}
+			}
+			if end == nil || string(end.Arguments) != "{}" || !strings.Contains(end.ArgumentsError, fmt.Sprintf("%d bytes", cut.Bytes)) {
+				t.Fatalf("end %+v", end)
+			}
+			// The marker goes to the transcript with the block and comes back from it.
+			b, err := json.Marshal(c.msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back Message
+			if err := json.Unmarshal(b, &back); err != nil || *back.ToolCalls()[0].ArgumentsTruncated != *cut {
+				t.Fatalf("round trip %s: %v", b, err)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // decoder reads one provider's stream and reports what it sees to a builder.
@@ -68,6 +69,11 @@ type block struct {
 	c    Content
 	buf  strings.Builder // text, thinking or arguments so far
 	open bool
+	// received counts the bytes of the deltas, kept or not.
+	received int
+	// cut is set once a tool call's arguments pass the builder's limit: buf is then dropped
+	// and the rest only counted (cut.Bytes is set from received when the block is read).
+	cut *TruncatedArguments
 }
 
 // builder assembles the assistant message and queues the events that describe it.
@@ -83,6 +89,8 @@ type builder struct {
 	// fail is a failure the provider reported in a normal event (a content filter, a
 	// failed response): the reply ends in error.
 	fail error
+	// maxArgs bounds the arguments kept of one tool call (Request.MaxToolArguments).
+	maxArgs int
 }
 
 func (b *builder) emit(ev Event) { b.queue = append(b.queue, ev) }
@@ -111,6 +119,16 @@ func (b *builder) delta(i int, s string) {
 		return
 	}
 	bl := b.blocks[i]
+	bl.received += len(s)
+	if bl.c.Type == BlockToolCall && b.maxArgs > 0 && bl.received > b.maxArgs {
+		// Arguments this large are refused whatever they hold: keep their start to show
+		// what the call was, let go of the rest at once and relay nothing more of them.
+		if bl.cut == nil {
+			bl.cut = &TruncatedArguments{Limit: b.maxArgs, Prefix: prefix(bl.buf.String(), s)}
+			bl.buf = strings.Builder{}
+		}
+		return
+	}
 	bl.buf.WriteString(s)
 	ev := Event{Index: i, Delta: s}
 	switch bl.c.Type {
@@ -152,7 +170,10 @@ func (b *builder) end(i int) {
 	case BlockToolCall:
 		ev.Type = EventToolCallEnd
 		tc := &ToolCall{ID: bl.c.ID, Name: bl.c.Name, Arguments: bl.c.Arguments}
-		if tc.Arguments == nil {
+		switch {
+		case bl.c.ArgumentsTruncated != nil:
+			tc.ArgumentsError = bl.c.ArgumentsTruncated.Refusal()
+		case tc.Arguments == nil:
 			tc.ArgumentsError = argumentsError(raw)
 			tc.Arguments, bl.c.Arguments = json.RawMessage("{}"), json.RawMessage("{}")
 		}
@@ -189,9 +210,35 @@ func (bl *block) content() Content {
 	case BlockThinking:
 		c.Thinking += bl.buf.String()
 	case BlockToolCall:
+		if bl.cut != nil {
+			t := *bl.cut
+			t.Bytes = bl.received
+			c.Arguments, c.ArgumentsTruncated = json.RawMessage("{}"), &t
+			break
+		}
 		c.Arguments = toolArguments(bl.buf.String())
 	}
 	return c
+}
+
+// prefix returns the first truncatedPrefix bytes of kept+more, cut at a character's start,
+// as a string of its own (not holding on to kept's memory).
+func prefix(kept, more string) string {
+	p := kept
+	if len(p) > truncatedPrefix {
+		p = p[:truncatedPrefix]
+	} else {
+		p += more[:min(len(more), truncatedPrefix-len(p))]
+	}
+	for i := len(p) - 1; i >= 0 && i >= len(p)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(p[i]) {
+			if !utf8.FullRuneInString(p[i:]) {
+				p = p[:i] // a character cut in two
+			}
+			break
+		}
+	}
+	return strings.Clone(strings.ToValidUTF8(p, ""))
 }
 
 // toolArguments returns args when it is a JSON object, {} when blank, nil otherwise.
@@ -250,9 +297,9 @@ type eventStream struct {
 	closeErr  error
 }
 
-func newEventStream(ctx context.Context, cancel context.CancelFunc, dec decoder, msg Message, classify func(error) error) *eventStream {
+func newEventStream(ctx context.Context, cancel context.CancelFunc, dec decoder, msg Message, maxArgs int, classify func(error) error) *eventStream {
 	s := &eventStream{ctx: ctx, cancel: cancel, dec: dec, classify: classify}
-	s.b.msg = msg
+	s.b.msg, s.b.maxArgs = msg, maxArgs
 	return s
 }
 

@@ -518,16 +518,19 @@ func pendingToolCall(infos []cutInfo) bool {
 	if last < 0 || len(infos[last].calls) == 0 || infos[last].stopReason == "aborted" || infos[last].stopReason == "error" {
 		return false
 	}
-	open := map[string]bool{}
+	// Counted by id: two calls of one reply may share one (see CheckToolPairing).
+	open := map[string]int{}
 	for _, id := range infos[last].calls {
-		open[id] = true
+		open[id]++
 	}
 	for _, ci := range infos[last+1:] {
 		if ci.userLike() || (ci.isMessage() && ci.role == "custom") {
 			return false
 		}
-		if ci.isMessage() && ci.role == "toolResult" {
-			delete(open, ci.result)
+		if ci.isMessage() && ci.role == "toolResult" && open[ci.result] > 0 {
+			if open[ci.result]--; open[ci.result] == 0 {
+				delete(open, ci.result)
+			}
 		}
 	}
 	return len(open) > 0
@@ -577,19 +580,25 @@ func findCut(infos []cutInfo, keepRecentTokens int) int {
 // keepToolPairs moves the cut back to the assistant message of any tool
 // call before the cut whose result comes after it.
 func keepToolPairs(infos []cutInfo, cut int) int {
-	callAt := map[string]int{}
+	// A result's call is in the latest assistant message before it with a call of its id:
+	// a model may use one id in two replies.
+	callOf := make([]int, len(infos)) // result index -> its call's index, -1 for none
+	lastAt := map[string]int{}
 	for i, ci := range infos {
+		callOf[i] = -1
+		if ci.role == "toolResult" {
+			if at, ok := lastAt[ci.result]; ok {
+				callOf[i] = at
+			}
+		}
 		for _, id := range ci.calls {
-			callAt[id] = i
+			lastAt[id] = i
 		}
 	}
 	for {
 		moved := cut
-		for _, ci := range infos[cut:] {
-			if ci.role != "toolResult" {
-				continue
-			}
-			if at, ok := callAt[ci.result]; ok && at < moved {
+		for i := cut; i < len(infos); i++ {
+			if at := callOf[i]; at >= 0 && at < moved {
 				moved = at
 			}
 		}

@@ -258,6 +258,14 @@ func TestChooseCutCrafted(t *testing.T) {
 		{"one of two results is in", func(s *session) {
 			s.add("u1", userMsg(text(100))).add("a1", assistantMsg("", call{"c1", "bash", ""}, call{"c2", "bash", ""})).add("r1", toolResultMsg("c1", "x"))
 		}, 10, want{err: ErrToolCallPending}},
+		{"one of two calls of one id is answered", func(s *session) {
+			s.add("u1", userMsg(text(100))).add("a1", assistantMsg("", call{"s", "bash", ""}, call{"s", "bash", ""})).add("r1", toolResultMsg("s", "x"))
+		}, 10, want{err: ErrToolCallPending}},
+		{"a result stays with its call when a later reply reuses the id", func(s *session) {
+			s.add("u1", userMsg(text(100))).add("a1", assistantMsg("", call{"c", "bash", ""})).
+				add("b1", bash(100)).add("r1", toolResultMsg("c", "x")).
+				add("a2", assistantMsg("", call{"c", "bash", ""})).add("r2", toolResultMsg("c", "x")).add("a3", assistantMsg("ok"))
+		}, 50, want{first: "a1", turnStart: "u1", prefix: []string{"u1"}}},
 		{"an aborted call is not pending", func(s *session) {
 			s.add("u1", userMsg(text(100))).add("a1", json.RawMessage(`{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"bash","arguments":{}}],"stopReason":"aborted"}`))
 		}, 10, want{first: "u1"}},

@@ -23,13 +23,18 @@ func (p PairingProblem) String() string {
 // has exactly one toolResult (matched by toolCallId) and that no toolResult
 // lacks its call (a result must follow its call). It returns nil when the
 // messages can be sent to a provider.
+//
+// Calls that share an id (two in one reply, as some servers send, or one id
+// in two replies) are answered in order: a result answers the first
+// unanswered call of its id in the latest assistant message that has one,
+// as the provider's request builder pairs them (and renames them apart).
 func CheckToolPairing(messages []json.RawMessage) []PairingProblem {
 	type call struct {
+		id       string
 		index    int
 		answered bool
 	}
-	calls := map[string]*call{}
-	var order []string
+	var calls []*call // in order
 	var problems []PairingProblem
 	for i, raw := range messages {
 		var m struct {
@@ -50,29 +55,39 @@ func CheckToolPairing(messages []json.RawMessage) []PairingProblem {
 				continue
 			}
 			for _, b := range blocks {
-				if b.Type != "toolCall" {
-					continue
+				if b.Type == "toolCall" {
+					calls = append(calls, &call{id: b.ID, index: i})
 				}
-				if _, dup := calls[b.ID]; !dup {
-					order = append(order, b.ID)
-				}
-				calls[b.ID] = &call{index: i}
 			}
 		case "toolResult":
-			c := calls[m.ToolCallID]
+			var open *call
+			latest := -1 // the latest assistant message with a call of this id
+			for j := len(calls) - 1; j >= 0; j-- {
+				c := calls[j]
+				if latest >= 0 && c.index != latest {
+					break
+				}
+				if c.id != m.ToolCallID {
+					continue
+				}
+				latest = c.index
+				if !c.answered {
+					open = c // the earliest unanswered so far
+				}
+			}
 			switch {
-			case c == nil:
-				problems = append(problems, PairingProblem{Index: i, ToolCallID: m.ToolCallID, Kind: "orphan"})
-			case c.answered:
+			case open != nil:
+				open.answered = true
+			case latest >= 0:
 				problems = append(problems, PairingProblem{Index: i, ToolCallID: m.ToolCallID, Kind: "duplicate"})
 			default:
-				c.answered = true
+				problems = append(problems, PairingProblem{Index: i, ToolCallID: m.ToolCallID, Kind: "orphan"})
 			}
 		}
 	}
-	for _, id := range order {
-		if c := calls[id]; !c.answered {
-			problems = append(problems, PairingProblem{Index: c.index, ToolCallID: id, Kind: "unanswered"})
+	for _, c := range calls {
+		if !c.answered {
+			problems = append(problems, PairingProblem{Index: c.index, ToolCallID: c.id, Kind: "unanswered"})
 		}
 	}
 	return problems

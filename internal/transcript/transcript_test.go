@@ -619,6 +619,11 @@ func TestCheckToolPairing(t *testing.T) {
 		{"unanswered", []string{user, asst("a", "b"), res("b")}, []string{`message 1: tool call "a" unanswered`}},
 		{"orphan before call", []string{res("a"), asst("a"), res("a")}, []string{`message 0: tool call "a" orphan`}},
 		{"duplicate", []string{asst("a"), res("a"), res("a")}, []string{`message 2: tool call "a" duplicate`}},
+		{"one id twice in a reply, answered in order", []string{user, asst("s", "s"), res("s"), res("s"), asst()}, nil},
+		{"no ids", []string{user, asst("", ""), res(""), res("")}, nil},
+		{"one id twice in a reply, answered once", []string{user, asst("s", "s"), res("s"), user}, []string{`message 1: tool call "s" unanswered`}},
+		{"one id in two replies", []string{user, asst("c"), res("c"), asst("c"), res("c")}, nil},
+		{"one id in two replies, the first unanswered", []string{user, asst("c"), asst("c"), res("c")}, []string{`message 1: tool call "c" unanswered`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var msgs []json.RawMessage
