@@ -411,7 +411,7 @@ func startHarness(ctx context.Context, llmBase string) (*harness, error) {
 		// What nexus serve writes by default: context.md and verbose.md.
 		Logs: &aichat.LogOptions{Context: true, Verbose: true},
 		// The subagent benchmark spawns 100 at once from one conversation.
-		Subagents: aichat.SubagentLimits{MaxChildren: 1000, MaxRunning: 1000},
+		Subagents: aichat.SubagentLimits{MaxChildren: 1000, MaxRunning: 1000, MaxRuns: 1000},
 	}
 	h.reg, err = live.New(ctx, live.Config{IdleTimeout: -1, MaxSessions: 100000}, kind)
 	if err != nil {

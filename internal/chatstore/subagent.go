@@ -3,6 +3,7 @@ package chatstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -164,6 +165,14 @@ func (g *Subagents) Path() string { return g.t.path }
 
 // Put adds a run record; a record with the same runId must not exist.
 func (g *Subagents) Put(ctx context.Context, rec SubagentRunRecord) error {
+	return g.PutChecked(ctx, rec, nil)
+}
+
+// PutChecked adds a run record if check, given every record of the registry as it is, returns
+// nil. The check and the write are one transaction under the registry's lock (this process's
+// and the file's), so callers that check a limit at the same time cannot all pass it. An
+// error of check is returned as it is, and nothing is written.
+func (g *Subagents) PutChecked(ctx context.Context, rec SubagentRunRecord, check func(runs []SubagentRunRecord) error) error {
 	if rec.CreatedAt == 0 {
 		rec.CreatedAt = g.now().UnixMilli()
 	}
@@ -178,14 +187,29 @@ func (g *Subagents) Put(ctx context.Context, rec SubagentRunRecord) error {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return fmt.Errorf("encode subagent run %s: %w", rec.RunID, err)
 	}
+	var refused error
 	err = g.t.update(ctx, func(x *tx) error {
 		if _, ok := x.get(rec.RunID); ok {
 			return fmt.Errorf("%w: subagent run %s", ErrExists, rec.RunID)
+		}
+		if check != nil {
+			runs := make([]SubagentRunRecord, 0, len(x.recs))
+			for _, cur := range x.recs {
+				if d, err := decodeSubagent(cur); err == nil {
+					runs = append(runs, d)
+				}
+			}
+			if refused = check(runs); refused != nil {
+				return refused
+			}
 		}
 		g.stampVersion(x)
 		x.put(rec.RunID, r)
 		return nil
 	})
+	if refused != nil && errors.Is(err, refused) {
+		return refused
+	}
 	if err != nil {
 		return fmt.Errorf("put subagent run %s: %w", rec.RunID, err)
 	}

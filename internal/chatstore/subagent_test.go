@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -152,5 +154,55 @@ func TestSubagentUnknownFieldsKept(t *testing.T) {
 	}
 	if string(a["startedAt"]) != "5" {
 		t.Errorf("startedAt = %s", a["startedAt"])
+	}
+}
+
+// TestSubagentPutCheckedIsOneTransaction: callers that check a cap and put a run at the same
+// time, from two handles on the file (as two processes would), never pass the cap together; a
+// refused put writes nothing and returns the check's error as it is.
+func TestSubagentPutCheckedIsOneTransaction(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "subagents")
+	var gs [2]*Subagents
+	for i := range gs {
+		g, err := OpenSubagents(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[i] = g
+	}
+	const callers, limit = 24, 5
+	errFull := errors.New("full")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	put, full := 0, 0
+	for i := range callers {
+		wg.Go(func() {
+			rec := SubagentRunRecord{RunID: fmt.Sprintf("r%d", i), ChildSessionKey: fmt.Sprintf("agent:main:subagent:r%d", i),
+				RequesterSessionKey: "agent:main:main", Cleanup: "keep"}
+			err := gs[i%2].PutChecked(context.Background(), rec, func(runs []SubagentRunRecord) error {
+				if len(runs) >= limit {
+					return errFull
+				}
+				return nil
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				put++
+			case errors.Is(err, errFull) && err.Error() == errFull.Error(): // the check's error, as it is
+				full++
+			default:
+				t.Errorf("put %s: %v", rec.RunID, err)
+			}
+		})
+	}
+	wg.Wait()
+	runs, err := gs[0].List(SubagentFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put != limit || full != callers-limit || len(runs) != limit {
+		t.Fatalf("put %d, refused %d, recorded %d; want %d, %d, %d", put, full, len(runs), limit, callers-limit, limit)
 	}
 }

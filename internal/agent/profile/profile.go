@@ -1,8 +1,8 @@
 // Package profile is the agents of an ai-chat (docs/ai-chat.md, Agents): a configured persona
 // under state/agents/<agentId>/ (IDENTITY.md, SOUL.md and agent.toml: backend, model,
-// permission level, workspace, disabled tools), and the system prompt composed from it and
-// the workspace's AGENTS.md and NEXUS.md, with a report of what went in. The agent "main"
-// exists without configuration.
+// permission level, workspace, disabled tools, allowed and blocked paths, allowed targets),
+// and the system prompt composed from it and the workspace's AGENTS.md and NEXUS.md, with a
+// report of what went in. The agent "main" exists without configuration.
 package profile
 
 import (
@@ -61,6 +61,10 @@ type Settings struct {
 	// AllowedTargets are the conversations the inter-session tools may reach: parent,
 	// children, family (both; the default) or session keys.
 	AllowedTargets []string `json:"allowedTargets,omitempty" toml:"allowed_targets,omitempty"`
+	// AllowedPaths are read without confirmation at level trusted, besides the workspace;
+	// BlockedPaths are never read or written. Relative entries are relative to the workspace.
+	AllowedPaths []string `json:"allowedPaths,omitempty" toml:"allowed_paths,omitempty"`
+	BlockedPaths []string `json:"blockedPaths,omitempty" toml:"blocked_paths,omitempty"`
 }
 
 // Profile is one agent.

@@ -8,6 +8,7 @@ package aichat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -161,6 +162,17 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	if backend.Model == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "backend %s has no model: set model in config.toml or pass --model", backend.Name)
 	}
+	// A conversation another started (a subagent, one a message opened) is bounded by the
+	// powers recorded for it, whatever this session asks for; its workspace is theirs.
+	bounds, err := k.boundsOf(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range bounds {
+		if b.Workspace != "" {
+			opts.Workspace = b.Workspace
+		}
+	}
 	ws, err := k.workspace(firstOf(opts.Workspace, prof.Workspace))
 	if err != nil {
 		return nil, err
@@ -170,9 +182,14 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	if err != nil {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "%v", err)
 	}
+	powers := ownPowers(prof, level, ws)
+	for _, b := range bounds {
+		powers = powers.bound(b)
+	}
+	level = powers.Level
 	thinking := firstOf(opts.Thinking, prof.Thinking)
 	c := &chat{
-		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level,
+		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level, powers: powers,
 		thinking: thinking, temperature: opts.Temperature, maxIter: opts.MaxToolIterations,
 		pending: map[string]chan permission.Answer{}, idle: make(chan struct{}), background: opts.Background,
 		roadmap: req.Context.RoadmapID,
@@ -194,7 +211,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		c.release()
 		return nil, err
 	}
-	if err := c.openTools(prof); err != nil {
+	if err := c.openTools(); err != nil {
 		c.release()
 		return nil, err
 	}
@@ -368,13 +385,16 @@ func (k *Kind) workspace(dir string) (string, error) {
 
 // chat is one ai-chat session.
 type chat struct {
-	k           *Kind
-	sink        *live.Sink
-	prof        *profile.Profile
-	backend     provider.Backend
-	p           provider.Provider
-	workspace   string
-	level       permission.Level
+	k         *Kind
+	sink      *live.Sink
+	prof      *profile.Profile
+	backend   provider.Backend
+	p         provider.Provider
+	workspace string
+	level     permission.Level
+	// powers are what the model may do: the agent's and the options', bounded by what
+	// started the conversation (powers.go); level and workspace are theirs.
+	powers      Powers
 	thinking    string
 	temperature *float64
 	maxIter     int
@@ -421,12 +441,13 @@ type chat struct {
 	setQueueMode bool
 }
 
-func (c *chat) openTools(prof *profile.Profile) error {
+func (c *chat) openTools() error {
 	settings := map[string]permission.ToolSettings{}
-	for _, t := range prof.DisabledTools {
+	for _, t := range c.powers.DisabledTools {
 		settings[t] = permission.ToolSettings{Disabled: true}
 	}
-	perm, err := permission.New(permission.Config{Level: c.level, Workspace: c.workspace, Tools: settings, BlockedPaths: c.k.gatewayPaths()})
+	perm, err := permission.New(permission.Config{Level: c.level, Workspace: c.workspace, Tools: settings,
+		AllowedPaths: c.powers.AllowedPaths, BlockedPaths: append(c.k.gatewayPaths(), c.powers.BlockedPaths...)})
 	if err != nil {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "permissions: %v", err)
 	}
@@ -642,6 +663,10 @@ func (c *chat) Control(_ context.Context, req abi.ControlRequest) (any, error) {
 			return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "subagents are not available in this gateway")
 		}
 		out, err := c.spawn(context.WithoutCancel(c.base), spawnArgs{Task: sp.Task, Label: sp.Label, Cleanup: sp.Cleanup, Agent: sp.Agent, Level: sp.Level}, "")
+		if ae := (*abi.Error)(nil); errors.As(err, &ae) {
+			// A limit keeps its code (LIMIT_EXCEEDED: retry later).
+			return nil, &abi.Error{Code: ae.Code, SessionID: c.sink.SessionID(), Message: ae.Message, Err: ae.Err}
+		}
 		if err != nil {
 			return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "%v", err)
 		}

@@ -43,6 +43,9 @@ type env struct {
 	// serve does).
 	k      *aichat.Kind
 	resume bool
+	// limits are the kinds' subagent limits; now, when set, their clock (and runs.json's).
+	limits aichat.SubagentLimits
+	now    func() time.Time
 }
 
 // withBroker gives the env's kinds the durable queue of its state directory.
@@ -85,10 +88,12 @@ func (e *env) kind(t *testing.T) *aichat.Kind {
 			}
 			return ""
 		},
-		Shells:  shells,
-		Logs:    &aichat.LogOptions{Context: true, Verbose: true, Raw: true},
-		Broker:  e.queues,
-		Collect: e.collect,
+		Shells:    shells,
+		Logs:      &aichat.LogOptions{Context: true, Verbose: true, Raw: true},
+		Broker:    e.queues,
+		Collect:   e.collect,
+		Subagents: e.limits,
+		Now:       e.now,
 	}
 }
 
@@ -106,7 +111,7 @@ func (e *env) gatewayWith(t *testing.T, cfg live.Config) *live.Registry {
 		t.Fatal(err)
 	}
 	if e.queues != nil {
-		runs, err := chatstore.OpenSubagents(filepath.Join(e.state, "subagents"), nil)
+		runs, err := chatstore.OpenSubagents(filepath.Join(e.state, "subagents"), e.now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/conversation"
 )
 
 // OptionsField is the sessions.json field recording what a conversation's last session was
@@ -50,6 +51,10 @@ type Delivery struct {
 	// Options open the conversation when it has none recorded (a new one); a conversation
 	// that had a session is opened as that session was.
 	Options abi.AIChatOptions
+	// Powers, when set, bound a conversation opened with Options (another conversation's, for
+	// a message it sends): they are recorded on it (PowersField) before it opens, so every
+	// session on it gets at most these.
+	Powers *Powers
 }
 
 // Delivered is what Deliver stored.
@@ -93,7 +98,7 @@ func (k *Kind) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 			k.cancelTurns(ctx, key)
 		}
 	}
-	if err := k.ensure(ctx, key, d.Options); err != nil {
+	if err := k.ensure(ctx, key, d.Options, d.Powers); err != nil {
 		// The message is stored: the next session on the key, or the next gateway, delivers it.
 		return out, fmt.Errorf("message %s is queued, but no session could be opened to deliver it: %w", out.MessageID, err)
 	}
@@ -117,15 +122,16 @@ func (k *Kind) Resume(ctx context.Context) {
 		return
 	}
 	for _, key := range keys {
-		if err := k.ensure(ctx, key, abi.AIChatOptions{}); err != nil {
+		if err := k.ensure(ctx, key, abi.AIChatOptions{}, nil); err != nil {
 			k.logger().Warn("resume queued messages", "key", key, "err", err)
 		}
 	}
 }
 
 // ensure makes sure a session delivers key's queue: the deliverer is woken, or a background
-// session is opened, with the options the conversation last had (else opts).
-func (k *Kind) ensure(ctx context.Context, key string, opts abi.AIChatOptions) error {
+// session is opened, with the options the conversation last had (else opts, and then powers
+// are recorded on it first).
+func (k *Kind) ensure(ctx context.Context, key string, opts abi.AIChatOptions, powers *Powers) error {
 	k.chatsMu.Lock()
 	if c := k.ownerLocked(key); c != nil {
 		k.chatsMu.Unlock()
@@ -147,12 +153,18 @@ func (k *Kind) ensure(ctx context.Context, key string, opts abi.AIChatOptions) e
 		k.chatsMu.Unlock()
 	}()
 	var roadmap string
+	recorded := false
 	if sh, err := k.Chats.Show(ctx, key); err == nil {
 		if rec, ok := recordedOptions(sh.Entry); ok {
-			opts = rec
+			opts, recorded = rec, true
 		}
 		if sh.Entry != nil {
 			_ = json.Unmarshal(sh.Entry.Extra[RoadmapField], &roadmap)
+		}
+	}
+	if !recorded && powers != nil {
+		if err := k.recordPowers(ctx, key, opts.Workspace, *powers); err != nil {
+			return err
 		}
 	}
 	opts.Background = true
@@ -180,7 +192,7 @@ func (k *Kind) handOver(key string) {
 	if err != nil || len(q) == 0 {
 		return
 	}
-	if err := k.ensure(life, key, abi.AIChatOptions{}); err != nil && !errors.Is(err, context.Canceled) {
+	if err := k.ensure(life, key, abi.AIChatOptions{}, nil); err != nil && !errors.Is(err, context.Canceled) {
 		k.logger().Warn("hand over queued messages", "key", key, "err", err)
 	}
 }
@@ -262,4 +274,25 @@ func (c *chat) closeIfDone() {
 	go func() {
 		_, _ = c.k.Sessions.Close(context.WithoutCancel(c.base), c.sink.SessionID(), abi.CloseRequested)
 	}()
+}
+
+// recordPowers bounds the conversation key by powers (PowersField on its sessions.json entry,
+// created with it when it is new), adding to any bounds it has.
+func (k *Kind) recordPowers(ctx context.Context, key, cwd string, powers Powers) error {
+	h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Cwd: cwd, Fields: map[string]any{PowersField: powers}})
+	if err != nil {
+		return fmt.Errorf("record the powers of %s: %w", key, err)
+	}
+	defer func() { _ = h.Close() }()
+	if raw, ok := h.Entry.Extra[PowersField]; ok {
+		var old Powers
+		if err := json.Unmarshal(raw, &old); err != nil {
+			return fmt.Errorf("record the powers of %s: the recorded ones: %w", key, err)
+		}
+		powers = old.bound(powers)
+	}
+	if err := h.Patch(ctx, map[string]any{PowersField: powers}); err != nil {
+		return fmt.Errorf("record the powers of %s: %w", key, err)
+	}
+	return nil
 }

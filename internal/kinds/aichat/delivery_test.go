@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -183,5 +185,100 @@ func TestForegroundTakesOver(t *testing.T) {
 	})
 	if got := userTexts(t, e, key); got != "hang|hello" || !strings.Contains(roles(e.history(t, key)), "assistant") {
 		t.Fatalf("user messages %q", got)
+	}
+}
+
+// TestSendOpensWithTheSendersPowers: sessions_send to a conversation that never ran opens it
+// with the sender's powers intersected with the target agent's, not at the target agent's
+// level (yolo here): from a sandboxed sender its bash is refused, from a trusted one it asks
+// for confirmation; the sender's disabled write_file is disabled there too.
+func TestSendOpensWithTheSendersPowers(t *testing.T) {
+	for _, level := range []string{"sandboxed", "trusted"} {
+		t.Run(level, func(t *testing.T) {
+			e := newEnv(t, func(req chatRequest, w *sse) {
+				switch {
+				case strings.HasSuffix(req.lastUser(), "run it"): // the ops agent
+					tried := 0
+					for i := len(req.Messages) - 1; i >= 0 && req.Messages[i].Role != "user"; i-- {
+						if req.Messages[i].Role == "tool" {
+							tried++
+						}
+					}
+					switch tried {
+					case 0:
+						w.call("o1", "bash", map[string]any{"command": "echo hi > bashed.txt"})
+					case 1:
+						w.call("o2", "write_file", map[string]any{"path": "written.txt", "content": "hi"})
+					default:
+						w.text("done")
+					}
+				case req.last().Role == "tool":
+					w.text("sent")
+				default:
+					w.call("b1", "sessions_send", map[string]any{"agent": "ops", "message": "run it"})
+				}
+			}).withBroker(t)
+			writeAgent(t, e, "boss", "disabled_tools = [\"write_file\"]\nallowed_targets = [\"agent:ops\"]\n")
+			writeAgent(t, e, "ops", "level = \"yolo\"\n")
+			r := e.gateway(t)
+			s := e.open(t, r, "agent:boss:test:b", level)
+			w := &watcher{r: r, id: s.SessionID}
+			send(t, r, s.SessionID, "ask ops")
+			if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+				t.Fatalf("turn %+v: %s", end, describe(w.seen))
+			}
+			const target = "agent:ops:main"
+			if level == "trusted" {
+				var bg string
+				testkit.Eventually(t, "the background session on "+target, func() bool {
+					for _, s := range liveChats(t, r) {
+						if s.Metadata["chatKey"] == target {
+							bg = s.SessionID
+						}
+					}
+					return bg != ""
+				})
+				bw := &watcher{r: r, id: bg}
+				ev := bw.until(t, "a confirmation request", func(e *live.Event) bool { _, ok := e.Payload.(abi.AIConfirmation); return ok })
+				c := ev.Payload.(abi.AIConfirmation)
+				if c.Tool != "bash" {
+					t.Fatalf("confirmation %+v", c)
+				}
+				if _, err := r.Control(context.Background(), bg, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "deny"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.delivered(t, target)
+			testkit.Eventually(t, "the ops turn's end", func() bool {
+				msgs := e.history(t, target)
+				return len(msgs) > 0 && msgs[len(msgs)-1].Role == "assistant" && msgs[len(msgs)-1].Content[0].Text == "done"
+			})
+			var results []string
+			for _, m := range e.history(t, target) {
+				if m.Role == "toolResult" {
+					if !m.IsError {
+						t.Errorf("%s ran: %q", m.ToolName, m.Content[0].Text)
+					}
+					results = append(results, m.ToolName+": "+m.Content[0].Text)
+				}
+			}
+			t.Logf("results %q", results)
+			if len(results) != 2 || !strings.Contains(results[1], "disabled") ||
+				level == "sandboxed" && !strings.Contains(results[0], "not available at permission level sandboxed") {
+				t.Errorf("results %q", results)
+			}
+			for _, f := range []string{"bashed.txt", "written.txt"} {
+				if _, err := os.Stat(filepath.Join(e.ws, f)); err == nil {
+					t.Errorf("%s was written", f)
+				}
+			}
+			sh, err := e.chats.Show(context.Background(), target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(sh.Entry.Extra[aichat.OptionsField]); !strings.Contains(got, `"level":"`+level+`"`) {
+				t.Errorf("%s opened with %s", target, got)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/agent/profile"
 	"github.com/nexus-run/nexus/internal/agent/tools"
 	"github.com/nexus-run/nexus/internal/chatstore"
@@ -40,30 +41,6 @@ func (c *chat) relation(target string) (string, error) {
 		return "child", nil
 	}
 	return "", nil
-}
-
-// reach checks that the conversation's allowed targets (the agent's allowed_targets, default
-// family) let it reach target; errors say why for the model, never what else exists.
-func (c *chat) reach(target string) error {
-	rel, err := c.relation(target)
-	if err != nil {
-		return err
-	}
-	allowed := c.prof.AllowedTargets
-	if len(allowed) == 0 {
-		allowed = []string{RelFamily}
-	}
-	for _, a := range allowed {
-		switch {
-		case a == target,
-			isAgentTarget(a) && strings.HasPrefix(target, a+":"),
-			a == RelFamily && rel != "",
-			a == RelParent && rel == RelParent,
-			a == RelChildren && rel == "child":
-			return nil
-		}
-	}
-	return fmt.Errorf("refused: %s is not among the conversations this agent may reach (%s)", target, strings.Join(allowed, ", "))
 }
 
 // isAgentTarget reports whether an allowed_targets entry names a whole agent (agent:<id>):
@@ -193,13 +170,21 @@ func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
 // who speaks.
 func (c *chat) sendTo(ctx context.Context, key, mode, text string) (any, error) {
 	to := AgentOfKey(key)
-	opts := abi.AIChatOptions{Agent: to, Workspace: c.workspace}
-	if p, err := profile.Load(c.k.StateDir, firstOf(to, profile.Main)); err == nil && p.Backend == "" {
-		// A new conversation of an agent without a backend of its own talks to the sender's.
-		opts.Backend, opts.Model = c.backend.Name, c.backend.Model
+	// A conversation that never ran opens with this one's powers, bounded by its agent's (as a
+	// subagent would be): its level is the stricter of this one's and the agent's own.
+	opts := abi.AIChatOptions{Agent: to, Workspace: c.workspace, Level: string(c.level)}
+	if p, err := profile.Load(c.k.StateDir, firstOf(to, profile.Main)); err == nil {
+		if p.Backend == "" {
+			// A new conversation of an agent without a backend of its own talks to the sender's.
+			opts.Backend, opts.Model = c.backend.Name, c.backend.Model
+		}
+		if l, err := levelOf(p); err == nil && l != "" {
+			opts.Level = string(permission.Stricter(c.level, l))
+		}
 	}
+	bounds := c.powers.inherited(c.key)
 	body := fmt.Sprintf("[message from agent %s (%s)]\n\n%s", c.prof.ID, c.key, text)
-	d, err := c.k.Deliver(ctx, Delivery{Key: key, Text: body, Mode: mode, From: c.key, Options: opts})
+	d, err := c.k.Deliver(ctx, Delivery{Key: key, Text: body, Mode: mode, From: c.key, Options: opts, Powers: &bounds})
 	if d.MessageID == "" {
 		return nil, err
 	}

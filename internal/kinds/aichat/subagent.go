@@ -14,6 +14,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/agent"
 	"github.com/nexus-run/nexus/internal/agent/permission"
+	"github.com/nexus-run/nexus/internal/agent/profile"
 	"github.com/nexus-run/nexus/internal/agent/tools"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
@@ -29,6 +30,12 @@ type SubagentLimits struct {
 	MaxChildren int
 	// MaxRunning is how many subagents may run at once in the gateway (default 16).
 	MaxRunning int
+	// MaxRuns is how many subagents one conversation may start in any Window (defaults 30
+	// and 10 minutes): six rounds of MaxChildren, more than a manager handing out real work
+	// starts (a run is minutes of model calls), while a model that spawns at every
+	// announcement is stopped after 30 runs instead of running until its budget is gone.
+	MaxRuns int
+	Window  time.Duration
 }
 
 func (l SubagentLimits) withDefaults() SubagentLimits {
@@ -41,7 +48,46 @@ func (l SubagentLimits) withDefaults() SubagentLimits {
 	if l.MaxRunning <= 0 {
 		l.MaxRunning = 16
 	}
+	if l.MaxRuns <= 0 {
+		l.MaxRuns = 30
+	}
+	if l.Window <= 0 {
+		l.Window = 10 * time.Minute
+	}
 	return l
+}
+
+// check refuses a new run of requester when the runs recorded (all of them, ended or not)
+// reach a limit. now is the new run's start.
+func (l SubagentLimits) check(runs []chatstore.SubagentRunRecord, requester string, now time.Time) error {
+	if d := depth(runs, requester, l.MaxDepth); d >= l.MaxDepth {
+		return fmt.Errorf("refused: this conversation is a subagent at depth %d, the most is %d", d, l.MaxDepth)
+	}
+	since := now.Add(-l.Window).UnixMilli()
+	mine, running, recent := 0, 0, 0
+	oldest := now.UnixMilli()
+	for _, r := range runs {
+		if r.EndedAt == 0 {
+			running++
+			if r.RequesterSessionKey == requester {
+				mine++
+			}
+		}
+		if r.RequesterSessionKey == requester && r.CreatedAt > since {
+			recent++
+			oldest = min(oldest, r.CreatedAt)
+		}
+	}
+	switch {
+	case mine >= l.MaxChildren:
+		return abi.Errorf(abi.CodeLimitExceeded, "", "%d subagents of this conversation are running, the most is %d; wait for one to announce", mine, l.MaxChildren)
+	case running >= l.MaxRunning:
+		return abi.Errorf(abi.CodeLimitExceeded, "", "%d subagents are running in the gateway, the most is %d; wait for one to end", running, l.MaxRunning)
+	case recent >= l.MaxRuns:
+		next := time.UnixMilli(oldest).Add(l.Window).Sub(now).Round(time.Second)
+		return abi.Errorf(abi.CodeLimitExceeded, "", "this conversation started %d subagents in the last %s, the most is %d; the next may start in %s", recent, l.Window, l.MaxRuns, next)
+	}
+	return nil
 }
 
 // depth is how many subagent levels a session key is below a top-level conversation: by the
@@ -58,17 +104,6 @@ func depth(runs []chatstore.SubagentRunRecord, key string, limit int) int {
 		d++
 	}
 	return max(d, strings.Count(key, ":subagent:"))
-}
-
-// levelRank orders levels by what they allow.
-func levelRank(l permission.Level) int {
-	switch l {
-	case permission.YOLO:
-		return 2
-	case permission.Trusted:
-		return 1
-	}
-	return 0
 }
 
 // spawnTool is sessions_spawn: it starts a child conversation that works on a task in the
@@ -121,35 +156,14 @@ func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, 
 	return tools.Result{Output: string(b)}, nil
 }
 
-// spawn checks the limits, creates the child conversation and its run record, and starts it.
+// spawn checks the limits and records the run in one transaction (so parallel spawns cannot
+// pass a limit together), creates the child conversation bounded by this one's powers, and
+// starts it.
 func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[string]any, error) {
 	k := c.k
 	lim := k.Subagents.withDefaults()
 	if k.Sessions == nil || k.Runs == nil || k.Broker == nil {
 		return nil, errors.New("subagents are not available in this gateway")
-	}
-	all, err := k.Runs.List(chatstore.SubagentFilter{})
-	if err != nil {
-		return nil, fmt.Errorf("subagents: %w", err)
-	}
-	if d := depth(all, c.key, lim.MaxDepth); d >= lim.MaxDepth {
-		return nil, fmt.Errorf("refused: this conversation is a subagent at depth %d, the most is %d", d, lim.MaxDepth)
-	}
-	active, err := k.Runs.List(chatstore.SubagentFilter{Active: true})
-	if err != nil {
-		return nil, fmt.Errorf("subagents: %w", err)
-	}
-	mine := 0
-	for _, r := range active {
-		if r.RequesterSessionKey == c.key {
-			mine++
-		}
-	}
-	switch {
-	case mine >= lim.MaxChildren:
-		return nil, fmt.Errorf("refused: %d subagents of this conversation are running, the most is %d; wait for one to announce", mine, lim.MaxChildren)
-	case len(active) >= lim.MaxRunning:
-		return nil, fmt.Errorf("refused: %d subagents are running in the gateway, the most is %d", len(active), lim.MaxRunning)
 	}
 	level := c.level
 	if a.Level != "" {
@@ -157,40 +171,66 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		if err != nil {
 			return nil, err //nolint:wrapcheck // the text names the level
 		}
-		if levelRank(l) > levelRank(c.level) {
+		if !c.level.Allows(l) {
 			return nil, fmt.Errorf("refused: level %s is higher than this conversation's (%s)", l, c.level)
 		}
 		level = l
 	}
 	agentID := firstOf(a.Agent, c.prof.ID)
-	cleanup := firstOf(a.Cleanup, "delete")
-	runID := uuid.NewString()
-	childKey := "agent:" + agentID + ":subagent:" + runID
-	now := k.now().UnixMilli()
-	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: map[string]any{
-		"spawnedBy": c.key, "parentSessionId": c.chatSession, "toolCallId": callID, "taskDescription": a.Task,
-		"taskStatus": "running", "isSubagent": true, "label": "", "project": c.workspace, "isAgentic": true,
-	}})
+	prof, err := profile.Load(k.StateDir, agentID)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // the text names the agent
+	}
+	agentLevel, err := levelOf(prof)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.Close(); err != nil {
-		return nil, err
-	}
+	// The child's powers: this conversation's, at the level asked for, bounded by its agent's
+	// (whose own level bounds it only when the agent sets one); it works in this workspace.
+	mine := c.powers.inherited(c.key)
+	mine.Level = level
+	theirs := ownPowers(prof, agentLevel, c.workspace)
+	theirs.Workspace = ""
+	powers := mine.bound(theirs)
+	cleanup := firstOf(a.Cleanup, "delete")
+	runID := uuid.NewString()
+	childKey := "agent:" + agentID + ":subagent:" + runID
+	now := k.now()
 	rec := chatstore.SubagentRunRecord{RunID: runID, ChildSessionKey: childKey, RequesterSessionKey: c.key, Task: a.Task,
-		Cleanup: cleanup, Label: a.Label, CreatedAt: now, StartedAt: now}
-	if err := k.Runs.Put(ctx, rec); err != nil {
+		Cleanup: cleanup, Label: a.Label, CreatedAt: now.UnixMilli(), StartedAt: now.UnixMilli()}
+	rawPowers, err := json.Marshal(powers)
+	if err != nil {
 		return nil, fmt.Errorf("subagents: %w", err)
 	}
-	opts, _ := json.Marshal(abi.AIChatOptions{Backend: c.backend.Name, Model: c.backend.Model, Agent: agentID, Level: string(level),
+	rec.Extra = map[string]json.RawMessage{PowersField: rawPowers}
+	if err := k.Runs.PutChecked(ctx, rec, func(runs []chatstore.SubagentRunRecord) error {
+		return lim.check(runs, c.key, now)
+	}); err != nil {
+		return nil, err //nolint:wrapcheck // a refusal is the check's own text; a store error names runs.json
+	}
+	fail := func(err error) (map[string]any, error) {
+		k.endRun(context.WithoutCancel(ctx), rec, chatstore.OutcomeError, "could not start: "+err.Error(), "")
+		return nil, fmt.Errorf("the subagent could not start: %w", err)
+	}
+	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: map[string]any{
+		"spawnedBy": c.key, "parentSessionId": c.chatSession, "toolCallId": callID, "taskDescription": a.Task,
+		"taskStatus": "running", "isSubagent": true, "label": "", "project": c.workspace, "isAgentic": true,
+		PowersField: powers,
+	}})
+	if err != nil {
+		return fail(err)
+	}
+	if err := h.Close(); err != nil {
+		return fail(err)
+	}
+	opts, _ := json.Marshal(abi.AIChatOptions{Backend: c.backend.Name, Model: c.backend.Model, Agent: agentID, Level: string(powers.Level),
 		Workspace: c.workspace, Temperature: c.temperature})
 	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey, RoadmapID: c.roadmap}, Options: opts})
 	if err == nil {
 		err = k.Sessions.Send(live.WithSendOptions(context.WithoutCancel(ctx), &live.SendOptions{Mode: "followup"}), s.SessionID, []byte(a.Task))
 	}
 	if err != nil {
-		k.endRun(context.WithoutCancel(ctx), rec, chatstore.OutcomeError, "could not start: "+err.Error(), "")
-		return nil, fmt.Errorf("the subagent could not start: %w", err)
+		return fail(err)
 	}
 	c.sink.Publish(abi.EventData, abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: runID, ChildSessionKey: childKey, SessionID: s.SessionID, Label: a.Label, Task: a.Task})
 	go k.watchRun(context.WithoutCancel(ctx), rec, s.SessionID)

@@ -3,14 +3,21 @@ package aichat_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
+	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/testkit"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
@@ -194,5 +201,405 @@ func TestSubagentAnnounceOnceAfterARestart(t *testing.T) {
 	_ = json.Unmarshal(b, &doc)
 	if !strings.Contains(string(doc.Runs["run-orphan"]), `"endedAt"`) {
 		t.Fatalf("runs.json %s", b)
+	}
+}
+
+// fanOut answers as a manager that hands out tasks at once: "fan out N" is one reply of N
+// sessions_spawn calls run in parallel, and each child holds its task until hold is closed,
+// so every child started is still running when the batch ends.
+func fanOut(hold <-chan struct{}) func(chatRequest, *sse) {
+	return func(req chatRequest, w *sse) {
+		switch {
+		case req.lastUser() == "hold": // a child
+			select {
+			case <-hold:
+				w.text("held")
+			case <-w.r.Context().Done():
+			}
+		case strings.HasPrefix(req.lastUser(), aichat.AnnouncePrefix):
+			w.text("got it")
+		case req.last().Role == "tool":
+			w.text("fanned out")
+		case strings.HasPrefix(req.lastUser(), "fan out "):
+			n, _ := strconv.Atoi(strings.TrimPrefix(req.lastUser(), "fan out "))
+			cs := make([][3]any, n)
+			for i := range cs {
+				cs[i] = [3]any{fmt.Sprintf("spawn_%d", i), "sessions_spawn", map[string]any{"task": "hold", "label": fmt.Sprintf("w%d", i), "cleanup": "keep", "_parallel": true}}
+			}
+			w.calls(cs...)
+		default:
+			w.text("noted")
+		}
+	}
+}
+
+// spawnResults counts a conversation's sessions_spawn results: started, and refused with
+// the limit's error code.
+func spawnResults(t *testing.T, e *env, key string) (started, limited int, other []string) {
+	t.Helper()
+	for _, m := range e.history(t, key) {
+		if m.Role != "toolResult" || m.ToolName != "sessions_spawn" {
+			continue
+		}
+		text := m.Content[0].Text
+		switch {
+		case !m.IsError && strings.Contains(text, `"status":"started"`):
+			started++
+		case m.IsError && strings.HasPrefix(text, string(abi.CodeLimitExceeded)+": "):
+			limited++
+		default:
+			other = append(other, text)
+		}
+	}
+	return started, limited, other
+}
+
+// TestSubagentCapsHoldUnderParallelSpawns: the caps are checked and the run recorded in one
+// transaction, so parallel spawns cannot pass the check together: 12 parallel spawns with a
+// per-conversation cap of 5 start exactly 5 (7 get LIMIT_EXCEEDED), and three conversations
+// spawning 10 each with a gateway cap of 16 start exactly 16.
+func TestSubagentCapsHoldUnderParallelSpawns(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		limits        aichat.SubagentLimits
+		conversations int
+		each          int
+		want          int
+	}{
+		{"per conversation", aichat.SubagentLimits{MaxChildren: 5}, 1, 12, 5},
+		{"gateway", aichat.SubagentLimits{MaxChildren: 10, MaxRunning: 16}, 3, 10, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hold := make(chan struct{})
+			release := sync.OnceFunc(func() { close(hold) })
+			t.Cleanup(release)
+			e := newEnv(t, fanOut(hold)).withBroker(t)
+			e.limits = tc.limits
+			r := e.gateway(t)
+			var keys []string
+			var ws []*watcher
+			for i := range tc.conversations {
+				key := fmt.Sprintf("agent:main:test:fan-%d", i)
+				s := e.open(t, r, key, "yolo")
+				keys, ws = append(keys, key), append(ws, &watcher{r: r, id: s.SessionID})
+			}
+			for _, w := range ws {
+				send(t, r, w.id, fmt.Sprintf("fan out %d", tc.each))
+			}
+			// The refusals may end the turn as a loop (the same tool failing in a row): the
+			// results are in the transcript either way.
+			for _, w := range ws {
+				w.turnEnded(t)
+			}
+			running := 0
+			for _, run := range runsOf(t, e) {
+				if run.EndedAt == 0 {
+					running++
+				}
+			}
+			started, limited := 0, 0
+			for _, key := range keys {
+				s, l, other := spawnResults(t, e, key)
+				started, limited = started+s, limited+l
+				if len(other) > 0 {
+					t.Errorf("%s: other results %q", key, other)
+				}
+			}
+			t.Logf("%d × %d parallel spawns: %d started, %d running, %d refused with LIMIT_EXCEEDED", tc.conversations, tc.each, started, running, limited)
+			if started != tc.want || running != tc.want || limited != tc.conversations*tc.each-tc.want {
+				t.Fatalf("started %d, running %d, limited %d; want %d, %d, %d", started, running, limited, tc.want, tc.want, tc.conversations*tc.each-tc.want)
+			}
+			release()
+			testkit.Eventually(t, "every run ended", func() bool {
+				for _, run := range runsOf(t, e) {
+					if run.EndedAt == 0 {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
+
+// TestFigureSpawnLoop measures how many runs a model that spawns a subagent at every
+// announcement makes in 10 s with the default limits (docs/ai-chat.md, Subagents). It is a
+// measurement, not a check: it runs only with NEXUS_FIGURES=1.
+func TestFigureSpawnLoop(t *testing.T) {
+	if os.Getenv("NEXUS_FIGURES") == "" {
+		t.Skip("a 10 s measurement: set NEXUS_FIGURES=1")
+	}
+	var n atomic.Int64
+	e := newEnv(t, spawnLoop(&n)).withBroker(t)
+	r := e.gateway(t)
+	s := e.open(t, r, "agent:main:test:loop", "yolo")
+	start := time.Now()
+	send(t, r, s.SessionID, "go")
+	time.Sleep(10 * time.Second)
+	t.Logf("runs in %v: %d", time.Since(start).Round(time.Millisecond), len(runsOf(t, e)))
+}
+
+// escaper answers as a worker that tries to escape its limits through a subagent: "spawn
+// <agent> [<agent>...]" spawns the first agent on the task "spawn <the rest>", or "escape"
+// for the last, whose every "escape" message tries a write_file, then sessions_history of a
+// stranger's conversation, then says what it got.
+func escaper(req chatRequest, w *sse) {
+	var first string
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			first = m.text()
+			break
+		}
+	}
+	last := req.last()
+	switch {
+	case req.lastUser() == "escape":
+		tried := 0
+		for i := len(req.Messages) - 1; i >= 0 && req.Messages[i].Role != "user"; i-- {
+			if req.Messages[i].Role == "tool" {
+				tried++
+			}
+		}
+		switch tried {
+		case 0:
+			w.call("e1", "write_file", map[string]any{"path": "escaped.txt", "content": "out"})
+		case 1:
+			w.call("e2", "sessions_history", map[string]any{"key": "agent:main:test:stranger"})
+		default:
+			w.text("tried")
+		}
+	case strings.HasPrefix(first, "spawn "):
+		switch {
+		case strings.HasPrefix(req.lastUser(), aichat.AnnouncePrefix):
+			w.text("ok")
+		case last.Role == "tool":
+			w.text("spawned")
+		default:
+			agents := strings.Fields(strings.TrimPrefix(first, "spawn "))
+			task := "escape"
+			if len(agents) > 1 {
+				task = "spawn " + strings.Join(agents[1:], " ")
+			}
+			w.call("s1", "sessions_spawn", map[string]any{"task": task, "agent": agents[0], "cleanup": "keep"})
+		}
+	default:
+		w.text("noted: " + req.lastUser())
+	}
+}
+
+// escapeResults are the results of the child's last write_file and sessions_history calls.
+func escapeResults(t *testing.T, e *env, key string) (write, history provider.Message) {
+	t.Helper()
+	for _, m := range e.history(t, key) {
+		switch {
+		case m.Role == "toolResult" && m.ToolName == "write_file":
+			write = m
+		case m.Role == "toolResult" && m.ToolName == "sessions_history":
+			history = m
+		}
+	}
+	return write, history
+}
+
+// TestSubagentPowersAreBoundedBySpawner: a sandboxed worker without write_file that may reach
+// only its parent spawns another agent (main, or one whose allowed_targets reach a stranger's
+// conversation), directly or through a subagent of its own: the one that tries cannot
+// write_file (the disabled tools are the union) nor read the stranger (every allowed_targets
+// list must allow a target), and the bounds recorded with the run hold after a gateway
+// restart, even in a session opened on it at level yolo.
+func TestSubagentPowersAreBoundedBySpawner(t *testing.T) {
+	for _, tc := range []struct{ name, agents string }{
+		{"main", "main"},
+		{"wide", "wide"},
+		{"grandchild", "main wide"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, escaper).withBroker(t)
+			writeAgent(t, e, "worker", "level = \"sandboxed\"\ndisabled_tools = [\"write_file\"]\nallowed_targets = [\"parent\"]\n")
+			writeAgent(t, e, "wide", "level = \"yolo\"\nallowed_targets = [\"agent:main\"]\n")
+			r := e.gateway(t)
+			stranger := e.open(t, r, "agent:main:test:stranger", "yolo")
+			sw := &watcher{r: r, id: stranger.SessionID}
+			send(t, r, stranger.SessionID, "secret plans")
+			sw.turnEnded(t)
+
+			s := e.open(t, r, "agent:worker:test:w", "sandboxed")
+			w := &watcher{r: r, id: s.SessionID}
+			send(t, r, s.SessionID, "spawn "+tc.agents)
+			for range 2 { // the spawn, the announcement
+				if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+					t.Fatalf("turn %+v: %s", end, describe(w.seen))
+				}
+			}
+			// The last of the chain tries; a grandchild announces into its parent, whose
+			// session has closed (a background one opens, bounded as well).
+			want := len(strings.Fields(tc.agents))
+			var runs []chatstore.SubagentRunRecord
+			testkit.Eventually(t, "every run ended", func() bool {
+				runs = runsOf(t, e)
+				for _, run := range runs {
+					if run.EndedAt == 0 {
+						return false
+					}
+				}
+				return len(runs) == want
+			})
+			agents := strings.Fields(tc.agents)
+			var childKey string // the last of the chain
+			for _, run := range runs {
+				if strings.HasPrefix(run.ChildSessionKey, "agent:"+agents[len(agents)-1]+":subagent:") {
+					childKey = run.ChildSessionKey
+				}
+			}
+			check := func(when string) {
+				t.Helper()
+				write, hist := escapeResults(t, e, childKey)
+				if !write.IsError || !strings.Contains(write.Content[0].Text, "disabled") {
+					t.Errorf("%s: write_file answered %+v", when, write)
+				}
+				if !hist.IsError || !strings.Contains(hist.Content[0].Text, "refused") || strings.Contains(hist.Content[0].Text, "secret plans") {
+					t.Errorf("%s: sessions_history answered %+v", when, hist)
+				}
+				if _, err := os.Stat(filepath.Join(e.ws, "escaped.txt")); err == nil {
+					t.Errorf("%s: the child wrote escaped.txt", when)
+				}
+			}
+			check("spawned")
+
+			r2 := e.gateway(t)
+			s2 := e.open(t, r2, childKey, "yolo")
+			w2 := &watcher{r: r2, id: s2.SessionID}
+			send(t, r2, s2.SessionID, "escape")
+			if end := w2.turnEnded(t); end.End != abi.TurnCompleted {
+				t.Fatalf("turn %+v: %s", end, describe(w2.seen))
+			}
+			check("after a restart, opened at yolo")
+		})
+	}
+}
+
+// clock is a fake clock that moves only when told.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// lastAnswer is the text of the conversation's last message if it is the model's, read while
+// turns may be writing it ("" when it cannot be read yet).
+func lastAnswer(e *env, key string) string {
+	h, err := e.chats.History(context.Background(), key, conversation.HistoryOptions{})
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = h.Close() }()
+	var last json.RawMessage
+	for m, err := range h.Messages {
+		if err != nil {
+			return ""
+		}
+		last = append(json.RawMessage(nil), m...)
+	}
+	msgs, err := provider.FromContext([]json.RawMessage{last})
+	if err != nil || len(msgs) != 1 || msgs[0].Role != provider.RoleAssistant || len(msgs[0].Content) == 0 {
+		return ""
+	}
+	return msgs[0].Content[0].Text
+}
+
+// spawnLoop answers as a model that spawns a subagent at every announcement (but that of a
+// "final" task).
+func spawnLoop(n *atomic.Int64) func(chatRequest, *sse) {
+	return func(req chatRequest, w *sse) {
+		last := req.last()
+		switch {
+		case req.lastUser() == "work" || req.lastUser() == "final": // a child
+			w.text("worked")
+		case strings.Contains(req.lastUser(), "] task: final"):
+			w.text("done")
+		case last.Role == "tool" && last.ToolCallID == "loop":
+			w.text("spawn answered: " + last.text())
+		default: // the first message and every announcement
+			w.call("loop", "sessions_spawn", map[string]any{"task": "work", "label": fmt.Sprintf("w%d", n.Add(1))})
+		}
+	}
+}
+
+// TestSubagentRunsPerWindow: a model that spawns a subagent at every announcement starts
+// MaxRuns runs in the window and then gets LIMIT_EXCEEDED as the tool's result (and stops, no
+// announcement coming); the CLI's spawn gets the same code; once the window has passed on
+// the clock, spawning works again.
+func TestSubagentRunsPerWindow(t *testing.T) {
+	var n atomic.Int64
+	clk := newClock()
+	e := newEnv(t, spawnLoop(&n)).withBroker(t)
+	e.limits = aichat.SubagentLimits{MaxRuns: 3, Window: 10 * time.Minute}
+	e.now = clk.Now
+	r := e.gateway(t)
+	key := "agent:main:test:looper"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "go")
+	w.turnEnded(t)
+	testkit.Eventually(t, "the loop stopped by the window", func() bool {
+		return strings.HasPrefix(lastAnswer(e, key), "spawn answered: "+string(abi.CodeLimitExceeded)+": ")
+	})
+	started, limited, other := spawnResults(t, e, key)
+	if started != 3 || limited != 1 || len(other) != 0 || len(runsOf(t, e)) != 3 {
+		t.Fatalf("started %d, limited %d, other %q, runs %d", started, limited, other, len(runsOf(t, e)))
+	}
+	msgs := e.history(t, key)
+	if want := "this conversation started 3 subagents in the last 10m0s, the most is 3; the next may start in 10m0s"; !strings.Contains(msgs[len(msgs)-1].Content[0].Text, want) {
+		t.Errorf("the refusal %q, want %q", msgs[len(msgs)-1].Content[0].Text, want)
+	}
+	spawn := func() error {
+		_, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandSpawn, Spawn: &abi.SpawnRequest{Task: "final", Cleanup: "keep"}})
+		return err
+	}
+	clk.Advance(10*time.Minute - time.Millisecond)
+	if err := spawn(); abi.CodeOf(err) != abi.CodeLimitExceeded {
+		t.Fatalf("spawn inside the window: %v", err)
+	}
+	clk.Advance(time.Millisecond)
+	if err := spawn(); err != nil {
+		t.Fatalf("spawn once the window has passed: %v", err)
+	}
+	testkit.Eventually(t, "4 runs", func() bool { return len(runsOf(t, e)) == 4 })
+}
+
+// TestSubagentLevelIsTheStricter: a yolo conversation spawning a sandboxed agent gets a
+// sandboxed child (the agent's level bounds it), recorded with the run and in the child's
+// options.
+func TestSubagentLevelIsTheStricter(t *testing.T) {
+	e := newEnv(t, escaper).withBroker(t)
+	writeAgent(t, e, "worker", "level = \"sandboxed\"\n")
+	r := e.gateway(t)
+	s := e.open(t, r, "agent:main:test:boss", "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "spawn worker")
+	for range 2 { // the spawn, the announcement
+		if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+			t.Fatalf("turn %+v: %s", end, describe(w.seen))
+		}
+	}
+	runs := runsOf(t, e)
+	if len(runs) != 1 {
+		t.Fatalf("runs %+v", runs)
+	}
+	var p aichat.Powers
+	if err := json.Unmarshal(runs[0].Extra[aichat.PowersField], &p); err != nil || p.Level != "sandboxed" || p.Workspace != e.ws {
+		t.Fatalf("the run's powers %s (%v)", runs[0].Extra[aichat.PowersField], err)
+	}
+	sh, err := e.chats.Show(context.Background(), runs[0].ChildSessionKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(sh.Entry.Extra[aichat.OptionsField]); !strings.Contains(got, `"level":"sandboxed"`) {
+		t.Fatalf("the child ran with %s", got)
 	}
 }
