@@ -522,7 +522,9 @@ func spawnLoop(n *atomic.Int64) func(chatRequest, *sse) {
 			w.text("worked")
 		case strings.Contains(req.lastUser(), "] task: final"):
 			w.text("done")
-		case last.Role == "tool" && last.ToolCallID == "loop":
+		// The model reuses the id "loop" in every reply; a request gives each call an id no
+		// other call of it has ("loop", "loop_2", …).
+		case last.Role == "tool" && strings.HasPrefix(last.ToolCallID, "loop"):
 			w.text("spawn answered: " + last.text())
 		default: // the first message and every announcement
 			w.call("loop", "sessions_spawn", map[string]any{"task": "work", "label": fmt.Sprintf("w%d", n.Add(1))})
@@ -570,6 +572,9 @@ func TestSubagentRunsPerWindow(t *testing.T) {
 		t.Fatalf("spawn once the window has passed: %v", err)
 	}
 	testkit.Eventually(t, "4 runs", func() bool { return len(runsOf(t, e)) == 4 })
+	// The last child still writes its conversation and its announcement: the test's
+	// directories go only once that is done.
+	testkit.Eventually(t, "the final task announced", func() bool { return lastAnswer(e, key) == "done" })
 }
 
 // TestSubagentLevelIsTheStricter: a yolo conversation spawning a sandboxed agent gets a
