@@ -65,6 +65,9 @@ type Settings struct {
 	// BlockedPaths are never read or written. Relative entries are relative to the workspace.
 	AllowedPaths []string `json:"allowedPaths,omitempty" toml:"allowed_paths,omitempty"`
 	BlockedPaths []string `json:"blockedPaths,omitempty" toml:"blocked_paths,omitempty"`
+	// AllowHardLinks lets level sandboxed read and write files with more than one hard link
+	// (refused by default: a link planted in the workspace names a file outside it).
+	AllowHardLinks bool `json:"allowHardLinks,omitempty" toml:"allow_hard_links,omitempty"`
 }
 
 // Profile is one agent.

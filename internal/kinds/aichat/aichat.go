@@ -447,7 +447,8 @@ func (c *chat) openTools() error {
 		settings[t] = permission.ToolSettings{Disabled: true}
 	}
 	perm, err := permission.New(permission.Config{Level: c.level, Workspace: c.workspace, Tools: settings,
-		AllowedPaths: c.powers.AllowedPaths, BlockedPaths: append(c.k.gatewayPaths(), c.powers.BlockedPaths...)})
+		AllowedPaths: c.powers.AllowedPaths, BlockedPaths: append(c.k.gatewayPaths(), c.powers.BlockedPaths...),
+		AllowHardLinks: c.powers.AllowHardLinks})
 	if err != nil {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "permissions: %v", err)
 	}

@@ -36,6 +36,9 @@ type Powers struct {
 	BlockedPaths []string `json:"blockedPaths,omitempty"`
 	// AllowedTargets must each let a target be reached.
 	AllowedTargets []TargetScope `json:"allowedTargets,omitempty"`
+	// AllowHardLinks: level sandboxed may open files with more than one link (both the
+	// conversation's agent and its starter must allow it; a record without it refuses).
+	AllowHardLinks bool `json:"allowHardLinks,omitempty"`
 }
 
 // TargetScope is one agent's allowed_targets as it bounds a conversation. From is the
@@ -59,6 +62,7 @@ func ownPowers(prof *profile.Profile, level permission.Level, ws string) Powers 
 		AllowedPaths:   permission.UnionPaths(ws, prof.AllowedPaths, nil),
 		BlockedPaths:   permission.UnionPaths(ws, prof.BlockedPaths, nil),
 		AllowedTargets: []TargetScope{{Allowed: slices.Clone(allowed)}},
+		AllowHardLinks: prof.AllowHardLinks,
 	}
 }
 
@@ -73,6 +77,7 @@ func (p Powers) bound(b Powers) Powers {
 	if b.Workspace != "" {
 		out.Workspace = b.Workspace
 	}
+	out.AllowHardLinks = p.AllowHardLinks && b.AllowHardLinks
 	out.DisabledTools = unionStrings(p.DisabledTools, b.DisabledTools)
 	out.AllowedPaths = permission.IntersectPaths(out.Workspace, p.AllowedPaths, b.AllowedPaths)
 	out.BlockedPaths = permission.UnionPaths(out.Workspace, p.BlockedPaths, b.BlockedPaths)
