@@ -14,6 +14,9 @@
 // ring of 65,536 lines: a session that falls behind a flood longer than the ring loses lines
 // (EVENTS_MISSED), by design, so only the second size gives the rate of a complete delivery.
 //
+// Stalled (-only stalled): one session read by -stalled-readers subscribers beside one more
+// follower that never reads: does every reader get every line, and is the stalled one let go?
+//
 // Memory: K idle debug-stream sessions (default options: the newest 100 lines, then live) on
 // an idle managed process, each followed and read until it has caught up: Go heap, goroutine
 // stacks and RSS per session.
@@ -53,7 +56,9 @@ type config struct {
 	modes    map[string]bool
 	runs     int
 	timeout  time.Duration
-	outDir   string
+
+	stalledReaders int
+	outDir         string
 }
 
 // Results is the JSON document written to bench/results/.
@@ -65,6 +70,7 @@ type Results struct {
 	Tail    string           `json:"tail"`
 	Config  map[string]any   `json:"config"`
 	Flood   []FloodRow       `json:"flood,omitempty"`
+	Stalled []StalledRow     `json:"stalled,omitempty"`
 	Memory  []MemoryRow      `json:"memory,omitempty"`
 	Errors  []string         `json:"errors,omitempty"`
 }
@@ -90,11 +96,12 @@ func run() error {
 	flag.IntVar(&cfg.lines, "lines", 200000, "flood: lines the process writes (100 bytes each)")
 	flag.IntVar(&cfg.fit, "fit-lines", 60000, "flood: also rows of this many lines, which fit in the process's ring of 65,536 (no line can be lost); 0: none")
 	flag.StringVar(&subs, "subs", "1,10,100", "flood: subscriber counts, one row each")
+	flag.IntVar(&cfg.stalledReaders, "stalled-readers", 99, "stalled: readers of the one session beside the follower that never reads")
 	flag.IntVar(&cfg.sessions, "sessions", 200, "memory: idle debug-stream sessions")
 	flag.StringVar(&cfg.store, "store", "disk", "where the registry keeps events: disk (state/live, as nexus serve does) or memory")
 	flag.BoolVar(&cfg.encode, "encode", true, "subscribers encode each event as its WebSocket frame's JSON, as the gateway does")
 	flag.StringVar(&cfg.tail, "tail", "tail", "the tail program of the baseline (GNU coreutils)")
-	flag.StringVar(&cfg.only, "only", "", "run only flood or memory")
+	flag.StringVar(&cfg.only, "only", "", "run only flood, stalled or memory")
 	flag.IntVar(&cfg.runs, "runs", 3, "flood: runs of each row (nexus and tail -F in turn); the median run by lines/s is reported")
 	modes := flag.String("modes", "log-line,batch", "flood: debug-stream sessions measured: log-line (an event per line), batch (option batch)")
 	flag.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "flood: give up on a row after this long")
@@ -197,6 +204,22 @@ func run() error {
 			for _, s := range cfg.subs {
 				res.Flood = append(res.Flood, floodRow(ctx, cfg, res, s, n))
 			}
+		}
+	}
+	if cfg.only == "" || cfg.only == "stalled" {
+		for _, mode := range []struct {
+			name  string
+			batch bool
+		}{{"log-line", false}, {"batch", true}} {
+			if !cfg.modes[mode.name] {
+				continue
+			}
+			row, err := floodStalled(ctx, cfg, cfg.stalledReaders, cfg.lines, mode.batch)
+			if err != nil {
+				res.Errors = append(res.Errors, fmt.Sprintf("stalled %s: %v", mode.name, err))
+				continue
+			}
+			res.Stalled = append(res.Stalled, row)
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()
@@ -309,6 +332,9 @@ func report(r *Results, cfg config) {
 		}
 		_ = w.Flush()
 		fmt.Println()
+	}
+	if len(r.Stalled) > 0 {
+		reportStalled(r.Stalled)
 	}
 	if len(r.Memory) > 0 {
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

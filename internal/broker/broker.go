@@ -93,8 +93,13 @@ type Message struct {
 	Cleared []string `json:"-"`
 }
 
-// MaxContent bounds a message (1 MiB).
-const MaxContent = 1 << 20
+// MaxContent bounds a message (1 MiB) as its sender wrote it. A trigger puts a line before
+// what it delivers (which hook or job it is), within MaxHeader more: a webhook body of
+// exactly MaxContent is stored whole.
+const (
+	MaxContent = 1 << 20
+	MaxHeader  = 1 << 10
+)
 
 // Store is the queues database.
 type Store struct {
@@ -188,8 +193,8 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a queued message needs a conversation key")
 	case strings.TrimSpace(content) == "":
 		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "an empty message")
-	case len(content) > MaxContent:
-		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a message of %d bytes is over the limit of %d", len(content), MaxContent)
+	case len(content) > MaxContent+MaxHeader:
+		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a message of %d bytes is over the limit of %d", len(content), MaxContent+MaxHeader)
 	case len(id) > 200:
 		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a message id of %d bytes is over the limit of 200", len(id))
 	}

@@ -159,7 +159,7 @@ func TestRefused(t *testing.T) {
 	}{
 		"no key":    {"", "x", broker.Followup},
 		"empty":     {"k", " \n", broker.Followup},
-		"too large": {"k", strings.Repeat("x", broker.MaxContent+1), broker.Followup},
+		"too large": {"k", strings.Repeat("x", broker.MaxContent+broker.MaxHeader+1), broker.Followup},
 		"bad mode":  {"k", "x", "shout"},
 	} {
 		if _, err := s.Enqueue(ctx, tc.key, tc.mode, tc.text, ""); abi.CodeOf(err) != abi.CodeInvalidArgument {

@@ -47,6 +47,7 @@ func (a *app) serveCmd() *cobra.Command {
 		noAILogs    bool
 		aiRawLog    bool
 		indexRoots  []string
+		minTrigger  time.Duration
 		agentShells = shellFlags{prefix: "mcp-"}
 	)
 	// Its stdout stays empty (logs go to stderr): errors are reported on stderr only.
@@ -69,6 +70,9 @@ func (a *app) serveCmd() *cobra.Command {
 				if d.v < 0 {
 					return abi.Errorf(abi.CodeInvalidArgument, "", "--%s %s must not be negative (0 disables --idle-timeout)", d.name, d.v)
 				}
+			}
+			if minTrigger <= 0 {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "--min-trigger-interval %s: it must be positive", minTrigger)
 			}
 			if maxSessions < 1 {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--max-sessions %d: it must be at least 1", maxSessions)
@@ -177,7 +181,7 @@ func (a *app) serveCmd() *cobra.Command {
 				return err
 			}
 			defer func() { _ = triggerStore.Close() }()
-			triggers := &trigger.Service{Store: triggerStore, Now: a.env.Now, Logger: logger,
+			triggers := &trigger.Service{Store: triggerStore, Now: a.env.Now, Logger: logger, MinInterval: minTrigger,
 				Deliver: func(ctx context.Context, d trigger.Delivery) (string, string, error) {
 					t := d.Target
 					out, err := aiKind.Deliver(ctx, aichat.Delivery{Key: d.Key, Text: d.Text, Mode: d.Mode, ID: d.ID, From: d.From,
@@ -285,6 +289,7 @@ func (a *app) serveCmd() *cobra.Command {
 	f.BoolVar(&aiRawLog, "ai-raw-log", false, "also write each ai-chat's HTTP exchanges with the model to state/logs/<session>/raw.jsonl (redacted)")
 	f.BoolVar(&noIndex, "no-index", false, "do not keep the history index (state/index.db) fresh nor serve it under /v1/index")
 	f.StringArrayVar(&indexRoots, "index-root", nil, "read SOURCE's transcripts into the index from DIR instead of its default directories (SOURCE=DIR, repeatable)")
+	f.DurationVar(&minTrigger, "min-trigger-interval", trigger.DefaultMinInterval, "the shortest interval a cron job or heartbeat may fire at (an @every duration, a heartbeat's --every, the gap between two firings of a cron expression)")
 	agentShells.bind(f, f)
 	return cmd
 }

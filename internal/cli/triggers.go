@@ -63,7 +63,7 @@ func (a *app) cronAddCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&j.ID, "id", "", "the job's id (default generated)")
 	f.StringVar(&j.Schedule, "schedule", "", "cron expression, e.g. '0 9 * * 1-5' or @daily")
-	f.DurationVar(&every, "every", 0, "a heartbeat's interval (at least 1m), e.g. 30m")
+	f.DurationVar(&every, "every", 0, "a heartbeat's interval (at least the gateway's --min-trigger-interval, 1m by default), e.g. 30m")
 	f.StringVar(&j.Missed, "missed", trigger.MissedOnce, "runs missed while no gateway ran: once (one catch-up run) or skip")
 	targetFlags(cmd, &j.Target)
 	formatFlag(cmd, &format, formatTable, formatJSON)

@@ -53,10 +53,13 @@ type Auth struct {
 }
 
 // share is a read-only view of one live session: a link a signed-in user hands to someone
-// who may watch it but not type.
+// who may watch it but not type. It belongs to the sign-in that made it (owner, its cookie's
+// digest) and ends with it: at its sign-out, or when that sign-in expires.
 type share struct {
 	session string
 	expires time.Time
+	owner   [32]byte
+	revoked chan struct{} // closed when the share ends before its time
 }
 
 // maxShares bounds the share links kept.
@@ -176,49 +179,74 @@ func (a *Auth) Valid(cookie string) bool {
 	return ok && a.opt.Now().Before(exp)
 }
 
-// SignOut ends a browser session.
+// SignOut ends a browser session and the share links it made: their viewers' cookies stop
+// working, and their open streams end (ShareRevoked).
 func (a *Auth) SignOut(cookie string) {
 	digest := sha256.Sum256([]byte(cookie))
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	delete(a.sessions, digest)
-	a.mu.Unlock()
+	for k, sh := range a.shares {
+		if sh.owner == digest {
+			close(sh.revoked)
+			delete(a.shares, k)
+		}
+	}
 }
 
 // ShareTTL is how long a share link lets someone watch.
 const ShareTTL = 24 * time.Hour
 
-// NewShare issues a read-only share token for the live session id, and the link that uses it
-// ("" before SetBase). Whoever has the link may watch that session, not type into it, and
-// nothing else.
-func (a *Auth) NewShare(id string) (token, url string, expires time.Time, err error) {
+// ErrSignedOut is a share asked for by a browser that is not signed in.
+var ErrSignedOut = errors.New("not signed in")
+
+// NewShare issues a read-only share token for the live session id on behalf of the signed-in
+// browser whose cookie is owner, and the link that uses it ("" before SetBase). Whoever has
+// the link may watch that session, not type into it, and nothing else, until ShareTTL passes
+// or the owner's sign-in ends, whichever comes first.
+func (a *Auth) NewShare(owner, id string) (token, url string, expires time.Time, err error) {
 	token, digest, err := a.secret()
 	if err != nil {
 		return "", "", time.Time{}, err
 	}
+	od := sha256.Sum256([]byte(owner))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.opt.Now()
+	signedIn, ok := a.sessions[od]
+	if !ok || !now.Before(signedIn) {
+		return "", "", time.Time{}, ErrSignedOut
+	}
 	prune(a.shares, now, maxShares, func(sh share) time.Time { return sh.expires })
 	expires = now.Add(ShareTTL)
-	a.shares[digest] = share{session: id, expires: expires}
+	if signedIn.Before(expires) {
+		expires = signedIn
+	}
+	a.shares[digest] = share{session: id, expires: expires, owner: od, revoked: make(chan struct{})}
 	if a.base != "" {
 		url = a.base + SharePath + "?token=" + token
 	}
 	return token, url, expires, nil
 }
 
-// Shared returns the session a share token lets its holder watch; false for an unknown or
-// expired token.
+// Shared returns the session a share token lets its holder watch; false for an unknown,
+// expired or revoked token.
 func (a *Auth) Shared(token string) (string, bool) {
+	id, _, ok := a.share(token)
+	return id, ok
+}
+
+// share looks a token up: its session and the channel closed when it is revoked.
+func (a *Auth) share(token string) (string, <-chan struct{}, bool) {
 	if token == "" {
-		return "", false
+		return "", nil, false
 	}
 	digest := sha256.Sum256([]byte(token))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	sh, ok := a.shares[digest]
-	if !ok || !a.opt.Now().Before(sh.expires) {
-		return "", false
+	if _, owned := a.sessions[sh.owner]; !ok || !owned || !a.opt.Now().Before(sh.expires) {
+		return "", nil, false // unknown, its sign-in dropped for a newer one, or expired
 	}
-	return sh.session, true
+	return sh.session, sh.revoked, true
 }

@@ -59,3 +59,41 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("the oldest of 1000 codes is still kept: %v", err)
 	}
 }
+
+// TestShareBelongsToItsSignIn: only a signed-in browser makes a share link; the link ends
+// with that sign-in (at its sign-out, or when it expires), not only after its own day.
+func TestShareBelongsToItsSignIn(t *testing.T) {
+	c := &clock{time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)}
+	a := console.NewAuth(console.Options{Now: c.now, SessionTTL: time.Hour})
+	signIn := func() string {
+		code, _, _, _ := a.NewCode()
+		cookie, err := a.Redeem(code)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cookie
+	}
+	if _, _, _, err := a.NewShare("not a cookie", "s1"); !errors.Is(err, console.ErrSignedOut) {
+		t.Fatalf("a share without a sign-in: %v", err)
+	}
+	owner, other := signIn(), signIn()
+	tok, _, exp, err := a.NewShare(owner, "s1")
+	if err != nil || !exp.Equal(c.t.Add(time.Hour)) {
+		t.Fatalf("share: exp %v (want the sign-in's, an hour), %v", exp, err)
+	}
+	otherTok, _, _, _ := a.NewShare(other, "s1")
+	if id, ok := a.Shared(tok); !ok || id != "s1" {
+		t.Fatalf("shared %q %v", id, ok)
+	}
+	a.SignOut(owner)
+	if _, ok := a.Shared(tok); ok {
+		t.Fatal("a share outlived its owner's sign-out")
+	}
+	if _, ok := a.Shared(otherTok); !ok {
+		t.Fatal("another sign-in's share ended with this one")
+	}
+	c.t = c.t.Add(time.Hour)
+	if _, ok := a.Shared(otherTok); ok {
+		t.Fatal("a share outlived its owner's sign-in")
+	}
+}

@@ -3,6 +3,7 @@ package console
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"html"
 	"io/fs"
 	"net/http"
@@ -87,7 +88,12 @@ func Handler(a *Auth) http.Handler {
 			_, _ = w.Write([]byte(`{"error":"sign in to the console, from its own page, and name a session"}`))
 			return
 		}
-		_, link, exp, err := a.NewShare(id)
+		c, _ := r.Cookie(CookieName) // SignedIn found it
+		_, link, exp, err := a.NewShare(c.Value, id)
+		if errors.Is(err, ErrSignedOut) { // signed out since SignedIn looked
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
 		if err != nil {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
@@ -139,11 +145,18 @@ func (a *Auth) Sharing(r *http.Request) bool {
 
 // SharedSession is the session r's share cookie lets it watch.
 func (a *Auth) SharedSession(r *http.Request) (string, bool) {
+	id, _, ok := a.SharedView(r)
+	return id, ok
+}
+
+// SharedView is the session r's share cookie lets it watch, and a channel closed when the
+// share is revoked (its owner signed out): a viewer's open stream ends then.
+func (a *Auth) SharedView(r *http.Request) (id string, revoked <-chan struct{}, ok bool) {
 	c, err := r.Cookie(ShareCookie)
 	if err != nil {
-		return "", false
+		return "", nil, false
 	}
-	return a.Shared(c.Value)
+	return a.share(c.Value)
 }
 
 // SameOrigin reports whether r comes from a page of the gateway's own origin: its Origin

@@ -427,3 +427,74 @@ func TestConsoleShare(t *testing.T) {
 		t.Errorf("a share past its day: %d", rec.Code)
 	}
 }
+
+// TestConsoleShareEndsAtSignOut: signing out revokes the share links that sign-in made: the
+// link, the viewer's cookie and a viewer's open stream all stop, while another sign-in's link
+// goes on working.
+func TestConsoleShareEndsAtSignOut(t *testing.T) {
+	e, _ := consoleEnv(t)
+	owner := console.CookieName + "=" + signIn(t, e)
+	other := console.CookieName + "=" + signIn(t, e)
+	rec := e.do(t, "POST", "/v1/sessions", `{"type":"terminal","context":{"projectId":"p"}}`, "Authorization", "Bearer tok")
+	var s abi.Session
+	if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil || rec.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	share := func(cookie string) (link, viewer string) {
+		t.Helper()
+		rec := e.do(t, "POST", "/console/share?session="+s.SessionID, "", "Cookie", cookie, "Origin", "http://127.0.0.1:7777")
+		var out struct{ URL string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != http.StatusOK {
+			t.Fatalf("mint: %d %s", rec.Code, rec.Body)
+		}
+		link = strings.TrimPrefix(out.URL, "http://127.0.0.1:7777")
+		rec = e.do(t, "GET", link, "")
+		c := rec.Result().Cookies()
+		if rec.Code != http.StatusSeeOther || len(c) != 1 {
+			t.Fatalf("redeem: %d %+v", rec.Code, c)
+		}
+		return link, console.ShareCookie + "=" + c[0].Value
+	}
+	link, viewer := share(owner)
+	otherLink, otherViewer := share(other)
+
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+	defer cancel()
+	st, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/sessions/"+s.SessionID+"/stream", &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {viewer}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.CloseNow() }()
+	if _, _, err := st.Read(ctx); err != nil {
+		t.Fatalf("the viewer's stream before the sign-out: %v", err)
+	}
+
+	if rec := e.do(t, "POST", "/console/signout", "", "Cookie", owner, "Origin", "http://127.0.0.1:7777"); rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", rec.Code)
+	}
+	for _, tc := range []struct {
+		name, path, cookie string
+		want               int
+	}{
+		{"the link", link, "", http.StatusUnauthorized},
+		{"the viewer's session", "/v1/sessions/" + s.SessionID, viewer, http.StatusUnauthorized},
+		{"the viewer's page", "/console/", viewer, http.StatusUnauthorized},
+		{"another sign-in's link", otherLink, "", http.StatusSeeOther},
+		{"another sign-in's viewer", "/v1/sessions/" + s.SessionID, otherViewer, http.StatusOK},
+	} {
+		if rec := e.do(t, "GET", tc.path, "", "Cookie", tc.cookie); rec.Code != tc.want {
+			t.Errorf("%s after the sign-out: %d, want %d", tc.name, rec.Code, tc.want)
+		}
+	}
+	// The open stream ends (closed by the gateway, not by this test's deadline).
+	for {
+		if _, _, err = st.Read(ctx); err != nil {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the viewer's stream outlived the sign-out: %v", err)
+	}
+}

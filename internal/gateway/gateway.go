@@ -198,14 +198,24 @@ func (s *server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if id, shared := s.sharedSession(r); !ok && shared {
+		if id, revoked, shared := s.sharedView(r); !ok && shared {
 			// A share link's holder watches one session: its object and its stream, read-only.
 			if r.Method != http.MethodGet || (r.URL.Path != abi.APIPrefix+"/sessions/"+id && r.URL.Path != abi.APIPrefix+"/sessions/"+id+"/stream") ||
 				(r.Header.Get("Origin") != "" && !console.SameOrigin(r)) {
 				s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "a share link lets its holder watch session %s, read-only, and nothing else", id), 0)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), readOnlyKey{}, true)))
+			// Until its owner signs out: then the viewer's stream ends too.
+			ctx, cancel := context.WithCancel(context.WithValue(r.Context(), readOnlyKey{}, true))
+			defer cancel()
+			go func() {
+				select {
+				case <-revoked:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			next.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}
 		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
@@ -225,12 +235,13 @@ type readOnlyKey struct{}
 
 func readOnly(r *http.Request) bool { return r.Context().Value(readOnlyKey{}) != nil }
 
-// sharedSession is the session r's share cookie lets it watch, when the console is served.
-func (s *server) sharedSession(r *http.Request) (string, bool) {
+// sharedView is the session r's share cookie lets it watch, when the console is served, and
+// the channel closed when the share is revoked.
+func (s *server) sharedView(r *http.Request) (string, <-chan struct{}, bool) {
 	if s.opt.Console == nil {
-		return "", false
+		return "", nil, false
 	}
-	return s.opt.Console.SharedSession(r)
+	return s.opt.Console.SharedView(r)
 }
 
 // refuse answers a request whose body is not (or no longer) read, then ends the connection.

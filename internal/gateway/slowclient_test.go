@@ -122,13 +122,6 @@ func TestUnauthenticatedConnectionsPerPeerAreBounded(t *testing.T) {
 	for i := range held {
 		held[i] = dial() // connected, silent
 	}
-	// Connections are accepted in the order they were made, so this one is over the limit.
-	extra := dial()
-	_ = extra.SetReadDeadline(time.Now().Add(testkit.Patience()))
-	if n, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		t.Fatalf("connection %d of one peer: read %d bytes, %v; want it closed", maxConns+1, n, err)
-	}
-	// An authenticated request on a held connection frees its slot for a new connection.
 	get := func(c net.Conn) *http.Response {
 		_, _ = fmt.Fprintf(c, "GET /v1/version HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: bearer %s\r\n\r\n", strings.TrimSpace(string(tok)))
 		_ = c.SetReadDeadline(time.Now().Add(testkit.Patience()))
@@ -139,6 +132,18 @@ func TestUnauthenticatedConnectionsPerPeerAreBounded(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp
 	}
+	// Connections are accepted in the order they were made, so this one is over the limit:
+	// its request, even with the token, is answered with 429 and Retry-After, and the
+	// connection closed.
+	extra := dial()
+	resp := get(extra)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("connection %d of one peer: %d %v, want 429 with Retry-After", maxConns+1, resp.StatusCode, resp.Header)
+	}
+	if n, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("connection %d of one peer after its refusal: read %d bytes, %v; want it closed", maxConns+1, n, err)
+	}
+	// An authenticated request on a held connection frees its slot for a new connection.
 	if resp := get(held[0]); resp.StatusCode != http.StatusOK {
 		t.Fatalf("authenticated request: %d", resp.StatusCode)
 	}

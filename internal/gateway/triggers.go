@@ -12,7 +12,8 @@ import (
 	"github.com/nexus-run/nexus/internal/trigger"
 )
 
-// MaxHookBody bounds a webhook's body: a queued message's limit (1 MiB).
+// MaxHookBody bounds a webhook's body: a queued message's limit (1 MiB), which leaves room for
+// the line that names the hook.
 const MaxHookBody = 1 << 20
 
 // triggerRoutes serves Options.Triggers (docs/triggers.md): the cron jobs under /v1/cron and
@@ -124,8 +125,8 @@ func (s *server) hookCall(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get("X-Nexus-Hook-Secret"); v != "" {
 		secret = v
 	}
-	sig := r.Header.Get("X-Hub-Signature-256")
-	if secret == "" && sig == "" {
+	sig, timed := r.Header.Get("X-Hub-Signature-256"), r.Header.Get("X-Nexus-Signature")
+	if secret == "" && sig == "" && timed == "" {
 		s.refuse(w, abi.Errorf(abi.CodeAuthenticationInvalid, "", "the hook's secret is missing or wrong"), 0)
 		return
 	}
@@ -143,5 +144,6 @@ func (s *server) hookCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	s.answer(w, http.StatusAccepted)(s.opt.Triggers.CallHook(r.Context(), trigger.HookCall{ID: r.PathValue("id"), Secret: secret, Signature: sig, Body: body, ContentType: r.Header.Get("Content-Type")}))
+	s.answer(w, http.StatusAccepted)(s.opt.Triggers.CallHook(r.Context(), trigger.HookCall{ID: r.PathValue("id"), Secret: secret, Signature: sig,
+		TimedSignature: timed, Timestamp: r.Header.Get("X-Nexus-Timestamp"), Body: body, ContentType: r.Header.Get("Content-Type")}))
 }

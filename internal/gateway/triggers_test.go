@@ -2,13 +2,18 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/trigger"
@@ -101,4 +106,93 @@ func TestTriggerRoutes(t *testing.T) {
 	}
 	rec = e.do(t, "DELETE", "/v1/cron/d", "", auth...)
 	checkError(t, rec.Code, rec.Header(), rec.Body.Bytes(), http.StatusBadRequest, abi.CodeInvalidArgument, "")
+}
+
+// hookEnv is a gateway whose webhooks deliver into a real message queue (broker), as nexus
+// serve's do, and one hook "ci".
+func hookEnv(t *testing.T) (*env, *broker.Store, trigger.Hook) {
+	t.Helper()
+	e := newEnv(t, "tok", live.Config{})
+	st, err := trigger.OpenStore(context.Background(), trigger.Path(t.TempDir()), e.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	queues, err := broker.Open(context.Background(), broker.Path(t.TempDir()), broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = queues.Close() })
+	svc := &trigger.Service{Store: st, Now: e.clock.Now, Deliver: func(ctx context.Context, d trigger.Delivery) (string, string, error) {
+		m, err := queues.Enqueue(ctx, d.Key, broker.Followup, d.Text, d.From)
+		return m.ID, d.Key, err
+	}}
+	h, err := st.AddHook(context.Background(), trigger.Hook{ID: "ci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = gateway.Handler(gateway.Options{Registry: e.reg, Token: "tok", Triggers: svc, Now: e.clock.Now})
+	return e, queues, h
+}
+
+// TestWebhookBodyLimit: a webhook body of up to MaxHookBody bytes is delivered whole, the
+// line that says which hook it came from notwithstanding; one byte more is refused with 413
+// INVALID_ARGUMENT before anything is queued.
+func TestWebhookBodyLimit(t *testing.T) {
+	e, queues, h := hookEnv(t)
+	for _, tc := range []struct {
+		name   string
+		size   int
+		status int
+	}{
+		{"limit-1", gateway.MaxHookBody - 1, http.StatusAccepted},
+		{"limit", gateway.MaxHookBody, http.StatusAccepted},
+		{"limit+1", gateway.MaxHookBody + 1, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := e.do(t, "POST", "/v1/hooks/ci", strings.Repeat("x", tc.size), "X-Nexus-Hook-Secret", h.Secret)
+			if tc.status != http.StatusAccepted {
+				checkError(t, rec.Code, rec.Header(), rec.Body.Bytes(), tc.status, abi.CodeInvalidArgument, "")
+				return
+			}
+			var out trigger.HookResult
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); rec.Code != tc.status || err != nil {
+				t.Fatalf("%d bytes: %d %s", tc.size, rec.Code, rec.Body)
+			}
+			q, err := queues.Queued(context.Background(), out.SessionKey)
+			if err != nil || len(q) != 1 || q[0].Content != "[webhook ci]\n\n"+strings.Repeat("x", tc.size) {
+				t.Fatalf("queued %d messages, %v", len(q), err)
+			}
+		})
+	}
+}
+
+// TestWebhookSignedOnce: over HTTP, a signed call (X-Nexus-Timestamp and X-Nexus-Signature,
+// or GitHub's X-Hub-Signature-256) is accepted once and its replay refused with 401; a call
+// with the bearer secret may be repeated.
+func TestWebhookSignedOnce(t *testing.T) {
+	e, _, h := hookEnv(t)
+	sign := func(parts ...string) string {
+		m := hmac.New(sha256.New, []byte(h.Secret))
+		for _, p := range parts {
+			m.Write([]byte(p))
+		}
+		return "sha256=" + hex.EncodeToString(m.Sum(nil))
+	}
+	ts := strconv.FormatInt(e.clock.Now().Unix(), 10)
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+		want []int
+	}{
+		{"timestamped", []string{"X-Nexus-Timestamp", ts, "X-Nexus-Signature", sign(ts, ".", "deploy")}, []int{http.StatusAccepted, http.StatusUnauthorized}},
+		{"github", []string{"X-Hub-Signature-256", sign("deploy")}, []int{http.StatusAccepted, http.StatusUnauthorized}},
+		{"bearer", []string{"Authorization", "Bearer " + h.Secret}, []int{http.StatusAccepted, http.StatusAccepted}},
+	} {
+		for i, want := range tc.want {
+			if rec := e.do(t, "POST", "/v1/hooks/ci", "deploy", tc.hdr...); rec.Code != want {
+				t.Errorf("%s, call %d: %d %s, want %d", tc.name, i+1, rec.Code, rec.Body, want)
+			}
+		}
+	}
 }

@@ -9,8 +9,9 @@ import (
 // holds a moment of bulk output. So output waits for the followers (WebSocket streams that
 // acknowledge what they have sent) while one of them is more than half a ring behind: the PTY
 // reader stops reading, the kernel's buffer fills, and the program blocks, as it would behind a
-// slow ssh link. A follower that makes no progress for MaxStall is released: it no longer holds
-// output back (it will get EVENTS_MISSED if it is lapped) until it catches up again. So a fast
+// slow ssh link. A follower that makes no progress for MaxStall while output waits for it is
+// released: it no longer holds output back (it will get EVENTS_MISSED if it is lapped) until
+// it catches up again. Its clock is its own: others' progress does not extend it. So a fast
 // client loses nothing and a stuck one cannot stall the session for more than MaxStall.
 
 // DefaultMaxStall is how long output waits for a follower that makes no progress.
@@ -152,10 +153,22 @@ func (l *sessionLog) behindLocked(f *follower) bool {
 	return l.last-c > uint64(l.limits.Events/2) || lagBytes > limit
 }
 
-// waitRoom blocks the producer while an engaged follower is too far behind, for at most
-// MaxStall without progress; then it releases the laggards and returns.
+// stall is a follower the producer waits for: where it was and since when it has not moved.
+type stall struct {
+	seq   uint64
+	since time.Time
+}
+
+// waitRoom blocks the producer while an engaged follower is too far behind. Each follower it
+// waits for has a clock of its own, started when the wait began or when that follower last
+// moved: one that makes no progress for MaxStall is released, however the others progress
+// (a stream that stopped reading must not hold the session while the rest catch up). It
+// returns once no engaged follower is too far behind.
 func (l *sessionLog) waitRoom() {
-	var timer *time.Timer
+	var (
+		timer  *time.Timer
+		clocks map[*follower]stall
+	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -167,13 +180,30 @@ func (l *sessionLog) waitRoom() {
 			l.mu.Unlock()
 			return
 		}
-		var slow []*follower
+		now := time.Now()
+		var next time.Time // the earliest release to come
 		for f := range l.flow.followers {
-			if !f.released.Load() && l.behindLocked(f) {
-				slow = append(slow, f)
+			if f.released.Load() || !l.behindLocked(f) {
+				continue
+			}
+			if clocks == nil {
+				clocks = map[*follower]stall{}
+			}
+			c, ok := clocks[f]
+			if seq := f.seq.Load(); !ok || seq != c.seq {
+				c = stall{seq: seq, since: now} // new to this wait, or it moved
+				clocks[f] = c
+			}
+			at := c.since.Add(l.limits.MaxStall)
+			if !now.Before(at) {
+				f.released.Store(true) // it no longer holds output back
+				continue
+			}
+			if next.IsZero() || at.Before(next) {
+				next = at
 			}
 		}
-		if len(slow) == 0 {
+		if next.IsZero() {
 			l.flow.waiting.Store(false)
 			l.mu.Unlock()
 			return
@@ -182,19 +212,13 @@ func (l *sessionLog) waitRoom() {
 		room := l.flow.room
 		l.mu.Unlock()
 		if timer == nil {
-			timer = time.NewTimer(l.limits.MaxStall)
+			timer = time.NewTimer(next.Sub(now))
+		} else {
+			timer.Reset(next.Sub(now))
 		}
 		select {
-		case <-room:
-			timer.Reset(l.limits.MaxStall) // progress: the clock restarts
+		case <-room: // a follower moved or went: look again
 		case <-timer.C:
-			for _, f := range slow {
-				f.released.Store(true)
-			}
-			l.mu.Lock()
-			l.flow.waiting.Store(false)
-			l.mu.Unlock()
-			return
 		}
 	}
 }

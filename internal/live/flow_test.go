@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -229,4 +230,66 @@ func TestFlowCountsEncodedBytes(t *testing.T) {
 			<-done
 		})
 	}
+}
+
+// TestFlowStalledFollowerIsReleasedWhileOthersProgress: the stall clock is each follower's
+// own. A follower that never acknowledges anything is let go MaxStall after the producer
+// began waiting for it, even while another follower, far behind, keeps acknowledging (more
+// often than MaxStall) and so keeps the producer waiting for itself. (It used to be let go
+// only once no follower at all had made progress for MaxStall: a stalled stream held the
+// session as long as any other was still catching up.) In a synctest bubble: virtual time.
+func TestFlowStalledFollowerIsReleasedWhileOthersProgress(t *testing.T) {
+	const maxStall = time.Second
+	synctest.Test(t, func(t *testing.T) {
+		k := livetest.NewFakeKind(abi.TypeTerminal, false)
+		r := newRegistry(t, live.Config{IdleTimeout: -1, Log: live.LogLimits{Events: 64, Bytes: 1 << 20, MaxStall: maxStall}}, k)
+		s, err := r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+		mustOK(t, err)
+		p := k.Probe(t, s.SessionID)
+		last, err := r.LastSeq(context.Background(), s.SessionID)
+		mustOK(t, err)
+		stalled, err := r.Follow(context.Background(), s.SessionID, last)
+		mustOK(t, err)
+		defer stalled.Close()
+		slow, err := r.Follow(context.Background(), s.SessionID, last)
+		mustOK(t, err)
+		defer slow.Close()
+		done := emitAsync(p, 100)
+		synctest.Wait() // 33 chunks out (half the ring is 32), then the producer waits for both
+		if !live.FlowWaiting(stalled) {
+			t.Fatal("the producer is not waiting for its followers")
+		}
+		// The slow one acknowledges a chunk every MaxStall/4: it progresses, and stays far
+		// enough behind to hold the producer for longer than MaxStall.
+		seq := last
+		for range 8 {
+			time.Sleep(maxStall / 4)
+			seq++
+			slow.Ack(seq)
+			synctest.Wait()
+		}
+		if !live.FlowReleased(stalled) {
+			t.Fatalf("the follower that never read is still waited for %s after the producer began to wait", 2*maxStall)
+		}
+		if live.FlowReleased(slow) {
+			t.Fatal("the follower that kept acknowledging was let go")
+		}
+		// The slow one catches up, and the producer finishes without anyone being lapped but the
+		// stalled follower.
+		go func() {
+			for range done {
+			}
+		}()
+		for seq < last+100 {
+			b, err := r.Read(context.Background(), s.SessionID, seq, 0, time.Second)
+			mustOK(t, err)
+			for _, e := range b.Events {
+				if e.Seq == 0 {
+					t.Fatalf("the slow follower missed events: %s", livetest.Describe(e))
+				}
+			}
+			seq = b.Next
+			slow.Ack(seq)
+		}
+	})
 }

@@ -26,7 +26,7 @@ func NewJournal(capacity int, now func() time.Time) *Journal {
 	if now == nil {
 		now = time.Now
 	}
-	return &Journal{r: newRing(capacity), now: now}
+	return &Journal{r: newRing(capacity, 0), now: now}
 }
 
 // Follow returns the lines after seq after, waiting for some when there are none (see

@@ -113,8 +113,10 @@ func trimLine(line string) string {
 // ring keeps the recent lines of a process and wakes its followers. Followers that registered
 // a cursor hold the capture back: while one is more than half a ring behind, adding waits (the
 // process then blocks on its full pipe, as a program behind a slow terminal does) for at most
-// MaxStall without progress, after which that cursor is released until it catches up. So a
-// session that keeps up loses nothing, and a stuck one cannot stall the process for long.
+// MaxStall without progress of that cursor, after which it is released until it catches up.
+// So a session that keeps up loses nothing, and a stuck one cannot stall the process for
+// long. A cursor held (Hold) is waited for without a clock: its session is busy delivering
+// what it read, under a flow control of its own that bounds the wait.
 type ring struct {
 	mu      sync.Mutex
 	lines   []Line // circular, len = capacity
@@ -124,14 +126,19 @@ type ring struct {
 	wake    chan struct{} // closed and replaced at each append
 	cursors map[*Cursor]struct{}
 	room    chan struct{} // closed and replaced when a cursor advances
+	// maxStall is how long the capture waits for a cursor that makes no progress.
+	maxStall time.Duration
 }
 
-// MaxStall is how long the capture waits for a cursor that makes no progress.
+// MaxStall is how long the capture waits for a cursor that makes no progress (by default).
 const MaxStall = time.Second
 
-func newRing(capacity int) *ring {
+func newRing(capacity int, maxStall time.Duration) *ring {
+	if maxStall <= 0 {
+		maxStall = MaxStall
+	}
 	return &ring{lines: make([]Line, capacity), next: 1, offsets: map[string]int64{}, wake: make(chan struct{}),
-		cursors: map[*Cursor]struct{}{}, room: make(chan struct{})}
+		cursors: map[*Cursor]struct{}{}, room: make(chan struct{}), maxStall: maxStall}
 }
 
 // Cursor is a follower of a process's lines whose progress the capture waits for.
@@ -140,6 +147,7 @@ type Cursor struct {
 	pos      uint64 // read so far (the reader's own)
 	acked    uint64 // delivered, under r.mu
 	released bool   // under r.mu: too slow, no longer waited for
+	held     bool   // under r.mu: delivering, waited for without a clock (Hold)
 	buf      []Line // what Read returns, reused
 }
 
@@ -148,10 +156,23 @@ func (r *ring) behindLocked(c *Cursor) bool {
 	return !c.released && r.next-1-c.acked > uint64(len(r.lines)/2)
 }
 
-// waitRoom blocks the capture while a cursor is too far behind (at most MaxStall without
-// progress, then that cursor is released).
+// cursorStall is a cursor the capture waits for: where it was and since when it has not moved
+// (or has been held).
+type cursorStall struct {
+	acked uint64
+	since time.Time
+	held  bool // at the last look
+}
+
+// waitRoom blocks the capture while a cursor is too far behind. Each cursor has a clock of its
+// own, from the start of the wait or its last progress (others' progress does not reset it),
+// and is released after maxStall without progress. A held cursor is waited for without one:
+// its clock starts when it is let go.
 func (r *ring) waitRoom() {
-	var timer *time.Timer
+	var (
+		timer  *time.Timer
+		clocks map[*Cursor]cursorStall
+	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -159,32 +180,70 @@ func (r *ring) waitRoom() {
 	}()
 	for {
 		r.mu.Lock()
-		var slow []*Cursor
+		now := time.Now()
+		var next time.Time // the earliest release to come
+		waiting := false   // for a cursor too far behind, held or not yet released
 		for c := range r.cursors {
-			if r.behindLocked(c) {
-				slow = append(slow, c)
+			if !r.behindLocked(c) {
+				continue
+			}
+			if clocks == nil {
+				clocks = map[*Cursor]cursorStall{}
+			}
+			st, ok := clocks[c]
+			if !ok || c.acked != st.acked || c.held || st.held { // new, moved, held or just let go
+				st = cursorStall{acked: c.acked, since: now, held: c.held}
+				clocks[c] = st
+			}
+			if c.held {
+				waiting = true
+				continue
+			}
+			at := st.since.Add(r.maxStall)
+			if !now.Before(at) {
+				c.released = true
+				continue
+			}
+			waiting = true
+			if next.IsZero() || at.Before(next) {
+				next = at
 			}
 		}
 		room := r.room
 		r.mu.Unlock()
-		if len(slow) == 0 {
+		if !waiting {
 			return
 		}
-		if timer == nil {
-			timer = time.NewTimer(MaxStall)
+		var expired <-chan time.Time
+		if !next.IsZero() {
+			if timer == nil {
+				timer = time.NewTimer(next.Sub(now))
+			} else {
+				timer.Reset(next.Sub(now))
+			}
+			expired = timer.C
 		}
 		select {
-		case <-room:
-			timer.Reset(MaxStall)
-		case <-timer.C:
-			r.mu.Lock()
-			for _, c := range slow {
-				c.released = true
-			}
-			r.mu.Unlock()
-			return
+		case <-room: // a cursor moved, was let go or went: look again
+		case <-expired:
 		}
 	}
+}
+
+// Hold says whether the cursor's reader is at work on what it reads (true) or has stopped
+// (false: an interrupted session). While held, the capture waits for it without a clock: a
+// debug-stream session delivering lines waits for its own followers under their flow
+// control, which lets go of a stalled one within its own bound; releasing the session's
+// cursor meanwhile would lose lines for every follower that keeps up.
+func (c *Cursor) Hold(on bool) {
+	r := c.r
+	r.mu.Lock()
+	if c.held != on {
+		c.held = on
+		close(r.room)
+		r.room = make(chan struct{})
+	}
+	r.mu.Unlock()
 }
 
 // Read returns the lines after the cursor's position (waiting for one) and moves it on; lost

@@ -79,6 +79,9 @@ type Options struct {
 	Keep        int
 	// Ring is how many recent lines per process followers can read (default 65,536).
 	Ring int
+	// MaxStall is how long a process's capture waits for a follower's cursor that makes no
+	// progress (default MaxStall, 1 s).
+	MaxStall time.Duration
 	// Backoff is the wait before the n-th restart in a row (default 1 s doubling to 30 s).
 	Backoff func(n int) time.Duration
 	// Grace is how long a stopping process gets after SIGTERM (default 5 s).
@@ -143,7 +146,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 			if in.Status == StatusRunning || in.Status == StatusRestarting {
 				in.Status, in.Reason, in.PID = StatusFailed, "the gateway stopped while it ran", 0
 			}
-			m.procs[in.ID] = &proc{m: m, info: in, ring: newRing(opt.Ring)}
+			m.procs[in.ID] = &proc{m: m, info: in, ring: newRing(opt.Ring, opt.MaxStall)}
 		}
 	}
 	return m, nil
@@ -204,7 +207,7 @@ func (m *Manager) Start(ctx context.Context, s Spec) (Info, error) {
 	if err := fsutil.MkdirPrivate(logDir); err != nil {
 		return Info{}, fmt.Errorf("processes: %w", err)
 	}
-	p := &proc{m: m, info: Info{ID: id, Spec: s, LogDir: logDir}, ring: newRing(m.opt.Ring)}
+	p := &proc{m: m, info: Info{ID: id, Spec: s, LogDir: logDir}, ring: newRing(m.opt.Ring, m.opt.MaxStall)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,10 @@ type Service struct {
 	Deliver Deliver
 	Now     func() time.Time
 	Logger  *slog.Logger
+	// MinInterval is the operator's floor: no job may fire more often (a heartbeat's
+	// interval, the shortest gap of a cron schedule); default DefaultMinInterval. It is the
+	// gateway's setting (nexus serve --min-trigger-interval), not the API's.
+	MinInterval time.Duration
 
 	wakeOnce sync.Once
 	wakeCh   chan struct{}
@@ -90,6 +95,35 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		t.Stop()
 	}
+}
+
+// DefaultMinInterval is the floor of a job's interval: a model woken every few seconds is a
+// bill, not a schedule.
+const DefaultMinInterval = time.Minute
+
+// shortestGap looks for two consecutive firings of sch less than floor apart among those of
+// the week after from (a cron expression's pattern repeats within it, days of the month
+// aside); ok is false when it finds them, with their gap and the first one's time. It stops
+// after gapSamples firings: their average gap, at most a week over that many, is then under
+// any floor of a few seconds or more, so one of them was found under it already.
+func shortestGap(sch cron.Schedule, from time.Time, floor time.Duration) (gap time.Duration, at time.Time, ok bool) {
+	const (
+		span       = 8 * 24 * time.Hour
+		gapSamples = 20000
+	)
+	first := sch.Next(from)
+	prev := first
+	for i := 0; i < gapSamples && !prev.IsZero() && prev.Sub(first) <= span; i++ {
+		next := sch.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		if d := next.Sub(prev); d < floor {
+			return d, prev, false
+		}
+		prev = next
+	}
+	return 0, time.Time{}, true
 }
 
 func parseSchedule(expr string) (cron.Schedule, error) {
@@ -268,9 +302,23 @@ type HookCall struct {
 	// Secret is the bearer secret (Authorization: Bearer, or X-Nexus-Hook-Secret);
 	// Signature a GitHub-style X-Hub-Signature-256 ("sha256=" + hex HMAC of the body).
 	Secret, Signature string
-	Body              []byte
-	ContentType       string
+	// TimedSignature is X-Nexus-Signature: "sha256=" + hex HMAC of "<Timestamp>.<body>",
+	// Timestamp (X-Nexus-Timestamp) the Unix time in seconds it was signed at.
+	TimedSignature, Timestamp string
+	Body                      []byte
+	ContentType               string
 }
+
+// Replay protection of signed calls. A signature is accepted once: the store remembers it
+// (through restarts) for as long as a replay of it could otherwise be accepted.
+const (
+	// SignatureWindow is how far a timestamped call's time may be from the gateway's clock;
+	// its signature is remembered for as long as its time stays in the window.
+	SignatureWindow = 5 * time.Minute
+	// BodySignatureMemory is how long a signature of the body alone (GitHub's, which signs no
+	// time) is remembered: a replay within it is refused, a later one cannot be told apart.
+	BodySignatureMemory = 7 * 24 * time.Hour
+)
 
 // HookResult is a webhook's answer.
 type HookResult struct {
@@ -295,18 +343,59 @@ func (s *Service) CallHook(ctx context.Context, c HookCall) (HookResult, error) 
 		secret = "whsec_" + strings.Repeat("0", 64) // the same work for an unknown hook
 	}
 	good := false
+	var sig string // a signed call's, once it checks out: accepted once
+	var remember time.Time
+	now := s.now()
 	switch {
+	case c.TimedSignature != "":
+		sig = strings.ToLower(c.TimedSignature)
+		good = hmac.Equal([]byte(sig), []byte(signature(secret, []byte(c.Timestamp+"."), c.Body)))
+		at, err := strconv.ParseInt(c.Timestamp, 10, 64)
+		if good && (err != nil || now.Sub(time.Unix(at, 0)).Abs() > SignatureWindow) {
+			return HookResult{}, abi.Errorf(abi.CodeAuthenticationInvalid, "", "the call's X-Nexus-Timestamp %q is not within %s of the gateway's clock (%s)", c.Timestamp, SignatureWindow, abi.FormatTime(now))
+		}
+		remember = time.Unix(at, 0).Add(SignatureWindow)
 	case c.Signature != "":
-		mac := hmac.New(sha256.New, []byte(secret))
-		mac.Write(c.Body)
-		want := "sha256=" + hex.EncodeToString(mac.Sum(nil))
-		good = hmac.Equal([]byte(strings.ToLower(c.Signature)), []byte(want))
+		sig = strings.ToLower(c.Signature)
+		good = hmac.Equal([]byte(sig), []byte(signature(secret, c.Body)))
+		remember = now.Add(BodySignatureMemory)
 	case c.Secret != "":
 		good = subtle.ConstantTimeCompare([]byte(c.Secret), []byte(secret)) == 1
 	}
 	if !ok || !good {
 		return HookResult{}, abi.Errorf(abi.CodeAuthenticationInvalid, "", "the hook's secret is missing or wrong")
 	}
+	if sig != "" {
+		// Claimed before the delivery, so that two copies sent at once are not both taken;
+		// given back when nothing was delivered, so that the sender's retry works.
+		fresh, err := s.Store.claim(ctx, h.ID, sig, remember)
+		if err != nil {
+			return HookResult{}, err
+		}
+		if !fresh {
+			return HookResult{}, abi.Errorf(abi.CodeAuthenticationInvalid, "", "this signed call was accepted before: a replay is refused (sign each call anew, with its X-Nexus-Timestamp)")
+		}
+	}
+	res, err := s.deliverHook(ctx, h, c)
+	if res.MessageID == "" && sig != "" {
+		if uerr := s.Store.unclaim(ctx, h.ID, sig); uerr != nil {
+			s.logger().Warn("webhook", "hook", h.ID, "err", uerr)
+		}
+	}
+	return res, err
+}
+
+// signature is the "sha256=" + hex HMAC-SHA256 of parts with secret.
+func signature(secret string, parts ...[]byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	for _, p := range parts {
+		mac.Write(p)
+	}
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// deliverHook delivers an authenticated call's message.
+func (s *Service) deliverHook(ctx context.Context, h Hook, c HookCall) (HookResult, error) {
 	text, mode := string(c.Body), h.Mode
 	if strings.HasPrefix(strings.TrimSpace(strings.ToLower(c.ContentType)), "application/json") {
 		var b hookBody
@@ -355,9 +444,9 @@ func (s *Service) Jobs(ctx context.Context) ([]Job, error) {
 	return jobs, nil
 }
 
-// AddJob stores a job and wakes the scheduler.
+// AddJob stores a job (held to MinInterval) and wakes the scheduler.
 func (s *Service) AddJob(ctx context.Context, j Job) (Job, error) {
-	j, err := s.Store.AddJob(ctx, j)
+	j, err := s.Store.AddJob(ctx, j, s.MinInterval)
 	if err != nil {
 		return Job{}, err
 	}

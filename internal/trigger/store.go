@@ -22,6 +22,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/fsutil"
 )
 
@@ -117,7 +118,8 @@ func OpenStore(ctx context.Context, path string, now func() time.Time) (*Store, 
 	}
 	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
-		CREATE TABLE IF NOT EXISTS hooks (id TEXT PRIMARY KEY, secret TEXT NOT NULL, doc TEXT NOT NULL);`); err != nil {
+		CREATE TABLE IF NOT EXISTS hooks (id TEXT PRIMARY KEY, secret TEXT NOT NULL, doc TEXT NOT NULL);
+		CREATE TABLE IF NOT EXISTS seen (hook TEXT NOT NULL, sig TEXT NOT NULL, expires INTEGER NOT NULL, PRIMARY KEY (hook, sig));`); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("triggers: schema: %w", err)
 	}
@@ -157,11 +159,30 @@ func (t Target) check() error {
 	if t.Workspace != "" && !filepath.IsAbs(t.Workspace) {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "workspace %q must be an absolute path", t.Workspace)
 	}
+	// The conversation is named now, not at the first firing: a key that cannot be one would
+	// otherwise be accepted and fail at every run.
+	if t.SessionKey != "" {
+		if err := checkKey(t.SessionKey); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// AddJob validates and stores a job; an empty id gets a generated one.
-func (s *Store) AddJob(ctx context.Context, j Job) (Job, error) {
+// checkKey refuses a conversation key that delivery would refuse.
+func checkKey(key string) error {
+	if _, err := chatstore.ParseKey(key); err != nil {
+		return abi.Errorf(abi.CodeInvalidArgument, "", "session: %v", err)
+	}
+	return nil
+}
+
+// AddJob validates and stores a job; an empty id gets a generated one. floor is the shortest
+// interval between two firings the job may have (DefaultMinInterval when 0).
+func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, error) {
+	if floor <= 0 {
+		floor = DefaultMinInterval
+	}
 	j.Message = strings.TrimSpace(j.Message)
 	switch {
 	case j.ID != "" && !idPattern.MatchString(j.ID):
@@ -184,13 +205,18 @@ func (s *Store) AddJob(ctx context.Context, j Job) (Job, error) {
 	}
 	if j.Schedule != "" {
 		j.Kind = KindCron
-		if _, err := parseSchedule(j.Schedule); err != nil {
+		sch, err := parseSchedule(j.Schedule)
+		if err != nil {
 			return Job{}, err
+		}
+		if gap, at, ok := shortestGap(sch, s.now(), floor); !ok {
+			return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a cron job must fire at least %s apart (the gateway's floor, nexus serve --min-trigger-interval); %q fires %s apart at %s",
+				floor, j.Schedule, gap, abi.FormatTime(at))
 		}
 	} else {
 		j.Kind = KindHeartbeat
-		if j.EveryMs < int64(time.Minute/time.Millisecond) {
-			return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a heartbeat's interval must be at least 1m")
+		if time.Duration(j.EveryMs)*time.Millisecond < floor {
+			return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a heartbeat's interval must be at least %s (the gateway's floor, nexus serve --min-trigger-interval)", floor)
 		}
 		if j.SessionKey == "" {
 			return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a heartbeat needs the session it wakes (--session KEY)")
@@ -198,6 +224,9 @@ func (s *Store) AddJob(ctx context.Context, j Job) (Job, error) {
 	}
 	if j.ID == "" {
 		j.ID = newID("")
+	}
+	if err := checkKey(j.key()); err != nil { // a cron job's own conversation, from its agent
+		return Job{}, err
 	}
 	j.CreatedAt = s.now().UnixMilli()
 	j.LastRunAt, j.LastFiredAt, j.LastMessageID, j.LastError, j.Runs, j.NextRunAt = 0, 0, "", "", 0, 0
@@ -373,6 +402,36 @@ func (s *Store) RemoveHook(ctx context.Context, id string) error {
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "no hook %q (nexus hook list)", id)
+	}
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM seen WHERE hook = ?`, id); err != nil {
+		return fmt.Errorf("triggers: remove hook: %w", err)
+	}
+	return nil
+}
+
+// claim records the signature sig of a call to hook until expires; false when it was
+// recorded already (the request is a replay). What has expired is dropped first, so the
+// table holds only what a replay could still use.
+func (s *Store) claim(ctx context.Context, hook, sig string, expires time.Time) (bool, error) {
+	now := s.now().UnixMilli()
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM seen WHERE expires <= ?`, now); err != nil {
+		return false, fmt.Errorf("triggers: %w", err)
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO seen (hook, sig, expires) VALUES (?, ?, ?)`, hook, sig, expires.UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("triggers: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("triggers: %w", err)
+	}
+	return n == 1, nil
+}
+
+// unclaim forgets a signature whose call delivered nothing, so the sender's retry works.
+func (s *Store) unclaim(ctx context.Context, hook, sig string) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM seen WHERE hook = ? AND sig = ?`, hook, sig); err != nil {
+		return fmt.Errorf("triggers: %w", err)
 	}
 	return nil
 }

@@ -54,14 +54,20 @@ type source interface {
 	// ack says the lines up to seq are delivered; done ends the following.
 	ack(seq uint64)
 	done()
+	// hold says whether the session is at work on the lines it reads (see
+	// process.Cursor.Hold): always, but while its gate is closed.
+	hold(on bool)
 }
 
 // processSource follows a process through a cursor: the process's capture waits for this
-// session (within the manager's MaxStall), so a flood is not lost to a session that keeps up.
+// session, so a flood is not lost to a session that keeps up. It waits without a clock while
+// the session is held (at work: reading, delivering under its followers' flow control, which
+// bounds that wait), and within the manager's MaxStall while it is not (interrupted).
 type processSource struct {
-	m  *process.Manager
-	id string
-	c  *process.Cursor
+	m    *process.Manager
+	id   string
+	c    *process.Cursor
+	held bool
 }
 
 func (s *processSource) since(n int) uint64 { p, _ := s.m.Since(s.id, n); return p }
@@ -72,6 +78,7 @@ func (s *processSource) follow(ctx context.Context, pos uint64) ([]process.Line,
 			return nil, false, err //nolint:wrapcheck // the manager's errors carry their code
 		}
 		s.c = c
+		c.Hold(s.held)
 	}
 	return s.c.Read(ctx, 4096) //nolint:wrapcheck // the caller's own context
 }
@@ -85,6 +92,12 @@ func (s *processSource) done() {
 		s.c.Close()
 	}
 }
+func (s *processSource) hold(on bool) {
+	s.held = on
+	if s.c != nil {
+		s.c.Hold(on)
+	}
+}
 
 type journalSource struct{ j *process.Journal }
 
@@ -94,6 +107,7 @@ func (s journalSource) follow(ctx context.Context, pos uint64) ([]process.Line, 
 }
 func (journalSource) ack(uint64) {}
 func (journalSource) done()      {}
+func (journalSource) hold(bool)  {}
 
 // Start implements live.Kind.
 func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
@@ -231,7 +245,12 @@ func (s *stream) followSource() error {
 		s.caughtUp()
 	}
 	defer s.src.done()
-	for s.gate.Wait(s.ctx) {
+	// While the session is at work on what it read, the process waits for it without giving
+	// up: the session's flow control lets go of a follower that stalls (within MaxStall of its
+	// own), whereas the process letting go of the session would lose the lines of every
+	// follower that keeps up. Only a closed gate (open) lets the process's clock run.
+	s.src.hold(true)
+	for s.open() {
 		lines, lost, err := s.src.follow(s.ctx, pos)
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
@@ -252,7 +271,7 @@ func (s *stream) followSource() error {
 		for _, l := range lines {
 			pos = l.Seq
 			if l.Stream == process.StreamStatus {
-				if !s.deliver() || !s.gate.Wait(s.ctx) {
+				if !s.deliver() || !s.open() {
 					return nil
 				}
 				s.sink.Publish(abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "process " + l.Text})
@@ -412,13 +431,27 @@ func (b *batcher) take() []any {
 	return out
 }
 
+// open waits while the gate is closed (interrupted, paused); false when the session ends
+// first. Meanwhile the session is not at work on its source's lines: the process it follows
+// does not wait for it beyond its MaxStall.
+func (s *stream) open() bool {
+	if s.gate.Opened() == nil {
+		return s.ctx.Err() == nil
+	}
+	if s.src != nil {
+		s.src.hold(false)
+		defer s.src.hold(true)
+	}
+	return s.gate.Wait(s.ctx)
+}
+
 // deliver publishes the gathered lines once the gate is open (an interrupt holds them, so
 // nothing is skipped); false when the session ends first.
 func (s *stream) deliver() bool {
 	if s.out.empty() {
 		return true
 	}
-	if !s.gate.Wait(s.ctx) {
+	if !s.open() {
 		return false
 	}
 	last := s.out.last

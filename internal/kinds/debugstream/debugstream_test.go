@@ -37,18 +37,26 @@ func newEnv(t *testing.T, ring ...int) *env {
 	if len(ring) > 0 {
 		size = ring[0]
 	}
+	return newEnvWith(t, process.Options{Ring: size}, live.Config{IdleTimeout: -1})
+}
+
+// newEnvWith is newEnv with the process manager's ring and stall bound (popts) and the
+// registry's configuration.
+func newEnvWith(t *testing.T, popts process.Options, cfg live.Config) *env {
+	t.Helper()
 	owner, err := reaper.Open(t.Context(), reaper.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = owner.Close(context.Background()) })
-	m, err := process.Open(t.TempDir(), process.Options{Owner: owner, MaxLogBytes: 64 << 10, Keep: 2, Ring: size, Backoff: func(int) time.Duration { return 0 }})
+	popts.Owner, popts.MaxLogBytes, popts.Keep, popts.Backoff = owner, 64<<10, 2, func(int) time.Duration { return 0 }
+	m, err := process.Open(t.TempDir(), popts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(context.Background()) })
 	j := process.NewJournal(0, nil)
-	reg, err := live.New(context.Background(), live.Config{IdleTimeout: -1}, &debugstream.Kind{Processes: m, Journal: j})
+	reg, err := live.New(context.Background(), cfg, &debugstream.Kind{Processes: m, Journal: j})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,4 +521,112 @@ func TestKindContract(t *testing.T) {
 			slog.New(j.Handler(slog.NewTextHandler(io.Discard, nil))).Info(text)
 		},
 	})
+}
+
+// TestStalledFollowerCostsOthersNothing: one debug-stream session on a process that floods
+// 20,000 lines through a ring of 512, read by four followers as WebSocket streams read it, and
+// followed by one more that never reads (a client that stopped reading). The four get every
+// line, in order, and no EVENTS_MISSED; the stalled one is let go, and learns that it missed
+// events when it reads again. The process's capture gives up on a session's cursor after
+// 500 ms without progress, the session on a follower after 3 s: while the session waits for
+// its followers, the process must wait for the session without a clock (the session's own
+// flow control bounds that wait), or it laps the session and every follower loses lines.
+// Neither bound is asserted: they only make the old order of events (the process giving up
+// first) certain.
+func TestStalledFollowerCostsOthersNothing(t *testing.T) {
+	const (
+		n       = 20000
+		readers = 4
+	)
+	e := newEnvWith(t, process.Options{Ring: 512, MaxStall: 500 * time.Millisecond}, live.Config{IdleTimeout: -1, Log: live.LogLimits{Events: 1024, MaxStall: 3 * time.Second}})
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	in, err := e.m.Start(context.Background(), process.Spec{Command: []string{sh(t), "-c", fmt.Sprintf("read go < %s; i=1; while [ $i -le %d ]; do echo line-$i; i=$((i+1)); done", fifo, n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := e.open(t, abi.Context{ProcessID: in.ID}, abi.DebugStreamOptions{Lines: -1})
+	stalled := e.follow(t, id) // never reads, never acknowledges
+	type result struct {
+		lines []abi.LogLine
+		err   error
+	}
+	results := make(chan result, readers)
+	for range readers {
+		f := e.follow(t, id)
+		go func() {
+			lines, err := e.stream(id, f)
+			results <- result{lines, err}
+		}()
+	}
+	if err := os.WriteFile(fifo, []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range readers {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("reader %d: %v", i, r.err)
+		}
+		got := 0
+		for _, l := range r.lines {
+			if l.Stream != abi.StreamStdout {
+				continue
+			}
+			got++
+			if l.Line != fmt.Sprintf("line-%d", got) {
+				t.Fatalf("reader %d: line %d is %q", i, got, l.Line)
+			}
+		}
+		if got != n {
+			t.Fatalf("reader %d got %d of %d lines", i, got, n)
+		}
+	}
+	// What the stalled one reads now: the session's first events (kept), then the news that
+	// it missed the lines that followed them.
+	b, err := e.reg.Read(context.Background(), id, 0, 64, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missed := slices.IndexFunc(b.Events, func(ev *live.Event) bool { return ev.Seq == 0 && livetest.MissedOf(t, ev) > 0 })
+	if missed < 0 {
+		t.Fatalf("the stalled follower was not let go: it reads %v", livetest.DescribeAll(b.Events))
+	}
+	stalled.Close()
+}
+
+// stream reads a session as the gateway's WebSocket stream does (512 events at a time, each
+// acknowledged once it is taken) until the process's exit status; an error event ends it.
+func (e *env) stream(id string, f live.Follower) ([]abi.LogLine, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+	defer cancel()
+	var lines []abi.LogLine
+	after := uint64(0)
+	for {
+		b, err := e.reg.Read(ctx, id, after, 512, 30*time.Second)
+		if err != nil {
+			return lines, err
+		}
+		for _, ev := range b.Events {
+			if ev.Type == abi.EventError {
+				return lines, fmt.Errorf("an error event after %d: %+v", after, ev.Payload)
+			}
+			ls, err := decodeLines(ev)
+			if err != nil {
+				return lines, err
+			}
+			lines = append(lines, ls...)
+			after = ev.Seq
+			f.Ack(after)
+			if exited(ev) {
+				return lines, nil
+			}
+		}
+		after = b.Next
+		f.Ack(after)
+		if b.Done {
+			return lines, fmt.Errorf("the session ended after %d lines", len(lines))
+		}
+	}
 }
