@@ -78,14 +78,19 @@ func Missing() string {
 	if _, err := os.Stat(filepath.Join(dir, "setup.sh")); err != nil {
 		return fmt.Sprintf("no real model server: %s/setup.sh is missing (NEXUS_TEST_LLM_DIR names another directory?)", dir)
 	}
-	need := []struct{ tool, pkg string }{{"bash", "bash"}, {"node", "nodejs"}, {"npm", "npm"}, {"curl", "curl"}}
-	if _, err := exec.LookPath("llama-server"); err != nil {
-		need = append(need, struct{ tool, pkg string }{"apt-get", "apt"}, struct{ tool, pkg string }{"dpkg", "dpkg"})
-	}
-	for _, n := range need {
+	const deps = "; make test-deps installs everything the tests need)"
+	for _, n := range []struct{ tool, pkg string }{{"bash", "bash"}, {"node", "nodejs"}, {"npm", "npm"}, {"curl", "curl"}} {
 		if _, err := exec.LookPath(n.tool); err != nil {
-			return "no real model server: " + n.tool + " is not installed (Debian: apt-get install " + n.pkg +
-				"; make test-deps installs everything the tests need)"
+			return "no real model server: " + n.tool + " is not installed (Debian: apt-get install " + n.pkg + deps
+		}
+	}
+	if _, err := exec.LookPath("llama-server"); err == nil {
+		return ""
+	}
+	for _, tool := range []string{"apt-get", "dpkg"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "no real model server: llama-server is not on PATH and, without " + tool +
+				", tools/llm/setup.sh cannot unpack Debian's (install llama.cpp's llama-server: Debian testing's llama.cpp-tools" + deps
 		}
 	}
 	return ""
