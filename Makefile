@@ -37,6 +37,16 @@ test: web pi-deps mcp-client-deps
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 8m ./...
 
+# What the suite needs beyond Go, as .ci/run installs it (root, or password-less sudo, for the
+# Debian packages): openssh-server, docker.io and its private engine, zsh, fish, ripgrep, busybox,
+# node, npm, curl, chromium, and the real model server (tools/llm: llama-server and the tiny model).
+.PHONY: test-deps
+test-deps:
+	bash .ci/sshd-setup.sh
+	bash .ci/docker-setup.sh
+	bash .ci/packages-setup.sh
+	bash tools/llm/setup.sh
+
 test-short:
 	$(GO) test -short ./...
 

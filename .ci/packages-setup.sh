@@ -3,13 +3,15 @@
 # missing one fails its test:
 #   zsh, fish   internal/cli's completion_shells.txtar loads nexus's completion scripts in them;
 #   rg          bench/history's tests check its ripgrep baseline against a plain scan;
-#   node, npm, curl  ../shared/llm/setup.sh and serve.sh, the real model server of
-#               internal/provider's and internal/agent's tests (setup.sh installs nothing
-#               system-wide: it unpacks llama.cpp under its cache directory);
+#   node, npm, curl  tools/llm/setup.sh and serve.sh, the real model server of
+#               internal/provider's, internal/agent's and internal/cli's tests (setup.sh
+#               installs nothing system-wide: it unpacks llama.cpp under its cache directory);
+#   busybox     internal/shell's framing tests run its ash (the static build, which the
+#               Docker tests' busybox image is made of);
 #   chromium    the web console's end-to-end tests drive it with playwright-core (web/).
 set -euo pipefail
 missing=()
-for p in zsh:zsh fish:fish rg:ripgrep node:nodejs npm:npm curl:curl chromium:chromium; do
+for p in zsh:zsh fish:fish rg:ripgrep node:nodejs npm:npm curl:curl busybox:busybox-static chromium:chromium; do
 	command -v "${p%%:*}" >/dev/null 2>&1 || missing+=("${p#*:}")
 done
 if [ ${#missing[@]} -eq 0 ]; then

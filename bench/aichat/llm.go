@@ -1,7 +1,7 @@
 package main
 
 // The spawn measurement on the real local model server (-llm, -llm-url): llama.cpp's
-// llama-server with the tiny deterministic model of shared/llm (its README), which answers
+// llama-server with the tiny deterministic model of tools/llm (its README), which answers
 // "Hello from a tiny model." to a request without tools. A counting proxy in front of it says
 // how many model calls were made, whose (a subagent's or the parent's), whether any offered
 // tools, and how long each took in the server (its queue for a slot included).
@@ -106,16 +106,9 @@ type llmServer struct {
 func startLLM(ctx context.Context, extra []string) (*llmServer, error) {
 	dir := llmserver.Dir()
 	if _, err := os.Stat(filepath.Join(dir, "serve.sh")); err != nil {
-		return nil, fmt.Errorf("no real model server: %w (set NEXUS_TEST_LLM_DIR to the shared/llm directory)", err)
+		return nil, fmt.Errorf("no real model server: %w (tools/llm; NEXUS_TEST_LLM_DIR names another)", err)
 	}
-	cache := os.Getenv("NEXUS_TEST_LLM_CACHE")
-	if cache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		cache = filepath.Join(base, "nexus-test-llm")
-	}
+	cache := llmserver.Cache()
 	if err := os.MkdirAll(cache, 0o700); err != nil { //nolint:gosec // the tests' own cache directory, as internal/testkit/llmserver
 		return nil, err
 	}

@@ -6,7 +6,7 @@
 // WebSocket subscriber (and to the SDK read directly, with no gateway), the relay rate as a
 // ratio to the rate the provider wrote, and the memory of idle ai-chat sessions. With -llm
 // (or -llm-url) the subagent burst runs a second time on the real local model server,
-// llama.cpp's llama-server with the tiny model of ../shared/llm (llm.go).
+// llama.cpp's llama-server with the tiny model of tools/llm (llm.go).
 //
 //	go run ./bench/aichat           # the figures of docs/BENCHMARKS.md
 //	go run ./bench/aichat -llm      # and the subagents on the real llama-server
@@ -162,7 +162,7 @@ func run() error {
 	flag.IntVar(&cfg.subagents, "subagents", 100, "spawn: subagents spawned at once")
 	flag.BoolVar(&quick, "quick", false, "smoke run: -calls 10 -turns 2 -tokens 2000 -paced-tokens 300 -sessions 30")
 	flag.StringVar(&cfg.outDir, "out", "bench/results", "directory for the JSON results")
-	flag.BoolVar(&cfg.llm, "llm", false, "spawn: also on the real local model server (llama-server started with ../shared/llm/serve.sh)")
+	flag.BoolVar(&cfg.llm, "llm", false, "spawn: also on the real local model server (llama-server started with tools/llm/serve.sh)")
 	flag.StringVar(&cfg.llmURL, "llm-url", "", "spawn: also on this running llama-server (http://127.0.0.1:PORT) instead of starting one")
 	flag.StringVar(&cfg.llmArgs, "llm-args", "", "extra llama-server arguments for -llm (e.g. \"-np 4 -c 32768\": slots share the context)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run here")

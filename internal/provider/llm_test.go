@@ -14,7 +14,7 @@ import (
 )
 
 // The real model server: llama.cpp's llama-server with the tiny deterministic model of
-// ../shared/llm (its README): without tools it answers "Hello from a tiny model.", with tools
+// tools/llm (its README): without tools it answers "Hello from a tiny model.", with tools
 // it makes exactly one call, and after a tool result it answers in text. It is set up once per
 // package run, on first use, and stopped by TestMain.
 

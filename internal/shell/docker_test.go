@@ -22,15 +22,21 @@ import (
 )
 
 // The docker transport is tested against a real Docker engine: Debian's docker.io with a
-// private dockerd and locally built images (bookworm with bash and git; busybox), started by
-// the workspace's ../shared/docker/setup.sh (see its README). The first run installs docker.io
-// and builds the image (one to three minutes); later runs find the daemon still running in
-// dockerTestDir and reuse it in under a second, which is why the tests leave it running
-// (../shared/docker/teardown.sh dockerTestDir stops it). The tests skip, visibly, without root
-// or without the script, and fail instead under CI.
+// private dockerd and locally built images (bookworm with bash and git; busybox), started by the
+// repository's tools/docker/setup.sh (.ci/docker-setup.sh runs it before the suite). The first
+// run installs docker.io and builds the image (one to three minutes); later runs find the daemon
+// still running in dockerTestDir and reuse it in under a second, which is why the tests leave it
+// running (tools/docker/teardown.sh /tmp/nexus-dockertest stops it). The tests skip, visibly,
+// without root, and fail instead under CI.
 
-// dockerTestDir is the setup script's work directory: fixed, so that runs reuse one daemon.
-const dockerTestDir = "/tmp/nexus-dockertest"
+// dockerTestDir is the setup script's work directory: fixed, so that runs reuse one daemon
+// (NEXUS_TEST_DOCKER_DIR names another, for a daemon of one's own).
+func dockerTestDir() string {
+	if dir := os.Getenv("NEXUS_TEST_DOCKER_DIR"); dir != "" {
+		return dir
+	}
+	return "/tmp/nexus-dockertest"
+}
 
 // containerPIDLabel marks the tests' containers with the pid of the test binary that made them,
 // so that a later run removes those a crashed run left.
@@ -69,16 +75,16 @@ func repoRoot(tb testing.TB) string {
 	}
 }
 
-// setupScript runs the shared setup script for one image variant and returns what it printed.
+// setupScript runs the setup script for one image variant and returns what it printed.
 func setupScript(tb testing.TB, script, variant string) (map[string]string, error) {
 	tb.Helper()
 	start := time.Now()
 	var errb testkit.Buffer
-	cmd := exec.Command("bash", script, dockerTestDir, variant) //nolint:noctx // bounded by the test binary's -timeout
+	cmd := exec.Command("bash", script, dockerTestDir(), variant) //nolint:noctx // bounded by the test binary's -timeout
 	cmd.Stderr = &errb
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s %s %s: %w\n%s", script, dockerTestDir, variant, err, errb.String())
+		return nil, fmt.Errorf("%s %s %s: %w\n%s", script, dockerTestDir(), variant, err, errb.String())
 	}
 	tb.Logf("docker setup (%s) in %s", variant, time.Since(start).Round(10*time.Millisecond))
 	vars := map[string]string{}
@@ -98,13 +104,9 @@ func setupScript(tb testing.TB, script, variant string) (map[string]string, erro
 func requireDocker(tb testing.TB) *dockerEngine {
 	tb.Helper()
 	dockerOnce.Do(func() {
-		script := filepath.Join(repoRoot(tb), "..", "shared", "docker", "setup.sh")
-		if _, err := os.Stat(script); err != nil {
-			dockerSkip = "no Docker engine for the tests: " + script + " (the workspace's shared Docker setup) is missing"
-			return
-		}
+		script := filepath.Join(repoRoot(tb), "tools", "docker", "setup.sh")
 		if os.Geteuid() != 0 {
-			dockerSkip = "no Docker engine for the tests: " + script + " starts a private dockerd, which needs root"
+			dockerSkip = "no Docker engine for the tests: they start a private dockerd (tools/docker/setup.sh), which needs root: run them as root"
 			return
 		}
 		e := &dockerEngine{images: map[string]string{}}
@@ -315,7 +317,7 @@ func TestDockerIDPart(t *testing.T) {
 func TestDockerDaemonUnreachable(t *testing.T) {
 	client, err := exec.LookPath("docker")
 	if err != nil {
-		testkit.SkipUnlessCI(t, "no docker client on PATH (Debian's docker.io, installed by ../shared/docker/setup.sh)")
+		testkit.SkipUnlessCI(t, "no docker client on PATH (Debian: apt-get install docker.io; make test-deps installs everything the tests need)")
 	}
 	sock := filepath.Join(t.TempDir(), "docker.sock")
 	d := &Docker{Container: "box", Binary: writeDockerClient(t, client, "unix://"+sock, "")}

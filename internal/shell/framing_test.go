@@ -27,7 +27,7 @@ func framingShells(t *testing.T) map[string]func(t *testing.T) *Shell {
 		"busybox": func(t *testing.T) *Shell {
 			bb, err := exec.LookPath("busybox")
 			if err != nil {
-				testkit.SkipUnlessCI(t, "busybox is not installed (apt-get install busybox)")
+				testkit.SkipUnlessCI(t, "busybox is not installed (Debian: apt-get install busybox-static; make test-deps installs everything the tests need)")
 			}
 			// busybox runs the applet its name says: a link named ash is its shell.
 			ash := filepath.Join(t.TempDir(), "ash")

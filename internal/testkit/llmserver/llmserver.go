@@ -1,5 +1,5 @@
-// Package llmserver starts the real model server tests talk to: llama.cpp's llama-server with
-// the tiny deterministic model of the shared/llm directory beside the repository (its
+// Package llmserver starts the real model server tests talk to: llama.cpp's llama-server from
+// Debian with the tiny deterministic model the repository builds itself (tools/llm, its
 // README): without tools it answers "Hello from a tiny model.", with tools it makes exactly one
 // call to one of them, and after a tool result it answers in text.
 package llmserver
@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -38,8 +37,8 @@ func (s *Server) Stop() {
 	}
 }
 
-// Dir is the shared/llm directory: NEXUS_TEST_LLM_DIR, else shared/llm beside the repository
-// holding the working directory.
+// Dir is the directory of the server's scripts: NEXUS_TEST_LLM_DIR, else tools/llm of the
+// repository holding the working directory.
 func Dir() string {
 	if dir := os.Getenv("NEXUS_TEST_LLM_DIR"); dir != "" {
 		return dir
@@ -50,7 +49,7 @@ func Dir() string {
 	}
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(filepath.Dir(d), "shared", "llm")
+			return filepath.Join(d, "tools", "llm")
 		}
 		if d == filepath.Dir(d) {
 			return ""
@@ -58,41 +57,61 @@ func Dir() string {
 	}
 }
 
-// Start sets the server up (setup.sh, cached under the user's cache directory or
-// NEXUS_TEST_LLM_CACHE) and starts it (serve.sh) on a free port. skip says why there can be
-// none (a missing prerequisite: the test skips, and fails under CI); err is a failure of a
-// setup that should have worked. A watchdog stops the server when this process ends in any
-// way, so it never outlives the tests even without Stop.
-func Start(ctx context.Context) (s *Server, skip string, err error) {
+// Cache is where setup.sh keeps llama-server and the model, shared by every clone:
+// NEXUS_TEST_LLM_CACHE, else nexus/test-llm in the user's cache directory (setup.sh's default).
+func Cache() string {
+	if dir := os.Getenv("NEXUS_TEST_LLM_CACHE"); dir != "" {
+		return dir
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "nexus", "test-llm")
+}
+
+// Missing says what this machine lacks for the server, naming what to install, or "".
+// llama-server itself needs nothing installed: setup.sh unpacks Debian's package into the
+// cache, with apt-get and dpkg, unless one is on PATH already.
+func Missing() string {
 	dir := Dir()
 	if _, err := os.Stat(filepath.Join(dir, "setup.sh")); err != nil {
-		return nil, fmt.Sprintf("no real model server: %s/setup.sh is missing (set NEXUS_TEST_LLM_DIR to the shared/llm directory)", dir), nil
+		return fmt.Sprintf("no real model server: %s/setup.sh is missing (NEXUS_TEST_LLM_DIR names another directory?)", dir)
 	}
-	for _, tool := range []string{"bash", "apt-get", "dpkg", "node", "npm", "curl"} {
+	const deps = "; make test-deps installs everything the tests need)"
+	for _, n := range []struct{ tool, pkg string }{{"bash", "bash"}, {"node", "nodejs"}, {"npm", "npm"}, {"curl", "curl"}} {
+		if _, err := exec.LookPath(n.tool); err != nil {
+			return "no real model server: " + n.tool + " is not installed (Debian: apt-get install " + n.pkg + deps
+		}
+	}
+	if _, err := exec.LookPath("llama-server"); err == nil {
+		return ""
+	}
+	for _, tool := range []string{"apt-get", "dpkg"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return nil, "no real model server: " + tool + " is not installed (.ci/packages-setup.sh installs what setup.sh needs)", nil
+			return "no real model server: llama-server is not on PATH and, without " + tool +
+				", tools/llm/setup.sh cannot unpack Debian's (install llama.cpp's llama-server: Debian testing's llama.cpp-tools" + deps
 		}
 	}
-	cache := os.Getenv("NEXUS_TEST_LLM_CACHE")
-	if cache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		cache = filepath.Join(base, "nexus-test-llm")
+	return ""
+}
+
+// Start sets the server up (tools/llm/setup.sh, cached in Cache) and starts it (serve.sh) on a
+// free port. skip says why there can be none (a missing prerequisite: the test skips, and
+// fails under CI); err is a failure of a setup that should have worked. A watchdog stops the
+// server when this process ends in any way, so it never outlives the tests even without Stop.
+func Start(ctx context.Context) (s *Server, skip string, err error) {
+	if skip := Missing(); skip != "" {
+		return nil, skip, nil
 	}
+	dir, cache := Dir(), Cache()
 	if err := os.MkdirAll(cache, 0o700); err != nil { //nolint:gosec // the tests' own cache directory
 		return nil, "", fmt.Errorf("llm cache: %w", err)
 	}
 	// Test binaries of several packages run at once (go test ./...) and share the cache:
-	// one sets it up while the others wait.
-	lock, err := fsutil.LockContext(ctx, filepath.Join(cache, "setup.lock"), 100*time.Millisecond)
-	if err != nil {
-		return nil, "", fmt.Errorf("llm cache: %w", err)
-	}
-	setup := exec.CommandContext(ctx, "bash", filepath.Join(dir, "setup.sh"), cache) //nolint:gosec // the tests' own script
+	// setup.sh takes a lock in it, so one sets it up while the others wait.
+	setup := exec.CommandContext(ctx, "bash", filepath.Join(dir, "setup.sh"), cache) //nolint:gosec // the repository's own script
 	out, err := setup.CombinedOutput()
-	_ = lock.Unlock()
 	if err != nil {
 		return nil, "", fmt.Errorf("setup.sh %s: %w\n%s", cache, err, tail(out))
 	}
@@ -100,7 +119,7 @@ func Start(ctx context.Context) (s *Server, skip string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
-	serve := exec.CommandContext(ctx, "bash", filepath.Join(dir, "serve.sh"), strconv.Itoa(port), cache) //nolint:gosec // the tests' own script
+	serve := exec.CommandContext(ctx, "bash", filepath.Join(dir, "serve.sh"), strconv.Itoa(port), cache) //nolint:gosec // the repository's own script
 	var stderr bytes.Buffer
 	serve.Stderr = &stderr
 	out, err = serve.Output()
@@ -167,8 +186,8 @@ type Once struct {
 	err  error
 }
 
-// URL returns the server's base URL, starting it on first use. Without the shared/llm
-// directory or a tool setup.sh needs, the test is skipped, and fails under CI.
+// URL returns the server's base URL, starting it on first use. Without a tool setup.sh needs,
+// the test is skipped, and fails under CI.
 func (o *Once) URL(t testing.TB) string {
 	t.Helper()
 	o.once.Do(func() { o.srv, o.skip, o.err = Start(context.Background()) })
