@@ -62,53 +62,53 @@ func TestPolicyKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		key        string
-		level      string // the session's option ("" leaves the level to the policy)
-		call       map[string]any
-		tool       string
-		with       string // the key as written (agent.toml; under [defaults] in config.toml)
-		without    string // another value, or "" for none
-		answer     string // the answer to a confirmation request
-		broker     bool   // the inter-session tools are offered
-		got, else_ want
+		key            string
+		level          string // the session's option ("" leaves the level to the policy)
+		call           map[string]any
+		tool           string
+		with           string // the key as written (agent.toml; under [defaults] in config.toml)
+		without        string // another value, or "" for none
+		answer         string // the answer to a confirmation request
+		broker         bool   // the inter-session tools are offered
+		got, otherwise want
 	}{
 		{key: "level", tool: "bash", call: map[string]any{"command": "echo hi"}, with: `level = "sandboxed"`, without: `level = "yolo"`,
-			got: want{has: "not available at permission level sandboxed", isErr: true}, else_: want{has: "hi\n[exit code 0]"}},
+			got: want{has: "not available at permission level sandboxed", isErr: true}, otherwise: want{has: "hi\n[exit code 0]"}},
 		{key: "disabled_tools", level: "yolo", tool: "bash", call: map[string]any{"command": "echo hi"}, with: `disabled_tools = ["bash"]`,
-			got: want{has: "disabled", isErr: true}, else_: want{has: "hi\n[exit code 0]"}},
+			got: want{has: "disabled", isErr: true}, otherwise: want{has: "hi\n[exit code 0]"}},
 		{key: "blocked_paths", level: "yolo", tool: "read_file", call: map[string]any{"path": "secret.txt"}, with: `blocked_paths = ["secret.txt"]`,
-			got: want{has: "blocked", isErr: true}, else_: want{has: "top-secret"}},
+			got: want{has: "blocked", isErr: true}, otherwise: want{has: "top-secret"}},
 		{key: "allowed_paths", level: "trusted", tool: "read_file", call: map[string]any{"path": filepath.Join(outside, "notes.txt")}, answer: "deny",
 			with: fmt.Sprintf("allowed_paths = [%q]", outside),
-			got:  want{has: "outside-notes"}, else_: want{has: "denied", isErr: true, asked: true}},
+			got:  want{has: "outside-notes"}, otherwise: want{has: "denied", isErr: true, asked: true}},
 		{key: "tools.NAME.allowed_paths", level: "yolo", tool: "read_file", call: map[string]any{"path": "secret.txt"},
 			with: "[tools.read_file]\nallowed_paths = [\"docs\"]",
-			got:  want{has: "outside the paths tool read_file may use", isErr: true}, else_: want{has: "top-secret"}},
+			got:  want{has: "outside the paths tool read_file may use", isErr: true}, otherwise: want{has: "top-secret"}},
 		{key: "tools.NAME.timeout", level: "yolo", tool: "bash", call: map[string]any{"command": "sleep 2; echo late"},
 			with: "[tools.bash]\ntimeout = \"1s\"",
-			got:  want{has: "[timed out]"}, else_: want{has: "late\n[exit code 0]"}},
+			got:  want{has: "[timed out]"}, otherwise: want{has: "late\n[exit code 0]"}},
 		{key: "max_timeout", level: "yolo", tool: "bash", call: map[string]any{"command": "sleep 2; echo late", "timeout_secs": 60},
 			with: `max_timeout = "1s"`,
-			got:  want{has: "the maximum is 1s"}, else_: want{has: "late\n[exit code 0]"}},
+			got:  want{has: "the maximum is 1s"}, otherwise: want{has: "late\n[exit code 0]"}},
 		{key: "confirm_timeout", level: "trusted", tool: "bash", call: map[string]any{"command": "echo hi"}, answer: "",
 			with: `confirm_timeout = "1s"`, got: want{has: "no answer within 1s", isErr: true, asked: true}},
 		{key: "progress_interval", level: "yolo", tool: "bash", call: map[string]any{"command": "echo started; sleep 2"},
-			with: `progress_interval = "1s"`, got: want{has: "started", progress: true}, else_: want{has: "started"}},
+			with: `progress_interval = "1s"`, got: want{has: "started", progress: true}, otherwise: want{has: "started"}},
 		{key: "allowed_targets", level: "yolo", broker: true, tool: "sessions_history", call: map[string]any{"key": "agent:main:other"},
 			with: `allowed_targets = ["agent:main:other"]`,
-			got:  want{lacks: "refused", anyErr: true}, else_: want{has: "not among the conversations this agent may reach", isErr: true}},
+			got:  want{lacks: "refused", anyErr: true}, otherwise: want{has: "not among the conversations this agent may reach", isErr: true}},
 		{key: "allow_hard_links", level: "sandboxed", tool: "read_file", call: map[string]any{"path": "linked.txt"},
-			with: "allow_hard_links = true", got: want{has: "outside-link"}, else_: want{has: "hard link", isErr: true}},
+			with: "allow_hard_links = true", got: want{has: "outside-link"}, otherwise: want{has: "hard link", isErr: true}},
 	} {
 		for _, where := range []string{"agent.toml", "config.toml"} {
 			for _, on := range []bool{true, false} {
 				setting := c.with
 				expect := c.got
 				if !on {
-					if c.else_ == (want{}) {
+					if c.otherwise == (want{}) {
 						continue
 					}
-					setting, expect = c.without, c.else_
+					setting, expect = c.without, c.otherwise
 				}
 				name := fmt.Sprintf("%s/%s/%v", c.key, where, on)
 				t.Run(name, func(t *testing.T) {
