@@ -168,3 +168,56 @@ func TestPolicyKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxConcurrentTools: max_concurrent_tools bounds the calls of a "_parallel" batch run at
+// once. Two calls of an MCP tool that each wait for the other meet when two may run together;
+// with one at a time the first waits out its timeout (5 s, set for the test) and the second,
+// run after it, meets the first's mark.
+func TestMaxConcurrentTools(t *testing.T) {
+	for _, c := range []struct {
+		toml     string
+		timedOut int
+	}{{"", 0}, {"max_concurrent_tools = 2\n", 0}, {"max_concurrent_tools = 1\n", 1}} {
+		t.Run(strings.TrimSpace(c.toml), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			e := newEnv(t, func(req chatRequest, w *sse) {
+				if req.last().Role == "tool" {
+					w.text("done")
+					return
+				}
+				w.chunk(map[string]any{"role": "assistant"}, "")
+				for i, who := range [][2]string{{"a", "b"}, {"b", "a"}} {
+					args, _ := json.Marshal(map[string]any{"dir": dir, "me": who[0], "other": who[1], "_parallel": true})
+					w.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": "call_" + who[0], "type": "function",
+						"function": map[string]any{"name": "mcp_fs_meet", "arguments": string(args)}}}}, "")
+				}
+				w.chunk(map[string]any{}, "tool_calls")
+				w.done()
+			})
+			e.extra = fmt.Sprintf("\n[mcp_servers.fs]\ncommand = %q\nenv_vars = [%q]\n", os.Args[0], mcpServerVar)
+			writeAgent(t, e, "main", c.toml+"[tools.mcp_fs_meet]\ntimeout = \"5s\"\n")
+			r := e.gateway(t)
+			s := e.open(t, r, "agent:main:test:meet", "yolo")
+			w := &watcher{r: r, id: s.SessionID}
+			send(t, r, s.SessionID, "meet")
+			if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+				t.Fatalf("turn %+v: %s", end, describe(w.seen))
+			}
+			timedOut, met := 0, 0
+			for _, ev := range w.seen {
+				if p, ok := ev.Payload.(abi.AITool); ok && p.Phase == abi.PhaseCompleted {
+					switch {
+					case strings.Contains(p.Output, "timed out after 5s"):
+						timedOut++
+					case strings.Contains(p.Output, " met "):
+						met++
+					}
+				}
+			}
+			if timedOut != c.timedOut || met != 2-c.timedOut {
+				t.Fatalf("%d timed out, %d met; want %d timed out: %s", timedOut, met, c.timedOut, describe(w.seen))
+			}
+		})
+	}
+}
