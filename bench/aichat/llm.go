@@ -365,7 +365,7 @@ func saveQuietAgent(ctx context.Context, h *harness) ([]string, error) {
 		return nil, errors.New("the scripted model saw no tools offered")
 	}
 	return names, profile.Save(h.state, &profile.Profile{ID: quietAgent, Settings: profile.Settings{
-		DisabledTools: names, Description: "bench: no tools, one model call per turn"}}, false)
+		Policy: profile.Policy{DisabledTools: names}, Description: "bench: no tools, one model call per turn"}}, false)
 }
 
 // runLLM starts the real server (or takes -llm-url's) and the proxy, runs spawnOnLLM into

@@ -7,6 +7,7 @@ import "encoding/json"
 const (
 	PayloadAIReasoning    = "ai-reasoning"
 	PayloadAITool         = "ai-tool"
+	PayloadAIToolProgress = "ai-tool-progress"
 	PayloadAIBatch        = "ai-batch"
 	PayloadAIIteration    = "ai-iteration"
 	PayloadAITurn         = "ai-turn"
@@ -75,6 +76,18 @@ type AITool struct {
 	Arguments  json.RawMessage `json:"arguments,omitempty"`
 	Output     string          `json:"output,omitempty"`
 	IsError    bool            `json:"isError,omitempty"`
+}
+
+// AIToolProgress says a tool call still runs, every few seconds while it does: how long since
+// it started to run (a wait for the user's confirmation is not counted) and the tail of its
+// output so far (the last 2 KiB of what a command wrote; empty for a tool that streams none).
+// A client that does not know the type ignores it.
+type AIToolProgress struct {
+	Type       string `json:"type"`
+	ToolCallID string `json:"toolCallId"`
+	Name       string `json:"name"`
+	ElapsedMs  int64  `json:"elapsedMs"`
+	Output     string `json:"output,omitempty"`
 }
 
 // AIBatch is a reply's tool calls as a batch: started (calls, parallel), halted (reason: an

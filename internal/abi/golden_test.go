@@ -103,6 +103,7 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"event_ai-tool_started", event(t, abi.EventData, 10, abi.AITool{Type: abi.PayloadAITool, Phase: abi.PhaseStarted, ToolCallID: "call_1", Name: "bash"})},
 		{"event_ai-tool_completed", event(t, abi.EventData, 11, abi.AITool{Type: abi.PayloadAITool, Phase: abi.PhaseCompleted, ToolCallID: "call_1", Name: "bash", Output: "README.md\n[exit code 0]"})},
 		{"event_ai-tool_failed", event(t, abi.EventData, 11, abi.AITool{Type: abi.PayloadAITool, Phase: abi.PhaseCompleted, ToolCallID: "call_2", Name: "read_file", Output: "open \"x\": no such file or directory", IsError: true})},
+		{"event_ai-tool-progress", event(t, abi.EventData, 11, abi.AIToolProgress{Type: abi.PayloadAIToolProgress, ToolCallID: "call_1", Name: "bash", ElapsedMs: 20000, Output: "Compiling nexus v0.1.0\n"})},
 		{"event_ai-batch_started", event(t, abi.EventData, 9, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseStarted, Calls: 2, Parallel: true})},
 		{"event_ai-batch_halted", event(t, abi.EventData, 12, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseHalted, Reason: "read_file failed"})},
 		{"event_ai-batch_completed", event(t, abi.EventData, 12, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseCompleted})},

@@ -1,6 +1,10 @@
 package agent
 
-import "github.com/nexus-run/nexus/internal/provider"
+import (
+	"time"
+
+	"github.com/nexus-run/nexus/internal/provider"
+)
 
 // EventType names a turn event. The ai-chat session kind maps them onto the ABI's events
 // (docs/ai-chat.md): tokens to ai-token data, status to status events, the rest to data
@@ -27,6 +31,9 @@ const (
 	// EventToolStarted, EventToolCompleted (Output, IsError): one call.
 	EventToolStarted   EventType = "tool_started"
 	EventToolCompleted EventType = "tool_completed"
+	// EventToolProgress: Call is running; Elapsed since it started to run (a wait for the
+	// user's confirmation is not counted), Output the tail of its output so far.
+	EventToolProgress EventType = "tool_progress"
 	// EventBatchHalted: a call failed in an ordered batch (Reason); the rest did not run.
 	EventBatchHalted EventType = "batch_halted"
 	// EventBatchCompleted: every call of the batch ran.
@@ -55,6 +62,7 @@ type Event struct {
 	Call      *provider.ToolCall
 	Output    string
 	IsError   bool
+	Elapsed   time.Duration
 	Calls     int
 	Parallel  bool
 	Iteration int

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nexus-run/nexus/internal/agent/tools"
 	"github.com/nexus-run/nexus/internal/provider"
 )
 
@@ -44,9 +45,9 @@ type Outcome struct {
 
 // Defaults of Options.
 const (
-	DefaultMaxIterations = 10
-	DefaultMaxConcurrent = 10
-	DefaultToolTimeout   = 30 * time.Second
+	DefaultMaxIterations    = 10
+	DefaultMaxConcurrent    = 10
+	DefaultProgressInterval = 10 * time.Second
 )
 
 // Loop detection thresholds.
@@ -59,11 +60,20 @@ const (
 // Options configures a turn.
 type Options struct {
 	MaxIterations int
+	// MaxConcurrent bounds the calls of a batch run at once.
 	MaxConcurrent int
-	ToolTimeout   time.Duration
+	// ToolTimeout, when set, bounds each call as the loop sees it, a confirmation's wait
+	// included. Zero (the default) leaves timeouts to Tools: a Toolset times each call from
+	// the moment it may run, by its tool's timeout, so a wait for the user costs it nothing.
+	ToolTimeout time.Duration
+	// ProgressInterval is how often a running call reports itself (EventToolProgress: time
+	// since it started to run, the tail of its output); default DefaultProgressInterval,
+	// negative never.
+	ProgressInterval time.Duration
 	// Now stamps messages (default time.Now).
 	Now func() time.Time
-	// Emit receives the turn's events, in order, from the goroutine that called Run.
+	// Emit receives the turn's events, in order, one at a time (from the goroutine that
+	// called Run, or a batch's goroutines when its calls run at once).
 	Emit func(Event)
 	// Append receives each message of the turn as it completes: the assistant replies and
 	// the tool results, in transcript order. An error ends the turn.
@@ -77,8 +87,8 @@ func (o *Options) defaults() {
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = DefaultMaxConcurrent
 	}
-	if o.ToolTimeout <= 0 {
-		o.ToolTimeout = DefaultToolTimeout
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = DefaultProgressInterval
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -383,25 +393,28 @@ func (t *turn) runBatch(ctx context.Context, calls []provider.ToolCall) ([]provi
 			t.opts.Emit(Event{Type: EventToolStarted, Call: &calls[i]})
 			ran[i] = true
 		}
-		for i, c := range calls {
+		for i := range calls {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				outcomes[i] = t.runOne(ctx, c)
+				emit := func(ev Event) {
+					emitMu.Lock()
+					defer emitMu.Unlock()
+					t.opts.Emit(ev)
+				}
+				outcomes[i] = t.runOne(ctx, &calls[i], emit)
 				// Each call's end is told as it comes, not when the slowest ends.
-				emitMu.Lock()
-				t.opts.Emit(Event{Type: EventToolCompleted, Call: &calls[i], Output: outcomes[i].Output, IsError: outcomes[i].IsError})
-				emitMu.Unlock()
+				emit(Event{Type: EventToolCompleted, Call: &calls[i], Output: outcomes[i].Output, IsError: outcomes[i].IsError})
 			})
 		}
 		wg.Wait()
 	} else {
-		for i, c := range calls {
+		for i := range calls {
 			if ctx.Err() != nil {
 				break
 			}
 			t.opts.Emit(Event{Type: EventToolStarted, Call: &calls[i]})
-			outcomes[i], ran[i] = t.runOne(ctx, c), true
+			outcomes[i], ran[i] = t.runOne(ctx, &calls[i], t.opts.Emit), true
 			t.opts.Emit(Event{Type: EventToolCompleted, Call: &calls[i], Output: outcomes[i].Output, IsError: outcomes[i].IsError})
 			if outcomes[i].IsError && i < len(calls)-1 {
 				halted = i
@@ -432,9 +445,10 @@ func (t *turn) runBatch(ctx context.Context, calls []provider.ToolCall) ([]provi
 	return out, ran, nil
 }
 
-// runOne runs a call under its timeout. Arguments the model did not send as a JSON object, or
+// runOne runs a call (under ToolTimeout when one is set), reporting its progress through emit
+// every ProgressInterval while it runs. Arguments the model did not send as a JSON object, or
 // sent too large to keep, are an error result, not a run.
-func (t *turn) runOne(ctx context.Context, c provider.ToolCall) Outcome {
+func (t *turn) runOne(ctx context.Context, c *provider.ToolCall, emit func(Event)) Outcome {
 	if c.ArgumentsError != "" {
 		return Outcome{Output: c.ArgumentsError, IsError: true}
 	}
@@ -445,9 +459,13 @@ func (t *turn) runOne(ctx context.Context, c provider.ToolCall) Outcome {
 	if err := json.Unmarshal(c.Arguments, &probe); err != nil {
 		return Outcome{Output: "the arguments are not a JSON object: " + err.Error(), IsError: true}
 	}
-	cctx, cancel := context.WithTimeout(ctx, t.opts.ToolTimeout)
-	defer cancel()
-	o := t.tools.Run(cctx, c)
+	cctx := ctx
+	if t.opts.ToolTimeout > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, t.opts.ToolTimeout)
+		defer cancel()
+	}
+	o := t.watch(cctx, c, emit)
 	if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 		return Outcome{Output: fmt.Sprintf("timed out after %s", t.opts.ToolTimeout), IsError: true}
 	}
@@ -456,6 +474,36 @@ func (t *turn) runOne(ctx context.Context, c provider.ToolCall) Outcome {
 		o.Output = "interrupted: " + o.Output
 	}
 	return o
+}
+
+// startsItself is a Tools that marks when a call starts to run (tools.Progress.Start), after
+// its confirmation: a Toolset.
+type startsItself interface{ marksStart() }
+
+// watch runs the call, and while it runs emits a progress event every ProgressInterval: the
+// time since it started to run (none while it waits for the user) and its output's tail.
+func (t *turn) watch(ctx context.Context, c *provider.ToolCall, emit func(Event)) Outcome {
+	if t.opts.ProgressInterval < 0 {
+		return t.tools.Run(ctx, *c)
+	}
+	p := &tools.Progress{}
+	if _, ok := t.tools.(startsItself); !ok {
+		p.Start(time.Now())
+	}
+	done := make(chan Outcome, 1)
+	go func() { done <- t.tools.Run(tools.WithProgress(ctx, p), *c) }()
+	tick := time.NewTicker(t.opts.ProgressInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case o := <-done:
+			return o
+		case now := <-tick.C:
+			if started, tail := p.Snapshot(); !started.IsZero() {
+				emit(Event{Type: EventToolProgress, Call: c, Elapsed: now.Sub(started), Output: tail})
+			}
+		}
+	}
 }
 
 // signature names a call by its tool and arguments (compacted, so spacing does not matter).

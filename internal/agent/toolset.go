@@ -61,6 +61,9 @@ func (ts *Toolset) Run(ctx context.Context, call provider.ToolCall) Outcome {
 	return Outcome{Output: res.Output, IsError: res.IsError}
 }
 
+// marksStart: Prepared.Run marks when the call starts to run, after its confirmation.
+func (ts *Toolset) marksStart() {}
+
 // errDenied is the model's answer when the user (or the absence of one) refuses a call.
 var errDenied = errors.New("the user denied this call")
 

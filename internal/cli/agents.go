@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/agent/profile"
+	"github.com/nexus-run/nexus/internal/agent/tools"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/fsutil"
 )
@@ -183,12 +186,90 @@ func (a *app) agentShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(format, map[string]any{"agent": p, "systemPrompt": prompt, "systemPromptReport": rep}, nil)
+			cfg, err := a.providerConfig()
+			if err != nil {
+				return err
+			}
+			eff, err := profile.Resolve(cfg.Defaults, p.Policy)
+			if err != nil {
+				return fmt.Errorf("agent %s: %w", p.ID, err)
+			}
+			rows := policyRows(eff)
+			out := map[string]any{"agent": p, "systemPrompt": prompt, "systemPromptReport": rep, "policy": rows}
+			return a.print(format, out, func(w io.Writer) error {
+				delete(out, "policy")
+				if err := kvTable(w, out); err != nil {
+					return err
+				}
+				fmt.Fprintln(w, "\npolicy (what the agent may do; a session's --level replaces the level):")
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				for _, r := range rows {
+					fmt.Fprintf(tw, "  %s\t%s\t(%s)\n", r.Key, r.Value, r.Source)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().StringVar(&workspace, "workspace", "", "workspace whose AGENTS.md and NEXUS.md go into the prompt (default: the agent's, else this directory)")
 	formatFlag(cmd, &format, formatJSON, formatTable)
 	return cmd
+}
+
+// policyRow is one key of an agent's effective policy, its value and where it came from.
+type policyRow struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// policyRows are the effective policy's keys in agent.toml's order, the per-tool timeouts the
+// tools have without configuration included.
+func policyRows(e *profile.Effective) []policyRow {
+	list := func(v []string) string {
+		if len(v) == 0 {
+			return "(none)"
+		}
+		return strings.Join(v, ", ")
+	}
+	src := func(key string) string {
+		if s := e.Sources[key]; s != "" {
+			return s
+		}
+		return profile.SourceBuiltin
+	}
+	confirm := "as long as the session"
+	if e.ConfirmTimeout > 0 {
+		confirm = e.ConfirmTimeout.String()
+	}
+	rows := []policyRow{
+		{"level", string(e.Level), src("level")},
+		{"disabled_tools", list(e.DisabledTools), src("disabled_tools")},
+		{"allowed_paths", list(e.AllowedPaths), src("allowed_paths")},
+		{"blocked_paths", list(e.BlockedPaths) + " (and always the gateway's state directory and config.toml)", src("blocked_paths")},
+		{"allowed_targets", list(e.AllowedTargets), src("allowed_targets")},
+		{"allow_hard_links", fmt.Sprint(e.AllowHardLinks), src("allow_hard_links")},
+		{"max_timeout", e.MaxTimeout.String(), src("max_timeout")},
+		{"confirm_timeout", confirm, src("confirm_timeout")},
+		{"max_concurrent_tools", fmt.Sprint(e.MaxConcurrentTools), src("max_concurrent_tools")},
+		{"progress_interval", e.ProgressInterval.String(), src("progress_interval")},
+	}
+	names := slices.Sorted(maps.Keys(e.Tools))
+	if _, ok := e.Tools["bash"]; !ok || e.Tools["bash"].Timeout == 0 {
+		rows = append(rows, policyRow{"tools.bash.timeout", tools.BashTimeout.String(), profile.SourceBuiltin})
+	}
+	for _, name := range names {
+		t := e.Tools[name]
+		if t.Timeout > 0 {
+			rows = append(rows, policyRow{"tools." + name + ".timeout", t.Timeout.String(), src("tools." + name + ".timeout")})
+		}
+		if len(t.AllowedPaths) > 0 {
+			rows = append(rows, policyRow{"tools." + name + ".allowed_paths", list(t.AllowedPaths), src("tools." + name + ".allowed_paths")})
+		}
+	}
+	rows = append(rows,
+		policyRow{"tools.mcp_*.timeout", tools.MCPTimeout.String() + " (each MCP tool not configured)", profile.SourceBuiltin},
+		policyRow{"tools.*.timeout", permission.DefaultTimeout.String() + " (every other tool not configured)", profile.SourceBuiltin})
+	return rows
 }
 
 func (a *app) agentRunsCmd() *cobra.Command {

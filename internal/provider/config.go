@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/agent/profile"
 )
 
 // Kinds of backend: the wire protocol spoken.
@@ -94,6 +95,9 @@ func Presets() map[string]Backend {
 type Config struct {
 	Backends   map[string]Backend   `json:"backends" toml:"backends"`
 	MCPServers map[string]MCPServer `json:"mcpServers,omitempty" toml:"mcp_servers"`
+	// Defaults is the [defaults] section: agent.toml's permission keys (level, paths, tools,
+	// timeouts, ...) for every agent that does not set them.
+	Defaults profile.Policy `json:"defaults,omitzero" toml:"defaults"`
 }
 
 // MCPServer is one [mcp_servers.NAME] section: a command nexus starts (stdio) or the URL of a
@@ -194,6 +198,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	var doc struct {
 		Backends   map[string]backendTOML `toml:"backends"`
 		MCPServers map[string]MCPServer   `toml:"mcp_servers"`
+		Defaults   profile.Policy         `toml:"defaults"`
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -207,6 +212,10 @@ func ParseConfig(data []byte) (*Config, error) {
 				if len(k) > 0 && k[0] == "mcp_servers" {
 					row, _ := e.Position()
 					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in an MCP server section (known: command, args, env_vars, cwd, url)", strings.Join(k, "."), row)
+				}
+				if len(k) > 0 && k[0] == "defaults" {
+					row, _ := e.Position()
+					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [defaults] (known: level, disabled_tools, allowed_paths, blocked_paths, allowed_targets, allow_hard_links, max_timeout, confirm_timeout, max_concurrent_tools, progress_interval, and [defaults.tools.NAME] timeout, allowed_paths)", strings.Join(k, "."), row)
 				}
 				if len(k) > 0 && k[0] == "backends" {
 					row, _ := e.Position()
@@ -274,6 +283,12 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 	}
 	cfg.MCPServers = doc.MCPServers
+	// The defaults are checked here, so a bad value is found when the config is read, not at
+	// some agent's start.
+	if _, err := profile.Resolve(doc.Defaults, profile.Policy{}); err != nil {
+		return nil, err
+	}
+	cfg.Defaults = doc.Defaults
 	return cfg, nil
 }
 

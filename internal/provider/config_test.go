@@ -280,3 +280,24 @@ func TestSDKReadsNoEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigDefaults: the [defaults] section holds agent.toml's policy keys for every agent;
+// an unknown key there is an error naming it and its line, and a bad value one naming the key.
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := ParseConfig([]byte("[defaults]\nlevel = \"yolo\"\nblocked_paths = [\".env\"]\nmax_timeout = \"30m\"\n\n[defaults.tools.bash]\ntimeout = \"20m\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Defaults; d.Level != "yolo" || len(d.BlockedPaths) != 1 || d.MaxTimeout != "30m" || d.Tools["bash"].Timeout != "20m" {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, c := range []struct{ toml, want string }{
+		{"[defaults]\nlevel = \"yolo\"\nblockd_paths = [\"x\"]\n", "unknown key defaults.blockd_paths (line 3)"},
+		{"[defaults.tools.bash]\n\ntimeot = \"1m\"\n", "unknown key defaults.tools.bash.timeot (line 3)"},
+		{"[defaults]\nmax_timeout = \"forever\"\n", "config.toml [defaults]: max_timeout"},
+	} {
+		if _, err := ParseConfig([]byte(c.toml)); abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%q: %v, want %q", c.toml, err, c.want)
+		}
+	}
+}

@@ -41,6 +41,10 @@ func ParseLevel(s string) (Level, error) {
 // DefaultTimeout is a tool call's timeout when neither the tool nor its settings give one.
 const DefaultTimeout = 30 * time.Second
 
+// DefaultMaxTimeout bounds the timeout a call may ask for itself (bash's timeout_secs) when
+// Config.MaxTimeout does not; it is also the most any configured timeout may be.
+const DefaultMaxTimeout = time.Hour
+
 // ToolSettings are the operator's settings of one tool.
 type ToolSettings struct {
 	// Disabled refuses every call of the tool.
@@ -70,6 +74,8 @@ type Config struct {
 	// has elsewhere cannot be known cheaply. An operator whose workspaces hold hard links on
 	// purpose (pnpm's node_modules, say) sets it.
 	AllowHardLinks bool
+	// MaxTimeout bounds the timeout a call asks for itself (default DefaultMaxTimeout).
+	MaxTimeout time.Duration
 }
 
 // Checker applies one Config. It holds the sandbox's os.Root in SANDBOXED mode: Close it.
@@ -81,7 +87,8 @@ type Checker struct {
 	tools   map[string]toolRules
 	root    *os.Root
 	// oneLink: the sandbox refuses files with more than one hard link (Config.AllowHardLinks).
-	oneLink bool
+	oneLink    bool
+	maxTimeout time.Duration
 }
 
 type blockedPath struct{ lexical, resolved string }
@@ -110,7 +117,10 @@ func New(cfg Config) (*Checker, error) {
 	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("permission: workspace %q is not a directory", cfg.Workspace)
 	}
-	c := &Checker{level: Level(strings.ToLower(string(cfg.Level))), ws: ws, tools: map[string]toolRules{}}
+	c := &Checker{level: Level(strings.ToLower(string(cfg.Level))), ws: ws, tools: map[string]toolRules{}, maxTimeout: cfg.MaxTimeout}
+	if c.maxTimeout <= 0 {
+		c.maxTimeout = DefaultMaxTimeout
+	}
 	abs := func(p string) string {
 		if filepath.IsAbs(p) {
 			return filepath.Clean(p)
@@ -185,3 +195,6 @@ func (c *Checker) Timeout(tool string, def time.Duration) time.Duration {
 	}
 	return DefaultTimeout
 }
+
+// MaxTimeout is the longest timeout a call may ask for itself.
+func (c *Checker) MaxTimeout() time.Duration { return c.maxTimeout }

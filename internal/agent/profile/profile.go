@@ -51,23 +51,13 @@ func CheckID(id string) error {
 type Settings struct {
 	Backend   string `json:"backend,omitempty" toml:"backend,omitempty"`
 	Model     string `json:"model,omitempty" toml:"model,omitempty"`
-	Level     string `json:"level,omitempty" toml:"level,omitempty"`
 	Workspace string `json:"workspace,omitempty" toml:"workspace,omitempty"`
 	Thinking  string `json:"thinking,omitempty" toml:"thinking,omitempty"`
-	// DisabledTools are neither offered nor run.
-	DisabledTools []string `json:"disabledTools,omitempty" toml:"disabled_tools,omitempty"`
 	// Description says what the agent is for (nexus agent list).
 	Description string `json:"description,omitempty" toml:"description,omitempty"`
-	// AllowedTargets are the conversations the inter-session tools may reach: parent,
-	// children, family (both; the default) or session keys.
-	AllowedTargets []string `json:"allowedTargets,omitempty" toml:"allowed_targets,omitempty"`
-	// AllowedPaths are read without confirmation at level trusted, besides the workspace;
-	// BlockedPaths are never read or written. Relative entries are relative to the workspace.
-	AllowedPaths []string `json:"allowedPaths,omitempty" toml:"allowed_paths,omitempty"`
-	BlockedPaths []string `json:"blockedPaths,omitempty" toml:"blocked_paths,omitempty"`
-	// AllowHardLinks lets level sandboxed read and write files with more than one hard link
-	// (refused by default: a link planted in the workspace names a file outside it).
-	AllowHardLinks bool `json:"allowHardLinks,omitempty" toml:"allow_hard_links,omitempty"`
+	// Policy is what the agent may do: level, disabled tools, allowed and blocked paths,
+	// allowed targets, per-tool settings, timeouts and the concurrency limit.
+	Policy
 }
 
 // Profile is one agent.
@@ -110,8 +100,15 @@ func Load(stateDir, id string) (*Profile, error) {
 		dec := toml.NewDecoder(bytes.NewReader(cfg)).DisallowUnknownFields()
 		if err := dec.Decode(&p.Settings); err != nil {
 			var strict *toml.StrictMissingError
-			if errors.As(err, &strict) {
-				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "agent %s: %s: unknown key %s", id, ConfigFile, strings.Join(strict.Errors[0].Key(), "."))
+			var de *toml.DecodeError
+			switch {
+			case errors.As(err, &strict):
+				row, _ := strict.Errors[0].Position()
+				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "agent %s: %s line %d: unknown key %s", id, ConfigFile, row, strings.Join(strict.Errors[0].Key(), "."))
+			case errors.As(err, &de):
+				// DecodeError.String quotes the document's lines: only the message is used.
+				row, col := de.Position()
+				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "agent %s: %s line %d column %d: %s", id, ConfigFile, row, col, de.Error())
 			}
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "agent %s: %s: %v", id, ConfigFile, err)
 		}

@@ -46,24 +46,25 @@ func (b *Bash) Spec() Spec {
 		Description: "Run a bash command in a persistent shell that starts in the workspace. Output is ANSI-stripped, secret-redacted and bounded; stdout, stderr and the exit code come back separately.",
 		Schema: schemaFor[bashArgs](func(s *jsonschema.Schema) {
 			s.Properties["command"].MinLength = ptr(1)
-			t := s.Properties["timeout_secs"]
-			t.Minimum, t.Maximum = ptr(1.0), ptr(agentshell.MaxTimeout.Seconds())
+			// No maximum here: a call asking for more than the configured maximum runs with
+			// the maximum and is told so (Registry.Prepare), rather than refused.
+			s.Properties["timeout_secs"].Minimum = ptr(1.0)
 		}),
-		Paths: Paths{Command: "command"}}
+		Paths:   Paths{Command: "command"},
+		Timeout: BashTimeout}
 }
 
-// bashGrace is how long past a command's own timeout the call's context lasts: the shell
-// interrupts the command at its timeout and needs a moment to report.
-const bashGrace = 5 * time.Second
+// BashTimeout is bash's default timeout: builds, installs and test suites take minutes.
+const BashTimeout = 10 * time.Minute
 
-// CallTimeout is the call's timeout_secs plus a grace period, so that the shell, not the
-// registry's deadline, interrupts the command and reports it; zero without timeout_secs.
+// CallTimeout is the call's timeout_secs (zero without it); the registry bounds it by the
+// configured maximum, and the shell, not the call's context, interrupts the command then.
 func (b *Bash) CallTimeout(raw json.RawMessage) time.Duration {
 	var a bashArgs
 	if json.Unmarshal(raw, &a) != nil || a.TimeoutSecs <= 0 {
 		return 0
 	}
-	return min(time.Duration(a.TimeoutSecs)*time.Second, agentshell.MaxTimeout) + bashGrace
+	return time.Duration(a.TimeoutSecs) * time.Second
 }
 
 // Cwd is the directory the next command runs in: the shell's current directory.
@@ -80,8 +81,9 @@ func (b *Bash) SessionID() string {
 	return b.id
 }
 
-// Run runs the command. Its timeout is the call's timeout_secs, else what remains of ctx's
-// deadline (the registry's per-tool timeout).
+// Run runs the command. Its timeout is what the registry decided (the call's timeout_secs up
+// to the maximum, else the tool's timeout): ctx's deadline less the grace the registry adds.
+// Its output goes to the call's Progress as it comes.
 func (b *Bash) Run(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a bashArgs
 	if err := decodeArgs(raw, &a); err != nil {
@@ -97,11 +99,15 @@ func (b *Bash) Run(ctx context.Context, raw json.RawMessage) (Result, error) {
 		b.id = info.SessionID
 	}
 	timeout := time.Duration(a.TimeoutSecs) * time.Second
-	if dl, ok := ctx.Deadline(); ok && timeout == 0 {
+	if dl, ok := ctx.Deadline(); ok {
 		// Leave the shell time to interrupt the command and report before ctx ends.
-		timeout = max(time.Until(dl)-time.Second, time.Second)
+		timeout = max(time.Until(dl)-callGrace, time.Second)
 	}
-	res, err := b.mgr.Exec(ctx, b.id, a.Command, agentshell.ExecOptions{Timeout: min(timeout, agentshell.MaxTimeout)})
+	eo := agentshell.ExecOptions{Timeout: min(timeout, agentshell.MaxTimeout)}
+	if p := ProgressOf(ctx); p != nil {
+		eo.OnOutput = p.Write
+	}
+	res, err := b.mgr.Exec(ctx, b.id, a.Command, eo)
 	if errors.Is(err, agentshell.ErrBlocked) {
 		return Result{Output: err.Error(), IsError: true}, nil
 	}

@@ -2,10 +2,12 @@ package tools_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/agent/tools"
@@ -149,26 +151,56 @@ func TestBashShellPolicy(t *testing.T) {
 	expectFile(t, filepath.Join(f.ws, "src/a.go"), "package a\n\nfunc A() int { return 1 }\n")
 }
 
-// A call's timeout_secs replaces the configured timeout, so the shell, not the registry's
-// deadline, ends the command.
+// The configured timeout ends a command (the shell interrupts it and says so); a call's
+// timeout_secs replaces it up to the configured maximum, and a call asking for more runs with
+// the maximum and is told so.
 func TestBashCallTimeout(t *testing.T) {
 	f := newFixture(t)
 	r := registry(t, f, permission.YOLO, func(c *permission.Config) {
-		c.Tools = map[string]permission.ToolSettings{"bash": {Timeout: 1}}
+		c.Tools = map[string]permission.ToolSettings{"bash": {Timeout: time.Second}}
+		c.MaxTimeout = time.Minute
 	})
 	withBash(t, r, f, agentshell.CreateOptions{})
-	if _, err := call(t, r, nil, "bash", `{"command":"echo ok"}`, ""); err == nil || !strings.Contains(err.Error(), "timed out") {
-		t.Fatalf("a call under the 1 ns setting ran: %v", err)
-	}
-	p, err := r.Prepare("bash", json.RawMessage(`{"command":"echo ok","timeout_secs":30}`), nil)
+	res, err := call(t, r, nil, "bash", `{"command":"sleep 30"}`, "")
 	mustOK(t, err)
-	if p.Timeout != 35e9 {
-		t.Fatalf("timeout %v", p.Timeout)
+	if !strings.Contains(res.Output, "[timed out]") {
+		t.Fatalf("a call under the 1 s setting was not interrupted: %q", res.Output)
 	}
-	res, err := p.Run(t.Context())
+	for _, c := range []struct {
+		secs int
+		want time.Duration
+		note bool
+	}{{30, 30 * time.Second, false}, {60, time.Minute, false}, {9000, time.Minute, true}} {
+		p, err := r.Prepare("bash", json.RawMessage(fmt.Sprintf(`{"command":"echo ok","timeout_secs":%d}`, c.secs)), nil)
+		mustOK(t, err)
+		if p.Timeout != c.want {
+			t.Fatalf("timeout_secs %d: timeout %v, want %v", c.secs, p.Timeout, c.want)
+		}
+		res, err := p.Run(t.Context())
+		mustOK(t, err)
+		if !strings.Contains(res.Output, "ok\n[exit code 0]") {
+			t.Fatalf("output %q", res.Output)
+		}
+		if got := strings.Contains(res.Output, "the maximum is 1m0s, so it ran with 1m0s"); got != c.note {
+			t.Fatalf("timeout_secs %d: the result says it was clamped: %v (%q)", c.secs, got, res.Output)
+		}
+	}
+}
+
+// Bash's default timeout is minutes (a build, an install), not a file tool's seconds.
+func TestBashDefaultTimeout(t *testing.T) {
+	f := newFixture(t)
+	r := registry(t, f, permission.YOLO, nil)
+	withBash(t, r, f, agentshell.CreateOptions{})
+	p, err := r.Prepare("bash", json.RawMessage(`{"command":"true"}`), nil)
 	mustOK(t, err)
-	if !strings.Contains(res.Output, "ok\n[exit code 0]") {
-		t.Fatalf("output %q", res.Output)
+	if p.Timeout != tools.BashTimeout || tools.BashTimeout < 5*time.Minute {
+		t.Fatalf("bash timeout %v", p.Timeout)
+	}
+	p, err = r.Prepare("read_file", json.RawMessage(`{"path":"src/a.go"}`), nil)
+	mustOK(t, err)
+	if p.Timeout != permission.DefaultTimeout {
+		t.Fatalf("read_file timeout %v", p.Timeout)
 	}
 }
 

@@ -146,6 +146,10 @@ func (r *Registry) AddMCP(ctx context.Context, srv MCPServer) error {
 	return nil
 }
 
+// MCPTimeout is an MCP tool's default timeout: a server's tool may do real work (a query, a
+// fetch), more than a file operation.
+const MCPTimeout = 2 * time.Minute
+
 type mcpTool struct {
 	srv MCPServer
 	t   MCPTool
@@ -156,7 +160,7 @@ func (m *mcpTool) Spec() Spec {
 	if s == nil {
 		s = &jsonschema.Schema{Type: "object"}
 	}
-	return Spec{Name: MCPName(m.srv.Name(), m.t.Name), Description: m.t.Description, Schema: s}
+	return Spec{Name: MCPName(m.srv.Name(), m.t.Name), Description: m.t.Description, Schema: s, Timeout: MCPTimeout}
 }
 
 func (m *mcpTool) Run(ctx context.Context, args json.RawMessage) (Result, error) {
@@ -217,7 +221,10 @@ type Prepared struct {
 	Args     json.RawMessage
 	Decision permission.Decision
 	Timeout  time.Duration
-	decided  decided
+	// Note is said after the tool's output (a timeout asked for beyond the maximum).
+	Note    string
+	decided decided
+	grace   time.Duration
 }
 
 // ParallelArg is the argument member by which a model asks for a reply's calls to run at
@@ -298,21 +305,33 @@ func (r *Registry) Prepare(name string, args json.RawMessage, al *permission.All
 		}
 	}
 	timeout := r.perm.Timeout(spec.Name, spec.Timeout)
+	var note string
+	var grace time.Duration
 	if ct, ok := e.tool.(CallTimeouter); ok {
+		grace = callGrace
 		if t := ct.CallTimeout(args); t > 0 {
+			if maxT := r.perm.MaxTimeout(); t > maxT {
+				note = fmt.Sprintf("[the call asked for a timeout of %s; the maximum is %s, so it ran with %s]", t, maxT, maxT)
+				t = maxT
+			}
 			timeout = t
 		}
 	}
-	return &Prepared{Tool: e.tool, Args: args, Decision: r.perm.Decide(call, al), Timeout: timeout, decided: dec}, nil
+	return &Prepared{Tool: e.tool, Args: args, Decision: r.perm.Decide(call, al), Timeout: timeout, Note: note, decided: dec, grace: grace}, nil
 }
 
-// Run runs an allowed call under its timeout. A call that needs confirmation runs only after
-// Confirm allowed it.
+// Run runs an allowed call under its timeout, which starts now: a confirmation's wait before
+// it is not the call's time. A call that needs confirmation runs only after Confirm allowed it.
 func (p *Prepared) Run(ctx context.Context) (Result, error) {
 	if p.Decision.Verdict != permission.Allow {
 		return Result{}, errors.New("the call was not allowed")
 	}
-	return runWithTimeout(context.WithValue(ctx, decidedKey{}, p.decided), p.Tool, p.Timeout, p.Args)
+	ProgressOf(ctx).Start(time.Now())
+	res, err := runWithTimeout(context.WithValue(ctx, decidedKey{}, p.decided), p.Tool, p.Timeout, p.grace, p.Args)
+	if err == nil && p.Note != "" {
+		res.Output = strings.TrimSuffix(res.Output, "\n") + "\n" + p.Note
+	}
+	return res, err
 }
 
 // Confirm applies the user's answer, recording its allowances in al; after an allowing answer

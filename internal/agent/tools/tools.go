@@ -35,6 +35,7 @@ type Spec struct {
 	Schema      *jsonschema.Schema
 	Paths       Paths
 	// Timeout is the tool's own timeout; zero means permission.DefaultTimeout (30 s).
+	// A configured per-tool timeout replaces it.
 	Timeout time.Duration
 }
 
@@ -61,10 +62,15 @@ type Cwder interface {
 }
 
 // CallTimeouter is a tool whose call may ask for its own timeout (bash's timeout_secs): it
-// replaces the tool's configured one for that call.
+// replaces the tool's configured one for that call, up to the checker's MaxTimeout. Such a
+// tool enforces its timeout itself and reports it: the call's context lasts callGrace longer.
 type CallTimeouter interface {
 	CallTimeout(args json.RawMessage) time.Duration
 }
+
+// callGrace is how long past its timeout a CallTimeouter's context lasts: the shell interrupts
+// the command at its timeout and needs a moment to report.
+const callGrace = 5 * time.Second
 
 // MaxFieldBytes is the largest JSON string (value or key) a tool call's arguments may hold.
 const MaxFieldBytes = 10 << 20
@@ -105,8 +111,8 @@ func resolve(ctx context.Context, perm *permission.Checker, tool, arg string, ac
 }
 
 // Timeouts: applied by Prepared.Run.
-func runWithTimeout(ctx context.Context, t Tool, timeout time.Duration, args json.RawMessage) (Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func runWithTimeout(ctx context.Context, t Tool, timeout, grace time.Duration, args json.RawMessage) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout+grace)
 	defer cancel()
 	res, err := t.Run(ctx, args)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -73,11 +73,9 @@ type Kind struct {
 	delivering map[string]*chat
 	opening    map[string]bool
 	// life ends with the gateway (Resume's context): no session is opened to deliver after it.
-	life context.Context
-	// ToolTimeout is the default per-call timeout (default agent.DefaultToolTimeout).
-	ToolTimeout time.Duration
-	Now         func() time.Time
-	Logger      *slog.Logger
+	life   context.Context
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Type implements live.Kind.
@@ -177,19 +175,26 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	if err != nil {
 		return nil, err
 	}
-	levelName := firstOf(opts.Level, prof.Level, "trusted")
+	// What the agent may do: agent.toml over config.toml's [defaults] over the built-ins.
+	policy, err := profile.Resolve(cfg.Defaults, prof.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", agentID, err)
+	}
+	levelName := firstOf(opts.Level, string(policy.Level))
 	level, err := permission.ParseLevel(levelName)
 	if err != nil {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "%v", err)
 	}
-	powers := ownPowers(prof, level, ws)
+	effective := *prof
+	effective.Policy = policy.Policy()
+	powers := ownPowers(&effective, level, ws)
 	for _, b := range bounds {
 		powers = powers.bound(b)
 	}
 	level = powers.Level
 	thinking := firstOf(opts.Thinking, prof.Thinking)
 	c := &chat{
-		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level, powers: powers,
+		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level, powers: powers, policy: policy,
 		thinking: thinking, temperature: opts.Temperature, maxIter: opts.MaxToolIterations,
 		pending: map[string]chan permission.Answer{}, idle: make(chan struct{}), background: opts.Background,
 		roadmap: req.Context.RoadmapID,
@@ -394,7 +399,10 @@ type chat struct {
 	level     permission.Level
 	// powers are what the model may do: the agent's and the options', bounded by what
 	// started the conversation (powers.go); level and workspace are theirs.
-	powers      Powers
+	powers Powers
+	// policy is the agent's effective policy: per-tool settings, timeouts, the concurrency
+	// limit (its level, paths and targets are in powers, bounded).
+	policy      *profile.Effective
 	thinking    string
 	temperature *float64
 	maxIter     int
@@ -442,13 +450,15 @@ type chat struct {
 }
 
 func (c *chat) openTools() error {
-	settings := map[string]permission.ToolSettings{}
+	settings := c.policy.ToolSettings()
 	for _, t := range c.powers.DisabledTools {
-		settings[t] = permission.ToolSettings{Disabled: true}
+		s := settings[t]
+		s.Disabled = true
+		settings[t] = s
 	}
 	perm, err := permission.New(permission.Config{Level: c.level, Workspace: c.workspace, Tools: settings,
 		AllowedPaths: c.powers.AllowedPaths, BlockedPaths: append(c.k.gatewayPaths(), c.powers.BlockedPaths...),
-		AllowHardLinks: c.powers.AllowHardLinks})
+		AllowHardLinks: c.powers.AllowHardLinks, MaxTimeout: c.policy.MaxTimeout})
 	if err != nil {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "permissions: %v", err)
 	}

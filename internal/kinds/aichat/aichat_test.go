@@ -782,6 +782,27 @@ func TestMain(m *testing.M) {
 		}) (*sdk.CallToolResult, any, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "echo: " + in.Text}}}, nil, nil
 		})
+		// meet marks its own arrival in dir and waits for other's: two calls of it meet only
+		// when they run at once (TestMaxConcurrentTools).
+		sdk.AddTool(srv, &sdk.Tool{Name: "meet", Description: "waits for another call"}, func(ctx context.Context, _ *sdk.CallToolRequest, in struct {
+			Dir   string `json:"dir"`
+			Me    string `json:"me"`
+			Other string `json:"other"`
+		}) (*sdk.CallToolResult, any, error) {
+			if err := os.WriteFile(filepath.Join(in.Dir, in.Me), nil, 0o600); err != nil {
+				return nil, nil, err
+			}
+			for {
+				if _, err := os.Stat(filepath.Join(in.Dir, in.Other)); err == nil {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: in.Me + " met " + in.Other}}}, nil, nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
 		if err := srv.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -819,7 +840,7 @@ func TestMCPServerTools(t *testing.T) {
 	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
 		t.Fatalf("turn %+v: %s", end, describe(w.seen))
 	}
-	if len(offered) == 0 || offered[len(offered)-1] != "mcp_fs_echo" {
+	if len(offered) < 2 || fmt.Sprint(offered[len(offered)-2:]) != "[mcp_fs_echo mcp_fs_meet]" {
 		t.Fatalf("tools offered %v (MCP tools come after the built-ins)", offered)
 	}
 	msgs := e.history(t, "agent:main:test:mcp")

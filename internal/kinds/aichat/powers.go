@@ -62,7 +62,7 @@ func ownPowers(prof *profile.Profile, level permission.Level, ws string) Powers 
 		AllowedPaths:   permission.UnionPaths(ws, prof.AllowedPaths, nil),
 		BlockedPaths:   permission.UnionPaths(ws, prof.BlockedPaths, nil),
 		AllowedTargets: []TargetScope{{Allowed: slices.Clone(allowed)}},
-		AllowHardLinks: prof.AllowHardLinks,
+		AllowHardLinks: prof.AllowHardLinks != nil && *prof.AllowHardLinks,
 	}
 }
 

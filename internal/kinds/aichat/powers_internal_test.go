@@ -12,13 +12,13 @@ import (
 // field, and a grandchild's are bounded by the child's (the parent's scopes carried along).
 func TestPowersBound(t *testing.T) {
 	ws := "/srv/ws"
-	parent := ownPowers(&profile.Profile{ID: "worker", Settings: profile.Settings{
+	parent := ownPowers(&profile.Profile{ID: "worker", Settings: profile.Settings{Policy: profile.Policy{
 		DisabledTools: []string{"write_file"}, AllowedTargets: []string{"parent"},
 		AllowedPaths: []string{"/data", "docs"}, BlockedPaths: []string{".env"},
-	}}, permission.Trusted, ws)
-	agent := ownPowers(&profile.Profile{ID: "main", Settings: profile.Settings{
+	}}}, permission.Trusted, ws)
+	agent := ownPowers(&profile.Profile{ID: "main", Settings: profile.Settings{Policy: profile.Policy{
 		DisabledTools: []string{"bash"}, AllowedPaths: []string{"/data/public", "/other"}, BlockedPaths: []string{"/etc"},
-	}}, permission.YOLO, "")
+	}}}, permission.YOLO, "")
 	agent.Workspace = ""
 	child := parent.inherited("agent:worker:main").bound(agent)
 	want := Powers{

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/agent"
@@ -156,9 +157,10 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	em := &emitter{c: c, run: run.ID}
 	req := provider.Request{Model: c.backend.Model, System: system, Messages: msgs, Thinking: c.thinking, Temperature: c.temperature}
 	opts := agent.Options{
-		MaxIterations: c.maxIter,
-		ToolTimeout:   c.k.ToolTimeout,
-		Now:           c.k.now,
+		MaxIterations:    c.maxIter,
+		MaxConcurrent:    c.policy.MaxConcurrentTools,
+		ProgressInterval: c.policy.ProgressInterval,
+		Now:              c.k.now,
 		Emit: func(ev agent.Event) {
 			em.emit(ev)
 			if ev.Type == agent.EventIterationCompleted {
@@ -315,16 +317,28 @@ func (c *chat) confirm(ctx context.Context, call provider.ToolCall, req *permiss
 	})
 	c.sink.SetMetadata(map[string]any{"state": StateAwaitingConfirmation})
 	defer c.sink.SetMetadata(map[string]any{"state": StateRunning})
+	// The request stays open as long as the session lives, unless confirm_timeout says less.
+	var expired <-chan time.Time
+	if d := c.policy.ConfirmTimeout; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		expired = t.C
+	}
+	unanswered := func(answer string, err error) (permission.Answer, error) {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		c.sink.Publish(abi.EventData, abi.AIConfirmed{Type: abi.PayloadAIConfirmed, RequestID: id, Answer: answer})
+		return permission.Deny, err
+	}
 	select {
 	case a := <-ch:
 		c.sink.Publish(abi.EventData, abi.AIConfirmed{Type: abi.PayloadAIConfirmed, RequestID: id, Answer: string(a)})
 		return a, nil
+	case <-expired:
+		return unanswered("expired", fmt.Errorf("no answer within %s (confirm_timeout)", c.policy.ConfirmTimeout))
 	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
-		c.sink.Publish(abi.EventData, abi.AIConfirmed{Type: abi.PayloadAIConfirmed, RequestID: id, Answer: "interrupted"})
-		return permission.Deny, fmt.Errorf("confirmation: %w", ctx.Err())
+		return unanswered("interrupted", fmt.Errorf("confirmation: %w", ctx.Err()))
 	}
 }
 
@@ -379,6 +393,12 @@ func (e *emitter) emit(ev agent.Event) {
 	case agent.EventToolCompleted:
 		p := toolPayload(abi.PhaseCompleted, ev, false)
 		p.Output, p.IsError = ev.Output, ev.IsError
+		s.Publish(abi.EventData, p)
+	case agent.EventToolProgress:
+		p := abi.AIToolProgress{Type: abi.PayloadAIToolProgress, ElapsedMs: ev.Elapsed.Milliseconds(), Output: ev.Output}
+		if ev.Call != nil {
+			p.ToolCallID, p.Name = ev.Call.ID, ev.Call.Name
+		}
 		s.Publish(abi.EventData, p)
 	case agent.EventBatchStarted:
 		s.Publish(abi.EventData, abi.AIBatch{Type: abi.PayloadAIBatch, Phase: abi.PhaseStarted, Calls: ev.Calls, Parallel: ev.Parallel})
