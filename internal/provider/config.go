@@ -94,6 +94,18 @@ func Presets() map[string]Backend {
 type Config struct {
 	Backends   map[string]Backend   `json:"backends" toml:"backends"`
 	MCPServers map[string]MCPServer `json:"mcpServers,omitempty" toml:"mcp_servers"`
+	Compaction Compaction           `json:"compaction" toml:"compaction"`
+}
+
+// Compaction is the [compaction] section: what ai-chat does before a threshold compaction
+// (docs/ai-chat.md, Compaction).
+type Compaction struct {
+	// MemoryFlush runs one silent turn before a threshold compaction, in which the agent may
+	// append durable notes to the workspace's MEMORY.md (default off).
+	MemoryFlush bool `json:"memoryFlush,omitempty" toml:"memory_flush"`
+	// MinReserveTokens: the flush runs only while at least this many tokens of the window
+	// are left for it (default 2000).
+	MinReserveTokens int `json:"minReserveTokens,omitempty" toml:"min_reserve_tokens"`
 }
 
 // MCPServer is one [mcp_servers.NAME] section: a command nexus starts (stdio) or the URL of a
@@ -194,6 +206,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	var doc struct {
 		Backends   map[string]backendTOML `toml:"backends"`
 		MCPServers map[string]MCPServer   `toml:"mcp_servers"`
+		Compaction Compaction             `toml:"compaction"`
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -207,6 +220,10 @@ func ParseConfig(data []byte) (*Config, error) {
 				if len(k) > 0 && k[0] == "mcp_servers" {
 					row, _ := e.Position()
 					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in an MCP server section (known: command, args, env_vars, cwd, url)", strings.Join(k, "."), row)
+				}
+				if len(k) > 0 && k[0] == "compaction" {
+					row, _ := e.Position()
+					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [compaction] (known: memory_flush, min_reserve_tokens)", strings.Join(k, "."), row)
 				}
 				if len(k) > 0 && k[0] == "backends" {
 					row, _ := e.Position()
@@ -274,6 +291,10 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 	}
 	cfg.MCPServers = doc.MCPServers
+	if doc.Compaction.MinReserveTokens < 0 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "compaction: min_reserve_tokens must not be negative")
+	}
+	cfg.Compaction = doc.Compaction
 	return cfg, nil
 }
 

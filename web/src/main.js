@@ -428,7 +428,7 @@ function chatView(id) {
   const list = el("ol", { class: "chat", "aria-label": "Conversation" });
   const text = el("textarea", { id: "chat-input", rows: 3, "aria-label": "Message", placeholder: "Message (Ctrl+Enter sends)" });
   const mode = el("select", { id: "chat-mode", "aria-label": "Queue mode" },
-    ...["followup", "steer", "collect", "queue", "interrupt", "steer-backlog"].map((m) => el("option", { value: m }, m)));
+    ...["followup", "steer", "collect", "queue", "interrupt", "steer-backlog", "reject", "rollback"].map((m) => el("option", { value: m }, m)));
   const send = async () => {
     const data = text.value.trim();
     if (!data) return;

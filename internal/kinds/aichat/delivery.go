@@ -89,14 +89,11 @@ func (k *Kind) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		}
 		out.Duplicate = !fresh
 	} else {
-		m, err := k.Broker.Enqueue(ctx, key, mode, d.Text, d.From)
+		m, err := k.store(ctx, key, mode, d.Text, d.From)
 		if err != nil {
 			return Delivered{}, err
 		}
 		out.MessageID = m.ID
-		if mode.Aborts() {
-			k.cancelTurns(ctx, key)
-		}
 	}
 	if err := k.ensure(ctx, key, d.Options, d.Powers); err != nil {
 		// The message is stored: the next session on the key, or the next gateway, delivers it.
