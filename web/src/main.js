@@ -556,8 +556,14 @@ function chatView(id) {
         break;
       }
       case "ai-subagent": marker(`— subagent ${p.label || ""} started: ${p.task || ""}`); addSubagent(p); break;
-      case "ai-compaction": if (p.phase === "ended") marker(`— compacted: ${p.tokensBefore} → ${p.tokensAfter} tokens`); break;
-      case "ai-queue": if (p.phase === "queued") marker(`— queued (${p.mode})`); break;
+      case "ai-compaction":
+        if (p.phase === "ended") marker(`— compacted: ${p.tokensBefore} → ${p.tokensAfter} tokens`);
+        else if (p.phase === "skipped" || p.phase === "memory-flush") marker(`— ${p.message}`);
+        break;
+      case "ai-queue":
+        if (p.phase === "queued") marker(`— queued (${p.mode})`);
+        else if (p.phase === "rolled-back") marker(`— ${p.reason}`);
+        break;
     }
   };
   let stop = () => {};
