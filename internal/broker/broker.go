@@ -113,6 +113,9 @@ type Message struct {
 	CreatedMs int64 `json:"-"`
 	// Cleared are the messages an interrupt cleared (Enqueue's answer only).
 	Cleared []string `json:"-"`
+	// Duplicate (EnqueueWith's answer with an ID only): a message with that id was stored
+	// before; nothing changed.
+	Duplicate bool `json:"-"`
 }
 
 // MaxContent bounds a message (1 MiB) as its sender wrote it. A trigger puts a line before
@@ -206,6 +209,9 @@ func (s *Store) Close() error {
 
 // EnqueueOptions are what the caller knows of the conversation when it stores a message.
 type EnqueueOptions struct {
+	// ID, when set, stores the message once under this id (a trigger's firing): a second
+	// store of it changes nothing (Message.Duplicate).
+	ID string
 	// Steer: a turn runs, which a steer-backlog message steers (it then goes first).
 	Steer bool
 	// IfIdle refuses the message (BUSY) when the key has queued messages (reject).
@@ -223,7 +229,8 @@ func (s *Store) Enqueue(ctx context.Context, key string, mode Mode, content, fro
 
 // EnqueueWith is Enqueue with what the caller knows of the running turn.
 func (s *Store) EnqueueWith(ctx context.Context, key string, mode Mode, content, from string, o EnqueueOptions) (Message, error) {
-	m, _, err := s.put(ctx, "", key, mode, content, from, o)
+	m, fresh, err := s.put(ctx, o.ID, key, mode, content, from, o)
+	m.Duplicate = err == nil && !fresh
 	return m, err
 }
 

@@ -70,7 +70,7 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 	if closed {
 		return abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
 	}
-	m, err := c.k.store(ctx, c.key, mode, text, "")
+	m, err := c.k.store(ctx, "", c.key, mode, text, "")
 	if err != nil {
 		var ae *abi.Error
 		if errors.As(err, &ae) && ae.SessionID == "" {
@@ -90,13 +90,14 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 	return nil
 }
 
-// store puts a message of the mode in key's queue, as the mode says for the conversation's
-// state: a reject message is refused (BUSY) while an activity runs or messages wait; a
-// steer-backlog steers only a running turn (else it waits its turn, once, like a followup); a
-// rollback names a message of the turn it aborts. A steering message then aborts the turn.
-func (k *Kind) store(ctx context.Context, key string, mode broker.Mode, text, from string) (broker.Message, error) {
+// store puts a message of the mode in key's queue (once under id, when set), as the mode says
+// for the conversation's state: a reject message is refused (BUSY) while an activity runs or
+// messages wait; a steer-backlog steers only a running turn (else it waits its turn, once,
+// like a followup); a rollback names a message of the turn it aborts. A steering message then
+// aborts the turn.
+func (k *Kind) store(ctx context.Context, id, key string, mode broker.Mode, text, from string) (broker.Message, error) {
 	running, turn := k.busy(key)
-	var o broker.EnqueueOptions
+	o := broker.EnqueueOptions{ID: id}
 	switch mode {
 	case broker.Reject:
 		if running {
@@ -111,8 +112,8 @@ func (k *Kind) store(ctx context.Context, key string, mode broker.Mode, text, fr
 		}
 	}
 	m, err := k.Broker.EnqueueWith(ctx, key, mode, text, from, o)
-	if err != nil {
-		return broker.Message{}, err
+	if err != nil || m.Duplicate {
+		return m, err
 	}
 	if mode == broker.Reject {
 		// A turn (or a compaction) may have started between the check and the store: unless it

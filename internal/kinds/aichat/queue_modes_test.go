@@ -256,3 +256,37 @@ func piSameContext(t *testing.T, e *env, key, path string) {
 		t.Fatalf("pi builds another context:\npi:    %s\nnexus: %s", out, a)
 	}
 }
+
+// TestDeliverModes: a trigger's firing (stored once under its id) follows its mode like a
+// message sent: reject is refused with BUSY while a turn runs, steer aborts the turn; the
+// same firing again changes nothing.
+func TestDeliverModes(t *testing.T) {
+	e := newEnv(t, hangOrEcho).withBroker(t)
+	r := e.gateway(t)
+	key := "agent:main:test:deliver-modes"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	ctx := context.Background()
+	sendMode(t, r, s.SessionID, "hang", "")
+	w.started(t)
+	if _, err := e.k.Deliver(ctx, aichat.Delivery{Key: key, Text: "cron reject", ID: "cron_r_1", Mode: "reject", From: "cron:r"}); abi.CodeOf(err) != abi.CodeBusy {
+		t.Fatalf("a reject firing during a turn: %v", err)
+	}
+	d, err := e.k.Deliver(ctx, aichat.Delivery{Key: key, Text: "cron steer", ID: "cron_s_1", Mode: "steer", From: "cron:s"})
+	if err != nil || d.MessageID != "cron_s_1" || d.Duplicate {
+		t.Fatalf("a steer firing: %+v %v", d, err)
+	}
+	if end := w.turnEnded(t); end.End != abi.TurnCancelled {
+		t.Fatalf("the steered turn %+v", end)
+	}
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("the firing's turn %+v", end)
+	}
+	again, err := e.k.Deliver(ctx, aichat.Delivery{Key: key, Text: "cron steer", ID: "cron_s_1", Mode: "steer", From: "cron:s"})
+	if err != nil || !again.Duplicate || again.MessageID != "cron_s_1" {
+		t.Fatalf("the same firing again: %+v %v", again, err)
+	}
+	if got := userTexts(t, e, key); got != "hang|cron steer" {
+		t.Fatalf("delivered %s", got)
+	}
+}
