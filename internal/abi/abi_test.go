@@ -163,6 +163,7 @@ func TestCodes(t *testing.T) {
 		{abi.CodeInvalidArgument, false, http.StatusBadRequest},
 		{abi.CodeCapabilityUnsupported, false, http.StatusConflict},
 		{abi.CodeLimitExceeded, true, http.StatusTooManyRequests},
+		{abi.CodeBusy, true, http.StatusConflict},
 		{abi.CodeEventsMissed, false, http.StatusInternalServerError},
 		{abi.CodeInternal, false, http.StatusInternalServerError},
 	}

@@ -27,6 +27,10 @@ const (
 	PhaseDetected  = "detected"
 	PhaseCompleted = "completed"
 	PhaseHalted    = "halted"
+	// PhaseSkipped: a compaction that had nothing to do (AICompaction.Message says why).
+	PhaseSkipped = "skipped"
+	// PhaseMemoryFlush: the silent turn before a compaction (AICompaction.Message: its outcome).
+	PhaseMemoryFlush = "memory-flush"
 )
 
 // AIChatOptions are the creation options of an ai-chat session (CreateRequest.Options). The
@@ -203,10 +207,14 @@ const (
 	QueueQueued  = "queued"
 	QueueCleared = "cleared"
 	QueueDropped = "dropped"
+	// QueueRolledBack names a delivered message whose turn a rollback message left as an
+	// abandoned branch (Reason says from which entry the conversation goes on).
+	QueueRolledBack = "rolled-back"
 )
 
 // AIQueue says what happened to queued messages: stored (queued, with the mode), cleared by an
-// interrupt, or dropped by a collect cap (Reason). Delivery is the ai-turn that names them.
+// interrupt, or dropped by a collect cap (Reason), or a delivered one whose turn was rolled
+// back. Delivery is the ai-turn that names them.
 type AIQueue struct {
 	Type       string   `json:"type"`
 	Phase      string   `json:"phase"`
@@ -239,4 +247,6 @@ type AICompaction struct {
 	CompactionID     string `json:"compactionId,omitempty"`
 	FirstKeptEntryID string `json:"firstKeptEntryId,omitempty"`
 	SummaryChars     int    `json:"summaryChars,omitempty"`
+	// Message says why a compaction was skipped, or what a memory flush before it did.
+	Message string `json:"message,omitempty"`
 }

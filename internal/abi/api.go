@@ -32,7 +32,7 @@ type SendRequest struct {
 	Data     string `json:"data"`
 	Encoding string `json:"encoding,omitempty"`
 	// Mode is an ai-chat message's queue mode (steer, followup, collect, steer-backlog,
-	// queue, interrupt); a nexus addition.
+	// queue, interrupt, reject, rollback); a nexus addition.
 	Mode string `json:"mode,omitempty"`
 }
 

@@ -21,21 +21,24 @@ const (
 	CodeInvalidArgument       Code = "INVALID_ARGUMENT"
 	CodeCapabilityUnsupported Code = "CAPABILITY_UNSUPPORTED"
 	CodeLimitExceeded         Code = "LIMIT_EXCEEDED"
-	CodeEventsMissed          Code = "EVENTS_MISSED"
-	CodeInternal              Code = "INTERNAL"
+	// CodeBusy: the conversation is busy and the request asked not to wait (an ai-chat
+	// message of queue mode reject while a turn runs or messages wait).
+	CodeBusy         Code = "BUSY"
+	CodeEventsMissed Code = "EVENTS_MISSED"
+	CodeInternal     Code = "INTERNAL"
 )
 
 // Codes lists every error code.
 func Codes() []Code {
 	return []Code{CodeSessionExpired, CodeSessionClosed, CodeConnectionLost, CodeAuthenticationInvalid,
 		CodeResourceUnavailable, CodeSessionNotFound, CodeInvalidArgument, CodeCapabilityUnsupported,
-		CodeLimitExceeded, CodeEventsMissed, CodeInternal}
+		CodeLimitExceeded, CodeBusy, CodeEventsMissed, CodeInternal}
 }
 
 // Retriable reports whether the same request may succeed later without change.
 func (c Code) Retriable() bool {
 	switch c {
-	case CodeConnectionLost, CodeResourceUnavailable, CodeLimitExceeded:
+	case CodeConnectionLost, CodeResourceUnavailable, CodeLimitExceeded, CodeBusy:
 		return true
 	}
 	return false
@@ -54,7 +57,7 @@ func (c Code) HTTPStatus() int {
 		return http.StatusNotFound
 	case CodeInvalidArgument:
 		return http.StatusBadRequest
-	case CodeCapabilityUnsupported:
+	case CodeCapabilityUnsupported, CodeBusy:
 		return http.StatusConflict
 	case CodeLimitExceeded:
 		return http.StatusTooManyRequests

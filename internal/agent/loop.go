@@ -78,6 +78,10 @@ type Options struct {
 	// Append receives each message of the turn as it completes: the assistant replies and
 	// the tool results, in transcript order. An error ends the turn.
 	Append func(provider.Message) error
+	// Between, when set, is called between two iterations of the turn (the results of a
+	// batch are in, the next model call is to come) with the request's messages; the ones it
+	// returns are sent instead (a compaction between iterations). An error ends the turn.
+	Between func(ctx context.Context, msgs []provider.Message) ([]provider.Message, error)
 }
 
 func (o *Options) defaults() {
@@ -189,6 +193,13 @@ func Run(ctx context.Context, p provider.Provider, tools Tools, req provider.Req
 			WillContinue: ctx.Err() == nil && t.res.Iterations < opts.MaxIterations})
 		if ctx.Err() != nil {
 			return t.end(EndCancelled, "")
+		}
+		if opts.Between != nil && t.res.Iterations < opts.MaxIterations {
+			msgs, err := opts.Between(ctx, req.Messages)
+			if err != nil {
+				return t.fail(fmt.Errorf("agent: between iterations: %w", err))
+			}
+			req.Messages = msgs
 		}
 	}
 	return t.end(EndMaxIterations, "")

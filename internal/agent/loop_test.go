@@ -391,3 +391,39 @@ func TestBadArgumentsAndAppendFailure(t *testing.T) {
 		t.Fatalf("append failure: %+v %v", res, err)
 	}
 }
+
+// TestBetween: Options.Between runs between iterations only (not before the first call nor
+// after the last), and the messages it returns are what the next call sends; its error ends
+// the turn.
+func TestBetween(t *testing.T) {
+	p := &scripted{t: t, replies: []provider.Message{
+		reply(call("c1", "echo", `{}`)),
+		reply(call("c2", "echo", `{}`)),
+		reply(provider.Text("done")),
+	}}
+	var r recorder
+	opts := r.opts()
+	var seen []string
+	opts.Between = func(_ context.Context, msgs []provider.Message) ([]provider.Message, error) {
+		seen = append(seen, roles(msgs))
+		// A compaction's shape: a summary in place of everything before the last call.
+		return append([]provider.Message{provider.UserText("summary", 2)}, msgs[len(msgs)-2:]...), nil
+	}
+	res, err := agent.Run(t.Context(), p, echoTools(), request("go"), opts)
+	if err != nil || res.End != agent.EndCompleted || res.Iterations != 3 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if fmt.Sprint(seen) != "[user assistant toolResult:c1 user assistant toolResult:c1 assistant toolResult:c2]" {
+		t.Fatalf("between saw %q", seen)
+	}
+	if got := roles(p.requests[2].Messages); got != "user assistant toolResult:c2" || p.requests[2].Messages[0].Content[0].Text != "summary" {
+		t.Fatalf("the call after it sent %s", got)
+	}
+	p2 := &scripted{t: t, replies: []provider.Message{reply(call("c1", "echo", `{}`))}}
+	opts.Between = func(context.Context, []provider.Message) ([]provider.Message, error) {
+		return nil, errors.New("disk full")
+	}
+	if res, err := agent.Run(t.Context(), p2, echoTools(), request("go"), opts); err == nil || res.End != agent.EndError || len(p2.requests) != 1 {
+		t.Fatalf("a failing Between: %+v %v", res, err)
+	}
+}

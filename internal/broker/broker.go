@@ -37,13 +37,23 @@ const (
 	// Collect buffers messages until none has come for the debounce, then delivers them
 	// together in one turn (at most the cap; beyond it the drop policy applies).
 	Collect Mode = "collect"
-	// SteerBacklog steers now and also keeps the message queued for a followup turn.
+	// SteerBacklog steers the running turn like Steer when one runs (the caller says so:
+	// EnqueueOptions.Steer); with nothing to steer it waits in the backlog like a followup.
+	// Either way it is one message, delivered once.
 	SteerBacklog Mode = "steer-backlog"
 	// Queue is plain FIFO: one turn per message, never interrupting.
 	Queue Mode = "queue"
 	// Interrupt clears the queue (the cleared messages are kept as cleared), aborts the
 	// running turn and starts a new one with this message.
 	Interrupt Mode = "interrupt"
+	// Reject refuses the message while the conversation is busy (a turn runs, or messages
+	// wait): the caller checks the running turn, the store the waiting messages
+	// (EnqueueOptions.IfIdle).
+	Reject Mode = "reject"
+	// Rollback aborts the running turn and runs in its place: its user message is a child of
+	// the entry before the aborted turn (EnqueueOptions.RollsBack names a message that turn
+	// delivers), which stays in the transcript as an abandoned branch.
+	Rollback Mode = "rollback"
 )
 
 // ParseMode reads a mode name; "" is the default, followup.
@@ -51,18 +61,25 @@ func ParseMode(s string) (Mode, error) {
 	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
 	case "":
 		return Followup, nil
-	case Steer, Followup, Collect, SteerBacklog, Queue, Interrupt:
+	case Steer, Followup, Collect, SteerBacklog, Queue, Interrupt, Reject, Rollback:
 		return m, nil
 	case "follow-up", "follow_up":
 		return Followup, nil
 	case "steer+backlog", "steer_backlog", "steerbacklog":
 		return SteerBacklog, nil
 	}
-	return "", abi.Errorf(abi.CodeInvalidArgument, "", "unknown queue mode %q (want steer, followup, collect, steer-backlog, queue or interrupt)", s)
+	return "", abi.Errorf(abi.CodeInvalidArgument, "", "unknown queue mode %q (want %s)", s, ModeNames)
 }
 
-// Aborts reports whether a message of the mode aborts the running turn.
-func (m Mode) Aborts() bool { return m == Steer || m == SteerBacklog || m == Interrupt }
+// ModeNames lists the modes for messages and help texts.
+const ModeNames = "steer, followup, collect, steer-backlog, queue, interrupt, reject or rollback"
+
+// Modes are the modes' canonical names, in ModeNames' order.
+var Modes = []string{"steer", "followup", "collect", "steer-backlog", "queue", "interrupt", "reject", "rollback"}
+
+// Aborts reports whether a message of the mode always aborts the running turn (steer-backlog
+// does when its caller says a turn runs).
+func (m Mode) Aborts() bool { return m == Steer || m == Interrupt || m == Rollback }
 
 // Message states.
 const (
@@ -70,6 +87,9 @@ const (
 	StateDelivered = "delivered"
 	StateCleared   = "cleared" // an interrupt cleared it
 	StateDropped   = "dropped" // a collect cap dropped it
+	// StateRefused: a reject message found the conversation busy once stored (a turn started
+	// between the caller's check and the store), and was refused.
+	StateRefused = "refused"
 )
 
 // Message is one queued message.
@@ -87,10 +107,15 @@ type Message struct {
 	Created  string `json:"createdAt"`
 	Done     string `json:"doneAt,omitempty"`
 	EntryID  string `json:"entryId,omitempty"`
+	// RollsBack (a rollback message) is a message delivered by the turn it rolls back.
+	RollsBack string `json:"rollsBack,omitempty"`
 	// createdAt in Unix milliseconds, for the collect debounce.
 	CreatedMs int64 `json:"-"`
 	// Cleared are the messages an interrupt cleared (Enqueue's answer only).
 	Cleared []string `json:"-"`
+	// Duplicate (EnqueueWith's answer with an ID only): a message with that id was stored
+	// before; nothing changed.
+	Duplicate bool `json:"-"`
 }
 
 // MaxContent bounds a message (1 MiB) as its sender wrote it. A trigger puts a line before
@@ -152,7 +177,26 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("broker: schema: %w", err)
 	}
+	if err := addColumn(ctx, db, "rolls_back", "TEXT NOT NULL DEFAULT ''"); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return &Store{db: db, now: opts.Now}, nil
+}
+
+// addColumn adds a column a store of an earlier version lacks.
+func addColumn(ctx context.Context, db *sql.DB, name, decl string) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('messages') WHERE name = ?`, name).Scan(&n); err != nil {
+		return fmt.Errorf("broker: schema: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, `ALTER TABLE messages ADD COLUMN `+name+` `+decl); err != nil {
+		return fmt.Errorf("broker: schema: add %s: %w", name, err)
+	}
+	return nil
 }
 
 // Close closes the database.
@@ -163,11 +207,30 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// EnqueueOptions are what the caller knows of the conversation when it stores a message.
+type EnqueueOptions struct {
+	// ID, when set, stores the message once under this id (a trigger's firing): a second
+	// store of it changes nothing (Message.Duplicate).
+	ID string
+	// Steer: a turn runs, which a steer-backlog message steers (it then goes first).
+	Steer bool
+	// IfIdle refuses the message (BUSY) when the key has queued messages (reject).
+	IfIdle bool
+	// RollsBack is a message the running turn delivers (rollback).
+	RollsBack string
+}
+
 // Enqueue stores a message for key and returns it once it is on disk. A steering message
-// (steer, steer-backlog, interrupt) goes before the queued ones; an interrupt first clears
-// them; a steer-backlog also leaves a followup copy at the end of the queue.
+// (steer, interrupt, rollback, a steer-backlog that steers) goes before the queued ones; an
+// interrupt first clears them.
 func (s *Store) Enqueue(ctx context.Context, key string, mode Mode, content, from string) (Message, error) {
-	m, _, err := s.put(ctx, "", key, mode, content, from)
+	return s.EnqueueWith(ctx, key, mode, content, from, EnqueueOptions{})
+}
+
+// EnqueueWith is Enqueue with what the caller knows of the running turn.
+func (s *Store) EnqueueWith(ctx context.Context, key string, mode Mode, content, from string, o EnqueueOptions) (Message, error) {
+	m, fresh, err := s.put(ctx, o.ID, key, mode, content, from, o)
+	m.Duplicate = err == nil && !fresh
 	return m, err
 }
 
@@ -177,7 +240,7 @@ func (s *Store) EnqueueOnce(ctx context.Context, id, key string, mode Mode, cont
 	if id == "" {
 		return false, abi.Errorf(abi.CodeInvalidArgument, "", "a message stored once needs an id")
 	}
-	_, fresh, err = s.put(ctx, id, key, mode, content, from)
+	_, fresh, err = s.put(ctx, id, key, mode, content, from, EnqueueOptions{})
 	return fresh, err
 }
 
@@ -187,7 +250,7 @@ func (s *Store) Announce(ctx context.Context, id, key, content, from string) (fr
 	return s.EnqueueOnce(ctx, id, key, Followup, content, from)
 }
 
-func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, from string) (Message, bool, error) {
+func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, from string, o EnqueueOptions) (Message, bool, error) {
 	switch {
 	case key == "":
 		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a queued message needs a conversation key")
@@ -205,8 +268,8 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 	if id == "" {
 		id = newID()
 	}
-	m := Message{ID: id, Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli()}
-	if mode.Aborts() {
+	m := Message{ID: id, Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli(), RollsBack: o.RollsBack}
+	if mode.Aborts() || (mode == SteerBacklog && o.Steer) {
 		m.Priority = 1
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -220,6 +283,14 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 	}
 	if n > 0 {
 		return m, false, nil
+	}
+	if o.IfIdle {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE key = ? AND state = ?`, key, StateQueued).Scan(&n); err != nil {
+			return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
+		}
+		if n > 0 {
+			return Message{}, false, abi.Errorf(abi.CodeBusy, "", "the conversation is busy: %d message(s) wait to be delivered (queue mode reject refuses a message until it is free)", n)
+		}
 	}
 	if mode == Interrupt {
 		rows, err := tx.QueryContext(ctx, `UPDATE messages SET state = ?, reason = ?, done_ms = ? WHERE key = ? AND state = ? RETURNING id`,
@@ -239,19 +310,13 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 			return Message{}, false, fmt.Errorf("broker: clear: %w", err)
 		}
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		m.ID, key, m.Priority, string(mode), content, from, StateQueued, m.CreatedMs)
+	res, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms, rolls_back) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		m.ID, key, m.Priority, string(mode), content, from, StateQueued, m.CreatedMs, m.RollsBack)
 	if err != nil {
 		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 	}
 	if m.Seq, err = res.LastInsertId(); err != nil {
 		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
-	}
-	if mode == SteerBacklog {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms) VALUES (?, ?, 0, ?, ?, ?, ?, ?)`,
-			newID(), key, string(Followup), content, from, StateQueued, m.CreatedMs); err != nil {
-			return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
-		}
 	}
 	if err := tx.Commit(); err != nil {
 		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
@@ -269,7 +334,7 @@ func (s *Store) Has(ctx context.Context, id string) (bool, error) {
 	return n > 0, nil
 }
 
-const cols = `seq, id, key, priority, mode, content, sender, state, reason, created_ms, done_ms, entry_id`
+const cols = `seq, id, key, priority, mode, content, sender, state, reason, created_ms, done_ms, entry_id, rolls_back`
 
 func scan(rows *sql.Rows) ([]Message, error) {
 	var out []Message
@@ -277,7 +342,7 @@ func scan(rows *sql.Rows) ([]Message, error) {
 		var m Message
 		var mode string
 		var done int64
-		if err := rows.Scan(&m.Seq, &m.ID, &m.Key, &m.Priority, &mode, &m.Content, &m.From, &m.State, &m.Reason, &m.CreatedMs, &done, &m.EntryID); err != nil {
+		if err := rows.Scan(&m.Seq, &m.ID, &m.Key, &m.Priority, &mode, &m.Content, &m.From, &m.State, &m.Reason, &m.CreatedMs, &done, &m.EntryID, &m.RollsBack); err != nil {
 			return nil, fmt.Errorf("broker: %w", err)
 		}
 		m.Mode = Mode(mode)
@@ -337,6 +402,38 @@ func (s *Store) Keys(ctx context.Context) ([]string, error) {
 // Delivered records that the messages went into the transcript as entry entryID.
 func (s *Store) Delivered(ctx context.Context, ids []string, entryID string) error {
 	return s.finish(ctx, ids, StateDelivered, "", entryID)
+}
+
+// Refuse records that a reject message was refused, unless it was delivered meanwhile:
+// refused reports which.
+func (s *Store) Refuse(ctx context.Context, id, reason string) (refused bool, err error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE messages SET state = ?, reason = ?, done_ms = ? WHERE id = ? AND state = ?`,
+		StateRefused, reason, s.now().UnixMilli(), id, StateQueued)
+	if err != nil {
+		return false, fmt.Errorf("broker: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("broker: %w", err)
+	}
+	return n > 0, nil
+}
+
+// Get returns the stored messages of the ids (any state), in store order.
+func (s *Store) Get(ctx context.Context, ids []string) ([]Message, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+cols+` FROM messages WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY seq`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	return scan(rows)
 }
 
 // Drop records that a collect cap dropped the messages.

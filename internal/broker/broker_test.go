@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,6 +37,7 @@ func TestParseMode(t *testing.T) {
 		"": broker.Followup, "steer": broker.Steer, "followup": broker.Followup, "follow-up": broker.Followup,
 		"collect": broker.Collect, "steer-backlog": broker.SteerBacklog, "steer+backlog": broker.SteerBacklog,
 		"queue": broker.Queue, "interrupt": broker.Interrupt, " Steer ": broker.Steer,
+		"reject": broker.Reject, "rollback": broker.Rollback,
 	} {
 		if got, err := broker.ParseMode(in); err != nil || got != want {
 			t.Errorf("ParseMode(%q) = %q, %v; want %q", in, got, err, want)
@@ -47,7 +49,8 @@ func TestParseMode(t *testing.T) {
 }
 
 // TestOrderAndModes: FIFO by default; steering messages go first; an interrupt clears what is
-// queued (kept as cleared, named in its answer); steer-backlog also leaves a followup copy.
+// queued (kept as cleared, named in its answer); a steer-backlog goes first when it steers a
+// running turn, else in order, and is one message either way (no followup copy).
 func TestOrderAndModes(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "broker", "queues.db"))
 	ctx := context.Background()
@@ -63,12 +66,15 @@ func TestOrderAndModes(t *testing.T) {
 	enq("k", broker.Queue, "b")
 	enq("other", broker.Followup, "x")
 	enq("k", broker.Steer, "s")
-	enq("k", broker.SteerBacklog, "sb")
+	enq("k", broker.SteerBacklog, "idle-sb")
+	if _, err := s.EnqueueWith(ctx, "k", broker.SteerBacklog, "sb", "", broker.EnqueueOptions{Steer: true}); err != nil {
+		t.Fatal(err)
+	}
 	q, err := s.Queued(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := contents(q); got != "s,sb,a,b,sb" {
+	if got := contents(q); got != "s,sb,a,b,idle-sb" {
 		t.Fatalf("order %s", got)
 	}
 	if err := s.Delivered(ctx, []string{q[0].ID}, "entry1"); err != nil {
@@ -169,5 +175,63 @@ func TestRefused(t *testing.T) {
 	q, _ := s.Queued(ctx, "k")
 	if len(q) != 0 {
 		t.Errorf("refused messages were stored: %d", len(q))
+	}
+}
+
+// TestRejectAndRollback: a message stored only if the key has nothing queued (reject) is
+// refused with BUSY otherwise; Refuse marks a queued one refused unless it was delivered
+// first; a rollback message keeps the message it rolls back (Get), also in a store made
+// before the column existed.
+func TestRejectAndRollback(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	// A store of the previous version: no rolls_back column.
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(`CREATE TABLE messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, key TEXT NOT NULL,
+		priority INTEGER NOT NULL DEFAULT 0, mode TEXT NOT NULL, content TEXT NOT NULL, sender TEXT NOT NULL DEFAULT '', state TEXT NOT NULL,
+		reason TEXT NOT NULL DEFAULT '', created_ms INTEGER NOT NULL, done_ms INTEGER NOT NULL DEFAULT 0, entry_id TEXT NOT NULL DEFAULT '');
+		INSERT INTO messages (id, key, mode, content, state, created_ms) VALUES ('msg_old', 'k', 'followup', 'old', 'queued', 1);`); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, path)
+	ctx := context.Background()
+	if _, err := s.EnqueueWith(ctx, "k", broker.Reject, "no", "", broker.EnqueueOptions{IfIdle: true}); abi.CodeOf(err) != abi.CodeBusy {
+		t.Fatalf("reject with one queued: %v", err)
+	}
+	if err := s.Delivered(ctx, []string{"msg_old"}, "e1"); err != nil {
+		t.Fatal(err)
+	}
+	yes, err := s.EnqueueWith(ctx, "k", broker.Reject, "yes", "", broker.EnqueueOptions{IfIdle: true})
+	if err != nil {
+		t.Fatalf("reject with none queued: %v", err)
+	}
+	if refused, err := s.Refuse(ctx, yes.ID, "busy after all"); err != nil || !refused {
+		t.Fatalf("refuse a queued one: %v %v", refused, err)
+	}
+	late, err := s.EnqueueWith(ctx, "k", broker.Reject, "late", "", broker.EnqueueOptions{IfIdle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delivered(ctx, []string{late.ID}, "e2"); err != nil {
+		t.Fatal(err)
+	}
+	if refused, err := s.Refuse(ctx, late.ID, "too late"); err != nil || refused {
+		t.Fatalf("refuse a delivered one: %v %v", refused, err)
+	}
+	rb, err := s.EnqueueWith(ctx, "k", broker.Rollback, "instead", "", broker.EnqueueOptions{RollsBack: late.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, []string{rb.ID, yes.ID, "msg_old"})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("get %+v %v", got, err)
+	}
+	if got[0].RollsBack != "" || got[1].State != broker.StateRefused || got[2].RollsBack != late.ID || got[2].Priority != 1 || got[2].Mode != broker.Rollback {
+		t.Fatalf("stored %+v", got)
 	}
 }

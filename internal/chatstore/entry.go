@@ -121,7 +121,7 @@ var pinned = []string{"sessionId", "updatedAt", "sessionFile", "label", "display
 var enums = map[string][]string{
 	"chatType":      {"direct", "group", "channel"},
 	"queueDrop":     {"old", "new", "summarize"},
-	"queueMode":     {"steer", "followup", "collect", "steer-backlog", "steer+backlog", "queue", "interrupt"},
+	"queueMode":     {"steer", "followup", "collect", "steer-backlog", "steer+backlog", "queue", "interrupt", "reject", "rollback"},
 	"thinkingLevel": {"off", "minimal", "low", "medium", "high", "xhigh", "max"},
 	"taskStatus":    {"pending", "running", "completed", "failed"},
 }

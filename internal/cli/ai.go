@@ -62,7 +62,7 @@ func (a *app) aiOpenFlags(cmd *cobra.Command, o *aiOpen) {
 	f.Float64Var(&o.temperature, "temperature", -1, "sampling temperature (default: the model's)")
 	f.IntVar(&o.MaxToolIterations, "max-tool-iterations", 0, "model calls per message at most (default 10)")
 	enumFlag(cmd, &o.QueueMode, "queue-mode", "", "the conversation's queue mode for messages sent while a turn runs (saved in sessions.json; default followup)",
-		"steer", "followup", "collect", "steer-backlog", "queue", "interrupt")
+		broker.Modes...)
 }
 
 func (a *app) openAIChat(ctx context.Context, o aiOpen) (abi.Session, error) {
@@ -203,8 +203,8 @@ func (a *app) aiSendCmd() *cobra.Command {
 	a.idFlags(cmd, &id, nil, abi.TypeAIChat)
 	formatFlag(cmd, &format, eventsText, eventsRaw, eventsCompact)
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the message is queued (stored durably), printing its id, instead of printing its turn")
-	enumFlag(cmd, &mode, "mode", "", "queue mode while a turn runs: steer, followup, collect, steer-backlog, queue or interrupt (default: the conversation's)",
-		"steer", "followup", "collect", "steer-backlog", "queue", "interrupt")
+	enumFlag(cmd, &mode, "mode", "", "queue mode while a turn runs: "+broker.ModeNames+" (default: the conversation's)",
+		broker.Modes...)
 	return cmd
 }
 

@@ -18,7 +18,7 @@ import (
 func targetFlags(cmd *cobra.Command, t *trigger.Target) {
 	f := cmd.Flags()
 	f.StringVar(&t.SessionKey, "session", "", "the conversation (session key) the messages go to")
-	f.StringVar(&t.Mode, "mode", "", "queue mode of the messages there: steer, followup, collect, steer-backlog, queue or interrupt")
+	f.StringVar(&t.Mode, "mode", "", "queue mode of the messages there: steer, followup, collect, steer-backlog, queue, interrupt, reject or rollback")
 	f.StringVar(&t.Agent, "agent", "", "agent of a new conversation (default main)")
 	f.StringVar(&t.Backend, "backend", "", "backend of a new conversation (config.toml)")
 	f.StringVar(&t.Model, "model", "", "model of a new conversation")

@@ -97,7 +97,19 @@ type Config struct {
 	MCPServers map[string]MCPServer `json:"mcpServers,omitempty" toml:"mcp_servers"`
 	// Defaults is the [defaults] section: agent.toml's permission keys (level, paths, tools,
 	// timeouts, ...) for every agent that does not set them.
-	Defaults profile.Policy `json:"defaults,omitzero" toml:"defaults"`
+	Defaults   profile.Policy `json:"defaults,omitzero" toml:"defaults"`
+	Compaction Compaction     `json:"compaction" toml:"compaction"`
+}
+
+// Compaction is the [compaction] section: what ai-chat does before a threshold compaction
+// (docs/ai-chat.md, Compaction).
+type Compaction struct {
+	// MemoryFlush runs one silent turn before a threshold compaction, in which the agent may
+	// append durable notes to the workspace's MEMORY.md (default off).
+	MemoryFlush bool `json:"memoryFlush,omitempty" toml:"memory_flush"`
+	// MinReserveTokens: the flush runs only while at least this many tokens of the window
+	// are left for it (default 2000).
+	MinReserveTokens int `json:"minReserveTokens,omitempty" toml:"min_reserve_tokens"`
 }
 
 // MCPServer is one [mcp_servers.NAME] section: a command nexus starts (stdio) or the URL of a
@@ -199,6 +211,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		Backends   map[string]backendTOML `toml:"backends"`
 		MCPServers map[string]MCPServer   `toml:"mcp_servers"`
 		Defaults   profile.Policy         `toml:"defaults"`
+		Compaction Compaction             `toml:"compaction"`
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -216,6 +229,10 @@ func ParseConfig(data []byte) (*Config, error) {
 				if len(k) > 0 && k[0] == "defaults" {
 					row, _ := e.Position()
 					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [defaults] (known: level, disabled_tools, allowed_paths, blocked_paths, allowed_targets, allow_hard_links, max_timeout, confirm_timeout, max_concurrent_tools, progress_interval, and [defaults.tools.NAME] timeout, allowed_paths)", strings.Join(k, "."), row)
+				}
+				if len(k) > 0 && k[0] == "compaction" {
+					row, _ := e.Position()
+					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [compaction] (known: memory_flush, min_reserve_tokens)", strings.Join(k, "."), row)
 				}
 				if len(k) > 0 && k[0] == "backends" {
 					row, _ := e.Position()
@@ -289,6 +306,10 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	cfg.Defaults = doc.Defaults
+	if doc.Compaction.MinReserveTokens < 0 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "compaction: min_reserve_tokens must not be negative")
+	}
+	cfg.Compaction = doc.Compaction
 	return cfg, nil
 }
 

@@ -85,6 +85,20 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestCompactionSection: [compaction] turns the memory flush on, with its reserve.
+func TestCompactionSection(t *testing.T) {
+	cfg, err := ParseConfig([]byte("[compaction]\nmemory_flush = true\nmin_reserve_tokens = 3000\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Compaction.MemoryFlush || cfg.Compaction.MinReserveTokens != 3000 {
+		t.Fatalf("compaction %+v", cfg.Compaction)
+	}
+	if cfg, err := ParseConfig(nil); err != nil || cfg.Compaction.MemoryFlush {
+		t.Fatalf("by default %+v %v", cfg, err)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	cases := []struct {
 		name, toml, want string
@@ -95,6 +109,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad name", "[backends.\"My Backend\"]\nkind = \"anthropic\"\n", "backend name"},
 		{"syntax", "[backends.claude\nmodel = 1\n", "line 1"},
 		{"wrong type", "[backends.claude]\nmax_tokens = \"" + testKey + "\"\n", "line 2"},
+		{"unknown compaction key", "[compaction]\nmemory_flush = true\nreserve = 3\n", "compaction.reserve (line 3)"},
+		{"negative reserve", "[compaction]\nmin_reserve_tokens = -1\n", "min_reserve_tokens"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -148,9 +148,9 @@ const MaxMessage = 64 << 10
 func (t Target) check() error {
 	if t.Mode != "" {
 		switch t.Mode {
-		case "steer", "followup", "collect", "steer-backlog", "queue", "interrupt":
+		case "steer", "followup", "collect", "steer-backlog", "queue", "interrupt", "reject", "rollback":
 		default:
-			return abi.Errorf(abi.CodeInvalidArgument, "", "unknown queue mode %q (want steer, followup, collect, steer-backlog, queue or interrupt)", t.Mode)
+			return abi.Errorf(abi.CodeInvalidArgument, "", "unknown queue mode %q (want steer, followup, collect, steer-backlog, queue, interrupt, reject or rollback)", t.Mode)
 		}
 	}
 	if t.Level != "" && t.Level != "yolo" && t.Level != "trusted" && t.Level != "sandboxed" {

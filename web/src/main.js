@@ -428,7 +428,7 @@ function chatView(id) {
   const list = el("ol", { class: "chat", "aria-label": "Conversation" });
   const text = el("textarea", { id: "chat-input", rows: 3, "aria-label": "Message", placeholder: "Message (Ctrl+Enter sends)" });
   const mode = el("select", { id: "chat-mode", "aria-label": "Queue mode" },
-    ...["followup", "steer", "collect", "queue", "interrupt", "steer-backlog"].map((m) => el("option", { value: m }, m)));
+    ...["followup", "steer", "collect", "queue", "interrupt", "steer-backlog", "reject", "rollback"].map((m) => el("option", { value: m }, m)));
   const send = async () => {
     const data = text.value.trim();
     if (!data) return;
@@ -556,8 +556,14 @@ function chatView(id) {
         break;
       }
       case "ai-subagent": marker(`— subagent ${p.label || ""} started: ${p.task || ""}`); addSubagent(p); break;
-      case "ai-compaction": if (p.phase === "ended") marker(`— compacted: ${p.tokensBefore} → ${p.tokensAfter} tokens`); break;
-      case "ai-queue": if (p.phase === "queued") marker(`— queued (${p.mode})`); break;
+      case "ai-compaction":
+        if (p.phase === "ended") marker(`— compacted: ${p.tokensBefore} → ${p.tokensAfter} tokens`);
+        else if (p.phase === "skipped" || p.phase === "memory-flush") marker(`— ${p.message}`);
+        break;
+      case "ai-queue":
+        if (p.phase === "queued") marker(`— queued (${p.mode})`);
+        else if (p.phase === "rolled-back") marker(`— ${p.reason}`);
+        break;
     }
   };
   let stop = () => {};

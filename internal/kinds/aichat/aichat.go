@@ -200,6 +200,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		roadmap: req.Context.RoadmapID,
 	}
 	close(c.idle)
+	c.compaction = cfg.Compaction
 	c.base, c.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if k.Logs != nil {
 		c.logs, err = openLogs(filepath.Join(k.StateDir, "logs", sink.SessionID()), *k.Logs, k.now)
@@ -447,6 +448,14 @@ type chat struct {
 	// start, with the queue mode when the start asked for one (setQueueMode).
 	options      abi.AIChatOptions
 	setQueueMode bool
+
+	// turnIDs are the queued messages the pump's last turn delivers (a rollback names one).
+	turnIDs []string
+	// compaction is config.toml's [compaction]; nothingToCut: a threshold compaction found
+	// nothing to cut and said so (once, until one compacts again). Used by the running
+	// activity only.
+	compaction   provider.Compaction
+	nothingToCut bool
 }
 
 func (c *chat) openTools() error {

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/agent"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -68,6 +72,13 @@ func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore
 	if err != nil {
 		return nil, compactError(c.sink.SessionID(), keep, err)
 	}
+	if len(cut.SummarizeIDs) == 0 && len(cut.TurnPrefixIDs) == 0 {
+		// All of the context is the recent part kept as it is: no summary to ask for.
+		return nil, compactError(c.sink.SessionID(), keep, transcript.ErrNothingToCompact)
+	}
+	if reason == CompactThreshold && c.compaction.MemoryFlush {
+		c.flushMemory(ctx, w, cut.TokensBefore)
+	}
 	if run != nil {
 		if err := run.Phase(chatstore.PhaseCompacting); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
@@ -116,12 +127,41 @@ func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore
 	return &ev, nil
 }
 
+// thresholdCompact compacts the conversation when a context of used tokens is past the
+// threshold, and reports whether its context changed. When there is nothing to cut (the part
+// kept as it is already holds it all), nothing is asked of the model and it is said once, as
+// an ai-compaction skipped event, not at every turn or iteration, until a compaction happens
+// again.
+func (c *chat) thresholdCompact(ctx context.Context, h *conversation.Held, run *chatstore.Run, used int) bool {
+	if !c.needsCompaction(used) {
+		return false
+	}
+	_, err := c.compact(ctx, h, run, CompactThreshold)
+	switch {
+	case err == nil:
+		c.nothingToCut = false
+		return true
+	case errors.Is(err, &abi.Error{Code: abi.CodeInvalidArgument}):
+		c.logs.verbosef("no compaction at %d tokens: %v", used, err)
+		if !c.nothingToCut {
+			c.nothingToCut = true
+			c.sink.Publish(abi.EventData, abi.AICompaction{Type: abi.PayloadAICompaction, Phase: abi.PhaseSkipped, Reason: CompactThreshold, TokensBefore: used,
+				Message: fmt.Sprintf("the context (about %d tokens) is past %.0f%% of the window (%d tokens), but it is all the recent part compaction keeps (the last %d tokens): nothing to compact", used, compactThreshold*100, c.windowTokens(), c.keepTokens())})
+		}
+	default:
+		c.turnError(err)
+	}
+	return false
+}
+
 func compactError(id string, keep int, err error) error {
 	switch {
 	case errors.Is(err, transcript.ErrToolCallPending):
 		return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "a tool call is unanswered; compact after its result is in", Err: err}
 	case errors.Is(err, transcript.ErrNothingToCompact), errors.Is(err, transcript.ErrAlreadyCompacted):
-		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: id, Message: fmt.Sprintf("nothing to compact when keeping the last %d tokens", keep), Err: err}
+		// The message says it all: the cause (a sentinel, with the transcript's path) is not
+		// repeated after it.
+		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: id, Message: fmt.Sprintf("nothing to compact when keeping the last %d tokens", keep)}
 	}
 	return fmt.Errorf("compact: %w", err)
 }
@@ -262,4 +302,126 @@ func clipText(s string, n int) string {
 		return s
 	}
 	return s[:abi.ValidUTF8Prefix([]byte(s[:n]))] + " …(cut)"
+}
+
+// between checks the threshold between the iterations of a turn, on the last reply's usage
+// plus an estimate of what came after it (the batch's results): a turn of many tool calls is
+// compacted as it crosses the threshold, not only at the next message.
+func (c *chat) between(ctx context.Context, h *conversation.Held, run *chatstore.Run, em *emitter, msgs []provider.Message) ([]provider.Message, error) {
+	if c.windowTokens() <= 0 {
+		return msgs, nil
+	}
+	rest, used := msgs, 0
+	if em.last != nil {
+		for i := len(msgs) - 1; i >= 0; i-- {
+			if msgs[i].Role == provider.RoleAssistant {
+				rest, used = msgs[i+1:], contextUsed(*em.last)
+				break
+			}
+		}
+	}
+	for _, m := range rest {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("estimate the context: %w", err)
+		}
+		used += transcript.EstimateTokens(raw)
+	}
+	if !c.thresholdCompact(ctx, h, run, used) {
+		return msgs, nil
+	}
+	return c.contextMessages(h.Writer)
+}
+
+// The memory flush (config.toml [compaction] memory_flush): before a threshold compaction,
+// one silent turn on the context as it is, whose only tool appends to the workspace's
+// MEMORY.md. Nothing of it enters the transcript or the session's events but its outcome.
+const (
+	memoryFile        = "MEMORY.md"
+	defaultMinReserve = 2000
+	flushIterations   = 4
+	maxMemoryAppend   = 64 << 10
+	flushPrompt       = "[memory flush] The conversation is about to be compacted: its older messages will be replaced by a summary. If anything must outlive that (decisions, facts learned, the state of the work, what remains to do), append it now as short notes with the memory_append tool (it goes to " + memoryFile + " in the workspace). Do not repeat what is there already. When done, or if nothing needs keeping, answer NO_REPLY."
+)
+
+// flushMemory runs the memory flush before a compaction of a context of used tokens, if the
+// window has min_reserve_tokens left for it; its outcome is an ai-compaction event
+// (phase memory-flush). A failure is reported there and the compaction goes on.
+func (c *chat) flushMemory(ctx context.Context, w *transcript.Writer, used int) {
+	reserve := c.compaction.MinReserveTokens
+	if reserve <= 0 {
+		reserve = defaultMinReserve
+	}
+	ev := abi.AICompaction{Type: abi.PayloadAICompaction, Phase: abi.PhaseMemoryFlush, Reason: CompactThreshold, TokensBefore: used}
+	defer func() {
+		c.sink.Publish(abi.EventData, ev)
+		c.logs.verbosef("%s", ev.Message)
+	}()
+	if left := c.windowTokens() - used; left < reserve {
+		ev.Message = fmt.Sprintf("memory flush skipped: %d tokens of the window are left, min_reserve_tokens is %d", left, reserve)
+		return
+	}
+	msgs, err := c.contextMessages(w)
+	if err != nil {
+		ev.Message = "memory flush failed: " + err.Error()
+		return
+	}
+	system, _, err := c.prof.SystemPrompt(c.workspace)
+	if err != nil {
+		ev.Message = "memory flush failed: " + err.Error()
+		return
+	}
+	mem := &memoryTool{path: filepath.Join(c.workspace, memoryFile)}
+	req := provider.Request{Model: c.backend.Model, System: system, Thinking: c.thinking, Temperature: c.temperature,
+		Messages: append(msgs, provider.UserText(flushPrompt, c.k.now().UnixMilli()))}
+	res, err := agent.Run(ctx, c.p, mem, req, agent.Options{MaxIterations: flushIterations, MaxConcurrent: 1, Now: c.k.now})
+	switch {
+	case err != nil:
+		ev.Message = fmt.Sprintf("memory flush failed (%d characters appended to %s): %v", mem.written, mem.path, err)
+	case res.End != agent.EndCompleted:
+		ev.Message = fmt.Sprintf("memory flush ended %s: %d characters appended to %s", res.End, mem.written, mem.path)
+	default:
+		ev.Message = fmt.Sprintf("memory flush: %d characters appended to %s", mem.written, mem.path)
+	}
+}
+
+// memoryTool is the memory flush's one tool (the agent.Tools of its turn): memory_append.
+type memoryTool struct {
+	path    string
+	written int
+}
+
+func (m *memoryTool) Specs() []provider.Tool {
+	return []provider.Tool{{Name: "memory_append", Description: "Append notes (Markdown) to " + memoryFile + " in the workspace, the memory that outlives compaction.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","description":"the notes to append"}},"required":["text"],"additionalProperties":false}`)}}
+}
+
+func (m *memoryTool) Run(_ context.Context, call provider.ToolCall) agent.Outcome {
+	var args struct {
+		Text string `json:"text"`
+	}
+	if call.Name != "memory_append" {
+		return agent.Outcome{Output: "unknown tool " + call.Name + ": only memory_append is offered now", IsError: true}
+	}
+	if err := json.Unmarshal(call.Arguments, &args); err != nil || strings.TrimSpace(args.Text) == "" {
+		return agent.Outcome{Output: "memory_append needs {\"text\": \"...\"}", IsError: true}
+	}
+	if len(args.Text) > maxMemoryAppend {
+		return agent.Outcome{Output: fmt.Sprintf("%d bytes is over the limit of %d per call", len(args.Text), maxMemoryAppend), IsError: true}
+	}
+	text := strings.TrimRight(args.Text, "\n") + "\n"
+	// O_NOFOLLOW: a symlink planted as MEMORY.md does not redirect the write.
+	f, err := os.OpenFile(m.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600) //nolint:gosec // G304: the workspace's memory file
+	if err != nil {
+		return agent.Outcome{Output: "memory_append: " + err.Error(), IsError: true}
+	}
+	_, werr := f.WriteString(text)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return agent.Outcome{Output: "memory_append: " + werr.Error(), IsError: true}
+	}
+	m.written += len(text)
+	return agent.Outcome{Output: fmt.Sprintf("appended %d characters to %s", len(text), memoryFile)}
 }

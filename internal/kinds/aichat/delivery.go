@@ -81,23 +81,13 @@ func (k *Kind) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if err != nil {
 		return Delivered{}, err
 	}
-	out := Delivered{Key: key, MessageID: d.ID}
-	if d.ID != "" {
-		fresh, err := k.Broker.EnqueueOnce(ctx, d.ID, key, mode, d.Text, d.From)
-		if err != nil {
-			return Delivered{}, err
-		}
-		out.Duplicate = !fresh
-	} else {
-		m, err := k.Broker.Enqueue(ctx, key, mode, d.Text, d.From)
-		if err != nil {
-			return Delivered{}, err
-		}
-		out.MessageID = m.ID
-		if mode.Aborts() {
-			k.cancelTurns(ctx, key)
-		}
+	// The mode applies to a trigger's firing as to a message sent (a steer aborts, a reject
+	// is refused while the conversation is busy); a firing stored before changes nothing.
+	m, err := k.store(ctx, d.ID, key, mode, d.Text, d.From)
+	if err != nil {
+		return Delivered{}, err
 	}
+	out := Delivered{Key: key, MessageID: m.ID, Duplicate: m.Duplicate}
 	if err := k.ensure(ctx, key, d.Options, d.Powers); err != nil {
 		// The message is stored: the next session on the key, or the next gateway, delivers it.
 		return out, fmt.Errorf("message %s is queued, but no session could be opened to deliver it: %w", out.MessageID, err)

@@ -79,8 +79,8 @@ func (t familyTool) Spec() tools.Spec {
 	case "sessions_send":
 		msg := str("the message")
 		msg.MinLength = ptrInt(1)
-		mode := str("its queue mode there: followup (default), steer, collect, queue, interrupt")
-		mode.Enum = []any{"followup", "steer", "collect", "queue", "interrupt", "steer-backlog"}
+		mode := str("its queue mode there: followup (default), steer, collect, queue, interrupt, steer-backlog, reject (refused while a turn runs there), rollback")
+		mode.Enum = []any{"followup", "steer", "collect", "queue", "interrupt", "steer-backlog", "reject", "rollback"}
 		agentID := str("instead of key: an agent (agents_list) to message; it gets it in its conversation agent:<agent>:main, or in conversation")
 		conv := str("with agent: the rest of a conversation key of that agent (agent:<agent>:<conversation>), default main")
 		return tools.Spec{Name: t.name, Description: "Send a message to a conversation you may reach, by its key, or to another agent (it is queued durably and delivered as a turn there, saying it is from you).",

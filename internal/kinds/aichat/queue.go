@@ -1,15 +1,19 @@
 package aichat
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // MessageIDsField is the transcript entry field holding the queued messages a user message
@@ -66,8 +70,12 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 	if closed {
 		return abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
 	}
-	m, err := c.k.Broker.Enqueue(ctx, c.key, mode, text, "")
+	m, err := c.k.store(ctx, "", c.key, mode, text, "")
 	if err != nil {
+		var ae *abi.Error
+		if errors.As(err, &ae) && ae.SessionID == "" {
+			return &abi.Error{Code: ae.Code, SessionID: c.sink.SessionID(), Message: ae.Message, Err: ae.Err}
+		}
 		return err
 	}
 	if so != nil {
@@ -77,13 +85,79 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 	if len(m.Cleared) > 0 {
 		c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueCleared, MessageIDs: m.Cleared, Reason: "cleared by the interrupt " + m.ID})
 	}
-	if mode.Aborts() {
-		// Whichever session on the key runs the turn, the steering message ends it.
-		c.k.cancelTurns(ctx, c.key)
-	}
 	// The key's deliverer (this session, or the newest other one on the key) takes it.
 	c.k.notify(c.key)
 	return nil
+}
+
+// store puts a message of the mode in key's queue (once under id, when set), as the mode says
+// for the conversation's state: a reject message is refused (BUSY) while an activity runs or
+// messages wait; a steer-backlog steers only a running turn (else it waits its turn, once,
+// like a followup); a rollback names a message of the turn it aborts. A steering message then
+// aborts the turn.
+func (k *Kind) store(ctx context.Context, id, key string, mode broker.Mode, text, from string) (broker.Message, error) {
+	running, turn := k.busy(key)
+	o := broker.EnqueueOptions{ID: id}
+	switch mode {
+	case broker.Reject:
+		if running {
+			return broker.Message{}, errBusy()
+		}
+		o.IfIdle = true
+	case broker.SteerBacklog:
+		o.Steer = running
+	case broker.Rollback:
+		if running && len(turn) > 0 {
+			o.RollsBack = turn[0]
+		}
+	}
+	m, err := k.Broker.EnqueueWith(ctx, key, mode, text, from, o)
+	if err != nil || m.Duplicate {
+		return m, err
+	}
+	if mode == broker.Reject {
+		// A turn (or a compaction) may have started between the check and the store: unless it
+		// took this very message, the message is refused after all.
+		if running, _ := k.busy(key); running {
+			refused, err := k.Broker.Refuse(context.WithoutCancel(ctx), m.ID, "refused: the conversation became busy as it was stored")
+			if err != nil {
+				return broker.Message{}, err
+			}
+			if refused {
+				return broker.Message{}, errBusy()
+			}
+		}
+	}
+	if mode.Aborts() || o.Steer {
+		// Whichever session on the key runs the turn, the steering message ends it.
+		k.cancelTurns(ctx, key)
+	}
+	return m, nil
+}
+
+func errBusy() error {
+	return abi.Errorf(abi.CodeBusy, "", "the conversation is busy: a turn is running (queue mode reject refuses a message until it ends; send it with another mode to queue it)")
+}
+
+// busy reports whether an activity (a turn, a compaction) runs on key, and the queued
+// messages the running turn delivers.
+func (k *Kind) busy(key string) (running bool, turn []string) {
+	k.chatsMu.Lock()
+	defer k.chatsMu.Unlock()
+	for c := range k.live {
+		if c.key != key {
+			continue
+		}
+		c.mu.Lock()
+		if c.running {
+			running = true
+			if k.delivering[key] == c {
+				turn = c.turnIDs
+			}
+		}
+		c.mu.Unlock()
+	}
+	return running, turn
 }
 
 // wake asks the pump to look at the queue.
@@ -146,6 +220,7 @@ func (c *chat) pump() {
 			c.k.unclaim(c)
 			continue
 		}
+		c.turnIDs = ids
 		c.startLocked(text, ids)
 		c.mu.Unlock()
 	}
@@ -293,4 +368,82 @@ func planCollect(q []broker.Message, now time.Time, o CollectOptions) collectPla
 	}
 	p.text = strings.Join(parts, "\n\n")
 	return p
+}
+
+// rollBack moves the transcript's leaf back to where the conversation was before the turn a
+// rollback message among ids aborted, so that this turn's entries (its user message first)
+// branch off there: the aborted turn stays in the file as an abandoned branch (pi's tree
+// format: each entry names its parent), out of every context built from the new leaf.
+func (c *chat) rollBack(ctx context.Context, h *conversation.Held, ids []string) error {
+	ms, err := c.k.Broker.Get(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var target, by string
+	for _, m := range ms {
+		if m.Mode == broker.Rollback && m.RollsBack != "" {
+			target, by = m.RollsBack, m.ID
+		}
+	}
+	if target == "" {
+		return nil // nothing ran when it was sent: it runs where the conversation is
+	}
+	w := h.Writer
+	user, err := deliveringEntry(w.File(), target)
+	if err != nil || user == nil {
+		return err // the turn never reached the transcript: nothing to roll back
+	}
+	base := turnBase(w.File(), user)
+	if base == "" {
+		w.ResetLeaf()
+	} else if err := w.Branch(base); err != nil {
+		return fmt.Errorf("roll back: %w", err)
+	}
+	reason := fmt.Sprintf("rolled back by %s: the turn from entry %s is left as a branch; the conversation goes on from ", by, user.ID)
+	if base == "" {
+		reason += "its start"
+	} else {
+		reason += "entry " + base
+	}
+	c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueRolledBack, MessageIDs: []string{target}, Reason: reason})
+	c.logs.verbosef("%s", reason)
+	return nil
+}
+
+// rollbackScan bounds how far back a rolled-back turn's user message is looked for: it is the
+// turn that was running a moment ago.
+const rollbackScan = 4096
+
+// deliveringEntry is the user entry that delivered the queued message id (nil if none).
+func deliveringEntry(f *transcript.File, id string) (*transcript.Entry, error) {
+	quoted := []byte(`"` + id + `"`)
+	for i := len(f.Entries) - 1; i >= 0 && i >= len(f.Entries)-rollbackScan; i-- {
+		e := f.Entries[i]
+		if e.Type != "message" || e.Role != "user" {
+			continue
+		}
+		raw, err := f.Raw(e)
+		if err != nil {
+			return nil, fmt.Errorf("read transcript: %w", err)
+		}
+		if bytes.Contains(raw, quoted) {
+			return e, nil
+		}
+	}
+	return nil, nil
+}
+
+// turnBase is the entry before the turn of the user entry: the parent of the turn's run start
+// record (the turn's model and thinking-level records, between the two, go with the turn).
+func turnBase(f *transcript.File, user *transcript.Entry) string {
+	for p := f.Entry(user.ParentID); p != nil; p = f.Entry(p.ParentID) {
+		switch {
+		case p.Type == "custom" && p.CustomType == chatstore.RunCustomType:
+			return p.ParentID
+		case p.Type == "model_change", p.Type == "thinking_level_change":
+			continue
+		}
+		break
+	}
+	return user.ParentID
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -41,6 +42,11 @@ func (c *chat) turn(ctx context.Context, text string, ids []string) abi.AITurn {
 	if err != nil {
 		c.turnError(err)
 		return abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, End: abi.TurnError, Reason: err.Error()}
+	}
+	if len(ids) > 0 {
+		if err := c.rollBack(ctx, h, ids); err != nil {
+			c.turnError(err) // the message still runs, where the conversation is
+		}
 	}
 	res, runID, err := c.runTurn(ctx, h, text, ids)
 	if res == nil {
@@ -176,6 +182,10 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 			c.logs.message(m)
 			return nil
 		},
+		// A long turn crosses the threshold between its model calls too.
+		Between: func(ctx context.Context, msgs []provider.Message) ([]provider.Message, error) {
+			return c.between(ctx, h, run, em, msgs)
+		},
 	}
 	res, err := agent.Run(ctx, c.p, ts, req, opts)
 	// A request the window cannot hold: compact, then try once more from the transcript.
@@ -243,12 +253,8 @@ func (c *chat) contextMessages(w *transcript.Writer) ([]provider.Message, error)
 // prepare reads the context for a turn, compacting it first when it is past the threshold
 // (a failed compaction is reported and the turn goes on: an overflow still compacts).
 func (c *chat) prepare(ctx context.Context, h *conversation.Held, run *chatstore.Run, raw []json.RawMessage) ([]provider.Message, error) {
-	if est := transcript.EstimateContextTokens(raw); c.needsCompaction(est.Tokens) {
-		if _, err := c.compact(ctx, h, run, CompactThreshold); err != nil {
-			c.turnError(err)
-		} else {
-			return c.contextMessages(h.Writer)
-		}
+	if c.thresholdCompact(ctx, h, run, transcript.EstimateContextTokens(raw).Tokens) {
+		return c.contextMessages(h.Writer)
 	}
 	msgs, err := provider.FromContext(raw)
 	if err != nil {
@@ -283,7 +289,8 @@ func (c *chat) turnError(err error) {
 	code, msg := abi.CodeInternal, err.Error()
 	var ae *abi.Error
 	if errors.As(err, &ae) {
-		code = ae.Code
+		// The event carries the code beside the message: not in it too.
+		code, msg = ae.Code, strings.Replace(msg, string(ae.Code)+": ", "", 1)
 	}
 	if errors.Is(err, provider.ErrContextOverflow) {
 		code = abi.CodeLimitExceeded
