@@ -641,7 +641,14 @@ func (w *writer) abort() {
 	}
 }
 
-func (w *writer) finish(ctx context.Context) error { return w.commit(ctx) }
+// finish commits what the last batch wrote. A batch that just filled was committed by write,
+// and nothing was written since.
+func (w *writer) finish(ctx context.Context) error {
+	if w.tx == nil {
+		return nil
+	}
+	return w.commit(ctx)
+}
 
 // linkSubagents fills a subagent session's task, status and parent from the call that
 // started it, in whichever order the two were read.

@@ -1,0 +1,7 @@
+package index
+
+// The writer's batch bounds, for tests that cross them.
+const (
+	BatchFiles = batchFiles
+	BatchBytes = batchBytes
+)
