@@ -296,3 +296,33 @@ func TestServeWithoutIndex(t *testing.T) {
 		t.Fatal("a daemon without an index created state/index.db")
 	}
 }
+
+// TestIndexSyncBadLines: a transcript line without a timestamp (or its role, or its id) is
+// counted and skipped; the sync answers 200 with the counts and every good line indexed. (One
+// such line failed every sync: 500, NOT NULL constraint failed: turns.started.)
+func TestIndexSyncBadLines(t *testing.T) {
+	e := newIndexEnv(t)
+	appendLine(t, e.transcript, `{"type":"user","sessionId":"`+indexSession+`","uuid":"u9","message":{"role":"user","content":"a prompt without a time"}}`+"\n"+
+		ccUser("u10", "2026-01-01T00:02:00Z", "and belugas?"))
+	other := filepath.Join(filepath.Dir(e.transcript), "0e5d3c1a-2222-4222-8333-444455556666.jsonl")
+	if err := os.WriteFile(other, []byte(`{"type":"user","sessionId":"s2","timestamp":"2026-01-01T00:00:00Z","message":{"role":"user","content":"no uuid"}}`+"\n"+
+		strings.ReplaceAll(ccUser("u1", "2026-01-01T00:00:00Z", "orcas too"), indexSession, "s2")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var sum index.Summary
+	decodeBody(t, e.do(t, "POST", "/v1/index/sync", ""), &sum)
+	want := map[string]int{"claude-code: no timestamp": 1, "claude-code: no id": 1}
+	if sum.Appended != 1 || sum.New != 1 || sum.Messages != 2 || len(sum.Errors) != 0 || fmt.Sprint(sum.Skipped) != fmt.Sprint(want) {
+		t.Fatalf("sync: %+v", sum)
+	}
+	var search struct{ Hits []index.Hit }
+	decodeBody(t, e.do(t, "GET", "/v1/index/search?q=belugas+OR+orcas", ""), &search)
+	if len(search.Hits) != 2 {
+		t.Fatalf("search: %+v", search.Hits)
+	}
+	var st index.Stats
+	decodeBody(t, e.do(t, "GET", "/v1/index/stats", ""), &st)
+	if fmt.Sprint(st.SkippedLines) != fmt.Sprint(want) {
+		t.Fatalf("stats: %+v", st)
+	}
+}

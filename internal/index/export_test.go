@@ -5,3 +5,6 @@ const (
 	BatchFiles = batchFiles
 	BatchBytes = batchBytes
 )
+
+// SetTestHook has hook called as each file is parsed ("parse") and written ("write").
+func SetTestHook(ix *Index, hook func(stage, path string)) { ix.testHook = hook }

@@ -215,9 +215,12 @@ type job struct {
 	hash   []byte
 	read   int64
 	err    error
+	// failed says err will recur until the file changes (its parse panicked): the file is
+	// recorded with it and skipped until then.
+	failed bool
 }
 
-func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOptions) (*Summary, error) {
+func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOptions) (_ *Summary, err error) {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
 	start := ix.now()
@@ -258,7 +261,24 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 	}()
 	go func() { wg.Wait(); close(out) }()
 
-	w, err := ix.newWriter(ctx)
+	var w *writer
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		// A panic outside any one file's read and write (those are the file's failure): the
+		// open batch is rolled back and the sync fails, what earlier batches wrote stays, and
+		// the process (a gateway watching the transcripts) goes on.
+		cancel()
+		for range out { //nolint:revive // drain so the workers end
+		}
+		if w != nil {
+			w.abort()
+		}
+		err = fmt.Errorf("index: sync: %w", panicError(v))
+	}()
+	w, err = ix.newWriter(ctx)
 	if err != nil {
 		cancel()
 		for range out { //nolint:revive // drain so the workers end
@@ -345,9 +365,15 @@ func fileHash(f *os.File, offset int64) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// read decides what changed in one file and parses what is new.
-func (ix *Index) read(ctx context.Context, t target, wm *watermark) *job {
-	j := &job{src: t.src, path: t.path, wm: wm}
+// read decides what changed in one file and parses what is new. A panic in it (an adapter's
+// bug a transcript finds) fails this file alone.
+func (ix *Index) read(ctx context.Context, t target, wm *watermark) (j *job) {
+	j = &job{src: t.src, path: t.path, wm: wm}
+	defer func() {
+		if v := recover(); v != nil {
+			j.res, j.err, j.failed = nil, panicError(v), true
+		}
+	}()
 	fi, err := os.Lstat(t.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if wm == nil || wm.deleted {
@@ -400,6 +426,9 @@ func (ix *Index) read(ctx context.Context, t target, wm *watermark) *job {
 			j.err = err
 			return j
 		}
+	}
+	if ix.testHook != nil {
+		ix.testHook("parse", t.path)
 	}
 	res, err := t.src.Parse(ctx, f, t.path, offset)
 	if err != nil {
@@ -474,13 +503,24 @@ func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
 }
 
 var statements = map[string]string{
-	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+	// A read from the start (?11) replaces the file's counts of lines and skipped lines; an
+	// append adds to them.
+	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced, error)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, '')
 		ON CONFLICT (path) DO UPDATE SET source = excluded.source, size = excluded.size,
 			mtime_ns = excluded.mtime_ns, inode = excluded.inode, offset = excluded.offset,
-			tail_hash = excluded.tail_hash, lines = excluded.lines, skipped = excluded.skipped,
-			deleted = 0, synced = excluded.synced
+			tail_hash = excluded.tail_hash,
+			lines = CASE WHEN ?11 THEN excluded.lines ELSE lines + excluded.lines END,
+			skipped = CASE WHEN ?11 OR skipped = '' THEN excluded.skipped WHEN excluded.skipped = '' THEN skipped
+				ELSE (SELECT json_group_object(key, n) FROM (SELECT key, sum(value) AS n FROM
+					(SELECT key, value FROM json_each(files.skipped) UNION ALL SELECT key, value FROM json_each(excluded.skipped))
+					GROUP BY key)) END,
+			deleted = 0, synced = excluded.synced, error = ''
 		RETURNING id, session`,
+	// A file that failed keeps the offset and hash of its last good read.
+	"failFile": `INSERT INTO files (source, path, size, mtime_ns, inode, error, synced) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (path) DO UPDATE SET source = excluded.source, size = excluded.size, mtime_ns = excluded.mtime_ns,
+			inode = excluded.inode, error = excluded.error, deleted = 0, synced = excluded.synced`,
 	"session": `INSERT INTO sessions (source, sid, path, project, model, created, updated, title,
 			parent_session, parent_message, tool_call_id, is_subagent, fork_origin, cumulative, gen)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -540,10 +580,10 @@ var statements = map[string]string{
 		SELECT m.session, m.turn,
 			coalesce((SELECT id FROM messages p WHERE p.session = m.session AND p.turn = m.turn AND p.role = 'user' ORDER BY p.seq LIMIT 1), 0),
 			coalesce((SELECT id FROM messages r WHERE r.session = m.session AND r.turn = m.turn AND r.role = 'assistant' AND r.text <> '' ORDER BY r.seq DESC LIMIT 1), 0),
-			min(nullif(m.ts, 0)), max(m.ts), ?
+			coalesce(min(nullif(m.ts, 0)), 0), max(m.ts), ?
 		FROM messages m WHERE m.session = ? AND m.turn >= ? GROUP BY m.turn
 		ON CONFLICT (session, turn) DO UPDATE SET prompt = excluded.prompt, response = excluded.response,
-			started = coalesce(excluded.started, 0), ended = excluded.ended, gen = excluded.gen`,
+			started = excluded.started, ended = excluded.ended, gen = excluded.gen`,
 	"counts": `UPDATE sessions SET
 			message_count = (SELECT count(*) FROM messages WHERE session = ?1),
 			turn_count = (SELECT coalesce(max(turn), 0) FROM messages WHERE session = ?1)
@@ -557,7 +597,7 @@ var statements = map[string]string{
 	"fileSession": `UPDATE files SET session = ? WHERE id = ?`,
 	"clearFile":   `DELETE FROM messages WHERE file = ?1`,
 	"clearTools":  `DELETE FROM tool_calls WHERE file = ?1`,
-	"deleteFile":  `UPDATE files SET deleted = 1, synced = ? WHERE path = ? RETURNING session`,
+	"deleteFile":  `UPDATE files SET deleted = 1, error = '', synced = ? WHERE path = ? RETURNING session`,
 	"deleteSession": `UPDATE sessions SET deleted = 1, gen = ?1 WHERE id = ?2
 		AND NOT EXISTS (SELECT 1 FROM files WHERE session = ?2 AND deleted = 0)`,
 }
@@ -674,7 +714,7 @@ func (w *writer) linkSubagents(ctx context.Context) error {
 }
 
 func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
-	if j.err != nil {
+	if j.err != nil && !j.failed {
 		sum.Errors = append(sum.Errors, FileError{Source: j.src.Name(), Path: j.path, Error: j.err.Error()})
 		return nil
 	}
@@ -683,6 +723,9 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 			return err
 		}
 	}
+	if j.failed {
+		return w.fail(ctx, j, j.err, sum)
+	}
 	switch j.change {
 	case changeUnchanged:
 		sum.Unchanged++
@@ -690,6 +733,16 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 	case changeDeleted:
 		sum.Deleted++
 		return w.markDeleted(ctx, j)
+	}
+	var d Summary
+	if err := w.writeIsolated(ctx, j, &d); err != nil {
+		var fe *fileError
+		if errors.As(err, &fe) {
+			return w.fail(ctx, j, fe.err, sum)
+		}
+		return fmt.Errorf("%s: %w", j.path, err)
+	}
+	switch j.change {
 	case changeNew:
 		sum.New++
 	case changeAppended:
@@ -704,15 +757,112 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 		}
 		sum.Skipped[j.src.Name()+": "+k] += v
 	}
-	if err := w.writeFile(ctx, j, sum); err != nil {
-		return fmt.Errorf("%s: %w", j.path, err)
-	}
+	sum.Sessions += d.Sessions
+	sum.Messages += d.Messages
+	sum.ToolCalls += d.ToolCalls
 	w.batch++
 	w.batchLen += j.read
 	if w.batch >= batchFiles || w.batchLen >= batchBytes {
 		return w.commit(ctx)
 	}
 	return nil
+}
+
+// fileError is a file's read or write that will fail the same way until the file changes.
+type fileError struct{ err error }
+
+func (e *fileError) Error() string { return e.err.Error() }
+func (e *fileError) Unwrap() error { return e.err }
+
+// writeIsolated writes one file's rows in a savepoint of the batch, so that a file whose rows
+// fail (a panic, a value SQLite refuses) is rolled back alone: the error is a *fileError, and
+// the batch and the sync go on. Any other error (the database's own) fails the sync.
+func (w *writer) writeIsolated(ctx context.Context, j *job, d *Summary) (err error) {
+	if _, err := w.tx.ExecContext(ctx, "SAVEPOINT file"); err != nil {
+		return fmt.Errorf("index: savepoint: %w", err)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = &fileError{panicError(v)}
+		}
+		if err == nil {
+			if _, rerr := w.tx.ExecContext(ctx, "RELEASE file"); rerr != nil {
+				err = fmt.Errorf("index: release: %w", rerr)
+			}
+			return
+		}
+		if refused(err) {
+			err = &fileError{err}
+		}
+		var fe *fileError
+		if !errors.As(err, &fe) {
+			return // the sync fails and the batch is rolled back whole
+		}
+		for _, q := range []string{"ROLLBACK TO file", "RELEASE file"} {
+			if _, rerr := w.tx.ExecContext(ctx, q); rerr != nil {
+				err = fmt.Errorf("index: %s after %w: %w", strings.ToLower(q), fe.err, rerr)
+				return
+			}
+		}
+	}()
+	if w.ix.testHook != nil {
+		w.ix.testHook("write", j.path)
+	}
+	return w.writeFile(ctx, j, d)
+}
+
+// refused reports whether err is SQLite refusing this file's values (a constraint, a type, a
+// size), which would refuse them again, rather than the database failing.
+func refused(err error) bool {
+	var c interface{ Code() int }
+	if !errors.As(err, &c) {
+		return false
+	}
+	switch c.Code() & 0xff {
+	case sqliteTooBig, sqliteConstraint, sqliteMismatch, sqliteRange:
+		return true
+	}
+	return false
+}
+
+// SQLite's primary result codes that refuse a value.
+const (
+	sqliteTooBig     = 18
+	sqliteConstraint = 19
+	sqliteMismatch   = 20
+	sqliteRange      = 25
+)
+
+// fail records a file whose read or write failed for good: its size, mtime and inode (so it
+// is skipped until it changes) and the error, reported by Stats. Its offset and hash stay
+// those of its last good read, so once it changes it is read again from there.
+func (w *writer) fail(ctx context.Context, j *job, err error, sum *Summary) error {
+	msg := err.Error()
+	sum.Errors = append(sum.Errors, FileError{Source: j.src.Name(), Path: j.path, Error: msg + " (skipped until the file changes)"})
+	return w.exec(ctx, "failFile", j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), msg, ms(w.ix.now())) //nolint:gosec // an inode fits
+}
+
+// panicError is a recovered panic as an error naming where it happened.
+func panicError(v any) error {
+	return fmt.Errorf("panic: %v%s", v, panicSite())
+}
+
+// panicSite is " at" the function and line that panicked: the first frame outside the runtime
+// below runtime.gopanic, as a deferred recover sees the stack.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+	below := false
+	for {
+		f, more := frames.Next()
+		if below && !strings.HasPrefix(f.Function, "runtime.") {
+			return fmt.Sprintf(" at %s (%s:%d)", f.Function, filepath.Base(f.File), f.Line)
+		}
+		below = below || f.Function == "runtime.gopanic"
+		if !more {
+			return ""
+		}
+	}
 }
 
 func (w *writer) markDeleted(ctx context.Context, j *job) error {
@@ -734,6 +884,7 @@ func (w *writer) markDeleted(ctx context.Context, j *job) error {
 	return nil
 }
 
+// writeFile writes a parse's rows and counts them in sum.
 func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	res := j.res
 	skipped := ""
@@ -748,7 +899,7 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	lines := res.Lines
 	var fileID, prevSession int64
 	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
-		res.Offset, j.hash, lines, skipped, ms(w.ix.now())).Scan(&fileID, &prevSession); err != nil {
+		res.Offset, j.hash, lines, skipped, ms(w.ix.now()), j.change != changeAppended).Scan(&fileID, &prevSession); err != nil {
 		return fmt.Errorf("index: file: %w", err)
 	}
 	if j.change == changeRewritten {

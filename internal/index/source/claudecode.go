@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // ClaudeCode reads Claude Code's transcripts: ~/.claude/projects/<cwd with / as ->/<id>.jsonl,
@@ -128,6 +129,10 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 			return
 		}
 		ts := parseTime(l.Timestamp)
+		if reason := c.invalid(&l, ts); reason != "" {
+			res.skip(reason)
+			return
+		}
 		res.seen(ts)
 		if l.SessionID != "" {
 			switch {
@@ -146,10 +151,6 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 		}
 		switch l.Type {
 		case "user":
-			if l.Message == nil {
-				res.skip(ReasonMalformed)
-				return
-			}
 			text := c.userLine(l.Message.Content, l.ToolUseResult.AgentID, pair)
 			if text == "" {
 				return
@@ -160,10 +161,6 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 			res.Messages = append(res.Messages, Message{ID: l.UUID, Role: "user", Text: text,
 				Timestamp: ts, Seq: len(res.Messages), Turn: turn})
 		case "assistant":
-			if l.Message == nil {
-				res.skip(ReasonMalformed)
-				return
-			}
 			m := l.Message
 			if m.Model != "" && m.Model != "<synthetic>" {
 				res.Session.Model = m.Model
@@ -236,13 +233,30 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 	return res, nil
 }
 
+// invalid says why a user or assistant line cannot be read (every one Claude Code writes has
+// its time, its uuid and a message with a content), or "".
+func (ClaudeCode) invalid(l *ccLine, ts time.Time) string {
+	if l.Type != "user" && l.Type != "assistant" {
+		return ""
+	}
+	switch {
+	case l.Message == nil || !isContent(l.Message.Content):
+		return ReasonMalformed
+	case ts.IsZero():
+		return ReasonNoTimestamp
+	case l.UUID == "":
+		return ReasonNoID
+	}
+	return ""
+}
+
 // userLine returns the text of a user line and pairs its tool results with their calls; a
 // result that ran a subagent links its call to the subagent's session.
 func (ClaudeCode) userLine(content json.RawMessage, agentID string, pair *pairing) string {
 	return ccText(content, func(b *ccBlock) {
 		if b.Type == "tool_result" {
 			tc := pair.result(b.ToolUseID, blockText(b.Content), b.IsError)
-			if agentID != "" {
+			if tc != nil && agentID != "" {
 				tc.ChildSession = "agent-" + agentID
 			}
 		}

@@ -132,7 +132,13 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 			}
 		case "compacted":
 		case "response_item":
+			if ts.IsZero() {
+				res.skip(ReasonNoTimestamp)
+				return
+			}
 			switch {
+			case p.Type == "message" && p.Role == "":
+				res.skip(ReasonNoRole)
 			case p.Type == "message":
 				var text []string
 				for _, b := range p.Content {
@@ -171,7 +177,7 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 			case cxOutputs[p.Type]:
 				out := rawText(p.Output)
 				tc := pair.result(p.CallID, out, false)
-				if child := cxChild(out); child != "" {
+				if child := cxChild(out); tc != nil && child != "" {
 					tc.ChildSession = child
 				}
 			case cxKnown[p.Type]:

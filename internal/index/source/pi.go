@@ -87,11 +87,16 @@ func (p Pi) Parse(ctx context.Context, r io.Reader, path string, offset int64) (
 				res.Session.Model = h.ModelID
 			}
 		case "message":
-			if e.Role == "user" {
-				turn++
+			if ts.IsZero() {
+				res.skip(ReasonNoTimestamp)
+				return
 			}
-			p.message(e, id, ts, turn, res, pair)
+			p.message(e, id, ts, &turn, res, pair)
 		case "custom_message":
+			if ts.IsZero() {
+				res.skip(ReasonNoTimestamp)
+				return
+			}
 			res.Messages = append(res.Messages, Message{ID: id, Role: "custom",
 				Text: blocksText(e.Content()), Timestamp: ts, Seq: len(res.Messages), Turn: turn})
 		case "model_change":
@@ -122,13 +127,28 @@ func (p Pi) Parse(ctx context.Context, r io.Reader, path string, offset int64) (
 	return res, nil
 }
 
-func (Pi) message(e *transcript.Entry, id string, ts time.Time, turn int, res *Result, pair *pairing) {
+// message reads a message entry; a user message starts a turn (*turn counts them).
+func (Pi) message(e *transcript.Entry, id string, ts time.Time, turn *int, res *Result, pair *pairing) {
 	info, err := e.MessageInfo()
 	if err != nil {
 		res.skip(ReasonMalformed)
 		return
 	}
-	msg := Message{ID: id, Role: info.Role, Timestamp: ts, Seq: len(res.Messages), Turn: turn}
+	switch info.Role {
+	case "":
+		res.skip(ReasonNoRole)
+		return
+	case "user", "assistant", "toolResult", "custom":
+		// The roles whose content the index reads: a string or blocks.
+		if !isContent(info.Content) {
+			res.skip(ReasonMalformed)
+			return
+		}
+	}
+	if info.Role == "user" {
+		*turn++
+	}
+	msg := Message{ID: id, Role: info.Role, Timestamp: ts, Seq: len(res.Messages), Turn: *turn}
 	switch info.Role {
 	case "assistant":
 		msg.Model = info.Model

@@ -109,6 +109,11 @@ const (
 	ReasonUnknownType = "unknown type"
 	ReasonNoRecord    = "not a record" // valid JSON that is not an object
 	ReasonNoType      = "no type"      // an object without the record type field
+	// A record that would be a message or a tool call lacks what every one the tool writes
+	// has: its time (absent or not RFC 3339), its id, or its role.
+	ReasonNoTimestamp = "no timestamp"
+	ReasonNoID        = "no id"
+	ReasonNoRole      = "no role"
 )
 
 // Result is what one parse of one file found.
@@ -390,6 +395,13 @@ func decodeObject(line []byte, v any, res *Result) bool {
 	return true
 }
 
+// isContent reports whether raw is a message content the adapters read: a string or an array
+// (of blocks).
+func isContent(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && (raw[0] == '"' || raw[0] == '[')
+}
+
 // excerpt cuts s to at most max bytes on a UTF-8 boundary.
 func excerpt(s string, max int) string {
 	if len(s) <= max {
@@ -449,8 +461,12 @@ func (p *pairing) call(tc ToolCall) {
 
 // result attaches a result to its call; a result whose call is not in this parse (before the
 // offset, or in another file) becomes a call with only its id and result, so the index can
-// join it.
+// join it. A result without an id answers no call: it is counted (ReasonNoID) and nil.
 func (p *pairing) result(id, text string, isError bool) *ToolCall {
+	if id == "" {
+		p.res.skip(ReasonNoID)
+		return nil
+	}
 	status := StatusOK
 	if isError {
 		status = StatusError
