@@ -18,10 +18,10 @@ import (
 	"github.com/nexus-run/nexus/internal/index"
 )
 
-// bigResult is a Claude Code tool result line of about n bytes (the index keeps an excerpt of
-// it, so a file of them is many bytes to read and few to write).
+// bigResult is a Claude Code tool result line of about n bytes: many bytes to read and, cut
+// (past source.LineMax) and kept as an excerpt, few to decode and write.
 func bigResult(sid, uuid, id string, n int) string {
-	return ccResult(sid, uuid, "2026-01-02T03:04:05Z", id, strings.Repeat("output line\n", n/12))
+	return ccResult(sid, uuid, "2026-01-02T03:04:05Z", id, strings.Repeat("output ", n/7))
 }
 
 // TestSyncBatches: a sync that crosses the writer's batch bounds (files and bytes) commits each
@@ -33,7 +33,7 @@ func TestSyncBatches(t *testing.T) {
 		bytes int // bytes of tool output per file
 	}{
 		{"exactly a batch of files", index.BatchFiles, 0},
-		{"two batches of files and some", 2*index.BatchFiles + 3, 0},
+		{"a batch of files and some", index.BatchFiles + 3, 0},
 		{"one file just over the byte bound", 1, index.BatchBytes + 1<<10},
 		{"three files over the byte bound together", 3, index.BatchBytes/2 + 1<<10},
 	} {
@@ -43,8 +43,9 @@ func TestSyncBatches(t *testing.T) {
 				sid := fmt.Sprintf("s%04d", i)
 				ls := []string{ccUser(sid, "u", "2026-01-02T03:04:05Z", fmt.Sprintf("walrus%04d question", i)),
 					ccToolUse(sid, "a", "m", "2026-01-02T03:04:06Z", "toolu_1", "Bash", `{"command":"ls"}`, 3)}
-				for k := 0; k*(1<<20) < tc.bytes; k++ {
-					ls = append(ls, bigResult(sid, fmt.Sprintf("r%d", k), "toolu_1", min(1<<20, tc.bytes-k*(1<<20))))
+				const line = 6 << 20
+				for k := 0; k*line < tc.bytes; k++ {
+					ls = append(ls, bigResult(sid, fmt.Sprintf("r%d", k), "toolu_1", min(line, tc.bytes-k*line)))
 				}
 				ls = append(ls, ccText(sid, "b", "m2", "2026-01-02T03:04:07Z", fmt.Sprintf("narwhal%04d answer", i), 4))
 				write(t, e.path("claude-code", fmt.Sprintf("p/%s.jsonl", sid)), lines(ls...))
@@ -564,5 +565,62 @@ func TestSkippedAddsUp(t *testing.T) {
 	want = map[string]int{"claude-code: " + source.ReasonMalformed: 1}
 	if st, err := e.ix.Stats(t.Context()); err != nil || fmt.Sprint(st.SkippedLines) != fmt.Sprint(want) {
 		t.Fatalf("stats after a rewrite %+v %v, want %v", st.SkippedLines, err, want)
+	}
+}
+
+// TestHugeLine: a transcript with a 200 MB line (a tool's output on one line) and a line of
+// 17 MB that is no JSON at all is synced in bounded memory: the long text is cut and counted,
+// the junk skipped as oversized, the lines around them indexed. (The whole line was read, then
+// decoded, redacted and written: 1.6 GB for 200 MB, and the sync panicked past 16 MiB.) The
+// memory is measured apart (docs/history.md), not asserted here.
+func TestHugeLine(t *testing.T) {
+	e := newEnv(t)
+	p := e.path("claude-code", "p/huge.jsonl")
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(s string) {
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(ccUser("h", "u1", "2026-01-02T03:04:05Z", "a walrus before") + "\n")
+	put(`{"type":"assistant","sessionId":"h","uuid":"a1","timestamp":"2026-01-02T03:04:06Z","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"`)
+	chunk := strings.Repeat("narwhal output ", 1<<16)
+	for range (200 << 20) / len(chunk) {
+		put(chunk)
+	}
+	put(`"}]}}` + "\n")
+	junk := strings.Repeat("junk ", 1<<16)
+	for range (17 << 20) / len(junk) {
+		put(junk)
+	}
+	put("\n" + ccUser("h", "u2", "2026-01-02T03:04:07Z", "a beluga after") + "\n")
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sum := e.sync()
+	if sum.Messages != 3 || sum.Cut != 1 || fmt.Sprint(sum.Skipped) != fmt.Sprint(map[string]int{"claude-code: " + source.ReasonOversized: 1}) {
+		t.Fatalf("summary %+v", sum)
+	}
+	// (Not a search for narwhal: FTS5's snippet of a text with 70,000 matches takes most of a
+	// minute.)
+	if hits := mustSearch(t, e.ix, index.SearchOptions{Query: "walrus OR beluga"}); len(hits) != 2 {
+		t.Fatalf("%d hits", len(hits))
+	}
+	d := show(t, e.ix, "h")
+	if len(d.Messages) != 3 || len(d.Messages[1].Text) > source.TextMax || len(d.Messages[1].Text) < source.TextMax-len("narwhal output ") ||
+		!strings.HasPrefix(d.Messages[1].Text, "narwhal output narwhal") {
+		t.Fatalf("%d messages", len(d.Messages))
+	}
+	if st, err := e.ix.Stats(t.Context()); err != nil || st.CutLines != 1 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+	if again := e.sync(); again.Unchanged != 1 {
+		t.Fatalf("second sync %+v", again)
 	}
 }

@@ -503,14 +503,15 @@ func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
 }
 
 var statements = map[string]string{
-	// A read from the start (?11) replaces the file's counts of lines and skipped lines; an
-	// append adds to them.
-	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced, error)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, '')
+	// A read from the start (?11) replaces the file's counts of lines, skipped lines and cut
+	// lines; an append adds to them.
+	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced, error, cut)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, '', ?12)
 		ON CONFLICT (path) DO UPDATE SET source = excluded.source, size = excluded.size,
 			mtime_ns = excluded.mtime_ns, inode = excluded.inode, offset = excluded.offset,
 			tail_hash = excluded.tail_hash,
 			lines = CASE WHEN ?11 THEN excluded.lines ELSE lines + excluded.lines END,
+			cut = CASE WHEN ?11 THEN excluded.cut ELSE cut + excluded.cut END,
 			skipped = CASE WHEN ?11 OR skipped = '' THEN excluded.skipped WHEN excluded.skipped = '' THEN skipped
 				ELSE (SELECT json_group_object(key, n) FROM (SELECT key, sum(value) AS n FROM
 					(SELECT key, value FROM json_each(files.skipped) UNION ALL SELECT key, value FROM json_each(excluded.skipped))
@@ -751,6 +752,7 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 		sum.Rewritten++
 	}
 	sum.Bytes += j.read
+	sum.Cut += j.res.Cut
 	for k, v := range j.res.Skipped {
 		if sum.Skipped == nil {
 			sum.Skipped = map[string]int{}
@@ -899,7 +901,7 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	lines := res.Lines
 	var fileID, prevSession int64
 	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
-		res.Offset, j.hash, lines, skipped, ms(w.ix.now()), j.change != changeAppended).Scan(&fileID, &prevSession); err != nil {
+		res.Offset, j.hash, lines, skipped, ms(w.ix.now()), j.change != changeAppended, res.Cut).Scan(&fileID, &prevSession); err != nil {
 		return fmt.Errorf("index: file: %w", err)
 	}
 	if j.change == changeRewritten {

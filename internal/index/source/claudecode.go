@@ -180,12 +180,7 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 			if m.Model != "" {
 				msg.Model = m.Model
 			}
-			if text := c.assistantLine(m.Content, id, pair); text != "" {
-				if msg.Text != "" {
-					msg.Text += "\n"
-				}
-				msg.Text += text
-			}
+			res.appendText(msg, c.assistantLine(m.Content, id, pair))
 			if m.Usage != nil {
 				if usage[i] == nil {
 					usage[i] = map[string]ccUsage{}
