@@ -65,6 +65,8 @@ type Index struct {
 	// testHook, set by tests only, is called as a file is parsed ("parse") and written
 	// ("write"), to make one fail.
 	testHook func(stage, path string)
+	// pieceBytes is what one parse reads of a file (pieceBytes; tests make it small).
+	pieceBytes int64
 }
 
 // Open opens (creating if needed) the index at path. The file is created 0600 in a 0700
@@ -97,7 +99,7 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("index: open %s: %w", path, err)
 	}
-	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor, window: opts.RankWindow}
+	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor, window: opts.RankWindow, pieceBytes: pieceBytes}
 	if err := ix.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/nexus-run/nexus/internal/index/source"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -622,5 +623,114 @@ func TestHugeLine(t *testing.T) {
 	}
 	if again := e.sync(); again.Unchanged != 1 {
 		t.Fatalf("second sync %+v", again)
+	}
+}
+
+// syncedSessions is every session of e's index with all its messages, as JSON, the temporary
+// home written $HOME.
+func syncedSessions(t *testing.T, e *env) map[string]string {
+	ix := e.ix
+	t.Helper()
+	list, err := ix.Sessions(t.Context(), index.SessionsOptions{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range list {
+		d, err := ix.Show(t.Context(), index.ShowOptions{Session: s.ID, Source: s.Source})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.MarshalIndent(d, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[s.Source+"/"+s.ID] = strings.ReplaceAll(string(b), e.home, "$HOME")
+	}
+	return out
+}
+
+// TestPieces: a file read a piece at a time (a line at a time, here) indexes what it does read
+// whole, for the repository's real transcripts of every format; and a sync stopped between two
+// pieces of a file, after a batch with the first was committed, leaves the file to be read on
+// from there by the next one.
+func TestPieces(t *testing.T) {
+	const testdata = "../../testdata/transcripts"
+	sources := []string{"claude-code", "codex", "openclaw", "pi"}
+	synced := func(piece int64) (*env, map[string]string) {
+		e := newEnv(t)
+		for _, src := range sources {
+			e.roots[src] = []string{filepath.Join(testdata, src)}
+		}
+		index.SetPieceBytes(e.ix, piece)
+		e.sync(sources...)
+		return e, syncedSessions(t, e)
+	}
+	_, whole := synced(1 << 30)
+	e, pieces := synced(1)
+	for k, w := range whole {
+		if pieces[k] != w {
+			t.Errorf("%s read in pieces:\n%s\nwhole:\n%s", k, pieces[k], w)
+		}
+	}
+	if len(pieces) != len(whole) {
+		t.Errorf("%d sessions in pieces, %d whole", len(pieces), len(whole))
+	}
+	if again := e.sync(sources...); again.Unchanged != again.Files || again.Bytes != 0 {
+		t.Fatalf("after the pieces %+v", again)
+	}
+}
+
+// TestPiecesResume: a sync stopped between two pieces of a file, after a batch holding the
+// first ones was committed, leaves the file to be read on from there: the next sync appends the
+// rest, and the index holds what a whole read gives.
+func TestPiecesResume(t *testing.T) {
+	const file = "../../testdata/transcripts/pi/pi-mono-large-session-v1.jsonl" // 1019 lines
+	setup := func() *env {
+		e := newEnv(t)
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, e.path("pi", "--w--/2025-11-01T00-00-00_large.jsonl"), data)
+		return e
+	}
+	whole := setup()
+	whole.sync("pi")
+	want := syncedSessions(t, whole)
+
+	e := setup()
+	index.SetPieceBytes(e.ix, 1) // a line a piece: a batch (index.BatchFiles pieces) is committed after line 512
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	parses := 0
+	index.SetTestHook(e.ix, func(stage, _ string) {
+		if stage == "parse" {
+			if parses++; parses == index.BatchFiles+100 {
+				cancel()
+			}
+		}
+	})
+	o := e.opts("pi")
+	o.Workers = 2 // so the writer is at most a few pieces behind the parse that stops it
+	if _, err := e.ix.Sync(ctx, o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the stopped sync: %v", err)
+	}
+	index.SetTestHook(e.ix, nil)
+	st, err := e.ix.Stats(t.Context())
+	if err != nil || st.Messages == 0 {
+		t.Fatalf("the first batch was not kept: %+v %v", st, err)
+	}
+	if sum := e.sync("pi"); sum.Appended != 1 || sum.Messages == 0 {
+		t.Fatalf("the next sync %+v", sum)
+	}
+	got := syncedSessions(t, e)
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s resumed:\n%s\nwhole:\n%s", k, got[k], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d sessions resumed, %d whole", len(got), len(want))
 	}
 }

@@ -191,6 +191,8 @@ type watermark struct {
 	offset  int64
 	hash    []byte
 	deleted bool
+	// sid is the session the file's lines were read into: an append has no header to say.
+	sid string
 }
 
 // Kinds of file change a sync finds.
@@ -218,7 +220,14 @@ type job struct {
 	// failed says err will recur until the file changes (its parse panicked): the file is
 	// recorded with it and skipped until then.
 	failed bool
+	// cont says the job is a piece of the file after the first (source.Piece): its change was
+	// counted with the first.
+	cont bool
 }
+
+// pieceBytes bounds what one parse reads of a file: a larger file is read, written and let go
+// a piece at a time, so a sync's memory does not grow with the size of a transcript.
+const pieceBytes = 4 << 20
 
 func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOptions) (_ *Summary, err error) {
 	ix.syncMu.Lock()
@@ -240,11 +249,23 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 	for range workers {
 		wg.Go(func() {
 			for t := range in {
-				j := ix.read(ctx, t, marks[t.path])
-				select {
-				case out <- j:
-				case <-ctx.Done():
-					return
+				// A file past pieceBytes is sent a piece at a time, in order: the next piece is
+				// read while the writer writes this one.
+				for j := ix.read(ctx, t, marks[t.path]); j != nil; {
+					more, from, sid, inode := j.res != nil && j.res.More, int64(0), "", j.inode
+					var state any
+					if more {
+						from, sid, state = j.res.Offset, j.res.Session.ID, j.res.State()
+					}
+					select {
+					case out <- j:
+					case <-ctx.Done():
+						return
+					}
+					j = nil
+					if more {
+						j = ix.readOn(ctx, t, inode, from, sid, state)
+					}
 				}
 			}
 		})
@@ -297,7 +318,9 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 			cancel()
 			continue
 		}
-		prog.Files++
+		if j.res == nil || !j.res.More {
+			prog.Files++ // its last piece
+		}
 		prog.Bytes += j.read
 		if opts.Progress != nil {
 			opts.Progress(prog)
@@ -318,7 +341,8 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 }
 
 func (ix *Index) watermarks(ctx context.Context) (map[string]*watermark, error) {
-	rows, err := ix.db.QueryContext(ctx, "SELECT id, path, size, mtime_ns, inode, offset, tail_hash, deleted FROM files")
+	rows, err := ix.db.QueryContext(ctx, `SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.offset, f.tail_hash, f.deleted, coalesce(s.sid, '')
+		FROM files f LEFT JOIN sessions s ON s.id = f.session`)
 	if err != nil {
 		return nil, fmt.Errorf("index: watermarks: %w", err)
 	}
@@ -328,7 +352,7 @@ func (ix *Index) watermarks(ctx context.Context) (map[string]*watermark, error) 
 		var w watermark
 		var p string
 		var inode int64
-		if err := rows.Scan(&w.id, &p, &w.size, &w.mtimeNS, &inode, &w.offset, &w.hash, &w.deleted); err != nil {
+		if err := rows.Scan(&w.id, &p, &w.size, &w.mtimeNS, &inode, &w.offset, &w.hash, &w.deleted, &w.sid); err != nil {
 			return nil, fmt.Errorf("index: watermarks: %w", err)
 		}
 		w.inode = uint64(inode) //nolint:gosec // stored from a uint64
@@ -427,22 +451,67 @@ func (ix *Index) read(ctx context.Context, t target, wm *watermark) (j *job) {
 			return j
 		}
 	}
-	if ix.testHook != nil {
-		ix.testHook("parse", t.path)
+	sid := ""
+	if j.change == changeAppended {
+		sid = wm.sid
 	}
-	res, err := t.src.Parse(ctx, f, t.path, offset)
+	ix.parse(ctx, j, f, offset, sid, nil)
+	return j
+}
+
+// readOn reads the piece of a file that follows from, when the file is still the one (inode)
+// whose earlier pieces were read; nil when it is not (the next sync reads it again). sid is the
+// session the first piece found: a piece has no header of its own.
+func (ix *Index) readOn(ctx context.Context, t target, inode uint64, from int64, sid string, state any) (j *job) {
+	j = &job{src: t.src, path: t.path, change: changeAppended, cont: true}
+	defer func() {
+		if v := recover(); v != nil {
+			j.res, j.err, j.failed = nil, panicError(v), true
+		}
+	}()
+	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	if st == nil || st.Ino != inode || fi.Size() < from {
+		return nil
+	}
+	j.size, j.mtime, j.inode = fi.Size(), fi.ModTime().UnixNano(), st.Ino
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
 		j.err = err
 		return j
+	}
+	ix.parse(ctx, j, f, from, sid, state)
+	return j
+}
+
+// parse reads a piece of f from offset into j, redacted; sid and state are the session and
+// the adapter's state the piece before ended with.
+func (ix *Index) parse(ctx context.Context, j *job, f *os.File, offset int64, sid string, state any) {
+	if ix.testHook != nil {
+		ix.testHook("parse", j.path)
+	}
+	res, err := j.src.Parse(ctx, source.Piece(f, ix.pieceBytes, state), j.path, offset)
+	if err != nil {
+		j.err = err
+		return
+	}
+	if sid != "" {
+		res.Session.ID = sid
 	}
 	j.read = res.Offset - offset + res.Pending
 	if j.hash, err = fileHash(f, res.Offset); err != nil {
 		j.err = err
-		return j
+		return
 	}
 	ix.redactResult(res)
 	j.res = res
-	return j
 }
 
 // redactResult redacts every text a parse found before it reaches the index.
@@ -595,6 +664,7 @@ var statements = map[string]string{
 		WHERE id = ?1`,
 	"usageSet":    `UPDATE sessions SET input_tokens = ?, output_tokens = ?, cache_read = ?, cache_write = ?, reasoning = ? WHERE id = ?`,
 	"title":       `UPDATE sessions SET title = ? WHERE id = ? AND title = ''`,
+	"setTitle":    `UPDATE sessions SET title = ? WHERE id = ?`,
 	"fileSession": `UPDATE files SET session = ? WHERE id = ?`,
 	"clearFile":   `DELETE FROM messages WHERE file = ?1`,
 	"clearTools":  `DELETE FROM tool_calls WHERE file = ?1`,
@@ -743,12 +813,13 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 		}
 		return fmt.Errorf("%s: %w", j.path, err)
 	}
-	switch j.change {
-	case changeNew:
+	switch {
+	case j.cont:
+	case j.change == changeNew:
 		sum.New++
-	case changeAppended:
+	case j.change == changeAppended:
 		sum.Appended++
-	case changeRewritten:
+	case j.change == changeRewritten:
 		sum.Rewritten++
 	}
 	sum.Bytes += j.read
@@ -759,7 +830,9 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 		}
 		sum.Skipped[j.src.Name()+": "+k] += v
 	}
-	sum.Sessions += d.Sessions
+	if !j.cont {
+		sum.Sessions += d.Sessions
+	}
 	sum.Messages += d.Messages
 	sum.ToolCalls += d.ToolCalls
 	w.batch++
@@ -899,8 +972,14 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		return err
 	}
 	lines := res.Lines
+	size := j.size
+	if res.More {
+		// Not the file's size until its last piece is written: a sync that stops in between
+		// leaves the file changed, to be read on from this piece's offset.
+		size = res.Offset
+	}
 	var fileID, prevSession int64
-	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
+	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
 		res.Offset, j.hash, lines, skipped, ms(w.ix.now()), j.change != changeAppended, res.Cut).Scan(&fileID, &prevSession); err != nil {
 		return fmt.Errorf("index: file: %w", err)
 	}
@@ -1009,6 +1088,12 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		}
 	} else if len(res.Messages) > 0 || j.change == changeRewritten {
 		if err := w.exec(ctx, "usageSum", sessID); err != nil {
+			return err
+		}
+	}
+	if s.Title != "" && j.cont {
+		// A piece's title is the file's so far (its parse went on from the piece before's).
+		if err := w.exec(ctx, "setTitle", s.Title, sessID); err != nil {
 			return err
 		}
 	}

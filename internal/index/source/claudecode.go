@@ -117,6 +117,9 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 	replies := map[string]int{}           // message.id -> index in res.Messages
 	usage := map[int]map[string]ccUsage{} // message index -> requestId -> last snapshot
 	titleRank := titleNone
+	if st, ok := stateOf(r).(ccState); ok {
+		res.Session.Title, titleRank = st.title, st.titleRank
+	}
 	turn := 0
 	name := stem(path)
 	if strings.HasPrefix(name, "agent-") {
@@ -225,7 +228,15 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 	for _, m := range res.Messages {
 		res.Usage = res.Usage.Add(m.Usage)
 	}
+	res.state = ccState{title: res.Session.Title, titleRank: titleRank}
 	return res, nil
+}
+
+// ccState is what the parse of a transcript's next piece continues from: the title so far and
+// the kind of line it came from (a later line of a weaker kind does not replace it).
+type ccState struct {
+	title     string
+	titleRank int
 }
 
 // invalid says why a user or assistant line cannot be read (every one Claude Code writes has

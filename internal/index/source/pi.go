@@ -55,6 +55,9 @@ func (p Pi) Parse(ctx context.Context, r io.Reader, path string, offset int64) (
 	res := &Result{Session: Session{Source: p.Name(), Path: path}}
 	pair := newPairing(res)
 	turn := 0
+	if st, ok := stateOf(r).(piState); ok {
+		res.Session.Title, res.Session.Model = st.title, st.model
+	}
 	err := lines(ctx, r, offset, res, func(line []byte, start int64) {
 		e, err := transcript.ParseLine(line)
 		if err != nil {
@@ -124,8 +127,13 @@ func (p Pi) Parse(ctx context.Context, r io.Reader, path string, offset int64) (
 	for _, m := range res.Messages {
 		res.Usage = res.Usage.Add(m.Usage)
 	}
+	res.state = piState{title: res.Session.Title, model: res.Session.Model}
 	return res, nil
 }
+
+// piState is what the parse of a session's next piece continues from: its name and model so
+// far (which a sessions.json entry does not replace).
+type piState struct{ title, model string }
 
 // message reads a message entry; a user message starts a turn (*turn counts them).
 func (Pi) message(e *transcript.Entry, id string, ts time.Time, turn *int, res *Result, pair *pairing) {

@@ -142,6 +142,35 @@ type Result struct {
 	// Cut counts the lines read with a string cut to its bound (a line over LineMax), and the
 	// messages whose text was cut to TextMax.
 	Cut int
+	// More says the parse stopped at the bound of a Piece reader: lines follow Offset.
+	More bool
+	// state is what the adapter knew at the end of the parse that the next piece's parse
+	// needs (State).
+	state any
+}
+
+// State is what a parse knew at its end of the lines before (Codex's model, the reply its tool
+// calls belong to), for the parse of the next piece (Piece): opaque.
+func (r *Result) State() any { return r.state }
+
+// Piece bounds a parse of r: Parse stops at the first line end at or past n bytes and sets
+// Result.More, so that a file of any size is read a piece at a time (each parse from the last
+// one's Offset), in memory bounded by the piece rather than the file. state is the State of
+// the parse of the piece before (nil for the first), so that the pieces read as the whole.
+func Piece(r io.Reader, n int64, state any) io.Reader { return &piece{Reader: r, max: n, state: state} }
+
+type piece struct {
+	io.Reader
+	max   int64
+	state any
+}
+
+// stateOf is the state a Piece reader carries from the piece before, or nil.
+func stateOf(r io.Reader) any {
+	if p, ok := r.(*piece); ok {
+		return p.state
+	}
+	return nil
 }
 
 func (r *Result) skip(reason string) {
@@ -222,7 +251,8 @@ type Source interface {
 	// is not an error.
 	Discover(ctx context.Context, roots []string) ([]string, error)
 	// Parse reads a transcript from r, whose first byte is at offset in the file at path
-	// (path names the session when the file does not). It stops at the last complete line.
+	// (path names the session when the file does not). It stops at the last complete line,
+	// or, when r is a Piece, at the first line end past its bound.
 	Parse(ctx context.Context, r io.Reader, path string, offset int64) (*Result, error)
 }
 
@@ -386,11 +416,19 @@ func (l *lineReader) next() (line []byte, ok bool, err error) {
 func lines(ctx context.Context, r io.Reader, offset int64, res *Result, fn func(rec []byte, start int64)) error {
 	lr := newLineReader(r, offset)
 	res.Offset = offset
+	bound := int64(-1)
+	if p, ok := r.(*piece); ok {
+		bound = offset + p.max
+	}
 	var block []byte
 	blockStart := int64(-1)
 	// blockOver says the open block passed CutLineMax: the rest of it is not kept.
 	blockOver := false
 	for {
+		if bound >= 0 && res.Offset >= bound && blockStart < 0 {
+			res.More = true
+			break
+		}
 		line, ok, err := lr.next()
 		if err != nil {
 			return err
