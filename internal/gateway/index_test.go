@@ -350,10 +350,10 @@ func TestServeSurvivesLargeTranscript(t *testing.T) {
 	b.WriteString(strings.ReplaceAll(ccUser("b1", "2026-01-02T00:00:00Z", "a large transcript about orcas"), indexSession, "big"))
 	output := strings.Repeat("a line of tool output\n", 1<<15)
 	for i := 0; b.Len() < 17<<20; i++ {
-		b.WriteString(fmt.Sprintf(`{"type":"user","sessionId":"big","uuid":"r%d","timestamp":"2026-01-02T00:00:01Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":%q}]}}`+"\n", i, i, output))
+		fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r%d","timestamp":"2026-01-02T00:00:01Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":%q}]}}`+"\n", i, i, output)
 	}
-	b.WriteString(fmt.Sprintf(`{"type":"user","sessionId":"big","uuid":"r-huge","timestamp":"2026-01-02T00:00:02Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t-huge","content":%q}]}}`+"\n",
-		strings.Repeat("x", 20<<20)))
+	fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r-huge","timestamp":"2026-01-02T00:00:02Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t-huge","content":%q}]}}`+"\n",
+		strings.Repeat("x", 20<<20))
 	b.WriteString(strings.ReplaceAll(ccUser("b2", "2026-01-02T00:00:03Z", "the end of it: belugas"), indexSession, "big"))
 	if err := os.WriteFile(big, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)

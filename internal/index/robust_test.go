@@ -734,3 +734,42 @@ func TestPiecesResume(t *testing.T) {
 		t.Errorf("%d sessions resumed, %d whole", len(got), len(want))
 	}
 }
+
+// TestPiecePanic: a file whose second piece fails to be written is recorded failed after its
+// first piece: its later pieces are not written in that sync, and once it changes it is read on
+// from the first piece's end.
+func TestPiecePanic(t *testing.T) {
+	e := newEnv(t)
+	index.SetPieceBytes(e.ix, 1) // a line a piece
+	p := e.path("claude-code", "p/a.jsonl")
+	write(t, p, lines(ccUser("a", "u1", "2026-01-02T03:04:05Z", "a walrus"), ccUser("a", "u2", "2026-01-02T03:04:06Z", "a narwhal"),
+		ccUser("a", "u3", "2026-01-02T03:04:07Z", "a beluga")))
+	writes := 0
+	index.SetTestHook(e.ix, func(stage, _ string) {
+		if stage == "write" {
+			if writes++; writes == 2 {
+				panic("boom")
+			}
+		}
+	})
+	sum, err := e.ix.Sync(t.Context(), e.opts())
+	if err != nil || len(sum.Errors) != 1 || sum.Messages != 1 {
+		t.Fatalf("%+v %v", sum, err)
+	}
+	for q, n := range map[string]int{"walrus": 1, "narwhal": 0, "beluga": 0} {
+		if hits := mustSearch(t, e.ix, index.SearchOptions{Query: q}); len(hits) != n {
+			t.Fatalf("%s: %d hits", q, len(hits))
+		}
+	}
+	index.SetTestHook(e.ix, nil)
+	appendFile(t, p, lines(ccUser("a", "u4", "2026-01-02T03:04:08Z", "an orca")))
+	if sum := e.sync(); sum.Appended != 1 || sum.Messages != 3 {
+		t.Fatalf("after the change %+v", sum)
+	}
+	if hits := mustSearch(t, e.ix, index.SearchOptions{Query: "walrus OR narwhal OR beluga OR orca"}); len(hits) != 4 {
+		t.Fatalf("%d hits", len(hits))
+	}
+	if st, err := e.ix.Stats(t.Context()); err != nil || st.Messages != 4 || len(st.FailedFiles) != 0 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+}

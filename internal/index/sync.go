@@ -550,6 +550,9 @@ type writer struct {
 	// are the sessions this sync wrote (their rows may already hold the ids of another file).
 	linked bool
 	seen   map[int64]bool
+	// failed are the files this sync recorded as failed: their later pieces are not written
+	// (the file is read on from its last good piece once it changes).
+	failed map[string]bool
 }
 
 // Batches: a transaction is committed after this many files or bytes, so a long first sync
@@ -560,7 +563,7 @@ const (
 )
 
 func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
-	w := &writer{ix: ix, linked: true, seen: map[int64]bool{}}
+	w := &writer{ix: ix, linked: true, seen: map[int64]bool{}, failed: map[string]bool{}}
 	if err := w.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -785,6 +788,9 @@ func (w *writer) linkSubagents(ctx context.Context) error {
 }
 
 func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
+	if j.cont && w.failed[j.path] {
+		return nil
+	}
 	if j.err != nil && !j.failed {
 		sum.Errors = append(sum.Errors, FileError{Source: j.src.Name(), Path: j.path, Error: j.err.Error()})
 		return nil
@@ -913,6 +919,7 @@ const (
 // those of its last good read, so once it changes it is read again from there.
 func (w *writer) fail(ctx context.Context, j *job, err error, sum *Summary) error {
 	msg := err.Error()
+	w.failed[j.path] = true
 	sum.Errors = append(sum.Errors, FileError{Source: j.src.Name(), Path: j.path, Error: msg + " (skipped until the file changes)"})
 	return w.exec(ctx, "failFile", j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), msg, ms(w.ix.now())) //nolint:gosec // an inode fits
 }

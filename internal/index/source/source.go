@@ -397,7 +397,8 @@ func (l *lineReader) next() (line []byte, ok bool, err error) {
 			if cutting {
 				tail = l.cutter.out
 			}
-			if !(cutting && l.cutter.over()) && (completeObject(tail) || (l.inBlock && string(bytes.TrimSpace(tail)) == "}")) {
+			kept := !cutting || !l.cutter.over()
+			if kept && (completeObject(tail) || (l.inBlock && string(bytes.TrimSpace(tail)) == "}")) {
 				l.offset += n
 				l.cut = cutting && l.cutter.cut
 				return tail, true, nil
