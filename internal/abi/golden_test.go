@@ -179,10 +179,11 @@ func goldenCases(t *testing.T) []goldenCase {
 				Tokens:    &abi.IndexTokens{Input: 1, Output: 2, Total: 3},
 				ToolCalls: []abi.IndexToolCall{{ID: "toolu_1", Name: "Task", Params: `{"description":"d"}`, Result: "done", Status: "ok", ChildSession: "agent-1"}}}}}},
 		{"index_stats", abi.IndexStats{Sessions: 1, Messages: 2, ToolCalls: 1, Files: 1, SkippedLines: map[string]int{"claude-code: malformed line": 1},
+			CutLines: 1, FailedFiles: []abi.IndexFileError{{Source: "claude-code", Path: "/p/s2.jsonl", Error: "panic: boom at source.ClaudeCode.Parse (claudecode.go:1)"}},
 			Tokens: abi.IndexTokens{Input: 1, Output: 2, Total: 3}, BySource: []abi.IndexStatsRow{{Key: "claude-code", Sessions: 1, Messages: 2,
 				Tokens: abi.IndexTokens{Input: 1, Output: 2, Total: 3}}}, ByModel: []abi.IndexStatsRow{}, ByProject: []abi.IndexStatsRow{}, ByDay: []abi.IndexStatsRow{}}},
 		{"index_summary", abi.IndexSummary{Gen: 2, Files: 3, New: 1, Appended: 1, Unchanged: 1, Bytes: 4096, Sessions: 2, Messages: 5,
-			ToolCalls: 1, Skipped: map[string]int{"codex: unknown type: x": 1}, Errors: []abi.IndexFileError{{Source: "pi", Path: "/p/x.jsonl", Error: "permission denied"}},
+			ToolCalls: 1, Skipped: map[string]int{"codex: unknown type: x": 1}, Cut: 1, Errors: []abi.IndexFileError{{Source: "pi", Path: "/p/x.jsonl", Error: "permission denied"}},
 			DurationMS: 12}},
 	}
 	for _, code := range abi.Codes() {

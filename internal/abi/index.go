@@ -134,17 +134,22 @@ type IndexStatsRow struct {
 
 // IndexStats is the index's contents and token use, by source, model, project and day.
 type IndexStats struct {
-	Sessions     int             `json:"sessions"`
-	Deleted      int             `json:"deleted_sessions"`
-	Messages     int             `json:"messages"`
-	ToolCalls    int             `json:"tool_calls"`
-	Files        int             `json:"files"`
-	SkippedLines map[string]int  `json:"skipped_lines,omitempty"`
-	Tokens       IndexTokens     `json:"tokens"`
-	BySource     []IndexStatsRow `json:"by_source"`
-	ByModel      []IndexStatsRow `json:"by_model"`
-	ByProject    []IndexStatsRow `json:"by_project"`
-	ByDay        []IndexStatsRow `json:"by_day"`
+	Sessions     int            `json:"sessions"`
+	Deleted      int            `json:"deleted_sessions"`
+	Messages     int            `json:"messages"`
+	ToolCalls    int            `json:"tool_calls"`
+	Files        int            `json:"files"`
+	SkippedLines map[string]int `json:"skipped_lines,omitempty"`
+	// CutLines counts the lines read with a text cut to its bound (a line too long to keep).
+	CutLines int `json:"cut_lines,omitempty"`
+	// FailedFiles are the files whose last read failed (a panic in their parse, rows the
+	// database refused): each is skipped until it changes, then read again.
+	FailedFiles []IndexFileError `json:"failed_files,omitempty"`
+	Tokens      IndexTokens      `json:"tokens"`
+	BySource    []IndexStatsRow  `json:"by_source"`
+	ByModel     []IndexStatsRow  `json:"by_model"`
+	ByProject   []IndexStatsRow  `json:"by_project"`
+	ByDay       []IndexStatsRow  `json:"by_day"`
 }
 
 // IndexProgress is how far a sync is.
@@ -169,12 +174,15 @@ type IndexSummary struct {
 	Messages  int   `json:"messages"`
 	ToolCalls int   `json:"tool_calls"`
 	// Skipped counts the lines the adapters left out, by reason.
-	Skipped    map[string]int   `json:"skipped_lines,omitempty"`
+	Skipped map[string]int `json:"skipped_lines,omitempty"`
+	// Cut counts the lines read with a text cut to its bound.
+	Cut        int              `json:"cut_lines,omitempty"`
 	Errors     []IndexFileError `json:"errors,omitempty"`
 	DurationMS int64            `json:"duration_ms"`
 }
 
-// IndexFileError is a file a sync could not read; the others were still indexed.
+// IndexFileError is a file a sync could not read; the others were still indexed. A file whose
+// read failed for good (its parse panicked) is skipped until it changes.
 type IndexFileError struct {
 	Source string `json:"source"`
 	Path   string `json:"path"`

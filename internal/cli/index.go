@@ -257,6 +257,9 @@ func syncTable(w io.Writer, s *index.Summary) error {
 	for _, k := range sortedKeys(s.Skipped) {
 		fmt.Fprintf(w, "skipped %d lines: %s\n", s.Skipped[k], k)
 	}
+	if s.Cut > 0 {
+		fmt.Fprintf(w, "cut %d lines to their bound\n", s.Cut)
+	}
 	for _, e := range s.Errors {
 		fmt.Fprintf(w, "not read: %s %s: %s\n", e.Source, e.Path, conversation.OneLine(e.Error, 200))
 	}
@@ -712,6 +715,12 @@ func statsTable(w io.Writer, st *index.Stats) error {
 		t.Input, t.Output, t.CacheRead, t.CacheWrite, t.Reasoning, t.Total)
 	for _, k := range sortedKeys(st.SkippedLines) {
 		fmt.Fprintf(w, "skipped %d lines: %s\n", st.SkippedLines[k], k)
+	}
+	if st.CutLines > 0 {
+		fmt.Fprintf(w, "cut %d lines to their bound\n", st.CutLines)
+	}
+	for _, e := range st.FailedFiles {
+		fmt.Fprintf(w, "failed, skipped until it changes: %s %s: %s\n", e.Source, e.Path, conversation.OneLine(e.Error, 200))
 	}
 	for _, g := range []struct {
 		name string

@@ -296,3 +296,77 @@ func TestServeWithoutIndex(t *testing.T) {
 		t.Fatal("a daemon without an index created state/index.db")
 	}
 }
+
+// TestIndexSyncBadLines: a transcript line without a timestamp (or its role, or its id) is
+// counted and skipped; the sync answers 200 with the counts and every good line indexed. (One
+// such line failed every sync: 500, NOT NULL constraint failed: turns.started.)
+func TestIndexSyncBadLines(t *testing.T) {
+	e := newIndexEnv(t)
+	appendLine(t, e.transcript, `{"type":"user","sessionId":"`+indexSession+`","uuid":"u9","message":{"role":"user","content":"a prompt without a time"}}`+"\n"+
+		ccUser("u10", "2026-01-01T00:02:00Z", "and belugas?"))
+	other := filepath.Join(filepath.Dir(e.transcript), "0e5d3c1a-2222-4222-8333-444455556666.jsonl")
+	if err := os.WriteFile(other, []byte(`{"type":"user","sessionId":"s2","timestamp":"2026-01-01T00:00:00Z","message":{"role":"user","content":"no uuid"}}`+"\n"+
+		strings.ReplaceAll(ccUser("u1", "2026-01-01T00:00:00Z", "orcas too"), indexSession, "s2")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var sum index.Summary
+	decodeBody(t, e.do(t, "POST", "/v1/index/sync", ""), &sum)
+	want := map[string]int{"claude-code: no timestamp": 1, "claude-code: no id": 1}
+	if sum.Appended != 1 || sum.New != 1 || sum.Messages != 2 || len(sum.Errors) != 0 || fmt.Sprint(sum.Skipped) != fmt.Sprint(want) {
+		t.Fatalf("sync: %+v", sum)
+	}
+	var search struct{ Hits []index.Hit }
+	decodeBody(t, e.do(t, "GET", "/v1/index/search?q=belugas+OR+orcas", ""), &search)
+	if len(search.Hits) != 2 {
+		t.Fatalf("search: %+v", search.Hits)
+	}
+	var st index.Stats
+	decodeBody(t, e.do(t, "GET", "/v1/index/stats", ""), &st)
+	if fmt.Sprint(st.SkippedLines) != fmt.Sprint(want) {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// TestServeSurvivesLargeTranscript: a Claude Code transcript of 17 MB (over the index writer's
+// 16 MiB batch) written while the daemon runs, with a 20 MB line in it, is indexed, and the
+// daemon goes on serving. (The batch's commit panicked in the watcher's goroutine and took the
+// gateway down.)
+func TestServeSurvivesLargeTranscript(t *testing.T) {
+	_, opts := indexHome(t)
+	dir := shortDir(t)
+	d := startDaemon(t, dir, "", func(o *gateway.DaemonOptions) { o.Index = &gateway.IndexOptions{Sync: opts} })
+	c := client.New(client.Target{Socket: d.info.Socket})
+	ctx := t.Context()
+	found := func(q string) func() bool {
+		return func() bool {
+			hits, err := c.IndexSearch(ctx, index.SearchOptions{Query: q})
+			return err == nil && len(hits) == 1
+		}
+	}
+	testkit.Eventually(t, "the first sync", found("walruses"))
+
+	big := filepath.Join(opts.Env.Home, ".claude", "projects", "-work-p", "0e5d3c1a-3333-4222-8333-444455556666.jsonl")
+	var b strings.Builder
+	b.WriteString(strings.ReplaceAll(ccUser("b1", "2026-01-02T00:00:00Z", "a large transcript about orcas"), indexSession, "big"))
+	output := strings.Repeat("a line of tool output\n", 1<<15)
+	for i := 0; b.Len() < 17<<20; i++ {
+		fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r%d","timestamp":"2026-01-02T00:00:01Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":%q}]}}`+"\n", i, i, output)
+	}
+	fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r-huge","timestamp":"2026-01-02T00:00:02Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t-huge","content":%q}]}}`+"\n",
+		strings.Repeat("x", 20<<20))
+	b.WriteString(strings.ReplaceAll(ccUser("b2", "2026-01-02T00:00:03Z", "the end of it: belugas"), indexSession, "big"))
+	if err := os.WriteFile(big, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the large transcript indexed", found("belugas"))
+	if hits, err := c.IndexSearch(ctx, index.SearchOptions{Query: "orcas"}); err != nil || len(hits) != 1 {
+		t.Fatalf("orcas: %+v %v", hits, err)
+	}
+	st, err := c.IndexStats(ctx)
+	if err != nil || st.Sessions != 2 || st.CutLines != 1 || len(st.FailedFiles) != 0 {
+		t.Fatalf("stats: %+v %v", st, err)
+	}
+	// The daemon still writes what changes.
+	appendLine(t, big, strings.ReplaceAll(ccUser("b3", "2026-01-02T00:00:04Z", "and narwhals"), indexSession, "big"))
+	testkit.Eventually(t, "an append after it indexed", found("narwhals"))
+}

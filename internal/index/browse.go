@@ -246,6 +246,14 @@ func (ix *Index) Stats(ctx context.Context) (*Stats, error) {
 		Scan(&st.Sessions, &st.Deleted, &st.Messages, &st.ToolCalls, &st.Files); err != nil {
 		return nil, queryError(err)
 	}
+	if err := ix.db.QueryRowContext(ctx, `SELECT coalesce(sum(cut), 0) FROM files WHERE deleted = 0`).Scan(&st.CutLines); err != nil {
+		return nil, queryError(err)
+	}
+	failed, err := ix.failedFiles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.FailedFiles = failed
 	rows, err := ix.db.QueryContext(ctx, `SELECT source, skipped FROM files WHERE skipped <> ''`)
 	if err != nil {
 		return nil, queryError(err)
@@ -300,6 +308,27 @@ func (ix *Index) Stats(ctx context.Context) (*Stats, error) {
 		st.Tokens.Total += r.Tokens.Total
 	}
 	return st, nil
+}
+
+// failedFiles are the files whose last read failed, skipped until they change.
+func (ix *Index) failedFiles(ctx context.Context) ([]FileError, error) {
+	rows, err := ix.db.QueryContext(ctx, `SELECT source, path, error FROM files WHERE error <> '' AND deleted = 0 ORDER BY path`)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []FileError
+	for rows.Next() {
+		var fe FileError
+		if err := rows.Scan(&fe.Source, &fe.Path, &fe.Error); err != nil {
+			return nil, queryError(err)
+		}
+		out = append(out, fe)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(err)
+	}
+	return out, nil
 }
 
 func addSkipped(into *map[string]int, src, js string) error {

@@ -29,7 +29,17 @@ const FileName = "index.db"
 
 // schemaVersion is stored in user_version; an index of another version is rebuilt from the
 // transcripts, which are the truth (the index is a cache of them).
-const schemaVersion = 3
+const schemaVersion = 4
+
+// upgrades bring an index of an older version to schemaVersion without reading the transcripts
+// again (which would lose the sessions whose files are gone): by the version they start from.
+var upgrades = map[int][]string{ //nolint:gochecknoglobals // immutable
+	// 4: files record a read that failed (skipped until the file changes) and the lines cut.
+	3: {
+		`ALTER TABLE files ADD COLUMN error TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE files ADD COLUMN cut INTEGER NOT NULL DEFAULT 0`,
+	},
+}
 
 // Options configures Open.
 type Options struct {
@@ -52,6 +62,11 @@ type Index struct {
 	window int
 	// syncMu serializes syncs in this process (other processes wait on SQLite's lock).
 	syncMu sync.Mutex
+	// testHook, set by tests only, is called as a file is parsed ("parse") and written
+	// ("write"), to make one fail.
+	testHook func(stage, path string)
+	// pieceBytes is what one parse reads of a file (pieceBytes; tests make it small).
+	pieceBytes int64
 }
 
 // Open opens (creating if needed) the index at path. The file is created 0600 in a 0700
@@ -84,7 +99,7 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("index: open %s: %w", path, err)
 	}
-	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor, window: opts.RankWindow}
+	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor, window: opts.RankWindow, pieceBytes: pieceBytes}
 	if err := ix.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -131,15 +146,23 @@ func (ix *Index) migrate(ctx context.Context) error {
 		return fmt.Errorf("index: migrate: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if v != 0 {
+	if up, ok := upgrades[v]; ok {
+		for _, q := range up {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("index: upgrade from version %d: %w", v, err)
+			}
+		}
+	} else if v != 0 {
 		for _, t := range []string{"message_fts", "tool_fts", "fts_stale", "turns", "tool_calls", "messages", "files", "sessions", "meta"} {
 			if _, err := tx.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
 				return fmt.Errorf("index: drop %s: %w", t, err)
 			}
 		}
 	}
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
-		return fmt.Errorf("index: create schema: %w", err)
+	if _, ok := upgrades[v]; !ok {
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return fmt.Errorf("index: create schema: %w", err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
 		return fmt.Errorf("index: set version: %w", err)
@@ -204,7 +227,9 @@ CREATE TABLE files (
 	lines     INTEGER NOT NULL DEFAULT 0,
 	skipped   TEXT NOT NULL DEFAULT '',
 	deleted   INTEGER NOT NULL DEFAULT 0,
-	synced    INTEGER NOT NULL DEFAULT 0
+	synced    INTEGER NOT NULL DEFAULT 0,
+	error     TEXT NOT NULL DEFAULT '',
+	cut       INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX files_source ON files (source);
 

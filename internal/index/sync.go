@@ -191,6 +191,8 @@ type watermark struct {
 	offset  int64
 	hash    []byte
 	deleted bool
+	// sid is the session the file's lines were read into: an append has no header to say.
+	sid string
 }
 
 // Kinds of file change a sync finds.
@@ -215,9 +217,19 @@ type job struct {
 	hash   []byte
 	read   int64
 	err    error
+	// failed says err will recur until the file changes (its parse panicked): the file is
+	// recorded with it and skipped until then.
+	failed bool
+	// cont says the job is a piece of the file after the first (source.Piece): its change was
+	// counted with the first.
+	cont bool
 }
 
-func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOptions) (*Summary, error) {
+// pieceBytes bounds what one parse reads of a file: a larger file is read, written and let go
+// a piece at a time, so a sync's memory does not grow with the size of a transcript.
+const pieceBytes = 4 << 20
+
+func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOptions) (_ *Summary, err error) {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
 	start := ix.now()
@@ -237,11 +249,23 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 	for range workers {
 		wg.Go(func() {
 			for t := range in {
-				j := ix.read(ctx, t, marks[t.path])
-				select {
-				case out <- j:
-				case <-ctx.Done():
-					return
+				// A file past pieceBytes is sent a piece at a time, in order: the next piece is
+				// read while the writer writes this one.
+				for j := ix.read(ctx, t, marks[t.path]); j != nil; {
+					more, from, sid, inode := j.res != nil && j.res.More, int64(0), "", j.inode
+					var state any
+					if more {
+						from, sid, state = j.res.Offset, j.res.Session.ID, j.res.State()
+					}
+					select {
+					case out <- j:
+					case <-ctx.Done():
+						return
+					}
+					j = nil
+					if more {
+						j = ix.readOn(ctx, t, inode, from, sid, state)
+					}
 				}
 			}
 		})
@@ -258,7 +282,24 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 	}()
 	go func() { wg.Wait(); close(out) }()
 
-	w, err := ix.newWriter(ctx)
+	var w *writer
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		// A panic outside any one file's read and write (those are the file's failure): the
+		// open batch is rolled back and the sync fails, what earlier batches wrote stays, and
+		// the process (a gateway watching the transcripts) goes on.
+		cancel()
+		for range out { //nolint:revive // drain so the workers end
+		}
+		if w != nil {
+			w.abort()
+		}
+		err = fmt.Errorf("index: sync: %w", panicError(v))
+	}()
+	w, err = ix.newWriter(ctx)
 	if err != nil {
 		cancel()
 		for range out { //nolint:revive // drain so the workers end
@@ -277,7 +318,9 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 			cancel()
 			continue
 		}
-		prog.Files++
+		if j.res == nil || !j.res.More {
+			prog.Files++ // its last piece
+		}
 		prog.Bytes += j.read
 		if opts.Progress != nil {
 			opts.Progress(prog)
@@ -298,7 +341,8 @@ func (ix *Index) syncTargets(ctx context.Context, targets []target, opts SyncOpt
 }
 
 func (ix *Index) watermarks(ctx context.Context) (map[string]*watermark, error) {
-	rows, err := ix.db.QueryContext(ctx, "SELECT id, path, size, mtime_ns, inode, offset, tail_hash, deleted FROM files")
+	rows, err := ix.db.QueryContext(ctx, `SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.offset, f.tail_hash, f.deleted, coalesce(s.sid, '')
+		FROM files f LEFT JOIN sessions s ON s.id = f.session`)
 	if err != nil {
 		return nil, fmt.Errorf("index: watermarks: %w", err)
 	}
@@ -308,7 +352,7 @@ func (ix *Index) watermarks(ctx context.Context) (map[string]*watermark, error) 
 		var w watermark
 		var p string
 		var inode int64
-		if err := rows.Scan(&w.id, &p, &w.size, &w.mtimeNS, &inode, &w.offset, &w.hash, &w.deleted); err != nil {
+		if err := rows.Scan(&w.id, &p, &w.size, &w.mtimeNS, &inode, &w.offset, &w.hash, &w.deleted, &w.sid); err != nil {
 			return nil, fmt.Errorf("index: watermarks: %w", err)
 		}
 		w.inode = uint64(inode) //nolint:gosec // stored from a uint64
@@ -345,9 +389,15 @@ func fileHash(f *os.File, offset int64) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// read decides what changed in one file and parses what is new.
-func (ix *Index) read(ctx context.Context, t target, wm *watermark) *job {
-	j := &job{src: t.src, path: t.path, wm: wm}
+// read decides what changed in one file and parses what is new. A panic in it (an adapter's
+// bug a transcript finds) fails this file alone.
+func (ix *Index) read(ctx context.Context, t target, wm *watermark) (j *job) {
+	j = &job{src: t.src, path: t.path, wm: wm}
+	defer func() {
+		if v := recover(); v != nil {
+			j.res, j.err, j.failed = nil, panicError(v), true
+		}
+	}()
 	fi, err := os.Lstat(t.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if wm == nil || wm.deleted {
@@ -401,19 +451,67 @@ func (ix *Index) read(ctx context.Context, t target, wm *watermark) *job {
 			return j
 		}
 	}
-	res, err := t.src.Parse(ctx, f, t.path, offset)
+	sid := ""
+	if j.change == changeAppended {
+		sid = wm.sid
+	}
+	ix.parse(ctx, j, f, offset, sid, nil)
+	return j
+}
+
+// readOn reads the piece of a file that follows from, when the file is still the one (inode)
+// whose earlier pieces were read; nil when it is not (the next sync reads it again). sid is the
+// session the first piece found: a piece has no header of its own.
+func (ix *Index) readOn(ctx context.Context, t target, inode uint64, from int64, sid string, state any) (j *job) {
+	j = &job{src: t.src, path: t.path, change: changeAppended, cont: true}
+	defer func() {
+		if v := recover(); v != nil {
+			j.res, j.err, j.failed = nil, panicError(v), true
+		}
+	}()
+	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	if st == nil || st.Ino != inode || fi.Size() < from {
+		return nil
+	}
+	j.size, j.mtime, j.inode = fi.Size(), fi.ModTime().UnixNano(), st.Ino
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
 		j.err = err
 		return j
+	}
+	ix.parse(ctx, j, f, from, sid, state)
+	return j
+}
+
+// parse reads a piece of f from offset into j, redacted; sid and state are the session and
+// the adapter's state the piece before ended with.
+func (ix *Index) parse(ctx context.Context, j *job, f *os.File, offset int64, sid string, state any) {
+	if ix.testHook != nil {
+		ix.testHook("parse", j.path)
+	}
+	res, err := j.src.Parse(ctx, source.Piece(f, ix.pieceBytes, state), j.path, offset)
+	if err != nil {
+		j.err = err
+		return
+	}
+	if sid != "" {
+		res.Session.ID = sid
 	}
 	j.read = res.Offset - offset + res.Pending
 	if j.hash, err = fileHash(f, res.Offset); err != nil {
 		j.err = err
-		return j
+		return
 	}
 	ix.redactResult(res)
 	j.res = res
-	return j
 }
 
 // redactResult redacts every text a parse found before it reaches the index.
@@ -452,6 +550,9 @@ type writer struct {
 	// are the sessions this sync wrote (their rows may already hold the ids of another file).
 	linked bool
 	seen   map[int64]bool
+	// failed are the files this sync recorded as failed: their later pieces are not written
+	// (the file is read on from its last good piece once it changes).
+	failed map[string]bool
 }
 
 // Batches: a transaction is committed after this many files or bytes, so a long first sync
@@ -462,7 +563,7 @@ const (
 )
 
 func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
-	w := &writer{ix: ix, linked: true, seen: map[int64]bool{}}
+	w := &writer{ix: ix, linked: true, seen: map[int64]bool{}, failed: map[string]bool{}}
 	if err := w.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -474,13 +575,25 @@ func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
 }
 
 var statements = map[string]string{
-	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+	// A read from the start (?11) replaces the file's counts of lines, skipped lines and cut
+	// lines; an append adds to them.
+	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced, error, cut)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, '', ?12)
 		ON CONFLICT (path) DO UPDATE SET source = excluded.source, size = excluded.size,
 			mtime_ns = excluded.mtime_ns, inode = excluded.inode, offset = excluded.offset,
-			tail_hash = excluded.tail_hash, lines = excluded.lines, skipped = excluded.skipped,
-			deleted = 0, synced = excluded.synced
+			tail_hash = excluded.tail_hash,
+			lines = CASE WHEN ?11 THEN excluded.lines ELSE lines + excluded.lines END,
+			cut = CASE WHEN ?11 THEN excluded.cut ELSE cut + excluded.cut END,
+			skipped = CASE WHEN ?11 OR skipped = '' THEN excluded.skipped WHEN excluded.skipped = '' THEN skipped
+				ELSE (SELECT json_group_object(key, n) FROM (SELECT key, sum(value) AS n FROM
+					(SELECT key, value FROM json_each(files.skipped) UNION ALL SELECT key, value FROM json_each(excluded.skipped))
+					GROUP BY key)) END,
+			deleted = 0, synced = excluded.synced, error = ''
 		RETURNING id, session`,
+	// A file that failed keeps the offset and hash of its last good read.
+	"failFile": `INSERT INTO files (source, path, size, mtime_ns, inode, error, synced) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (path) DO UPDATE SET source = excluded.source, size = excluded.size, mtime_ns = excluded.mtime_ns,
+			inode = excluded.inode, error = excluded.error, deleted = 0, synced = excluded.synced`,
 	"session": `INSERT INTO sessions (source, sid, path, project, model, created, updated, title,
 			parent_session, parent_message, tool_call_id, is_subagent, fork_origin, cumulative, gen)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -540,10 +653,10 @@ var statements = map[string]string{
 		SELECT m.session, m.turn,
 			coalesce((SELECT id FROM messages p WHERE p.session = m.session AND p.turn = m.turn AND p.role = 'user' ORDER BY p.seq LIMIT 1), 0),
 			coalesce((SELECT id FROM messages r WHERE r.session = m.session AND r.turn = m.turn AND r.role = 'assistant' AND r.text <> '' ORDER BY r.seq DESC LIMIT 1), 0),
-			min(nullif(m.ts, 0)), max(m.ts), ?
+			coalesce(min(nullif(m.ts, 0)), 0), max(m.ts), ?
 		FROM messages m WHERE m.session = ? AND m.turn >= ? GROUP BY m.turn
 		ON CONFLICT (session, turn) DO UPDATE SET prompt = excluded.prompt, response = excluded.response,
-			started = coalesce(excluded.started, 0), ended = excluded.ended, gen = excluded.gen`,
+			started = excluded.started, ended = excluded.ended, gen = excluded.gen`,
 	"counts": `UPDATE sessions SET
 			message_count = (SELECT count(*) FROM messages WHERE session = ?1),
 			turn_count = (SELECT coalesce(max(turn), 0) FROM messages WHERE session = ?1)
@@ -554,10 +667,11 @@ var statements = map[string]string{
 		WHERE id = ?1`,
 	"usageSet":    `UPDATE sessions SET input_tokens = ?, output_tokens = ?, cache_read = ?, cache_write = ?, reasoning = ? WHERE id = ?`,
 	"title":       `UPDATE sessions SET title = ? WHERE id = ? AND title = ''`,
+	"setTitle":    `UPDATE sessions SET title = ? WHERE id = ?`,
 	"fileSession": `UPDATE files SET session = ? WHERE id = ?`,
 	"clearFile":   `DELETE FROM messages WHERE file = ?1`,
 	"clearTools":  `DELETE FROM tool_calls WHERE file = ?1`,
-	"deleteFile":  `UPDATE files SET deleted = 1, synced = ? WHERE path = ? RETURNING session`,
+	"deleteFile":  `UPDATE files SET deleted = 1, error = '', synced = ? WHERE path = ? RETURNING session`,
 	"deleteSession": `UPDATE sessions SET deleted = 1, gen = ?1 WHERE id = ?2
 		AND NOT EXISTS (SELECT 1 FROM files WHERE session = ?2 AND deleted = 0)`,
 }
@@ -641,7 +755,14 @@ func (w *writer) abort() {
 	}
 }
 
-func (w *writer) finish(ctx context.Context) error { return w.commit(ctx) }
+// finish commits what the last batch wrote. A batch that just filled was committed by write,
+// and nothing was written since.
+func (w *writer) finish(ctx context.Context) error {
+	if w.tx == nil {
+		return nil
+	}
+	return w.commit(ctx)
+}
 
 // linkSubagents fills a subagent session's task, status and parent from the call that
 // started it, in whichever order the two were read.
@@ -667,7 +788,10 @@ func (w *writer) linkSubagents(ctx context.Context) error {
 }
 
 func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
-	if j.err != nil {
+	if j.cont && w.failed[j.path] {
+		return nil
+	}
+	if j.err != nil && !j.failed {
 		sum.Errors = append(sum.Errors, FileError{Source: j.src.Name(), Path: j.path, Error: j.err.Error()})
 		return nil
 	}
@@ -676,6 +800,9 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 			return err
 		}
 	}
+	if j.failed {
+		return w.fail(ctx, j, j.err, sum)
+	}
 	switch j.change {
 	case changeUnchanged:
 		sum.Unchanged++
@@ -683,29 +810,141 @@ func (w *writer) write(ctx context.Context, j *job, sum *Summary) error {
 	case changeDeleted:
 		sum.Deleted++
 		return w.markDeleted(ctx, j)
-	case changeNew:
+	}
+	var d Summary
+	if err := w.writeIsolated(ctx, j, &d); err != nil {
+		var fe *fileError
+		if errors.As(err, &fe) {
+			return w.fail(ctx, j, fe.err, sum)
+		}
+		return fmt.Errorf("%s: %w", j.path, err)
+	}
+	switch {
+	case j.cont:
+	case j.change == changeNew:
 		sum.New++
-	case changeAppended:
+	case j.change == changeAppended:
 		sum.Appended++
-	case changeRewritten:
+	case j.change == changeRewritten:
 		sum.Rewritten++
 	}
 	sum.Bytes += j.read
+	sum.Cut += j.res.Cut
 	for k, v := range j.res.Skipped {
 		if sum.Skipped == nil {
 			sum.Skipped = map[string]int{}
 		}
 		sum.Skipped[j.src.Name()+": "+k] += v
 	}
-	if err := w.writeFile(ctx, j, sum); err != nil {
-		return fmt.Errorf("%s: %w", j.path, err)
+	if !j.cont {
+		sum.Sessions += d.Sessions
 	}
+	sum.Messages += d.Messages
+	sum.ToolCalls += d.ToolCalls
 	w.batch++
 	w.batchLen += j.read
 	if w.batch >= batchFiles || w.batchLen >= batchBytes {
 		return w.commit(ctx)
 	}
 	return nil
+}
+
+// fileError is a file's read or write that will fail the same way until the file changes.
+type fileError struct{ err error }
+
+func (e *fileError) Error() string { return e.err.Error() }
+func (e *fileError) Unwrap() error { return e.err }
+
+// writeIsolated writes one file's rows in a savepoint of the batch, so that a file whose rows
+// fail (a panic, a value SQLite refuses) is rolled back alone: the error is a *fileError, and
+// the batch and the sync go on. Any other error (the database's own) fails the sync.
+func (w *writer) writeIsolated(ctx context.Context, j *job, d *Summary) (err error) {
+	if _, err := w.tx.ExecContext(ctx, "SAVEPOINT file"); err != nil {
+		return fmt.Errorf("index: savepoint: %w", err)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = &fileError{panicError(v)}
+		}
+		if err == nil {
+			if _, rerr := w.tx.ExecContext(ctx, "RELEASE file"); rerr != nil {
+				err = fmt.Errorf("index: release: %w", rerr)
+			}
+			return
+		}
+		if refused(err) {
+			err = &fileError{err}
+		}
+		var fe *fileError
+		if !errors.As(err, &fe) {
+			return // the sync fails and the batch is rolled back whole
+		}
+		for _, q := range []string{"ROLLBACK TO file", "RELEASE file"} {
+			if _, rerr := w.tx.ExecContext(ctx, q); rerr != nil {
+				err = fmt.Errorf("index: %s after %w: %w", strings.ToLower(q), fe.err, rerr)
+				return
+			}
+		}
+	}()
+	if w.ix.testHook != nil {
+		w.ix.testHook("write", j.path)
+	}
+	return w.writeFile(ctx, j, d)
+}
+
+// refused reports whether err is SQLite refusing this file's values (a constraint, a type, a
+// size), which would refuse them again, rather than the database failing.
+func refused(err error) bool {
+	var c interface{ Code() int }
+	if !errors.As(err, &c) {
+		return false
+	}
+	switch c.Code() & 0xff {
+	case sqliteTooBig, sqliteConstraint, sqliteMismatch, sqliteRange:
+		return true
+	}
+	return false
+}
+
+// SQLite's primary result codes that refuse a value.
+const (
+	sqliteTooBig     = 18
+	sqliteConstraint = 19
+	sqliteMismatch   = 20
+	sqliteRange      = 25
+)
+
+// fail records a file whose read or write failed for good: its size, mtime and inode (so it
+// is skipped until it changes) and the error, reported by Stats. Its offset and hash stay
+// those of its last good read, so once it changes it is read again from there.
+func (w *writer) fail(ctx context.Context, j *job, err error, sum *Summary) error {
+	msg := err.Error()
+	w.failed[j.path] = true
+	sum.Errors = append(sum.Errors, FileError{Source: j.src.Name(), Path: j.path, Error: msg + " (skipped until the file changes)"})
+	return w.exec(ctx, "failFile", j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), msg, ms(w.ix.now())) //nolint:gosec // an inode fits
+}
+
+// panicError is a recovered panic as an error naming where it happened.
+func panicError(v any) error {
+	return fmt.Errorf("panic: %v%s", v, panicSite())
+}
+
+// panicSite is " at" the function and line that panicked: the first frame outside the runtime
+// below runtime.gopanic, as a deferred recover sees the stack.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+	below := false
+	for {
+		f, more := frames.Next()
+		if below && !strings.HasPrefix(f.Function, "runtime.") {
+			return fmt.Sprintf(" at %s (%s:%d)", f.Function, filepath.Base(f.File), f.Line)
+		}
+		below = below || f.Function == "runtime.gopanic"
+		if !more {
+			return ""
+		}
+	}
 }
 
 func (w *writer) markDeleted(ctx context.Context, j *job) error {
@@ -727,6 +966,7 @@ func (w *writer) markDeleted(ctx context.Context, j *job) error {
 	return nil
 }
 
+// writeFile writes a parse's rows and counts them in sum.
 func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	res := j.res
 	skipped := ""
@@ -739,9 +979,15 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		return err
 	}
 	lines := res.Lines
+	size := j.size
+	if res.More {
+		// Not the file's size until its last piece is written: a sync that stops in between
+		// leaves the file changed, to be read on from this piece's offset.
+		size = res.Offset
+	}
 	var fileID, prevSession int64
-	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, j.size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
-		res.Offset, j.hash, lines, skipped, ms(w.ix.now())).Scan(&fileID, &prevSession); err != nil {
+	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
+		res.Offset, j.hash, lines, skipped, ms(w.ix.now()), j.change != changeAppended, res.Cut).Scan(&fileID, &prevSession); err != nil {
 		return fmt.Errorf("index: file: %w", err)
 	}
 	if j.change == changeRewritten {
@@ -849,6 +1095,12 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 		}
 	} else if len(res.Messages) > 0 || j.change == changeRewritten {
 		if err := w.exec(ctx, "usageSum", sessID); err != nil {
+			return err
+		}
+	}
+	if s.Title != "" && j.cont {
+		// A piece's title is the file's so far (its parse went on from the piece before's).
+		if err := w.exec(ctx, "setTitle", s.Title, sessID); err != nil {
 			return err
 		}
 	}

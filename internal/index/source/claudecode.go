@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // ClaudeCode reads Claude Code's transcripts: ~/.claude/projects/<cwd with / as ->/<id>.jsonl,
@@ -116,6 +117,9 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 	replies := map[string]int{}           // message.id -> index in res.Messages
 	usage := map[int]map[string]ccUsage{} // message index -> requestId -> last snapshot
 	titleRank := titleNone
+	if st, ok := stateOf(r).(ccState); ok {
+		res.Session.Title, titleRank = st.title, st.titleRank
+	}
 	turn := 0
 	name := stem(path)
 	if strings.HasPrefix(name, "agent-") {
@@ -128,6 +132,10 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 			return
 		}
 		ts := parseTime(l.Timestamp)
+		if reason := c.invalid(&l, ts); reason != "" {
+			res.skip(reason)
+			return
+		}
 		res.seen(ts)
 		if l.SessionID != "" {
 			switch {
@@ -146,10 +154,6 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 		}
 		switch l.Type {
 		case "user":
-			if l.Message == nil {
-				res.skip(ReasonMalformed)
-				return
-			}
 			text := c.userLine(l.Message.Content, l.ToolUseResult.AgentID, pair)
 			if text == "" {
 				return
@@ -160,10 +164,6 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 			res.Messages = append(res.Messages, Message{ID: l.UUID, Role: "user", Text: text,
 				Timestamp: ts, Seq: len(res.Messages), Turn: turn})
 		case "assistant":
-			if l.Message == nil {
-				res.skip(ReasonMalformed)
-				return
-			}
 			m := l.Message
 			if m.Model != "" && m.Model != "<synthetic>" {
 				res.Session.Model = m.Model
@@ -183,12 +183,7 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 			if m.Model != "" {
 				msg.Model = m.Model
 			}
-			if text := c.assistantLine(m.Content, id, pair); text != "" {
-				if msg.Text != "" {
-					msg.Text += "\n"
-				}
-				msg.Text += text
-			}
+			res.appendText(msg, c.assistantLine(m.Content, id, pair))
 			if m.Usage != nil {
 				if usage[i] == nil {
 					usage[i] = map[string]ccUsage{}
@@ -233,7 +228,32 @@ func (c ClaudeCode) Parse(ctx context.Context, r io.Reader, path string, offset 
 	for _, m := range res.Messages {
 		res.Usage = res.Usage.Add(m.Usage)
 	}
+	res.state = ccState{title: res.Session.Title, titleRank: titleRank}
 	return res, nil
+}
+
+// ccState is what the parse of a transcript's next piece continues from: the title so far and
+// the kind of line it came from (a later line of a weaker kind does not replace it).
+type ccState struct {
+	title     string
+	titleRank int
+}
+
+// invalid says why a user or assistant line cannot be read (every one Claude Code writes has
+// its time, its uuid and a message with a content), or "".
+func (ClaudeCode) invalid(l *ccLine, ts time.Time) string {
+	if l.Type != "user" && l.Type != "assistant" {
+		return ""
+	}
+	switch {
+	case l.Message == nil || !isContent(l.Message.Content):
+		return ReasonMalformed
+	case ts.IsZero():
+		return ReasonNoTimestamp
+	case l.UUID == "":
+		return ReasonNoID
+	}
+	return ""
 }
 
 // userLine returns the text of a user line and pairs its tool results with their calls; a
@@ -242,7 +262,7 @@ func (ClaudeCode) userLine(content json.RawMessage, agentID string, pair *pairin
 	return ccText(content, func(b *ccBlock) {
 		if b.Type == "tool_result" {
 			tc := pair.result(b.ToolUseID, blockText(b.Content), b.IsError)
-			if agentID != "" {
+			if tc != nil && agentID != "" {
 				tc.ChildSession = "agent-" + agentID
 			}
 		}

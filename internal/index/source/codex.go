@@ -104,6 +104,9 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 	pair := newPairing(res)
 	turn := 0
 	lastAssistant := ""
+	if st, ok := stateOf(r).(cxState); ok {
+		res.Session.Model, lastAssistant = st.model, st.lastAssistant
+	}
 	err := lines(ctx, r, offset, res, func(line []byte, start int64) {
 		var l cxLine
 		if !decodeObject(line, &l, res) {
@@ -132,7 +135,13 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 			}
 		case "compacted":
 		case "response_item":
+			if ts.IsZero() {
+				res.skip(ReasonNoTimestamp)
+				return
+			}
 			switch {
+			case p.Type == "message" && p.Role == "":
+				res.skip(ReasonNoRole)
 			case p.Type == "message":
 				var text []string
 				for _, b := range p.Content {
@@ -164,14 +173,15 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 				}
 				tc := ToolCall{ID: p.CallID, Name: name, Params: rawText(params), MessageID: lastAssistant}
 				if p.CallID == "" {
-					// Web searches have no id and no output item: their status is their result.
-					tc.Status = cxStatus(p.Status)
+					// Web searches have no id and no output item: their status is their result,
+					// and their line names them, the same in any parse.
+					tc.ID, tc.Status = lineID(start), cxStatus(p.Status)
 				}
 				pair.call(tc)
 			case cxOutputs[p.Type]:
 				out := rawText(p.Output)
 				tc := pair.result(p.CallID, out, false)
-				if child := cxChild(out); child != "" {
+				if child := cxChild(out); tc != nil && child != "" {
 					tc.ChildSession = child
 				}
 			case cxKnown[p.Type]:
@@ -188,8 +198,13 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 	if res.Session.ID == "" {
 		res.Session.ID = cxIDFromName(path)
 	}
+	res.state = cxState{model: res.Session.Model, lastAssistant: lastAssistant}
 	return res, nil
 }
+
+// cxState is what the parse of a rollout's next piece continues from: the model of the last
+// turn context and the last reply (the one the calls that follow belong to).
+type cxState struct{ model, lastAssistant string }
 
 func (Codex) meta(p *cxPayload, res *Result) {
 	if p.ID != "" {

@@ -55,6 +55,9 @@ func (p Pi) Parse(ctx context.Context, r io.Reader, path string, offset int64) (
 	res := &Result{Session: Session{Source: p.Name(), Path: path}}
 	pair := newPairing(res)
 	turn := 0
+	if st, ok := stateOf(r).(piState); ok {
+		res.Session.Title, res.Session.Model = st.title, st.model
+	}
 	err := lines(ctx, r, offset, res, func(line []byte, start int64) {
 		e, err := transcript.ParseLine(line)
 		if err != nil {
@@ -87,11 +90,16 @@ func (p Pi) Parse(ctx context.Context, r io.Reader, path string, offset int64) (
 				res.Session.Model = h.ModelID
 			}
 		case "message":
-			if e.Role == "user" {
-				turn++
+			if ts.IsZero() {
+				res.skip(ReasonNoTimestamp)
+				return
 			}
-			p.message(e, id, ts, turn, res, pair)
+			p.message(e, id, ts, &turn, res, pair)
 		case "custom_message":
+			if ts.IsZero() {
+				res.skip(ReasonNoTimestamp)
+				return
+			}
 			res.Messages = append(res.Messages, Message{ID: id, Role: "custom",
 				Text: blocksText(e.Content()), Timestamp: ts, Seq: len(res.Messages), Turn: turn})
 		case "model_change":
@@ -119,16 +127,36 @@ func (p Pi) Parse(ctx context.Context, r io.Reader, path string, offset int64) (
 	for _, m := range res.Messages {
 		res.Usage = res.Usage.Add(m.Usage)
 	}
+	res.state = piState{title: res.Session.Title, model: res.Session.Model}
 	return res, nil
 }
 
-func (Pi) message(e *transcript.Entry, id string, ts time.Time, turn int, res *Result, pair *pairing) {
+// piState is what the parse of a session's next piece continues from: its name and model so
+// far (which a sessions.json entry does not replace).
+type piState struct{ title, model string }
+
+// message reads a message entry; a user message starts a turn (*turn counts them).
+func (Pi) message(e *transcript.Entry, id string, ts time.Time, turn *int, res *Result, pair *pairing) {
 	info, err := e.MessageInfo()
 	if err != nil {
 		res.skip(ReasonMalformed)
 		return
 	}
-	msg := Message{ID: id, Role: info.Role, Timestamp: ts, Seq: len(res.Messages), Turn: turn}
+	switch info.Role {
+	case "":
+		res.skip(ReasonNoRole)
+		return
+	case "user", "assistant", "toolResult", "custom":
+		// The roles whose content the index reads: a string or blocks.
+		if !isContent(info.Content) {
+			res.skip(ReasonMalformed)
+			return
+		}
+	}
+	if info.Role == "user" {
+		*turn++
+	}
+	msg := Message{ID: id, Role: info.Role, Timestamp: ts, Seq: len(res.Messages), Turn: *turn}
 	switch info.Role {
 	case "assistant":
 		msg.Model = info.Model

@@ -109,6 +109,14 @@ const (
 	ReasonUnknownType = "unknown type"
 	ReasonNoRecord    = "not a record" // valid JSON that is not an object
 	ReasonNoType      = "no type"      // an object without the record type field
+	// A record that would be a message or a tool call lacks what every one the tool writes
+	// has: its time (absent or not RFC 3339), its id, or its role.
+	ReasonNoTimestamp = "no timestamp"
+	ReasonNoID        = "no id"
+	ReasonNoRole      = "no role"
+	// ReasonOversized is a line (or pretty-printed record) whose cut form is still over
+	// CutLineMax.
+	ReasonOversized = "oversized line"
 )
 
 // Result is what one parse of one file found.
@@ -131,6 +139,38 @@ type Result struct {
 	// Skipped counts the lines left out, by reason (ReasonMalformed, or ReasonUnknownType +
 	// ": " + the type).
 	Skipped map[string]int
+	// Cut counts the lines read with a string cut to its bound (a line over LineMax), and the
+	// messages whose text was cut to TextMax.
+	Cut int
+	// More says the parse stopped at the bound of a Piece reader: lines follow Offset.
+	More bool
+	// state is what the adapter knew at the end of the parse that the next piece's parse
+	// needs (State).
+	state any
+}
+
+// State is what a parse knew at its end of the lines before (Codex's model, the reply its tool
+// calls belong to), for the parse of the next piece (Piece): opaque.
+func (r *Result) State() any { return r.state }
+
+// Piece bounds a parse of r: Parse stops at the first line end at or past n bytes and sets
+// Result.More, so that a file of any size is read a piece at a time (each parse from the last
+// one's Offset), in memory bounded by the piece rather than the file. state is the State of
+// the parse of the piece before (nil for the first), so that the pieces read as the whole.
+func Piece(r io.Reader, n int64, state any) io.Reader { return &piece{Reader: r, max: n, state: state} }
+
+type piece struct {
+	io.Reader
+	max   int64
+	state any
+}
+
+// stateOf is the state a Piece reader carries from the piece before, or nil.
+func stateOf(r io.Reader) any {
+	if p, ok := r.(*piece); ok {
+		return p.state
+	}
+	return nil
 }
 
 func (r *Result) skip(reason string) {
@@ -146,6 +186,23 @@ func (r *Result) unknown(typ string) {
 		return
 	}
 	r.skip(ReasonUnknownType + ": " + typ)
+}
+
+// appendText adds text to m's text, on a line of its own, keeping at most TextMax: a reply
+// Claude Code splits over many lines is joined in bounded memory. A line whose text is cut
+// counts in Cut.
+func (r *Result) appendText(m *Message, text string) {
+	if text == "" {
+		return
+	}
+	if m.Text != "" {
+		text = "\n" + text
+	}
+	if room := TextMax - len(m.Text); len(text) > room {
+		r.Cut++
+		text = excerpt(text, max(room, 0))
+	}
+	m.Text += text
 }
 
 // seen widens the session's created/updated span to include t.
@@ -194,7 +251,8 @@ type Source interface {
 	// is not an error.
 	Discover(ctx context.Context, roots []string) ([]string, error)
 	// Parse reads a transcript from r, whose first byte is at offset in the file at path
-	// (path names the session when the file does not). It stops at the last complete line.
+	// (path names the session when the file does not). It stops at the last complete line,
+	// or, when r is a Piece, at the first line end past its bound.
 	Parse(ctx context.Context, r io.Reader, path string, offset int64) (*Result, error)
 }
 
@@ -275,6 +333,11 @@ type lineReader struct {
 	inBlock bool
 	// start is where the line next returned last begins.
 	start int64
+	// cutter streams a line longer than LineMax; cut says it cut the line last returned, and
+	// oversized that it kept none of it (its cut form was over CutLineMax).
+	cutter    cutter
+	cut       bool
+	oversized bool
 }
 
 func newLineReader(r io.Reader, offset int64) *lineReader {
@@ -282,37 +345,65 @@ func newLineReader(r io.Reader, offset int64) *lineReader {
 }
 
 // next returns the next complete line without its newline (and without a \r before it).
-// The slice is valid until the next call. ok is false at the end.
+// The slice is valid until the next call. ok is false at the end. A line longer than LineMax is
+// returned cut (l.cut), or, when even its cut form is over CutLineMax, empty (l.oversized): it
+// is never held whole.
 func (l *lineReader) next() (line []byte, ok bool, err error) {
 	l.buf = l.buf[:0]
 	l.start = l.offset
+	l.cut, l.oversized = false, false
+	var n int64 // the line's length in the file
+	cutting := false
+	add := func(b []byte) {
+		if !cutting && len(l.buf)+len(b) > LineMax {
+			cutting = true
+			l.cutter.reset()
+			l.cutter.write(l.buf)
+		}
+		if cutting {
+			l.cutter.write(b)
+		} else {
+			l.buf = append(l.buf, b...)
+		}
+	}
 	for {
 		chunk, err := l.br.ReadSlice('\n')
+		n += int64(len(chunk))
 		switch {
 		case err == nil:
-			var line []byte
-			if len(l.buf) == 0 {
-				line = chunk
+			body := chunk[:len(chunk)-1]
+			if len(l.buf) == 0 && !cutting {
+				line = body // the whole line is in the reader's buffer
 			} else {
-				l.buf = append(l.buf, chunk...)
+				add(body)
 				line = l.buf
+				if cutting {
+					line, l.cut, l.oversized = l.cutter.out, l.cutter.cut, l.cutter.over()
+				}
 			}
-			l.offset += int64(len(line))
-			line = line[:len(line)-1]
-			if n := len(line); n > 0 && line[n-1] == '\r' {
-				line = line[:n-1]
+			l.offset += n
+			if k := len(line); k > 0 && line[k-1] == '\r' {
+				line = line[:k-1]
+			}
+			if l.oversized {
+				line = nil
 			}
 			return line, true, nil
 		case errors.Is(err, bufio.ErrBufferFull):
-			l.buf = append(l.buf, chunk...)
+			add(chunk)
 		case errors.Is(err, io.EOF):
-			tail := append(l.buf, chunk...)
-			l.buf = tail
-			if completeObject(tail) || (l.inBlock && string(bytes.TrimSpace(tail)) == "}") {
-				l.offset += int64(len(tail))
+			add(chunk)
+			tail := l.buf
+			if cutting {
+				tail = l.cutter.out
+			}
+			kept := !cutting || !l.cutter.over()
+			if kept && (completeObject(tail) || (l.inBlock && string(bytes.TrimSpace(tail)) == "}")) {
+				l.offset += n
+				l.cut = cutting && l.cutter.cut
 				return tail, true, nil
 			}
-			l.pending = int64(len(tail))
+			l.pending = n
 			return nil, false, nil
 		default:
 			return nil, false, fmt.Errorf("read: %w", err)
@@ -326,9 +417,19 @@ func (l *lineReader) next() (line []byte, ok bool, err error) {
 func lines(ctx context.Context, r io.Reader, offset int64, res *Result, fn func(rec []byte, start int64)) error {
 	lr := newLineReader(r, offset)
 	res.Offset = offset
+	bound := int64(-1)
+	if p, ok := r.(*piece); ok {
+		bound = offset + p.max
+	}
 	var block []byte
 	blockStart := int64(-1)
+	// blockOver says the open block passed CutLineMax: the rest of it is not kept.
+	blockOver := false
 	for {
+		if bound >= 0 && res.Offset >= bound && blockStart < 0 {
+			res.More = true
+			break
+		}
 		line, ok, err := lr.next()
 		if err != nil {
 			return err
@@ -337,10 +438,22 @@ func lines(ctx context.Context, r io.Reader, offset int64, res *Result, fn func(
 			break
 		}
 		res.Lines++
-		if res.Lines%4096 == 0 {
+		if res.Lines%4096 == 0 || lr.cut || lr.oversized {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("parse: %w", err)
 			}
+		}
+		if lr.oversized {
+			res.skip(ReasonOversized)
+			if blockStart >= 0 {
+				res.skip(ReasonMalformed) // the open block, torn by it
+			}
+			lr.inBlock, blockStart, blockOver = false, -1, false
+			res.Offset = lr.offset
+			continue
+		}
+		if lr.cut {
+			res.Cut++
 		}
 		start := res.Offset
 		if blockStart >= 0 {
@@ -355,14 +468,22 @@ func lines(ctx context.Context, r io.Reader, offset int64, res *Result, fn func(
 			res.Offset = lr.offset
 			fn(line, start)
 		case blockStart >= 0:
-			block = append(append(block, '\n'), line...)
+			if !blockOver {
+				block = append(append(block, '\n'), line...)
+				blockOver = len(block) > CutLineMax
+			}
 			if string(trimmed) == "}" {
 				lr.inBlock, blockStart = false, -1
 				res.Offset = lr.offset
-				fn(block, start)
+				if blockOver {
+					res.skip(ReasonOversized)
+					blockOver = false
+				} else {
+					fn(block, start)
+				}
 			}
 		case string(trimmed) == "{":
-			lr.inBlock, blockStart = true, start
+			lr.inBlock, blockStart, blockOver = true, start, false
 			block = append(block[:0], line...)
 		default:
 			res.Offset = lr.offset
@@ -372,6 +493,12 @@ func lines(ctx context.Context, r io.Reader, offset int64, res *Result, fn func(
 		}
 	}
 	res.Pending = lr.offset + lr.pending - res.Offset
+	for i := range res.Messages {
+		if m := &res.Messages[i]; len(m.Text) > TextMax {
+			m.Text = excerpt(m.Text, TextMax)
+			res.Cut++
+		}
+	}
 	return nil
 }
 
@@ -388,6 +515,13 @@ func decodeObject(line []byte, v any, res *Result) bool {
 		return false
 	}
 	return true
+}
+
+// isContent reports whether raw is a message content the adapters read: a string or an array
+// (of blocks).
+func isContent(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && (raw[0] == '"' || raw[0] == '[')
 }
 
 // excerpt cuts s to at most max bytes on a UTF-8 boundary.
@@ -449,8 +583,12 @@ func (p *pairing) call(tc ToolCall) {
 
 // result attaches a result to its call; a result whose call is not in this parse (before the
 // offset, or in another file) becomes a call with only its id and result, so the index can
-// join it.
+// join it. A result without an id answers no call: it is counted (ReasonNoID) and nil.
 func (p *pairing) result(id, text string, isError bool) *ToolCall {
+	if id == "" {
+		p.res.skip(ReasonNoID)
+		return nil
+	}
 	status := StatusOK
 	if isError {
 		status = StatusError

@@ -497,17 +497,17 @@ func TestDefaultRoots(t *testing.T) {
 // format of Claude Code 2.x's toolUseResult.)
 func TestClaudeSubagentLink(t *testing.T) {
 	parent := join(
-		`{"type":"user","sessionId":"s1","uuid":"u1","message":{"role":"user","content":"research this"}}`,
-		`{"type":"assistant","sessionId":"s1","uuid":"a1","message":{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Task","input":{"prompt":"go"}}]}}`,
-		`{"type":"user","sessionId":"s1","uuid":"u2","toolUseResult":{"status":"completed","agentId":"ab12cd","content":[]},"message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"done"}]}]}}`,
-		`{"type":"user","sessionId":"s1","uuid":"u3","toolUseResult":"Error: no agent","message":{"role":"user","content":"thanks"}}`,
+		`{"type":"user","sessionId":"s1","uuid":"u1","timestamp":"2026-01-01T00:00:01Z","message":{"role":"user","content":"research this"}}`,
+		`{"type":"assistant","sessionId":"s1","uuid":"a1","timestamp":"2026-01-01T00:00:02Z","message":{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Task","input":{"prompt":"go"}}]}}`,
+		`{"type":"user","sessionId":"s1","uuid":"u2","timestamp":"2026-01-01T00:00:03Z","toolUseResult":{"status":"completed","agentId":"ab12cd","content":[]},"message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"done"}]}]}}`,
+		`{"type":"user","sessionId":"s1","uuid":"u3","timestamp":"2026-01-01T00:00:04Z","toolUseResult":"Error: no agent","message":{"role":"user","content":"thanks"}}`,
 	)
 	res := parseBytes(t, ClaudeCode{}, parent, 0)
 	if len(res.ToolCalls) != 1 || res.ToolCalls[0].ChildSession != "agent-ab12cd" || res.ToolCalls[0].Result != "done" ||
 		len(res.Messages) != 3 || len(res.Skipped) != 0 {
 		t.Fatalf("calls %+v messages %d skipped %v", res.ToolCalls, len(res.Messages), res.Skipped)
 	}
-	child := []byte(`{"type":"assistant","isSidechain":true,"uuid":"a1","message":{"id":"m9","role":"assistant","content":"ok"}}` + "\n")
+	child := []byte(`{"type":"assistant","isSidechain":true,"uuid":"a1","timestamp":"2026-01-01T00:00:02Z","message":{"id":"m9","role":"assistant","content":"ok"}}` + "\n")
 	sub, err := ClaudeCode{}.Parse(context.Background(), bytes.NewReader(child), "/p/-w/s1/subagents/agent-ab12cd.jsonl", 0)
 	if err != nil {
 		t.Fatal(err)
