@@ -99,7 +99,7 @@ func exchange(up, down int) (srv, cli net.Conn, err error) {
 func closeInTurn(srv, cli net.Conn) error {
 	_ = cli.Close()
 	if n, err := srv.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
-		return fmt.Errorf("the server read %d bytes, %v, not the client's FIN", n, err)
+		return fmt.Errorf("the server read %d bytes, not the client's FIN: %w", n, err)
 	}
 	return srv.Close()
 }
@@ -207,13 +207,11 @@ func TestDestroyedUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The build's directory is private to root: nobody runs a copy in a directory it may enter.
-	dir, err := os.MkdirTemp("", "sockdiag-unpriv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // G302: nobody must enter it
-		t.Fatal(err)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil { //nolint:gosec // G302: nobody must enter it
+			t.Fatal(err)
+		}
 	}
 	bin, err := os.ReadFile(self) //nolint:gosec // G304: this test binary
 	if err != nil {
