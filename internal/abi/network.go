@@ -5,8 +5,13 @@ package abi
 const PayloadConnection = "connection"
 
 // Connection is one TCP socket of a server (a listening one has state listen): Action open
-// (first seen), update (its counters or state changed), close (gone). BytesSent are the bytes
-// the peer acknowledged, BytesReceived those received; RTTMs the smoothed round-trip time.
+// (first seen), update (its counters or state changed), close (gone). A connection that opened
+// and ended between two listings comes as a close alone. BytesSent are the data bytes the peer
+// acknowledged (neither SYN nor FIN, once all that was sent is acknowledged), BytesReceived
+// those received (the peer's FIN counts one, as the kernel counts it); RTTMs the smoothed
+// round-trip time. DurationMs, on a close the kernel reported, is how long the connection
+// lived at least: from the listing that first saw it, or by the kernel's clocks (from the
+// earliest of its last data sent, last data received and last acknowledgment received).
 type Connection struct {
 	Type          string  `json:"type"`
 	Action        string  `json:"action"`
@@ -18,6 +23,8 @@ type Connection struct {
 	RTTMs         float64 `json:"rttMs"`
 	Retrans       uint32  `json:"retrans,omitempty"`
 	Inode         uint32  `json:"inode,omitempty"`
+	// DurationMs is set on a close the kernel reported (nil otherwise, where it is not known).
+	DurationMs *float64 `json:"durationMs,omitempty"`
 }
 
 // NetworkStreamOptions are a network-stream session's creation options.

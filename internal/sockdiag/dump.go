@@ -18,11 +18,18 @@ const (
 	diagMsgLen       = 72 // struct inet_diag_msg
 	reqLen           = 56 // struct inet_diag_req_v2
 	// Offsets in struct tcp_info.
+	tiLastDataSent = 44
+	tiLastDataRecv = 52
+	tiLastAckRecv  = 56
 	tiRTT          = 68
 	tiTotalRetrans = 100
 	tiBytesAcked   = 120
 	tiBytesRecv    = 128
+	tiBytesSent    = 200 // Linux 4.19 on, as tiBytesRetrans
+	tiBytesRetrans = 208
 )
+
+var nativeEndian = binary.NativeEndian
 
 // dump lists the TCP sockets of one family with one netlink request, decoding each message
 // in place: a poll of ten thousand connections must not cost an allocation per attribute.
@@ -124,6 +131,16 @@ func decode(m []byte) (Socket, bool) {
 			}
 			if len(ti) >= tiBytesRecv+8 {
 				s.BytesAcked, s.BytesReceived = ne.Uint64(ti[tiBytesAcked:]), ne.Uint64(ti[tiBytesRecv:])
+			}
+			s.DataAcked = s.BytesAcked
+			if len(ti) >= tiBytesRetrans+8 {
+				// The data sent once is what was sent less what was sent again; the SYN and FIN
+				// the peer acknowledged are beyond it.
+				s.DataAcked = min(s.BytesAcked, ne.Uint64(ti[tiBytesSent:])-ne.Uint64(ti[tiBytesRetrans:]))
+			}
+			if len(ti) >= tiLastAckRecv+4 {
+				ms := max(ne.Uint32(ti[tiLastDataSent:]), ne.Uint32(ti[tiLastDataRecv:]), ne.Uint32(ti[tiLastAckRecv:]))
+				s.MinAge = time.Duration(ms) * time.Millisecond
 			}
 		}
 		a = a[(al+3)&^3:]

@@ -1,7 +1,8 @@
 // Package sockdiag lists TCP sockets from the kernel's socket diagnostics (netlink
-// sock_diag, through vishvananda/netlink) with their byte counters, round-trip time and
-// queues, and finds which of them a set of processes holds (their socket inodes in
-// /proc/<pid>/fd): what a network-stream session reports about a server.
+// sock_diag) with their byte counters, round-trip time and queues, follows the ones the
+// kernel destroys (sock_diag's destroy multicast groups), and finds which of them a set of
+// processes holds (their socket inodes in /proc/<pid>/fd): what a network-stream session
+// reports about a server.
 package sockdiag
 
 import (
@@ -28,8 +29,17 @@ type Socket struct {
 	// BytesAcked are the bytes sent and acknowledged by the peer (for an actively opened
 	// socket, its SYN counts one); BytesReceived the bytes received.
 	BytesAcked, BytesReceived uint64
-	RTT                       time.Duration
-	Retrans                   uint32
+	// DataAcked are the data bytes the peer acknowledged: BytesAcked without the SYN or FIN
+	// it counts, once all that was sent is acknowledged (the kernel reports the bytes sent
+	// from Linux 4.19 on; before, DataAcked is BytesAcked).
+	DataAcked uint64
+	// MinAge is how old the socket is at least, by the kernel's clocks: the time since the
+	// earliest of its last data sent, last data received and last acknowledgment received,
+	// each of which starts when an established socket is made and moves with its traffic. For
+	// a socket that never connected these clocks never started, and it means nothing.
+	MinAge  time.Duration
+	RTT     time.Duration
+	Retrans uint32
 	// RQueue is, for a listening socket, its accept queue (connections not yet accepted);
 	// for another, the bytes received and not yet read. WQueue the bytes not yet acknowledged.
 	RQueue, WQueue uint32
@@ -79,6 +89,8 @@ func ListLibrary() ([]Socket, error) {
 			}
 			if ti := r.TCPInfo; ti != nil {
 				s.BytesAcked, s.BytesReceived = ti.Bytes_acked, ti.Bytes_received
+				s.DataAcked = min(ti.Bytes_acked, ti.Bytes_sent-ti.Bytes_retrans)
+				s.MinAge = time.Duration(max(ti.Last_data_sent, ti.Last_data_recv, ti.Last_ack_recv)) * time.Millisecond
 				s.RTT = time.Duration(ti.Rtt) * time.Microsecond
 				s.Retrans = ti.Total_retrans
 			}

@@ -65,7 +65,7 @@ func TestListAgreesWithTheLibrary(t *testing.T) {
 			continue // another process's, or gone between the two listings
 		}
 		checked++
-		if x.Local != y.Local || x.Remote != y.Remote || x.State != y.State || x.Inode != y.Inode || x.BytesReceived != y.BytesReceived || x.BytesAcked != y.BytesAcked {
+		if x.Local != y.Local || x.Remote != y.Remote || x.State != y.State || x.Inode != y.Inode || x.BytesReceived != y.BytesReceived || x.BytesAcked != y.BytesAcked || x.DataAcked != y.DataAcked {
 			t.Errorf("socket %d: %+v, the library read %+v", ck, x, y)
 		}
 	}

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,10 +26,28 @@ import (
 )
 
 // serverEnv makes the test binary a small TCP server (TestServerOfAProcess's process): it
-// prints its port, then accepts connections and reads and closes them.
-const serverEnv = "NEXUS_NETSTREAM_TEST_SERVER"
+// prints its port, then accepts connections and reads and closes them. httpEnv makes it an
+// HTTP server instead, whose answer to /?n=N is N bytes.
+const (
+	serverEnv = "NEXUS_NETSTREAM_TEST_SERVER"
+	httpEnv   = "NEXUS_NETSTREAM_TEST_HTTP"
+)
 
 func TestMain(m *testing.M) {
+	if os.Getenv(httpEnv) != "" {
+		l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			os.Exit(1)
+		}
+		fmt.Println(l.Addr().(*net.TCPAddr).Port)
+		srv := &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			w.Header().Set("Content-Length", strconv.Itoa(n)) // not chunked
+			_, _ = w.Write([]byte(strings.Repeat("x", n)))
+		})}
+		_ = srv.Serve(l)
+		os.Exit(0)
+	}
 	if os.Getenv(serverEnv) != "" {
 		l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
@@ -180,7 +201,8 @@ func TestConnectionsOfTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := r.until(t, "the close of the first connection", connEvent("close", gone, nil)).Payload.(abi.Connection)
-	if closed.BytesReceived != 100 || closed.BytesSent != 200 {
+	// The kernel's last counters: the server read the client's FIN (one byte) before it closed.
+	if closed.BytesReceived != 100+1 || closed.BytesSent != 200 || closed.DurationMs == nil {
 		t.Fatalf("closed %+v", closed)
 	}
 	for _, c := range clients[1:] {
@@ -198,11 +220,10 @@ func TestConnectionsOfTheGateway(t *testing.T) {
 	})
 }
 
-// TestServerOfAProcess: a server named by a managed process (this test binary as a small TCP
-// server) is watched through that process's sockets; one named by an address alone, through
-// its port.
-func TestServerOfAProcess(t *testing.T) {
-	requireSockDiag(t)
+// startServer runs this test binary again as a managed process with env set (a server of
+// TestMain's), and returns its manager, its process id and the port it printed.
+func startServer(t *testing.T, env string) (*process.Manager, string, string) {
+	t.Helper()
 	owner, err := reaper.Open(t.Context(), reaper.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +240,7 @@ func TestServerOfAProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, err := m.Start(context.Background(), process.Spec{Name: "web", Dir: t.TempDir(), Command: []string{self, "-test.run", "^$"},
-		Env: []string{serverEnv + "=1"}})
+		Env: []string{env + "=1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +254,16 @@ func TestServerOfAProcess(t *testing.T) {
 		}
 		return port != ""
 	})
-	if _, err := m.AddServer(process.Server{Name: "web", ProcessID: in.ID}); err != nil {
+	return m, in.ID, port
+}
+
+// TestServerOfAProcess: a server named by a managed process (this test binary as a small TCP
+// server) is watched through that process's sockets; one named by an address alone, through
+// its port.
+func TestServerOfAProcess(t *testing.T) {
+	requireSockDiag(t)
+	m, id, port := startServer(t, serverEnv)
+	if _, err := m.AddServer(process.Server{Name: "web", ProcessID: id}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.AddServer(process.Server{Name: "byport", Addr: "127.0.0.1:" + port}); err != nil {
@@ -257,6 +287,105 @@ func TestServerOfAProcess(t *testing.T) {
 	}
 	_, _ = c.Write([]byte("hi"))
 	_ = c.Close()
+}
+
+// shortConnections makes n HTTP requests to 127.0.0.1:port at once, each on its own connection
+// (Connection: close), the i-th asking for 1000*(i+1) bytes. It returns the server's side of
+// each connection as a close event must show it: by the client's address, the request's bytes
+// and the answer's.
+func shortConnections(t *testing.T, port string, n int) map[string]abi.Connection {
+	t.Helper()
+	want := map[string]abi.Connection{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", "127.0.0.1:"+port)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer func() { _ = c.Close() }()
+			req := fmt.Sprintf("GET /?n=%d HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", 1000*(i+1))
+			if _, err := io.WriteString(c, req); err != nil {
+				errs <- err
+				return
+			}
+			resp, err := io.ReadAll(c) // to the server's FIN
+			if err != nil {
+				errs <- err
+				return
+			}
+			if !strings.HasSuffix(string(resp), strings.Repeat("x", 1000*(i+1))) {
+				errs <- fmt.Errorf("request %d: answer %.80q", i, resp)
+				return
+			}
+			mu.Lock()
+			want[c.LocalAddr().String()] = abi.Connection{BytesReceived: uint64(len(req)), BytesSent: uint64(len(resp))}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// TestShortConnectionsBetweenPolls: five HTTP requests to a managed server, each on a
+// connection that opens and closes between two listings (the interval is an hour, so after its
+// first listing the poller does not run again during the test), are each reported as a close
+// with the bytes the server received and sent.
+func TestShortConnectionsBetweenPolls(t *testing.T) {
+	requireSockDiag(t)
+	m, id, port := startServer(t, httpEnv)
+	if _, err := m.AddServer(process.Server{Name: "web", ProcessID: id}); err != nil {
+		t.Fatal(err)
+	}
+	reg := newRegistry(t, &netstream.Kind{Processes: m})
+	raw, _ := json.Marshal(abi.NetworkStreamOptions{IntervalMs: 3_600_000})
+	s, err := reg.Create(context.Background(), abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: "web"}, Options: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{reg: reg, id: s.SessionID}
+	r.until(t, "the listening socket", connEvent("open", "", func(c abi.Connection) bool {
+		return c.State == "listen" && strings.HasSuffix(c.Local, ":"+port)
+	}))
+	const n = 5
+	want := shortConnections(t, port, n)
+	got := map[string]abi.Connection{}
+	deadline := time.Now().Add(testkit.Patience())
+	for len(got) < n {
+		b, err := reg.Read(context.Background(), r.id, r.after, 0, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range b.Events {
+			r.after = e.Seq
+			if c, ok := e.Payload.(abi.Connection); ok && c.Action == "close" {
+				if _, mine := want[c.Remote]; mine {
+					got[c.Remote] = c
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d short connections reported: %+v", len(got), n, got)
+		}
+	}
+	for remote, w := range want {
+		c := got[remote]
+		// The server closed first: the client's FIN counts one received byte if it came
+		// before the server's end left FIN-WAIT-2, which is a matter of scheduling.
+		received := c.BytesReceived == w.BytesReceived || c.BytesReceived == w.BytesReceived+1
+		if !received || c.BytesSent != w.BytesSent || c.Local != "127.0.0.1:"+port || c.DurationMs == nil || *c.DurationMs < 0 {
+			t.Errorf("%s: reported %+v, want received %d, sent %d, a duration", remote, c, w.BytesReceived, w.BytesSent)
+		}
+	}
 }
 
 // TestBadInput: what a network-stream session refuses.
@@ -333,5 +462,173 @@ func TestSessionsShareAPoller(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 2 {
 		t.Fatalf("%d listings for two pollers", calls)
+	}
+}
+
+// fakeEnds is the kernel's notifications of ended sockets, as a test sends them.
+type fakeEnds struct{ ch chan []sockdiag.Socket }
+
+func (f *fakeEnds) Read(ctx context.Context, out []sockdiag.Socket) ([]sockdiag.Socket, error) {
+	select {
+	case <-ctx.Done():
+		return out, ctx.Err()
+	case s := <-f.ch:
+		return append(out, s...), nil
+	}
+}
+
+func (f *fakeEnds) Close() error { return nil }
+
+// scripted is a Kind whose listings and ends the test gives, one by one: each listing waits
+// until the test hands it its sockets, so an end can come while one runs.
+type scripted struct {
+	started  chan struct{}
+	listings chan []sockdiag.Socket
+	ends     *fakeEnds
+}
+
+func newScripted(t *testing.T) (*scripted, *netstream.Kind) {
+	sc := &scripted{started: make(chan struct{}), listings: make(chan []sockdiag.Socket), ends: &fakeEnds{ch: make(chan []sockdiag.Socket)}}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	return sc, &netstream.Kind{
+		List: func() ([]sockdiag.Socket, error) {
+			select {
+			case sc.started <- struct{}{}:
+			case <-done:
+				return nil, nil
+			}
+			select {
+			case l := <-sc.listings:
+				return l, nil
+			case <-done:
+				return nil, nil
+			}
+		},
+		Inodes:    func([]int) map[uint32]bool { return map[uint32]bool{7: true, 8: true, 9: true} },
+		Subscribe: func() (netstream.Ends, error) { return sc.ends, nil },
+	}
+}
+
+func sock(cookie uint64, inode uint32, state, local, remote string, rqueue uint32) sockdiag.Socket {
+	return sockdiag.Socket{Cookie: cookie, Inode: inode, State: state, Local: netip.MustParseAddrPort(local), Remote: netip.MustParseAddrPort(remote), RQueue: rqueue,
+		BytesReceived: 10, BytesAcked: 20, DataAcked: 20}
+}
+
+// TestEndsBetweenAndDuringListings: what the kernel says ended is reported once, as a close,
+// whatever the listings around it say: a connection a listing saw (open, then one close, with
+// its duration); one on the server's listening port that no listing saw (a close alone); one
+// that ends while a listing runs and is in that listing, found the server's by it (a close
+// alone, not an open); and a listing made before an end does not report it again.
+func TestEndsBetweenAndDuringListings(t *testing.T) {
+	sc, k := newScripted(t)
+	reg := newRegistry(t, k)
+	raw, _ := json.Marshal(abi.NetworkStreamOptions{IntervalMs: 10})
+	s, err := reg.Create(context.Background(), abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: "gateway"}, Options: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{reg: reg, id: s.SessionID}
+	listing := func(n uint32, more ...sockdiag.Socket) map[string]any {
+		t.Helper()
+		sc.listings <- append([]sockdiag.Socket{sock(1, 7, "listen", "127.0.0.1:8080", "0.0.0.0:0", n)}, more...)
+		// The listen socket's accept queue tells the listings' reports apart.
+		return r.until(t, fmt.Sprintf("listing %d's report", n), func(e *live.Event) bool {
+			p, ok := e.Payload.(abi.MetadataPayload)
+			return ok && p.Metadata["acceptQueue"] == int(n)
+		}).Payload.(abi.MetadataPayload).Metadata
+	}
+	seen := sock(4, 8, "established", "127.0.0.1:8080", "127.0.0.1:4000", 0)
+	<-sc.started
+	listing(1, seen)
+	sc.ends.ch <- []sockdiag.Socket{{Cookie: 4, State: "close", Local: seen.Local, Remote: seen.Remote, BytesReceived: 11, DataAcked: 30}}
+	closed := r.until(t, "the close of the connection listing 1 saw", connEvent("close", "127.0.0.1:4000", nil)).Payload.(abi.Connection)
+	if closed.BytesReceived != 11 || closed.BytesSent != 30 || closed.DurationMs == nil {
+		t.Fatalf("the seen connection closed as %+v", closed)
+	}
+	<-sc.started // listing 2 runs: two connections end meanwhile
+	// The kernel's notices have no inode; the listing has the inodes the server holds.
+	short := sock(2, 0, "close", "127.0.0.1:8080", "127.0.0.1:5000", 0)
+	outgoing := sock(3, 0, "close", "127.0.0.1:40000", "10.0.0.1:5432", 0)
+	sc.ends.ch <- []sockdiag.Socket{short, outgoing}
+	r.until(t, "the close of the short connection", connEvent("close", "127.0.0.1:5000", nil))
+	// Listing 2 read both before they ended; the outgoing one is the server's by its inode.
+	short.State, outgoing.State = "established", "established"
+	short.Inode, outgoing.Inode = 8, 9
+	if md := listing(2, short, outgoing); md["connections"] != 0 || md["established"] != 0 {
+		t.Fatalf("listing 2 counted the ended connections: %v", md)
+	}
+	// A session opened now starts from listing 2, which does not have them either.
+	s2, err := reg.Create(context.Background(), abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: "gateway"}, Options: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := &reader{reg: reg, id: s2.SessionID}
+	r2.until(t, "the second session's first report", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.MetadataPayload)
+		return ok && p.Metadata["caughtUp"] == true
+	})
+	for _, e := range r2.seen {
+		if c, ok := e.Payload.(abi.Connection); ok && c.State != "listen" {
+			t.Fatalf("the second session was told of %+v", c)
+		}
+	}
+	<-sc.started
+	listing(3)
+	// Interrupted, the session misses listing 4, which has a new connection, and the
+	// connection's end after it: on resume it is told of the end alone, not of an open from
+	// the listing made before it.
+	if _, err := reg.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
+		t.Fatal(err)
+	}
+	late := sock(5, 8, "established", "127.0.0.1:8080", "127.0.0.1:6000", 0)
+	<-sc.started
+	sc.listings <- []sockdiag.Socket{sock(1, 7, "listen", "127.0.0.1:8080", "0.0.0.0:0", 4), late}
+	<-sc.started // listing 4 is published
+	late.State = "close"
+	sc.ends.ch <- []sockdiag.Socket{late}
+	sc.ends.ch <- nil // taken once the poller has the end
+	if _, err := reg.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandResume}); err != nil {
+		t.Fatal(err)
+	}
+	r.until(t, "the close of the connection that came and went while interrupted", connEvent("close", "127.0.0.1:6000", nil))
+	listing(5)
+	count := map[string]int{}
+	for _, e := range r.seen {
+		if c, ok := e.Payload.(abi.Connection); ok && c.State != "listen" {
+			count[c.Action+" "+c.Remote]++
+		}
+	}
+	want := map[string]int{"open 127.0.0.1:4000": 1, "close 127.0.0.1:4000": 1, "close 127.0.0.1:5000": 1, "close 10.0.0.1:5432": 1, "close 127.0.0.1:6000": 1}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Fatalf("events %v, want %v", count, want)
+	}
+	if md := r.seen[len(r.seen)-1].Payload.(abi.MetadataPayload).Metadata; md["closes"] != "kernel" || md["connections"] != 0 {
+		t.Fatalf("metadata %v", md)
+	}
+}
+
+// TestPollingAloneWhereTheKernelRefuses: where the kernel's notifications cannot be had, the
+// session polls as before and its metadata says so, and why.
+func TestPollingAloneWhereTheKernelRefuses(t *testing.T) {
+	listen := sockdiag.Socket{Inode: 7, Cookie: 1, State: "listen", Local: netip.MustParseAddrPort("127.0.0.1:8080"), Remote: netip.MustParseAddrPort("0.0.0.0:0")}
+	reg := newRegistry(t, &netstream.Kind{
+		List:      func() ([]sockdiag.Socket, error) { return []sockdiag.Socket{listen}, nil },
+		Inodes:    func([]int) map[uint32]bool { return map[uint32]bool{7: true} },
+		Subscribe: func() (netstream.Ends, error) { return nil, fmt.Errorf("join: %w", syscall.EPERM) },
+	})
+	raw, _ := json.Marshal(abi.NetworkStreamOptions{IntervalMs: 3_600_000})
+	s, err := reg.Create(context.Background(), abi.CreateRequest{Type: abi.TypeNetworkStream, Context: abi.Context{ServerID: "gateway"}, Options: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{reg: reg, id: s.SessionID}
+	r.until(t, "the listening socket", connEvent("open", "", func(c abi.Connection) bool { return c.State == "listen" }))
+	md := r.until(t, "the first report's metadata", func(e *live.Event) bool {
+		p, ok := e.Payload.(abi.MetadataPayload)
+		return ok && p.Metadata["caughtUp"] == true
+	}).Payload.(abi.MetadataPayload).Metadata
+	if md["closes"] != "polling" || !strings.Contains(fmt.Sprint(md["closesNote"]), "operation not permitted") {
+		t.Fatalf("metadata %v", md)
 	}
 }
