@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -143,6 +144,38 @@ func (spawnTool) Spec() tools.Spec {
 
 func ptrInt(n int) *int { return &n }
 
+// replyKey carries the transcript entry id of the assistant message whose tool calls run
+// (set by the turn as each reply is recorded), for sessions_spawn's parentMessageId.
+type replyKey struct{}
+
+type replyRef struct {
+	mu sync.Mutex
+	id string
+}
+
+func withReplyRef(ctx context.Context) (context.Context, *replyRef) {
+	r := &replyRef{}
+	return context.WithValue(ctx, replyKey{}, r), r
+}
+
+func (r *replyRef) set(id string) {
+	r.mu.Lock()
+	r.id = id
+	r.mu.Unlock()
+}
+
+// replyOf is the entry id of the reply whose calls run in ctx, "" outside a turn (a spawn
+// from the CLI).
+func replyOf(ctx context.Context) string {
+	r, _ := ctx.Value(replyKey{}).(*replyRef)
+	if r == nil {
+		return ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id
+}
+
 func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, error) {
 	var a spawnArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
@@ -212,14 +245,22 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		k.endRun(context.WithoutCancel(ctx), rec, chatstore.OutcomeError, "could not start: "+err.Error(), "")
 		return nil, fmt.Errorf("the subagent could not start: %w", err)
 	}
-	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: map[string]any{
-		"spawnedBy": c.key, "parentSessionId": c.chatSession, "toolCallId": callID, "taskDescription": a.Task,
-		"taskStatus": "running", "isSubagent": true, "label": "", "project": c.workspace, "isAgentic": true,
-		PowersField: powers,
-	}})
+	fields := map[string]any{
+		"spawnedBy": c.key, "parentSessionId": c.chatSession, "parentMessageId": replyOf(ctx), "toolCallId": callID,
+		"taskDescription": a.Task, "taskStatus": "running", "isSubagent": true, "label": a.Label, "project": c.workspace,
+		"isAgentic": true, PowersField: powers,
+	}
+	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: fields})
+	if err != nil && a.Label != "" && errors.Is(err, chatstore.ErrLabelConflict) {
+		// A label names one conversation of the store: another run's "worker" keeps its
+		// own, this one gets the label with its run's id.
+		fields["label"] = a.Label + "#" + runID[:8]
+		h, err = k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: fields})
+	}
 	if err != nil {
 		return fail(err)
 	}
+	childSession := h.SessionID
 	if err := h.Close(); err != nil {
 		return fail(err)
 	}
@@ -234,7 +275,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	}
 	c.sink.Publish(abi.EventData, abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: runID, ChildSessionKey: childKey, SessionID: s.SessionID, Label: a.Label, Task: a.Task})
 	go k.watchRun(context.WithoutCancel(ctx), rec, s.SessionID)
-	return map[string]any{"runId": runID, "childSessionKey": childKey, "sessionId": s.SessionID, "status": "started",
+	return map[string]any{"runId": runID, "childSessionKey": childKey, "childSessionId": childSession, "sessionId": s.SessionID, "status": "started",
 		"note": "the subagent works in the background; its result will arrive here as a message"}, nil
 }
 

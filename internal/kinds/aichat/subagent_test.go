@@ -105,6 +105,22 @@ func TestSubagentAnnounce(t *testing.T) {
 	if f.Header.ParentSession != parent.File {
 		t.Fatalf("child header parentSession %q, want %q", f.Header.ParentSession, parent.File)
 	}
+	// parentMessageId names the parent's reply that holds the call, and the label is the run's.
+	if en.Label != "worker" {
+		t.Fatalf("child label %q, want worker", en.Label)
+	}
+	pf, err := transcript.Open(parent.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pf.Close() }()
+	pe := pf.Entry(en.ParentMessageID)
+	if en.ParentMessageID == "" || pe == nil {
+		t.Fatalf("child parentMessageId %q names no entry of the parent", en.ParentMessageID)
+	}
+	if raw, err := pf.Raw(pe); err != nil || !strings.Contains(string(raw), `"role":"assistant"`) || !strings.Contains(string(raw), `"id":"call_spawn"`) {
+		t.Fatalf("the parent's entry %s is not the reply with the call: %s %v", en.ParentMessageID, raw, err)
+	}
 	// The child's session closed once it had answered.
 	got, err := r.List(context.Background(), false)
 	if err != nil || len(got) != 1 {
@@ -606,5 +622,38 @@ func TestSubagentLevelIsTheStricter(t *testing.T) {
 	}
 	if got := string(sh.Entry.Extra[aichat.OptionsField]); !strings.Contains(got, `"level":"sandboxed"`) {
 		t.Fatalf("the child ran with %s", got)
+	}
+}
+
+// TestSubagentLabels: the run's label is the child's sessions.json label; a second run with
+// the same label (a label names one conversation of the store) gets it with its run's id.
+func TestSubagentLabels(t *testing.T) {
+	e := newEnv(t, manager).withBroker(t)
+	r := e.gateway(t)
+	key := "agent:main:test:labels"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	for _, task := range []string{"delegate keep - first", "delegate keep - second"} {
+		send(t, r, s.SessionID, task)
+		w.turnEnded(t)
+		w.turnEnded(t) // the announcement's turn
+	}
+	runs := runsOf(t, e)
+	if len(runs) != 2 {
+		t.Fatalf("runs %+v", runs)
+	}
+	labels := map[string]bool{}
+	for _, run := range runs {
+		sh, err := e.chats.Show(context.Background(), run.ChildSessionKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels[sh.Entry.Label] = true
+		if want := "worker#" + run.RunID[:8]; sh.Entry.Label != "worker" && sh.Entry.Label != want {
+			t.Fatalf("child %s label %q, want worker or %s", run.ChildSessionKey, sh.Entry.Label, want)
+		}
+	}
+	if len(labels) != 2 || !labels["worker"] {
+		t.Fatalf("labels %v", labels)
 	}
 }
