@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -37,7 +38,16 @@ type SubagentLimits struct {
 	// announcement is stopped after 30 runs instead of running until its budget is gone.
 	MaxRuns int
 	Window  time.Duration
+	// RunTimeout is how long a run may take, from its start to its child's answer (default
+	// 1 hour: a run does real work, builds and test suites of minutes each, while a child
+	// that never answers, a hung model or an unanswered confirmation, still ends). Past it
+	// the child's turn is interrupted and the run ends as timeout, announced to the parent.
+	RunTimeout time.Duration
 }
+
+// runInterruptGrace is how long a timed-out run waits for its interrupted turn to end before
+// it closes the child's session anyway.
+const runInterruptGrace = 30 * time.Second
 
 func (l SubagentLimits) withDefaults() SubagentLimits {
 	if l.MaxDepth <= 0 {
@@ -54,6 +64,9 @@ func (l SubagentLimits) withDefaults() SubagentLimits {
 	}
 	if l.Window <= 0 {
 		l.Window = 10 * time.Minute
+	}
+	if l.RunTimeout <= 0 {
+		l.RunTimeout = time.Hour
 	}
 	return l
 }
@@ -280,26 +293,36 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 }
 
 // watchRun waits for the child's turn to end, then announces its result to the requester
-// and closes the child's session.
+// and closes the child's session. A run past the limits' RunTimeout has its turn interrupted
+// and ends as timeout.
 // ctx outlives the spawning call (the run goes on after the tool returned).
 func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string) {
+	limit := k.Subagents.withDefaults().RunTimeout
+	reading, stop := context.WithCancel(ctx)
+	defer stop()
+	var late atomic.Bool
+	timer := time.AfterFunc(limit, func() {
+		late.Store(true)
+		stop()
+	})
+	defer timer.Stop()
 	var after uint64
 	for {
-		b, err := k.Sessions.Read(ctx, sessionID, after, 0, time.Minute)
+		b, err := k.Sessions.Read(reading, sessionID, after, 0, time.Minute)
+		if err != nil && late.Load() && ctx.Err() == nil {
+			k.timeoutRun(ctx, rec, sessionID, after, limit)
+			return
+		}
 		if err != nil {
 			k.endRun(ctx, rec, chatstore.OutcomeError, "the subagent's session: "+err.Error(), "")
 			return
 		}
-		for _, e := range b.Events {
-			p, ok := e.Payload.(abi.AITurn)
-			if !ok || p.Phase != abi.PhaseEnded {
-				continue
-			}
+		if end, ok := turnEnd(b.Events); ok {
 			outcome, why := chatstore.OutcomeOK, ""
-			if p.End != abi.TurnCompleted {
-				outcome, why = chatstore.OutcomeError, strings.TrimSpace(p.End+" "+p.Reason)
+			if end.End != abi.TurnCompleted {
+				outcome, why = chatstore.OutcomeError, strings.TrimSpace(end.End+" "+end.Reason)
 			}
-			k.endRun(ctx, rec, outcome, why, fmt.Sprintf("%d model calls, %d tokens", p.Iterations, usageTotal(p.Usage)))
+			k.endRun(ctx, rec, outcome, why, runStats(end))
 			_, _ = k.Sessions.Close(ctx, sessionID, abi.CloseRequested)
 			return
 		}
@@ -309,6 +332,63 @@ func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, se
 		}
 		after = b.Next
 	}
+}
+
+// timeoutRun ends a run past its time: the child's turn is interrupted (what it said so far
+// is kept, and announced), the run recorded as timeout, and its session closed.
+func (k *Kind) timeoutRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string, after uint64, limit time.Duration) {
+	k.logger().Info("subagent run timed out", "run", rec.RunID, "limit", limit)
+	stats := ""
+	if _, err := k.Sessions.Control(ctx, sessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err == nil {
+		// The interrupted turn ends at once (an interrupt answers every call); a child that
+		// does not is closed below all the same.
+		wait, cancel := context.WithTimeout(ctx, runInterruptGrace)
+		for wait.Err() == nil {
+			b, err := k.Sessions.Read(wait, sessionID, after, 0, runInterruptGrace)
+			if err != nil {
+				break
+			}
+			if end, ok := turnEnd(b.Events); ok {
+				stats = runStats(end)
+				break
+			}
+			if b.Done {
+				break
+			}
+			if turnStarted(b.Events) {
+				// The task's turn started after the interrupt (the run timed out before it
+				// began): that one is interrupted too.
+				_, _ = k.Sessions.Control(ctx, sessionID, abi.ControlRequest{Command: abi.CommandInterrupt})
+			}
+			after = b.Next
+		}
+		cancel()
+	}
+	k.endRun(ctx, rec, chatstore.OutcomeTimeout, fmt.Sprintf("no answer within %s; its turn was interrupted", limit), stats)
+	_, _ = k.Sessions.Close(ctx, sessionID, abi.CloseRequested)
+}
+
+// turnEnd is the first turn-ended event among events.
+func turnEnd(events []*live.Event) (abi.AITurn, bool) {
+	for _, e := range events {
+		if p, ok := e.Payload.(abi.AITurn); ok && p.Phase == abi.PhaseEnded {
+			return p, true
+		}
+	}
+	return abi.AITurn{}, false
+}
+
+func turnStarted(events []*live.Event) bool {
+	for _, e := range events {
+		if p, ok := e.Payload.(abi.AITurn); ok && p.Phase == abi.PhaseStarted {
+			return true
+		}
+	}
+	return false
+}
+
+func runStats(end abi.AITurn) string {
+	return fmt.Sprintf("%d model calls, %d tokens", end.Iterations, usageTotal(end.Usage))
 }
 
 func usageTotal(u *abi.AIUsage) int {
@@ -352,7 +432,11 @@ func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, st
 		return
 	}
 	status := "completed"
-	if rec.Outcome != nil && rec.Outcome.Status != chatstore.OutcomeOK {
+	switch {
+	case rec.Outcome == nil || rec.Outcome.Status == chatstore.OutcomeOK:
+	case rec.Outcome.Status == chatstore.OutcomeTimeout:
+		status = "timed out: " + rec.Outcome.Error
+	default:
 		status = "failed: " + rec.Outcome.Error
 	}
 	answer := k.lastAnswer(ctx, rec.ChildSessionKey)

@@ -657,3 +657,46 @@ func TestSubagentLabels(t *testing.T) {
 		t.Fatalf("labels %v", labels)
 	}
 }
+
+// TestSubagentRunTimeout: a child whose model never answers is interrupted at the run's
+// timeout; the run ends as timeout, the parent is told in an announcement, and the child's
+// session is closed.
+func TestSubagentRunTimeout(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.lastUser() == "never answers" {
+			w.hang("thinking")
+			return
+		}
+		manager(req, w)
+	}).withBroker(t)
+	e.limits = aichat.SubagentLimits{RunTimeout: 50 * time.Millisecond}
+	r := e.gateway(t)
+	key := "agent:main:test:timeout"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "delegate keep - never answers")
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted { // the announcement's turn
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	if users := userTexts(t, e, key); !strings.Contains(users, "[subagent worker timed out: no answer within 50ms; its turn was interrupted] task: never answers") {
+		t.Fatalf("the parent's messages: %q", users)
+	}
+	runs := runsOf(t, e)
+	if len(runs) != 1 || runs[0].EndedAt == 0 || runs[0].Outcome == nil || runs[0].Outcome.Status != chatstore.OutcomeTimeout {
+		t.Fatalf("runs %+v", runs)
+	}
+	sh, err := e.chats.Show(context.Background(), runs[0].ChildSessionKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh.Entry.TaskStatus != "failed" {
+		t.Fatalf("child taskStatus %q", sh.Entry.TaskStatus)
+	}
+	testkit.Eventually(t, "the child's session closed", func() bool {
+		got, err := r.List(context.Background(), false)
+		return err == nil && len(got) == 1
+	})
+}
