@@ -242,8 +242,10 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	runID := uuid.NewString()
 	childKey := "agent:" + agentID + ":subagent:" + runID
 	now := k.now()
+	parentMessage := replyOf(ctx)
 	rec := chatstore.SubagentRunRecord{RunID: runID, ChildSessionKey: childKey, RequesterSessionKey: c.key, Task: a.Task,
-		Cleanup: cleanup, Label: a.Label, CreatedAt: now.UnixMilli(), StartedAt: now.UnixMilli()}
+		Cleanup: cleanup, Label: a.Label, CreatedAt: now.UnixMilli(), StartedAt: now.UnixMilli(),
+		ToolCallID: callID, ParentMessageID: parentMessage}
 	rawPowers, err := json.Marshal(powers)
 	if err != nil {
 		return nil, fmt.Errorf("subagents: %w", err)
@@ -259,7 +261,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		return nil, fmt.Errorf("the subagent could not start: %w", err)
 	}
 	fields := map[string]any{
-		"spawnedBy": c.key, "parentSessionId": c.chatSession, "parentMessageId": replyOf(ctx), "toolCallId": callID,
+		"spawnedBy": c.key, "parentSessionId": c.chatSession, "parentMessageId": parentMessage, "toolCallId": callID,
 		"taskDescription": a.Task, "taskStatus": "running", "isSubagent": true, "label": a.Label, "project": c.workspace,
 		"isAgentic": true, PowersField: powers,
 	}
@@ -274,6 +276,12 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		return fail(err)
 	}
 	childSession := h.SessionID
+	patched, err := k.Runs.Patch(ctx, runID, map[string]any{"childSessionId": childSession})
+	if err != nil {
+		_ = h.Close()
+		return fail(err)
+	}
+	rec = patched
 	if err := h.Close(); err != nil {
 		return fail(err)
 	}
@@ -417,8 +425,38 @@ func (k *Kind) endRun(ctx context.Context, rec chatstore.SubagentRunRecord, outc
 		if err := k.Chats.SetTaskStatus(ctx, rec.ChildSessionKey, status); err != nil {
 			k.logger().Warn("subagent run: the child's task status", "run", rec.RunID, "err", err)
 		}
+		k.recordRunEnd(ctx, rec)
 	}
 	k.announce(ctx, rec, stats)
+}
+
+// RunEndCustomType is the custom entry that ends a subagent's transcript with its run's
+// outcome (after sessions.json and runs.json say it): a reader of the file alone, and the
+// history index, which reads a file again when it grows, see how the run ended.
+const RunEndCustomType = "nexus.subagent.end"
+
+// recordRunEnd appends the run's end to the child's transcript, once there is one.
+func (k *Kind) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord) {
+	if rec.ChildSessionID == "" || rec.Outcome == nil {
+		return // it never started: there is no conversation to write to
+	}
+	// Hold creates a key it does not find: a child destroyed (archived) meanwhile is not
+	// brought back.
+	if sh, err := k.Chats.Show(ctx, rec.ChildSessionKey); err != nil || sh.Entry.SessionID != rec.ChildSessionID {
+		return
+	}
+	h, err := k.Chats.Hold(ctx, rec.ChildSessionKey, conversation.HoldOptions{})
+	if err != nil {
+		k.logger().Warn("subagent run: the child's transcript", "run", rec.RunID, "err", err)
+		return
+	}
+	defer func() { _ = h.Close() }()
+	if h.SessionID != rec.ChildSessionID {
+		return // the conversation was reset since: that session is not the run's
+	}
+	if _, err := h.Writer.AppendCustom(RunEndCustomType, map[string]any{"runId": rec.RunID, "outcome": rec.Outcome, "endedAt": rec.EndedAt}); err != nil {
+		k.logger().Warn("subagent run: the child's transcript", "run", rec.RunID, "err", err)
+	}
 }
 
 // AnnouncePrefix starts every subagent announcement.

@@ -109,6 +109,14 @@ func TestSubagentAnnounce(t *testing.T) {
 	if en.Label != "worker" {
 		t.Fatalf("child label %q, want worker", en.Label)
 	}
+	// The run's record names the child's session, the call and the reply; the child's
+	// transcript ends with the run's end.
+	if r := runs[0]; r.ChildSessionID != en.SessionID || r.ToolCallID != "call_spawn" || r.ParentMessageID != en.ParentMessageID {
+		t.Fatalf("run %+v, child entry %+v", r, en)
+	}
+	if raw, err := f.Raw(f.Leaf()); err != nil || !strings.Contains(string(raw), `"customType":"`+aichat.RunEndCustomType+`"`) || !strings.Contains(string(raw), `"status":"ok"`) {
+		t.Fatalf("the child's last entry: %s %v", raw, err)
+	}
 	pf, err := transcript.Open(parent.File)
 	if err != nil {
 		t.Fatal(err)
