@@ -372,8 +372,10 @@ func (k *Kind) timeoutRun(ctx context.Context, rec chatstore.SubagentRunRecord, 
 		}
 		cancel()
 	}
-	k.endRun(ctx, rec, chatstore.OutcomeTimeout, fmt.Sprintf("no answer within %s; its turn was interrupted", limit), stats)
+	// Closed first: a turn the interrupt did not end must not hold the transcript the run's
+	// end is written to.
 	_, _ = k.Sessions.Close(ctx, sessionID, abi.CloseRequested)
+	k.endRun(ctx, rec, chatstore.OutcomeTimeout, fmt.Sprintf("no answer within %s; its turn was interrupted", limit), stats)
 }
 
 // turnEnd is the first turn-ended event among events.
@@ -445,7 +447,11 @@ func (k *Kind) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord
 	if sh, err := k.Chats.Show(ctx, rec.ChildSessionKey); err != nil || sh.Entry.SessionID != rec.ChildSessionID {
 		return
 	}
-	h, err := k.Chats.Hold(ctx, rec.ChildSessionKey, conversation.HoldOptions{})
+	// Bounded: a writer that never lets go (a turn that did not end) costs this record, not
+	// the announcement after it.
+	hctx, cancel := context.WithTimeout(ctx, runInterruptGrace)
+	defer cancel()
+	h, err := k.Chats.Hold(hctx, rec.ChildSessionKey, conversation.HoldOptions{})
 	if err != nil {
 		k.logger().Warn("subagent run: the child's transcript", "run", rec.RunID, "err", err)
 		return

@@ -334,9 +334,22 @@ func TestSubagentCapsHoldUnderParallelSpawns(t *testing.T) {
 				t.Fatalf("started %d, running %d, limited %d; want %d, %d, %d", started, running, limited, tc.want, tc.want, tc.conversations*tc.each-tc.want)
 			}
 			release()
-			testkit.Eventually(t, "every run ended", func() bool {
+			// A run's end is recorded, then written to its child's transcript and announced:
+			// the test's directories go once the last announcement is stored.
+			testkit.Eventually(t, "every run ended and announced", func() bool {
 				for _, run := range runsOf(t, e) {
-					if run.EndedAt == 0 {
+					if done, err := e.queues.Has(context.Background(), "announce_"+run.RunID); run.EndedAt == 0 || err != nil || !done {
+						return false
+					}
+				}
+				return true
+			})
+			// ... and each parent has taken its announcements and answered the last: no model
+			// call is in flight when the sessions close.
+			testkit.Eventually(t, "the announcements answered", func() bool {
+				for _, run := range runsOf(t, e) {
+					key := run.RequesterSessionKey
+					if q, err := e.queues.Queued(context.Background(), key); err != nil || len(q) > 0 || lastAnswer(e, key) != "got it" {
 						return false
 					}
 				}
