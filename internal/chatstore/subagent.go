@@ -32,6 +32,13 @@ type SubagentRunRecord struct {
 	EndedAt             int64            `json:"endedAt,omitempty"`
 	Outcome             *SubagentOutcome `json:"outcome,omitempty"`
 	ArchiveAtMs         int64            `json:"archiveAtMs,omitempty"`
+	// ChildSessionID is the child conversation's session id (its transcript's), and
+	// ToolCallID and ParentMessageID the sessions_spawn call that started the run and the
+	// requester's reply holding it (none for a run started from the CLI): nexus's additions,
+	// by which the history index links a child to its parent even once it is archived.
+	ChildSessionID  string `json:"childSessionId,omitempty"`
+	ToolCallID      string `json:"toolCallId,omitempty"`
+	ParentMessageID string `json:"parentMessageId,omitempty"`
 
 	Extra map[string]json.RawMessage `json:"-"`
 }
@@ -43,7 +50,7 @@ type SubagentOutcome struct {
 }
 
 var subagentKnown = []string{"runId", "childSessionKey", "requesterSessionKey", "requesterOrigin", "task",
-	"cleanup", "label", "createdAt", "startedAt", "endedAt", "outcome", "archiveAtMs"}
+	"cleanup", "label", "createdAt", "startedAt", "endedAt", "outcome", "archiveAtMs", "childSessionId", "toolCallId", "parentMessageId"}
 
 // MarshalJSON writes the known fields and Extra.
 func (r SubagentRunRecord) MarshalJSON() ([]byte, error) {

@@ -56,6 +56,14 @@ func TestSubagentRegistry(t *testing.T) {
 	if got.Outcome == nil || got.Outcome.Status != OutcomeError || got.EndedAt != 20 || got.Task != rec.Task {
 		t.Errorf("patched = %+v", got)
 	}
+	// nexus's links of a run are fields of their own, not Extra.
+	got, err = g.Patch(ctx, "r1", map[string]any{"childSessionId": "s-child", "toolCallId": "call_1", "parentMessageId": "m-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ChildSessionID != "s-child" || got.ToolCallID != "call_1" || got.ParentMessageID != "m-1" || len(got.Extra) != 1 {
+		t.Errorf("links = %+v", got)
+	}
 	bad := []struct {
 		name  string
 		patch any

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -277,9 +279,12 @@ func (a *app) agentRunsCmd() *cobra.Command {
 	var active, follow bool
 	cmd := &cobra.Command{
 		Use:   "runs [--requester KEY] [--active] [--follow]",
-		Short: "The subagent runs (state/subagents/runs.json): who spawned what, running or how it ended",
-		Long: "The subagent runs, from state/subagents/runs.json. With --follow the command stays, printing each run again\n" +
-			"as it starts and ends (with --format json, one JSON object per line), until interrupted.",
+		Short: "The subagent runs (state/subagents/runs.json) as a tree: who spawned what, running or how it ended",
+		Long: "The subagent runs, from state/subagents/runs.json, as a tree: each conversation that spawned subagents,\n" +
+			"then its runs indented under it, each run's own subagents indented under the run, with the status, label,\n" +
+			"duration and task (with --format json: runs, and tree with the same nodes). With --requester, the\n" +
+			"conversation's runs and their subagents at every depth. With --follow the command stays, printing each run\n" +
+			"again as it starts and ends (with --format json, one JSON object per line), until interrupted.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir := filepath.Join(a.stateDir, "subagents")
@@ -291,21 +296,21 @@ func (a *app) agentRunsCmd() *cobra.Command {
 			if follow {
 				return a.followRuns(cmd.Context(), g, dir, filter, format)
 			}
-			runs, err := g.List(filter)
+			// The tree needs every run: a child's subagents name the child, not requester.
+			runs, err := g.List(chatstore.SubagentFilter{Active: active})
 			if err != nil {
 				return err
 			}
-			return a.print(format, map[string]any{"runs": runs}, func(w io.Writer) error {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, runsHeader)
-				for _, r := range runs {
-					runRow(tw, r)
-				}
-				return tw.Flush()
+			tree := runTree(runs, requester, a.env.Now())
+			if requester != "" {
+				runs = flatten(tree)
+			}
+			return a.print(format, map[string]any{"runs": runs, "tree": tree}, func(w io.Writer) error {
+				return printRunTree(w, tree)
 			})
 		},
 	}
-	cmd.Flags().StringVar(&requester, "requester", "", "only the runs this conversation spawned")
+	cmd.Flags().StringVar(&requester, "requester", "", "only the runs this conversation spawned, and theirs")
 	cmd.Flags().BoolVar(&active, "active", false, "only the runs still going (with --follow: at the start)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stay and print each run as it starts and ends")
 	formatFlag(cmd, &format, formatTable, formatJSON)
@@ -314,12 +319,166 @@ func (a *app) agentRunsCmd() *cobra.Command {
 
 const runsHeader = "RUN\tLABEL\tSTATUS\tREQUESTER\tTASK"
 
-func runRow(w io.Writer, r chatstore.SubagentRunRecord) {
-	status := "running"
-	if r.Outcome != nil {
-		status = string(r.Outcome.Status)
+const treeHeader = "RUN\tLABEL\tSTATUS\tDURATION\tTASK"
+
+// runRoot is a conversation that spawned subagents and is not itself one of the runs shown.
+type runRoot struct {
+	Key      string     `json:"requesterSessionKey"`
+	Children []*runNode `json:"children"`
+}
+
+// runNode is one run of the tree, with the runs its child conversation spawned.
+type runNode struct {
+	RunID           string     `json:"runId"`
+	ChildSessionKey string     `json:"childSessionKey"`
+	Label           string     `json:"label,omitempty"`
+	Status          string     `json:"status"`
+	DurationMs      int64      `json:"durationMs"`
+	Task            string     `json:"task"`
+	Children        []*runNode `json:"children,omitempty"`
+
+	rec chatstore.SubagentRunRecord
+}
+
+func (n *runNode) rows(out [][]string, depth int) [][]string {
+	out = append(out, []string{strings.Repeat("  ", depth) + n.RunID, dash(n.Label), n.Status, runDuration(n.DurationMs), cellText(clip(n.Task, 80))})
+	for _, c := range n.Children {
+		out = c.rows(out, depth+1)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.RunID, dash(r.Label), status, r.RequesterSessionKey, cellText(r.Task))
+	return out
+}
+
+// printRunTree prints each root's key on a line of its own and its runs below it, in
+// columns aligned across the whole table (a tabwriter would align each root's block apart).
+func printRunTree(w io.Writer, tree []*runRoot) error {
+	rows := [][]string{strings.Split(treeHeader, "\t")}
+	for _, root := range tree {
+		rows = append(rows, []string{root.Key})
+		for _, n := range root.Children {
+			rows = n.rows(rows, 1)
+		}
+	}
+	var width [5]int
+	for _, r := range rows {
+		if len(r) > 1 {
+			for i, c := range r {
+				width[i] = max(width[i], len([]rune(c)))
+			}
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", width[i]-len([]rune(c))+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(w, b.String())
+	return err //nolint:wrapcheck // the caller's writer
+}
+
+// runDuration prints a duration to a tenth of a second, past a minute to the second.
+func runDuration(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	if d >= time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+// runStatus is running until the run ends, then its outcome (ok, error, timeout).
+func runStatus(r chatstore.SubagentRunRecord) string {
+	if r.Outcome != nil {
+		return string(r.Outcome.Status)
+	}
+	return "running"
+}
+
+// runTree arranges runs under the conversations that spawned them: a run's children are the
+// runs its child conversation spawned. The roots are the requesters that are no run's child
+// (with only, only that conversation). Runs come in the order they started; a running run's
+// duration is up to now. A cycle in the records (they are files) cannot loop: a run is
+// placed once.
+func runTree(runs []chatstore.SubagentRunRecord, only string, now time.Time) []*runRoot {
+	sorted := slices.Clone(runs)
+	slices.SortStableFunc(sorted, func(a, b chatstore.SubagentRunRecord) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	byRequester := map[string][]chatstore.SubagentRunRecord{}
+	isChild := map[string]bool{}
+	for _, r := range sorted {
+		byRequester[r.RequesterSessionKey] = append(byRequester[r.RequesterSessionKey], r)
+		isChild[r.ChildSessionKey] = true
+	}
+	placed := map[string]bool{}
+	var build func(key string) []*runNode
+	build = func(key string) []*runNode {
+		var out []*runNode
+		for _, r := range byRequester[key] {
+			if placed[r.RunID] {
+				continue
+			}
+			placed[r.RunID] = true
+			start := r.StartedAt
+			if start == 0 {
+				start = r.CreatedAt
+			}
+			end := r.EndedAt
+			if end == 0 {
+				end = now.UnixMilli()
+			}
+			n := &runNode{RunID: r.RunID, ChildSessionKey: r.ChildSessionKey, Label: r.Label, Status: runStatus(r),
+				DurationMs: max(end-start, 0), Task: r.Task, rec: r}
+			n.Children = build(r.ChildSessionKey)
+			out = append(out, n)
+		}
+		return out
+	}
+	var roots []*runRoot
+	if only != "" {
+		if kids := build(only); len(kids) > 0 {
+			roots = append(roots, &runRoot{Key: only, Children: kids})
+		}
+		return roots
+	}
+	for _, r := range sorted {
+		if isChild[r.RequesterSessionKey] {
+			continue // placed under its requester's run
+		}
+		if kids := build(r.RequesterSessionKey); len(kids) > 0 {
+			roots = append(roots, &runRoot{Key: r.RequesterSessionKey, Children: kids})
+		}
+	}
+	// Runs under a requester that is a child of no run placed (a cycle) are roots of their own.
+	for _, r := range sorted {
+		if !placed[r.RunID] {
+			if kids := build(r.RequesterSessionKey); len(kids) > 0 {
+				roots = append(roots, &runRoot{Key: r.RequesterSessionKey, Children: kids})
+			}
+		}
+	}
+	return roots
+}
+
+// flatten is the tree's runs, depth first.
+func flatten(roots []*runRoot) []chatstore.SubagentRunRecord {
+	out := []chatstore.SubagentRunRecord{}
+	var walk func(ns []*runNode)
+	walk = func(ns []*runNode) {
+		for _, n := range ns {
+			out = append(out, n.rec)
+			walk(n.Children)
+		}
+	}
+	for _, r := range roots {
+		walk(r.Children)
+	}
+	return out
+}
+
+func runRow(w io.Writer, r chatstore.SubagentRunRecord) {
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.RunID, dash(r.Label), runStatus(r), r.RequesterSessionKey, cellText(r.Task))
 }
 
 // followRuns prints the runs, then each run again whenever its record changes (it starts,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 
@@ -115,27 +116,55 @@ func (a *app) lastAIChat(ctx context.Context, agentID string) (string, error) {
 func (a *app) aiChatCmd() *cobra.Command {
 	var o aiOpen
 	var id string
+	var keep bool
 	cmd := textOutput(&cobra.Command{
 		Use:   "chat",
 		Short: "Talk with a model: a line REPL over an ai-chat session (Ctrl-C interrupts the reply, Ctrl-D leaves)",
-		Args:  cobra.NoArgs,
+		Long: `Talk with a model: a line REPL over an ai-chat session. Ctrl-C interrupts the reply being
+written; Ctrl-D on an empty line, /exit, /quit or the end of the input leave, as do SIGINT at
+the prompt and SIGTERM at any time.
+
+The session the REPL opens closes when it leaves (the conversation stays: --resume or --chat
+continue it in a new session); --keep leaves it open. A session given with --session-id was
+opened by someone else and is never closed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if id == "" {
-				s, err := a.openAIChat(ctx, o)
-				if err != nil {
-					return err
-				}
-				id = s.SessionID
-				fmt.Fprintf(a.env.Stderr, "nexus: ai-chat %s on %v (%v), chat %v; Ctrl-C interrupts a reply, Ctrl-D leaves\n",
-					id, s.Metadata["backend"], s.Metadata["model"], s.Metadata["chatKey"])
+			// Signals are the REPL's own (aiREPL): the command's context ends at the first
+			// Ctrl-C, which must interrupt a reply, not end the conversation's client.
+			// They are caught from before the session opens, so that none ends the
+			// process between the opening and the REPL's close.
+			ctx := context.WithoutCancel(cmd.Context())
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			if id != "" {
+				return a.aiREPL(ctx, sigs, id)
 			}
-			return a.aiREPL(ctx, id)
+			s, err := a.openAIChat(ctx, o)
+			if err != nil {
+				return err
+			}
+			leave := "closes it"
+			if keep {
+				leave = "leaves it open"
+			}
+			fmt.Fprintf(a.env.Stderr, "nexus: ai-chat %s on %v (%v), chat %v; Ctrl-C interrupts a reply, Ctrl-D leaves and %s\n",
+				s.SessionID, s.Metadata["backend"], s.Metadata["model"], s.Metadata["chatKey"], leave)
+			err = a.aiREPL(ctx, sigs, s.SessionID)
+			if keep {
+				return err
+			}
+			if _, cerr := a.client().Control(ctx, s.SessionID, abi.ControlRequest{Command: abi.CommandClose}); cerr != nil && !gone(cerr) {
+				return errors.Join(err, fmt.Errorf("close ai-chat %s: %w", s.SessionID, cerr))
+			}
+			return err
 		},
 	})
 	a.aiOpenFlags(cmd, &o)
-	cmd.Flags().BoolVar(&o.resume, "resume", false, "continue the agent's most recent conversation")
-	cmd.Flags().StringVar(&id, "session-id", "", "talk in this ai-chat session instead of opening one")
+	cmd.Flags().BoolVar(&o.resume, "resume", false, "continue the agent's most recent conversation (in a new session)")
+	cmd.Flags().StringVar(&id, "session-id", "", "talk in this ai-chat session instead of opening one (it is left open)")
+	cmd.Flags().BoolVar(&keep, "keep", false, "leave the session this command opens open when it exits")
+	cmd.MarkFlagsMutuallyExclusive("keep", "session-id")
 	cmd.AddCommand(a.aiChatOpenCmd())
 	return cmd
 }
@@ -644,18 +673,37 @@ func (a *app) aiControlCmd(cmd *cobra.Command, req func(args []string) abi.Contr
 
 // aiREPL reads messages line by line and prints each reply as it streams. On a terminal the
 // line has editing and history (up and down arrows, x/term's line editor; Ctrl-C clears the
-// line, Ctrl-D on an empty one leaves); during a reply Ctrl-C interrupts it. /history lists the
-// lines sent, /quit leaves, as does the end of the input.
-func (a *app) aiREPL(ctx context.Context, sid string) error {
+// line, Ctrl-D on an empty one leaves); during a reply Ctrl-C (SIGINT) interrupts it. /history
+// lists the lines sent, /quit or /exit leave, as do the end of the input, SIGINT at the prompt
+// and SIGTERM, which arrive on sigs. ctx must not end at a signal: the REPL handles them.
+func (a *app) aiREPL(ctx context.Context, sigs <-chan os.Signal, sid string) error {
 	lr := a.lineReader()
+	defer lr.Restore()
 	var history []string
 	ask := func(c abi.AIConfirmation) (string, error) {
 		line, err := lr.ReadLine(fmt.Sprintf("  answer [%s]: ", strings.Join(c.Options, ", ")))
 		return strings.TrimSpace(line), err
 	}
+	type read struct {
+		line string
+		err  error
+	}
 	for {
-		line, err := lr.ReadLine("> ")
-		text := strings.TrimSpace(line)
+		// The line is read aside, so that a signal at the prompt is seen while the read
+		// blocks (a read of a pipe or a terminal cannot be cancelled; the process leaves).
+		got := make(chan read, 1)
+		go func() {
+			line, err := lr.ReadLine("> ")
+			got <- read{line, err}
+		}()
+		var r read
+		select {
+		case r = <-got:
+		case <-sigs:
+			fmt.Fprintln(a.env.Stderr)
+			return nil
+		}
+		text := strings.TrimSpace(r.line)
 		if text == "/quit" || text == "/exit" {
 			return nil
 		}
@@ -667,9 +715,10 @@ func (a *app) aiREPL(ctx context.Context, sid string) error {
 		}
 		if text != "" {
 			history = append(history, text)
-			sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt)
-			terr := a.aiTurn(sigCtx, ctx, sid, text, "", eventsText, ask)
-			stop()
+			leave, terr := a.aiREPLTurn(ctx, sigs, sid, text, ask)
+			if leave {
+				return nil
+			}
 			if terr != nil {
 				if gone(terr) {
 					return terr
@@ -677,18 +726,51 @@ func (a *app) aiREPL(ctx context.Context, sid string) error {
 				a.warnf("%v", terr)
 			}
 		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
+		if r.err != nil {
+			if errors.Is(r.err, io.EOF) {
 				return nil
 			}
-			return fmt.Errorf("read: %w", err)
+			return fmt.Errorf("read: %w", r.err)
 		}
 	}
+}
+
+// aiREPLTurn runs one message's turn: SIGINT interrupts the reply (which still prints to its
+// end), SIGTERM stops printing and asks the REPL to leave.
+func (a *app) aiREPLTurn(ctx context.Context, sigs <-chan os.Signal, sid, text string, ask func(abi.AIConfirmation) (string, error)) (leave bool, err error) {
+	interrupt, stopInterrupt := context.WithCancel(ctx)
+	defer stopInterrupt()
+	stream, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	done := make(chan struct{})
+	left := make(chan bool, 1)
+	go func() {
+		for {
+			select {
+			case <-done:
+				left <- false
+				return
+			case s := <-sigs:
+				if s == syscall.SIGTERM {
+					stopStream()
+					left <- true
+					return
+				}
+				stopInterrupt()
+			}
+		}
+	}()
+	err = a.aiTurn(interrupt, stream, sid, text, "", eventsText, ask)
+	close(done)
+	return <-left, err
 }
 
 // lineReader reads the REPL's lines.
 type lineReader interface {
 	ReadLine(prompt string) (string, error)
+	// Restore gives the terminal back its mode, even while a ReadLine still blocks (the REPL
+	// leaves at a signal without waiting for the line).
+	Restore()
 }
 
 // lineReader is x/term's line editor when stdin and stderr are terminals, else plain lines.
@@ -710,6 +792,8 @@ type plainLines struct {
 	prompt bool
 }
 
+func (p *plainLines) Restore() {}
+
 func (p *plainLines) ReadLine(prompt string) (string, error) {
 	if p.prompt {
 		fmt.Fprint(p.w, prompt)
@@ -723,6 +807,18 @@ func (p *plainLines) ReadLine(prompt string) (string, error) {
 type ttyLines struct {
 	fd int
 	t  *term.Terminal
+
+	mu  sync.Mutex
+	raw *term.State // the mode to restore while a line is read
+}
+
+func (l *ttyLines) Restore() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.raw != nil {
+		_ = term.Restore(l.fd, l.raw)
+		l.raw = nil
+	}
 }
 
 func (l *ttyLines) ReadLine(prompt string) (string, error) {
@@ -730,7 +826,10 @@ func (l *ttyLines) ReadLine(prompt string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("terminal: %w", err)
 	}
-	defer func() { _ = term.Restore(l.fd, st) }()
+	l.mu.Lock()
+	l.raw = st
+	l.mu.Unlock()
+	defer l.Restore()
 	l.t.SetPrompt(prompt)
 	line, err := l.t.ReadLine()
 	if err != nil {

@@ -595,8 +595,8 @@ var statements = map[string]string{
 		ON CONFLICT (path) DO UPDATE SET source = excluded.source, size = excluded.size, mtime_ns = excluded.mtime_ns,
 			inode = excluded.inode, error = excluded.error, deleted = 0, synced = excluded.synced`,
 	"session": `INSERT INTO sessions (source, sid, path, project, model, created, updated, title,
-			parent_session, parent_message, tool_call_id, is_subagent, fork_origin, cumulative, gen)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			parent_session, parent_message, tool_call_id, is_subagent, fork_origin, cumulative, gen, task_status)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (source, sid) DO UPDATE SET
 			path = excluded.path,
 			project = coalesce(nullif(excluded.project, ''), project),
@@ -609,6 +609,7 @@ var statements = map[string]string{
 			tool_call_id = coalesce(nullif(excluded.tool_call_id, ''), tool_call_id),
 			is_subagent = max(is_subagent, excluded.is_subagent),
 			fork_origin = coalesce(nullif(excluded.fork_origin, ''), fork_origin),
+			task_status = coalesce(nullif(excluded.task_status, ''), task_status),
 			cumulative = max(cumulative, excluded.cumulative),
 			deleted = 0, gen = excluded.gen
 		RETURNING id, message_count, turn_count`,
@@ -765,7 +766,9 @@ func (w *writer) finish(ctx context.Context) error {
 }
 
 // linkSubagents fills a subagent session's task, status and parent from the call that
-// started it, in whichever order the two were read.
+// started it, in whichever order the two were read. A status the subagent's own records gave
+// (Session.TaskStatus) stands when only the subagent was read again: it is newer than the
+// call's, which a nexus parent's transcript does not repeat.
 func (w *writer) linkSubagents(ctx context.Context) error {
 	if w.linked {
 		return nil
@@ -773,7 +776,7 @@ func (w *writer) linkSubagents(ctx context.Context) error {
 	_, err := w.tx.ExecContext(ctx, `UPDATE sessions SET
 			task = coalesce(CASE WHEN json_valid(tc.params) THEN coalesce(json_extract(tc.params, '$.description'),
 				json_extract(tc.params, '$.task'), json_extract(tc.params, '$.message'), json_extract(tc.params, '$.prompt')) END, sessions.task),
-			task_status = tc.status,
+			task_status = CASE WHEN tc.gen <> ?1 AND sessions.task_status <> '' THEN sessions.task_status ELSE tc.status END,
 			tool_call_id = coalesce(nullif(sessions.tool_call_id, ''), tc.cid),
 			parent_session = coalesce(nullif(sessions.parent_session, ''), p.sid),
 			parent_message = coalesce(nullif(sessions.parent_message, ''), tc.mid),
@@ -1018,7 +1021,7 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	var msgCount, turnBase int
 	if err := ss.QueryRowContext(ctx, j.src.Name(), s.ID, j.path, s.Project, s.Model, ms(s.Created), ms(s.Updated),
 		s.Title, s.ParentSession, s.ParentMessage, s.ToolCallID, s.IsSubagent, s.ForkOrigin,
-		res.UsageCumulative, w.gen).Scan(&sessID, &msgCount, &turnBase); err != nil {
+		res.UsageCumulative, w.gen, s.TaskStatus).Scan(&sessID, &msgCount, &turnBase); err != nil {
 		return fmt.Errorf("index: session: %w", err)
 	}
 	sum.Sessions++

@@ -59,6 +59,7 @@ type storeEntry struct {
 	ParentMessageID     string `json:"parentMessageId"`
 	ToolCallID          string `json:"toolCallId"`
 	IsSubagent          bool   `json:"isSubagent"`
+	TaskStatus          string `json:"taskStatus"`
 	ForkedFromSessionID string `json:"forkedFromSessionId"`
 	Project             string `json:"project"`
 }

@@ -41,6 +41,9 @@ type Session struct {
 	ParentMessage string
 	ToolCallID    string
 	IsSubagent    bool
+	// TaskStatus is a subagent's status as its own records say (nexus: its run's, pending
+	// while it runs, then ok, error or timeout); "" leaves it to the call that started it.
+	TaskStatus string
 	// ForkOrigin is the session (or file) this one was forked from.
 	ForkOrigin string
 }

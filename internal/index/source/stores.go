@@ -18,6 +18,8 @@ import (
 type stores struct {
 	mu sync.Mutex
 	m  map[string]*storeFile
+	// runs is nexus's state/subagents/runs.json, decoded the same way (nexus.go).
+	runs map[string]*runsFile
 }
 
 func newStores() *stores { return &stores{m: map[string]*storeFile{}} }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -36,7 +38,16 @@ type SubagentLimits struct {
 	// announcement is stopped after 30 runs instead of running until its budget is gone.
 	MaxRuns int
 	Window  time.Duration
+	// RunTimeout is how long a run may take, from its start to its child's answer (default
+	// 1 hour: a run does real work, builds and test suites of minutes each, while a child
+	// that never answers, a hung model or an unanswered confirmation, still ends). Past it
+	// the child's turn is interrupted and the run ends as timeout, announced to the parent.
+	RunTimeout time.Duration
 }
+
+// runInterruptGrace is how long a timed-out run waits for its interrupted turn to end before
+// it closes the child's session anyway.
+const runInterruptGrace = 30 * time.Second
 
 func (l SubagentLimits) withDefaults() SubagentLimits {
 	if l.MaxDepth <= 0 {
@@ -53,6 +64,9 @@ func (l SubagentLimits) withDefaults() SubagentLimits {
 	}
 	if l.Window <= 0 {
 		l.Window = 10 * time.Minute
+	}
+	if l.RunTimeout <= 0 {
+		l.RunTimeout = time.Hour
 	}
 	return l
 }
@@ -143,6 +157,38 @@ func (spawnTool) Spec() tools.Spec {
 
 func ptrInt(n int) *int { return &n }
 
+// replyKey carries the transcript entry id of the assistant message whose tool calls run
+// (set by the turn as each reply is recorded), for sessions_spawn's parentMessageId.
+type replyKey struct{}
+
+type replyRef struct {
+	mu sync.Mutex
+	id string
+}
+
+func withReplyRef(ctx context.Context) (context.Context, *replyRef) {
+	r := &replyRef{}
+	return context.WithValue(ctx, replyKey{}, r), r
+}
+
+func (r *replyRef) set(id string) {
+	r.mu.Lock()
+	r.id = id
+	r.mu.Unlock()
+}
+
+// replyOf is the entry id of the reply whose calls run in ctx, "" outside a turn (a spawn
+// from the CLI).
+func replyOf(ctx context.Context) string {
+	r, _ := ctx.Value(replyKey{}).(*replyRef)
+	if r == nil {
+		return ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id
+}
+
 func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, error) {
 	var a spawnArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
@@ -196,8 +242,10 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	runID := uuid.NewString()
 	childKey := "agent:" + agentID + ":subagent:" + runID
 	now := k.now()
+	parentMessage := replyOf(ctx)
 	rec := chatstore.SubagentRunRecord{RunID: runID, ChildSessionKey: childKey, RequesterSessionKey: c.key, Task: a.Task,
-		Cleanup: cleanup, Label: a.Label, CreatedAt: now.UnixMilli(), StartedAt: now.UnixMilli()}
+		Cleanup: cleanup, Label: a.Label, CreatedAt: now.UnixMilli(), StartedAt: now.UnixMilli(),
+		ToolCallID: callID, ParentMessageID: parentMessage}
 	rawPowers, err := json.Marshal(powers)
 	if err != nil {
 		return nil, fmt.Errorf("subagents: %w", err)
@@ -212,14 +260,28 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		k.endRun(context.WithoutCancel(ctx), rec, chatstore.OutcomeError, "could not start: "+err.Error(), "")
 		return nil, fmt.Errorf("the subagent could not start: %w", err)
 	}
-	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: map[string]any{
-		"spawnedBy": c.key, "parentSessionId": c.chatSession, "toolCallId": callID, "taskDescription": a.Task,
-		"taskStatus": "running", "isSubagent": true, "label": "", "project": c.workspace, "isAgentic": true,
-		PowersField: powers,
-	}})
+	fields := map[string]any{
+		"spawnedBy": c.key, "parentSessionId": c.chatSession, "parentMessageId": parentMessage, "toolCallId": callID,
+		"taskDescription": a.Task, "taskStatus": "running", "isSubagent": true, "label": a.Label, "project": c.workspace,
+		"isAgentic": true, PowersField: powers,
+	}
+	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: fields})
+	if err != nil && a.Label != "" && errors.Is(err, chatstore.ErrLabelConflict) {
+		// A label names one conversation of the store: another run's "worker" keeps its
+		// own, this one gets the label with its run's id.
+		fields["label"] = a.Label + "#" + runID[:8]
+		h, err = k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: fields})
+	}
 	if err != nil {
 		return fail(err)
 	}
+	childSession := h.SessionID
+	patched, err := k.Runs.Patch(ctx, runID, map[string]any{"childSessionId": childSession})
+	if err != nil {
+		_ = h.Close()
+		return fail(err)
+	}
+	rec = patched
 	if err := h.Close(); err != nil {
 		return fail(err)
 	}
@@ -234,31 +296,41 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	}
 	c.sink.Publish(abi.EventData, abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: runID, ChildSessionKey: childKey, SessionID: s.SessionID, Label: a.Label, Task: a.Task})
 	go k.watchRun(context.WithoutCancel(ctx), rec, s.SessionID)
-	return map[string]any{"runId": runID, "childSessionKey": childKey, "sessionId": s.SessionID, "status": "started",
+	return map[string]any{"runId": runID, "childSessionKey": childKey, "childSessionId": childSession, "sessionId": s.SessionID, "status": "started",
 		"note": "the subagent works in the background; its result will arrive here as a message"}, nil
 }
 
 // watchRun waits for the child's turn to end, then announces its result to the requester
-// and closes the child's session.
+// and closes the child's session. A run past the limits' RunTimeout has its turn interrupted
+// and ends as timeout.
 // ctx outlives the spawning call (the run goes on after the tool returned).
 func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string) {
+	limit := k.Subagents.withDefaults().RunTimeout
+	reading, stop := context.WithCancel(ctx)
+	defer stop()
+	var late atomic.Bool
+	timer := time.AfterFunc(limit, func() {
+		late.Store(true)
+		stop()
+	})
+	defer timer.Stop()
 	var after uint64
 	for {
-		b, err := k.Sessions.Read(ctx, sessionID, after, 0, time.Minute)
+		b, err := k.Sessions.Read(reading, sessionID, after, 0, time.Minute)
+		if err != nil && late.Load() && ctx.Err() == nil {
+			k.timeoutRun(ctx, rec, sessionID, after, limit)
+			return
+		}
 		if err != nil {
 			k.endRun(ctx, rec, chatstore.OutcomeError, "the subagent's session: "+err.Error(), "")
 			return
 		}
-		for _, e := range b.Events {
-			p, ok := e.Payload.(abi.AITurn)
-			if !ok || p.Phase != abi.PhaseEnded {
-				continue
-			}
+		if end, ok := turnEnd(b.Events); ok {
 			outcome, why := chatstore.OutcomeOK, ""
-			if p.End != abi.TurnCompleted {
-				outcome, why = chatstore.OutcomeError, strings.TrimSpace(p.End+" "+p.Reason)
+			if end.End != abi.TurnCompleted {
+				outcome, why = chatstore.OutcomeError, strings.TrimSpace(end.End+" "+end.Reason)
 			}
-			k.endRun(ctx, rec, outcome, why, fmt.Sprintf("%d model calls, %d tokens", p.Iterations, usageTotal(p.Usage)))
+			k.endRun(ctx, rec, outcome, why, runStats(end))
 			_, _ = k.Sessions.Close(ctx, sessionID, abi.CloseRequested)
 			return
 		}
@@ -268,6 +340,65 @@ func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, se
 		}
 		after = b.Next
 	}
+}
+
+// timeoutRun ends a run past its time: the child's turn is interrupted (what it said so far
+// is kept, and announced), the run recorded as timeout, and its session closed.
+func (k *Kind) timeoutRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string, after uint64, limit time.Duration) {
+	k.logger().Info("subagent run timed out", "run", rec.RunID, "limit", limit)
+	stats := ""
+	if _, err := k.Sessions.Control(ctx, sessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err == nil {
+		// The interrupted turn ends at once (an interrupt answers every call); a child that
+		// does not is closed below all the same.
+		wait, cancel := context.WithTimeout(ctx, runInterruptGrace)
+		for wait.Err() == nil {
+			b, err := k.Sessions.Read(wait, sessionID, after, 0, runInterruptGrace)
+			if err != nil {
+				break
+			}
+			if end, ok := turnEnd(b.Events); ok {
+				stats = runStats(end)
+				break
+			}
+			if b.Done {
+				break
+			}
+			if turnStarted(b.Events) {
+				// The task's turn started after the interrupt (the run timed out before it
+				// began): that one is interrupted too.
+				_, _ = k.Sessions.Control(ctx, sessionID, abi.ControlRequest{Command: abi.CommandInterrupt})
+			}
+			after = b.Next
+		}
+		cancel()
+	}
+	// Closed first: a turn the interrupt did not end must not hold the transcript the run's
+	// end is written to.
+	_, _ = k.Sessions.Close(ctx, sessionID, abi.CloseRequested)
+	k.endRun(ctx, rec, chatstore.OutcomeTimeout, fmt.Sprintf("no answer within %s; its turn was interrupted", limit), stats)
+}
+
+// turnEnd is the first turn-ended event among events.
+func turnEnd(events []*live.Event) (abi.AITurn, bool) {
+	for _, e := range events {
+		if p, ok := e.Payload.(abi.AITurn); ok && p.Phase == abi.PhaseEnded {
+			return p, true
+		}
+	}
+	return abi.AITurn{}, false
+}
+
+func turnStarted(events []*live.Event) bool {
+	for _, e := range events {
+		if p, ok := e.Payload.(abi.AITurn); ok && p.Phase == abi.PhaseStarted {
+			return true
+		}
+	}
+	return false
+}
+
+func runStats(end abi.AITurn) string {
+	return fmt.Sprintf("%d model calls, %d tokens", end.Iterations, usageTotal(end.Usage))
 }
 
 func usageTotal(u *abi.AIUsage) int {
@@ -296,8 +427,42 @@ func (k *Kind) endRun(ctx context.Context, rec chatstore.SubagentRunRecord, outc
 		if err := k.Chats.SetTaskStatus(ctx, rec.ChildSessionKey, status); err != nil {
 			k.logger().Warn("subagent run: the child's task status", "run", rec.RunID, "err", err)
 		}
+		k.recordRunEnd(ctx, rec)
 	}
 	k.announce(ctx, rec, stats)
+}
+
+// RunEndCustomType is the custom entry that ends a subagent's transcript with its run's
+// outcome (after sessions.json and runs.json say it): a reader of the file alone, and the
+// history index, which reads a file again when it grows, see how the run ended.
+const RunEndCustomType = "nexus.subagent.end"
+
+// recordRunEnd appends the run's end to the child's transcript, once there is one.
+func (k *Kind) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord) {
+	if rec.ChildSessionID == "" || rec.Outcome == nil {
+		return // it never started: there is no conversation to write to
+	}
+	// Hold creates a key it does not find: a child destroyed (archived) meanwhile is not
+	// brought back.
+	if sh, err := k.Chats.Show(ctx, rec.ChildSessionKey); err != nil || sh.Entry.SessionID != rec.ChildSessionID {
+		return
+	}
+	// Bounded: a writer that never lets go (a turn that did not end) costs this record, not
+	// the announcement after it.
+	hctx, cancel := context.WithTimeout(ctx, runInterruptGrace)
+	defer cancel()
+	h, err := k.Chats.Hold(hctx, rec.ChildSessionKey, conversation.HoldOptions{})
+	if err != nil {
+		k.logger().Warn("subagent run: the child's transcript", "run", rec.RunID, "err", err)
+		return
+	}
+	defer func() { _ = h.Close() }()
+	if h.SessionID != rec.ChildSessionID {
+		return // the conversation was reset since: that session is not the run's
+	}
+	if _, err := h.Writer.AppendCustom(RunEndCustomType, map[string]any{"runId": rec.RunID, "outcome": rec.Outcome, "endedAt": rec.EndedAt}); err != nil {
+		k.logger().Warn("subagent run: the child's transcript", "run", rec.RunID, "err", err)
+	}
 }
 
 // AnnouncePrefix starts every subagent announcement.
@@ -311,7 +476,11 @@ func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, st
 		return
 	}
 	status := "completed"
-	if rec.Outcome != nil && rec.Outcome.Status != chatstore.OutcomeOK {
+	switch {
+	case rec.Outcome == nil || rec.Outcome.Status == chatstore.OutcomeOK:
+	case rec.Outcome.Status == chatstore.OutcomeTimeout:
+		status = "timed out: " + rec.Outcome.Error
+	default:
 		status = "failed: " + rec.Outcome.Error
 	}
 	answer := k.lastAnswer(ctx, rec.ChildSessionKey)

@@ -105,6 +105,30 @@ func TestSubagentAnnounce(t *testing.T) {
 	if f.Header.ParentSession != parent.File {
 		t.Fatalf("child header parentSession %q, want %q", f.Header.ParentSession, parent.File)
 	}
+	// parentMessageId names the parent's reply that holds the call, and the label is the run's.
+	if en.Label != "worker" {
+		t.Fatalf("child label %q, want worker", en.Label)
+	}
+	// The run's record names the child's session, the call and the reply; the child's
+	// transcript ends with the run's end.
+	if r := runs[0]; r.ChildSessionID != en.SessionID || r.ToolCallID != "call_spawn" || r.ParentMessageID != en.ParentMessageID {
+		t.Fatalf("run %+v, child entry %+v", r, en)
+	}
+	if raw, err := f.Raw(f.Leaf()); err != nil || !strings.Contains(string(raw), `"customType":"`+aichat.RunEndCustomType+`"`) || !strings.Contains(string(raw), `"status":"ok"`) {
+		t.Fatalf("the child's last entry: %s %v", raw, err)
+	}
+	pf, err := transcript.Open(parent.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pf.Close() }()
+	pe := pf.Entry(en.ParentMessageID)
+	if en.ParentMessageID == "" || pe == nil {
+		t.Fatalf("child parentMessageId %q names no entry of the parent", en.ParentMessageID)
+	}
+	if raw, err := pf.Raw(pe); err != nil || !strings.Contains(string(raw), `"role":"assistant"`) || !strings.Contains(string(raw), `"id":"call_spawn"`) {
+		t.Fatalf("the parent's entry %s is not the reply with the call: %s %v", en.ParentMessageID, raw, err)
+	}
 	// The child's session closed once it had answered.
 	got, err := r.List(context.Background(), false)
 	if err != nil || len(got) != 1 {
@@ -310,9 +334,22 @@ func TestSubagentCapsHoldUnderParallelSpawns(t *testing.T) {
 				t.Fatalf("started %d, running %d, limited %d; want %d, %d, %d", started, running, limited, tc.want, tc.want, tc.conversations*tc.each-tc.want)
 			}
 			release()
-			testkit.Eventually(t, "every run ended", func() bool {
+			// A run's end is recorded, then written to its child's transcript and announced:
+			// the test's directories go once the last announcement is stored.
+			testkit.Eventually(t, "every run ended and announced", func() bool {
 				for _, run := range runsOf(t, e) {
-					if run.EndedAt == 0 {
+					if done, err := e.queues.Has(context.Background(), "announce_"+run.RunID); run.EndedAt == 0 || err != nil || !done {
+						return false
+					}
+				}
+				return true
+			})
+			// ... and each parent has taken its announcements and answered the last: no model
+			// call is in flight when the sessions close.
+			testkit.Eventually(t, "the announcements answered", func() bool {
+				for _, run := range runsOf(t, e) {
+					key := run.RequesterSessionKey
+					if q, err := e.queues.Queued(context.Background(), key); err != nil || len(q) > 0 || lastAnswer(e, key) != "got it" {
 						return false
 					}
 				}
@@ -607,4 +644,80 @@ func TestSubagentLevelIsTheStricter(t *testing.T) {
 	if got := string(sh.Entry.Extra[aichat.OptionsField]); !strings.Contains(got, `"level":"sandboxed"`) {
 		t.Fatalf("the child ran with %s", got)
 	}
+}
+
+// TestSubagentLabels: the run's label is the child's sessions.json label; a second run with
+// the same label (a label names one conversation of the store) gets it with its run's id.
+func TestSubagentLabels(t *testing.T) {
+	e := newEnv(t, manager).withBroker(t)
+	r := e.gateway(t)
+	key := "agent:main:test:labels"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	for _, task := range []string{"delegate keep - first", "delegate keep - second"} {
+		send(t, r, s.SessionID, task)
+		w.turnEnded(t)
+		w.turnEnded(t) // the announcement's turn
+	}
+	runs := runsOf(t, e)
+	if len(runs) != 2 {
+		t.Fatalf("runs %+v", runs)
+	}
+	labels := map[string]bool{}
+	for _, run := range runs {
+		sh, err := e.chats.Show(context.Background(), run.ChildSessionKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels[sh.Entry.Label] = true
+		if want := "worker#" + run.RunID[:8]; sh.Entry.Label != "worker" && sh.Entry.Label != want {
+			t.Fatalf("child %s label %q, want worker or %s", run.ChildSessionKey, sh.Entry.Label, want)
+		}
+	}
+	if len(labels) != 2 || !labels["worker"] {
+		t.Fatalf("labels %v", labels)
+	}
+}
+
+// TestSubagentRunTimeout: a child whose model never answers is interrupted at the run's
+// timeout; the run ends as timeout, the parent is told in an announcement, and the child's
+// session is closed.
+func TestSubagentRunTimeout(t *testing.T) {
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.lastUser() == "never answers" {
+			w.hang("thinking")
+			return
+		}
+		manager(req, w)
+	}).withBroker(t)
+	e.limits = aichat.SubagentLimits{RunTimeout: 50 * time.Millisecond}
+	r := e.gateway(t)
+	key := "agent:main:test:timeout"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "delegate keep - never answers")
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted { // the announcement's turn
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	if users := userTexts(t, e, key); !strings.Contains(users, "[subagent worker timed out: no answer within 50ms; its turn was interrupted] task: never answers") {
+		t.Fatalf("the parent's messages: %q", users)
+	}
+	runs := runsOf(t, e)
+	if len(runs) != 1 || runs[0].EndedAt == 0 || runs[0].Outcome == nil || runs[0].Outcome.Status != chatstore.OutcomeTimeout {
+		t.Fatalf("runs %+v", runs)
+	}
+	sh, err := e.chats.Show(context.Background(), runs[0].ChildSessionKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh.Entry.TaskStatus != "failed" {
+		t.Fatalf("child taskStatus %q", sh.Entry.TaskStatus)
+	}
+	testkit.Eventually(t, "the child's session closed", func() bool {
+		got, err := r.List(context.Background(), false)
+		return err == nil && len(got) == 1
+	})
 }

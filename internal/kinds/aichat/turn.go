@@ -161,6 +161,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	c.mu.Unlock()
 	ts := &agent.Toolset{Registry: c.reg, Allowances: c.allow, Confirm: c.confirm}
 	em := &emitter{c: c, run: run.ID}
+	ctx, reply := withReplyRef(ctx)
 	req := provider.Request{Model: c.backend.Model, System: system, Messages: msgs, Thinking: c.thinking, Temperature: c.temperature}
 	opts := agent.Options{
 		MaxIterations:    c.maxIter,
@@ -176,8 +177,12 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 			}
 		},
 		Append: func(m provider.Message) error {
-			if _, err := w.AppendMessage(m); err != nil {
+			id, err := w.AppendMessage(m)
+			if err != nil {
 				return fmt.Errorf("record a message: %w", err)
+			}
+			if m.Role == provider.RoleAssistant {
+				reply.set(id) // the reply's calls run next (sessions_spawn names it)
 			}
 			c.logs.message(m)
 			return nil
