@@ -99,6 +99,38 @@ type Config struct {
 	// timeouts, ...) for every agent that does not set them.
 	Defaults   profile.Policy `json:"defaults,omitzero" toml:"defaults"`
 	Compaction Compaction     `json:"compaction" toml:"compaction"`
+	Subagents  Subagents      `json:"subagents" toml:"subagents"`
+}
+
+// Subagents is the [subagents] section: the gateway's limits on sessions_spawn (docs/ai-chat.md,
+// Subagents). Zero keeps the built-in default.
+type Subagents struct {
+	MaxDepth    int `json:"maxDepth,omitempty" toml:"max_depth"`
+	MaxChildren int `json:"maxChildren,omitempty" toml:"max_children"`
+	MaxRunning  int `json:"maxRunning,omitempty" toml:"max_running"`
+	MaxRuns     int `json:"maxRuns,omitempty" toml:"max_runs"`
+	// Window and RunTimeout are Go durations ("10m", "2h").
+	Window     string `json:"window,omitempty" toml:"window"`
+	RunTimeout string `json:"runTimeout,omitempty" toml:"run_timeout"`
+}
+
+// Durations are Window and RunTimeout parsed (zero where unset).
+func (s Subagents) Durations() (window, runTimeout time.Duration, err error) {
+	parse := func(key, v string) (time.Duration, error) {
+		if v == "" {
+			return 0, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, abi.Errorf(abi.CodeInvalidArgument, "", "subagents: %s = %q: want a positive duration such as 10m or 2h", key, v)
+		}
+		return d, nil
+	}
+	if window, err = parse("window", s.Window); err != nil {
+		return 0, 0, err
+	}
+	runTimeout, err = parse("run_timeout", s.RunTimeout)
+	return window, runTimeout, err
 }
 
 // Compaction is the [compaction] section: what ai-chat does before a threshold compaction
@@ -212,6 +244,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		MCPServers map[string]MCPServer   `toml:"mcp_servers"`
 		Defaults   profile.Policy         `toml:"defaults"`
 		Compaction Compaction             `toml:"compaction"`
+		Subagents  Subagents              `toml:"subagents"`
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -229,6 +262,10 @@ func ParseConfig(data []byte) (*Config, error) {
 				if len(k) > 0 && k[0] == "defaults" {
 					row, _ := e.Position()
 					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [defaults] (known: level, disabled_tools, allowed_paths, blocked_paths, allowed_targets, allow_hard_links, max_timeout, confirm_timeout, max_concurrent_tools, progress_interval, and [defaults.tools.NAME] timeout, allowed_paths)", strings.Join(k, "."), row)
+				}
+				if len(k) > 0 && k[0] == "subagents" {
+					row, _ := e.Position()
+					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [subagents] (known: max_depth, max_children, max_running, max_runs, window, run_timeout)", strings.Join(k, "."), row)
 				}
 				if len(k) > 0 && k[0] == "compaction" {
 					row, _ := e.Position()
@@ -310,6 +347,13 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "compaction: min_reserve_tokens must not be negative")
 	}
 	cfg.Compaction = doc.Compaction
+	if s := doc.Subagents; s.MaxDepth < 0 || s.MaxChildren < 0 || s.MaxRunning < 0 || s.MaxRuns < 0 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "subagents: limits must not be negative")
+	}
+	if _, _, err := doc.Subagents.Durations(); err != nil {
+		return nil, err
+	}
+	cfg.Subagents = doc.Subagents
 	return cfg, nil
 }
 

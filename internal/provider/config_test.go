@@ -111,6 +111,9 @@ func TestConfigErrors(t *testing.T) {
 		{"wrong type", "[backends.claude]\nmax_tokens = \"" + testKey + "\"\n", "line 2"},
 		{"unknown compaction key", "[compaction]\nmemory_flush = true\nreserve = 3\n", "compaction.reserve (line 3)"},
 		{"negative reserve", "[compaction]\nmin_reserve_tokens = -1\n", "min_reserve_tokens"},
+		{"unknown subagents key", "[subagents]\nmax_children = 2\nmax_kids = 3\n", "subagents.max_kids (line 3)"},
+		{"subagents run timeout", "[subagents]\nrun_timeout = \"soon\"\n", "run_timeout"},
+		{"negative subagent limit", "[subagents]\nmax_running = -1\n", "must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

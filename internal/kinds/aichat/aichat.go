@@ -201,6 +201,7 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	}
 	close(c.idle)
 	c.compaction = cfg.Compaction
+	c.subagents = cfg.Subagents
 	c.base, c.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if k.Logs != nil {
 		c.logs, err = openLogs(filepath.Join(k.StateDir, "logs", sink.SessionID()), *k.Logs, k.now)
@@ -455,6 +456,8 @@ type chat struct {
 	// nothing to cut and said so (once, until one compacts again). Used by the running
 	// activity only.
 	compaction   provider.Compaction
+	// subagents is config.toml's [subagents]: the limits the kind's own do not set.
+	subagents provider.Subagents
 	nothingToCut bool
 }
 

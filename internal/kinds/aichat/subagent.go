@@ -49,6 +49,28 @@ type SubagentLimits struct {
 // it closes the child's session anyway.
 const runInterruptGrace = 30 * time.Second
 
+// limits are the kind's own limits, config.toml's [subagents] where the kind sets none, then
+// the defaults.
+func (k *Kind) limits(cfg provider.Subagents) SubagentLimits {
+	l := k.Subagents
+	window, runTimeout, _ := cfg.Durations() // checked when config.toml was read
+	for _, f := range []struct {
+		dst *int
+		v   int
+	}{{&l.MaxDepth, cfg.MaxDepth}, {&l.MaxChildren, cfg.MaxChildren}, {&l.MaxRunning, cfg.MaxRunning}, {&l.MaxRuns, cfg.MaxRuns}} {
+		if *f.dst <= 0 {
+			*f.dst = f.v
+		}
+	}
+	if l.Window <= 0 {
+		l.Window = window
+	}
+	if l.RunTimeout <= 0 {
+		l.RunTimeout = runTimeout
+	}
+	return l.withDefaults()
+}
+
 func (l SubagentLimits) withDefaults() SubagentLimits {
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = 3
@@ -207,7 +229,7 @@ func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, 
 // starts it.
 func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[string]any, error) {
 	k := c.k
-	lim := k.Subagents.withDefaults()
+	lim := k.limits(c.subagents)
 	if k.Sessions == nil || k.Runs == nil || k.Broker == nil {
 		return nil, errors.New("subagents are not available in this gateway")
 	}
@@ -295,7 +317,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		return fail(err)
 	}
 	c.sink.Publish(abi.EventData, abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: runID, ChildSessionKey: childKey, SessionID: s.SessionID, Label: a.Label, Task: a.Task})
-	go k.watchRun(context.WithoutCancel(ctx), rec, s.SessionID)
+	go k.watchRun(context.WithoutCancel(ctx), rec, s.SessionID, lim.RunTimeout)
 	return map[string]any{"runId": runID, "childSessionKey": childKey, "childSessionId": childSession, "sessionId": s.SessionID, "status": "started",
 		"note": "the subagent works in the background; its result will arrive here as a message"}, nil
 }
@@ -304,8 +326,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 // and closes the child's session. A run past the limits' RunTimeout has its turn interrupted
 // and ends as timeout.
 // ctx outlives the spawning call (the run goes on after the tool returned).
-func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string) {
-	limit := k.Subagents.withDefaults().RunTimeout
+func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string, limit time.Duration) {
 	reading, stop := context.WithCancel(ctx)
 	defer stop()
 	var late atomic.Bool

@@ -286,12 +286,14 @@ func TestSubagentCapsHoldUnderParallelSpawns(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		limits        aichat.SubagentLimits
+		config        string // config.toml's [subagents], for the limits the kind does not set
 		conversations int
 		each          int
 		want          int
 	}{
-		{"per conversation", aichat.SubagentLimits{MaxChildren: 5}, 1, 12, 5},
-		{"gateway", aichat.SubagentLimits{MaxChildren: 10, MaxRunning: 16}, 3, 10, 16},
+		{"per conversation", aichat.SubagentLimits{MaxChildren: 5}, "", 1, 12, 5},
+		{"gateway", aichat.SubagentLimits{MaxChildren: 10, MaxRunning: 16}, "", 3, 10, 16},
+		{"config.toml", aichat.SubagentLimits{}, "\n[subagents]\nmax_children = 3\n", 1, 8, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hold := make(chan struct{})
@@ -299,6 +301,7 @@ func TestSubagentCapsHoldUnderParallelSpawns(t *testing.T) {
 			t.Cleanup(release)
 			e := newEnv(t, fanOut(hold)).withBroker(t)
 			e.limits = tc.limits
+			e.extra = tc.config
 			r := e.gateway(t)
 			var keys []string
 			var ws []*watcher
