@@ -455,9 +455,9 @@ type chat struct {
 	// compaction is config.toml's [compaction]; nothingToCut: a threshold compaction found
 	// nothing to cut and said so (once, until one compacts again). Used by the running
 	// activity only.
-	compaction   provider.Compaction
+	compaction provider.Compaction
 	// subagents is config.toml's [subagents]: the limits the kind's own do not set.
-	subagents provider.Subagents
+	subagents    provider.Subagents
 	nothingToCut bool
 }
 
