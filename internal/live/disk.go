@@ -101,6 +101,12 @@ type DiskStore struct {
 	parentDirty bool
 	closed      bool
 
+	// recent is the finished log read last, decoded: a reader paging through a closed
+	// session's events reads its files once, not once a page, and the store holds the events
+	// of one finished session at most, however many it keeps (see diskLog.cold).
+	recentMu sync.Mutex
+	recent   *coldEvents
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -290,6 +296,7 @@ func (s *DiskStore) Remove(_ context.Context, id string) error {
 	s.mu.Unlock()
 	if l != nil {
 		l.release()
+		s.forgetRecent(l)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove session %s: %w", id, err)
@@ -340,8 +347,13 @@ func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
 		return Restored{}, fmt.Errorf("record names session %q", rec.SessionID)
 	}
 	l := &diskLog{store: s, id: id, dir: dir, mem: NewMemoryLog(limits), limits: limits}
-	if err := l.load(s.boot); err != nil {
+	if err := l.load(s.boot, false); err != nil {
 		return Restored{}, err
+	}
+	if rec.Status.Final() {
+		// Nothing will be appended: its events stay on disk until someone reads them, so a
+		// gateway's memory does not grow with the closed sessions it keeps.
+		l.goCold()
 	}
 	s.mu.Lock()
 	s.logs[id] = l
@@ -378,6 +390,11 @@ type diskLog struct {
 	reserved uint64
 	broken   error // the first write error: the log carries on in memory only
 	closed   bool
+	// cold is set once the log is finished and its files hold everything it does (it was
+	// closed with nothing pending, or restored final): mem is dropped, reads decode the files
+	// (DiskStore.recent keeps the last one read), and last is its LastSeq.
+	cold bool
+	last uint64
 
 	dirty, recordDirty, dirDirty, pinDirty bool
 
@@ -391,6 +408,9 @@ type diskLog struct {
 func (l *diskLog) Append(events ...*Event) error {
 	if len(events) == 0 {
 		return nil
+	}
+	if l.cold {
+		return fmt.Errorf("session %s: append to a closed event log", l.id)
 	}
 	if err := l.mem.Append(events...); err != nil {
 		return err
@@ -664,20 +684,110 @@ func readReservation(dir string) (n uint64, boot string, ok bool) {
 }
 
 // LastSeq implements EventLog.
-func (l *diskLog) LastSeq() uint64 { return l.mem.LastSeq() }
+func (l *diskLog) LastSeq() uint64 {
+	if l.cold {
+		return l.last
+	}
+	return l.mem.LastSeq()
+}
 
 // Read implements EventLog.
-func (l *diskLog) Read(after uint64, limit int) (Page, error) { return l.mem.Read(after, limit) }
+func (l *diskLog) Read(after uint64, limit int) (Page, error) {
+	if !l.cold {
+		return l.mem.Read(after, limit)
+	}
+	mem, err := l.store.coldRead(l)
+	if err != nil {
+		return Page{}, err
+	}
+	return mem.Read(after, limit)
+}
 
 // Close implements EventLog: the session has ended. The flusher syncs what it wrote with
 // everything else (closing a thousand sessions at a shutdown must not cost a thousand rounds
-// of fsyncs) and then lets go of its files.
+// of fsyncs) and then lets go of its files. A log whose files hold all it does goes cold:
+// its events are read from them from now on.
 func (l *diskLog) Close() error {
 	err := l.Flush()
 	l.mu.Lock()
 	l.closed = true
+	// A broken log holds events its files lack, and a volatile one its data events: those
+	// keep answering from memory.
+	if l.broken == nil && !l.limits.VolatileData {
+		l.goColdLocked()
+	}
 	l.mu.Unlock()
 	return err
+}
+
+func (l *diskLog) goCold() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.goColdLocked()
+}
+
+func (l *diskLog) goColdLocked() {
+	if l.cold {
+		return
+	}
+	l.last = l.mem.LastSeq()
+	l.cold, l.mem = true, nil
+}
+
+// coldEvents is a finished log's events decoded from its files.
+type coldEvents struct {
+	log *diskLog
+	mem *MemoryLog
+}
+
+// coldRead returns the events of the finished log l, decoded from its files (or kept from the
+// last read of the same log). The events are immutable, so a page handed out stays valid
+// after another log takes the slot.
+func (s *DiskStore) coldRead(l *diskLog) (*MemoryLog, error) {
+	s.recentMu.Lock()
+	if r := s.recent; r != nil && r.log == l {
+		s.recentMu.Unlock()
+		return r.mem, nil
+	}
+	s.recentMu.Unlock()
+	// Decoded outside the lock: a big log must not hold up reads of the others.
+	tmp := &diskLog{store: s, id: l.id, dir: l.dir, mem: NewMemoryLog(l.limits), limits: l.limits}
+	if err := tmp.load(s.boot, true); err != nil {
+		return nil, fmt.Errorf("read the events of session %s: %w", l.id, err)
+	}
+	s.recentMu.Lock()
+	s.recent = &coldEvents{log: l, mem: tmp.mem}
+	s.recentMu.Unlock()
+	return tmp.mem, nil
+}
+
+// forgetRecent drops l's decoded events, if they are the ones kept.
+func (s *DiskStore) forgetRecent(l *diskLog) {
+	s.recentMu.Lock()
+	if s.recent != nil && s.recent.log == l {
+		s.recent = nil
+	}
+	s.recentMu.Unlock()
+}
+
+// heldLogs counts the logs whose events the store holds in memory: the open (hot) ones and
+// the finished one kept from its last read.
+func (s *DiskStore) heldLogs() (hot, recent int) {
+	s.mu.Lock()
+	for _, l := range s.logs {
+		l.mu.Lock()
+		if !l.cold {
+			hot++
+		}
+		l.mu.Unlock()
+	}
+	s.mu.Unlock()
+	s.recentMu.Lock()
+	if s.recent != nil {
+		recent = 1
+	}
+	s.recentMu.Unlock()
+	return hot, recent
 }
 
 // sync makes what l wrote durable.
@@ -771,8 +881,9 @@ func (l *diskLog) release() {
 }
 
 // load reads what the session's directory holds into the in-memory log. The newest contiguous
-// run of events becomes the ring; the non-data events before it are pinned.
-func (l *diskLog) load(boot string) error {
+// run of events becomes the ring; the non-data events before it are pinned. A restore drops
+// a segment that cannot be trusted; a read (readOnly, of a finished log) skips it.
+func (l *diskLog) load(boot string, readOnly bool) error {
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", l.dir, err)
@@ -795,6 +906,9 @@ func (l *diskLog) load(boot string) error {
 		if first == 0 || len(events) == 0 || events[0].Seq != first {
 			// Nothing in it can be trusted (a segment created just before a crash, or not
 			// ours); its name would also stand in the way of the next one.
+			if readOnly {
+				continue
+			}
 			if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
 				return fmt.Errorf("drop empty event log segment: %w", err)
 			}

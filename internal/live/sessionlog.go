@@ -93,6 +93,9 @@ func (l *sessionLog) finish() {
 	}
 	l.closed = true
 	close(l.wake)
+	// Nothing is appended any more, so flow control has nothing to pace: its record of the
+	// ring (8 bytes an event, up to 64 KiB) would otherwise stay with every closed session.
+	l.flow.before, l.flow.beforeHead, l.flow.beforeFirst = nil, 0, 0
 	if err := l.log.Close(); err != nil {
 		l.report(err)
 	}
