@@ -78,7 +78,9 @@ func closedSessionsHeap(b *testing.B, n int) {
 	shutdown(reg)
 
 	base = liveHeap()
+	start := time.Now()
 	reg, _, _ = open()
+	b.ReportMetric(time.Since(start).Seconds(), "s-restart")
 	restored := liveHeap()
 	b.ReportMetric(float64(restored-base)/(1<<20), "MiB-heap-after-restart")
 	if all, _ := reg.List(ctx, true); len(all) != n {
