@@ -23,16 +23,52 @@ import (
 //
 //	go test -run '^$' -bench ClosedSessionsHeap -benchtime=1x ./internal/live/
 func BenchmarkClosedSessionsHeap(b *testing.B) {
-	for _, n := range []int{0, 300} {
-		b.Run(fmt.Sprintf("closed=%d", n), func(b *testing.B) {
-			for range b.N {
-				closedSessionsHeap(b, n)
-			}
-		})
+	for _, kind := range []struct {
+		name string
+		emit func(*livetest.FakeInstance, *rand.Rand)
+	}{
+		{"terminal", emitTerminal},
+		{"chat", emitChat},
+	} {
+		for _, n := range []int{0, 300} {
+			b.Run(fmt.Sprintf("%s/closed=%d", kind.name, n), func(b *testing.B) {
+				for range b.N {
+					closedSessionsHeap(b, n, kind.emit)
+				}
+			})
+		}
 	}
 }
 
-func closedSessionsHeap(b *testing.B, n int) {
+// emitTerminal prints 600 KiB of output in 4 KiB events.
+func emitTerminal(inst *livetest.FakeInstance, rng *rand.Rand) {
+	for range 150 {
+		chunk := make([]byte, 4096) // the event keeps it, as a terminal's output events do
+		for i := range chunk {
+			chunk[i] = byte(' ' + rng.IntN(95))
+		}
+		inst.Emit(chunk)
+	}
+}
+
+// emitChat publishes what an AI chat of 200 tool calls does: a call, its result (1 KiB) and a
+// reply per call, as JSON data events.
+func emitChat(inst *livetest.FakeInstance, rng *rand.Rand) {
+	text := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(26))
+		}
+		return string(b)
+	}
+	for i := range 200 {
+		inst.EmitData(map[string]any{"type": "tool_call", "id": fmt.Sprint("call-", i), "name": "bash", "arguments": map[string]any{"command": text(80)}})
+		inst.EmitData(map[string]any{"type": "tool_result", "id": fmt.Sprint("call-", i), "output": text(1024)})
+		inst.EmitData(map[string]any{"type": "message", "role": "assistant", "text": text(200)})
+	}
+}
+
+func closedSessionsHeap(b *testing.B, n int, emit func(*livetest.FakeInstance, *rand.Rand)) {
 	b.Helper()
 	ctx := context.Background()
 	dir := filepath.Join(b.TempDir(), "live")
@@ -62,12 +98,14 @@ func closedSessionsHeap(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for range 150 { // 600 KiB of output
-			chunk := make([]byte, 4096) // the event keeps it, as a terminal's output events do
-			for i := range chunk {
-				chunk[i] = byte(' ' + rng.IntN(95))
-			}
-			kind.Instance(s.SessionID).Emit(chunk)
+		emit(kind.Instance(s.SessionID), rng)
+		// A client watched it: every event's wire encoding was made (and cached) once.
+		batch, err := reg.Read(ctx, s.SessionID, 0, 0, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range batch.Events {
+			e.JSON(abi.ContentANSI)
 		}
 		if _, err := reg.Close(ctx, s.SessionID, abi.CloseRequested); err != nil {
 			b.Fatal(err)
