@@ -51,7 +51,9 @@ import (
 // Bounds: a log keeps segments until every event in them has left the in-memory window
 // (LogLimits: 8192 events / 8 MiB by default), so a session's files hold at most that window
 // plus one segment (a quarter of it) and the pinned events; the registry removes a session's
-// directory when its retention ends.
+// directory when its retention ends. In memory, only logs that may still append hold their
+// events (and the store the last finished one read): a gateway's memory does not grow with the
+// closed sessions it keeps.
 
 const (
 	recordFile = "session.json"
@@ -373,8 +375,9 @@ type segment struct {
 
 func segmentName(first uint64) string { return fmt.Sprintf("%020d%s", first, segSuffix) }
 
-// diskLog is the EventLog of a DiskStore: a MemoryLog answers reads, and every append is
-// written to the current segment first.
+// diskLog is the EventLog of a DiskStore: while the session runs a MemoryLog answers reads,
+// and every append is written to the current segment first; once it has ended (cold), reads
+// decode its files.
 type diskLog struct {
 	store  *DiskStore
 	id     string
