@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -108,6 +109,7 @@ type DiskStore struct {
 	// of one finished session at most, however many it keeps (see diskLog.cold).
 	recentMu sync.Mutex
 	recent   *coldEvents
+	decoded  atomic.Int64 // logs decoded from their files so far (tests count reads of the disk)
 
 	stop chan struct{}
 	done chan struct{}
@@ -348,14 +350,17 @@ func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
 	if rec.SessionID != id {
 		return Restored{}, fmt.Errorf("record names session %q", rec.SessionID)
 	}
-	l := &diskLog{store: s, id: id, dir: dir, mem: NewMemoryLog(limits), limits: limits}
-	if err := l.load(s.boot, false); err != nil {
-		return Restored{}, err
-	}
+	l := &diskLog{store: s, id: id, dir: dir, limits: limits}
 	if rec.Status.Final() {
-		// Nothing will be appended: its events stay on disk until someone reads them, so a
-		// gateway's memory does not grow with the closed sessions it keeps.
-		l.goCold()
+		// Nothing will be appended: its events stay on disk until someone reads them (and its
+		// files are not even read now), so neither the gateway's memory nor its start grows
+		// with the closed sessions it keeps.
+		l.cold, l.closed = true, true
+	} else {
+		l.mem = NewMemoryLog(limits)
+		if err := l.load(s.boot, false); err != nil {
+			return Restored{}, err
+		}
 	}
 	s.mu.Lock()
 	s.logs[id] = l
@@ -395,9 +400,11 @@ type diskLog struct {
 	closed   bool
 	// cold is set once the log is finished and its files hold everything it does (it was
 	// closed with nothing pending, or restored final): mem is dropped, reads decode the files
-	// (DiskStore.recent keeps the last one read), and last is its LastSeq.
-	cold bool
-	last uint64
+	// (DiskStore.recent keeps the last one read), and last is its LastSeq once haveLast is set
+	// (a restored log learns it from its first read).
+	cold     bool
+	last     uint64
+	haveLast bool
 
 	dirty, recordDirty, dirDirty, pinDirty bool
 
@@ -686,13 +693,23 @@ func readReservation(dir string) (n uint64, boot string, ok bool) {
 	return n, f[1], err == nil
 }
 
-// LastSeq implements EventLog.
+// LastSeq implements EventLog. A finished log that cannot be read has 0: its reads report why.
 func (l *diskLog) LastSeq() uint64 {
-	if l.cold {
-		return l.last
+	if !l.cold {
+		return l.mem.LastSeq()
 	}
-	return l.mem.LastSeq()
+	if !l.haveLast {
+		mem, err := l.store.coldRead(l)
+		if err != nil {
+			return 0
+		}
+		l.last, l.haveLast = mem.LastSeq(), true
+	}
+	return l.last
 }
+
+// lastKnown reports whether LastSeq answers without reading the log's files.
+func (l *diskLog) lastKnown() bool { return !l.cold || l.haveLast }
 
 // Read implements EventLog.
 func (l *diskLog) Read(after uint64, limit int) (Page, error) {
@@ -723,17 +740,11 @@ func (l *diskLog) Close() error {
 	return err
 }
 
-func (l *diskLog) goCold() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.goColdLocked()
-}
-
 func (l *diskLog) goColdLocked() {
 	if l.cold {
 		return
 	}
-	l.last = l.mem.LastSeq()
+	l.last, l.haveLast = l.mem.LastSeq(), true
 	l.cold, l.mem = true, nil
 }
 
@@ -772,6 +783,9 @@ func (s *DiskStore) forgetRecent(l *diskLog) {
 	}
 	s.recentMu.Unlock()
 }
+
+// decodedLogs is how many times a log was decoded from its files.
+func (s *DiskStore) decodedLogs() int { return int(s.decoded.Load()) }
 
 // heldLogs counts the logs whose events the store holds in memory: the open (hot) ones and
 // the finished one kept from its last read.
@@ -887,6 +901,7 @@ func (l *diskLog) release() {
 // run of events becomes the ring; the non-data events before it are pinned. A restore drops
 // a segment that cannot be trusted; a read (readOnly, of a finished log) skips it.
 func (l *diskLog) load(boot string, readOnly bool) error {
+	l.store.decoded.Add(1)
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", l.dir, err)

@@ -667,6 +667,21 @@ func TestDiskClosedSessionsHoldNoEvents(t *testing.T) {
 	d.kill()
 	d.start(bigLog)
 	held(0, 0, "restarted over five sessions, one of them live at the kill")
+	// Only the one that was live was read at the start (to close it): a closed session's
+	// files are read when a client asks, once for a reader paging through it.
+	if n := live.DecodedLogs(d.st); n != 1 {
+		t.Errorf("the restart decoded %d logs, want 1 (the one that was live)", n)
+	}
+	for _, after := range []uint64{0, 1, 2, 3} {
+		_, err := d.reg.Read(context.Background(), ids[0], after, 1, 0)
+		mustOK(t, err)
+	}
+	if _, err := d.reg.LastSeq(context.Background(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n := live.DecodedLogs(d.st); n != 2 {
+		t.Errorf("paging through one closed session decoded its log %d times, want 1", n-1)
+	}
 	for _, id := range ids {
 		if es := d.events(id); len(es) < 5 || es[len(es)-1].Type != abi.EventClose {
 			t.Errorf("session %s after the restart: %s", id, describe(es))
@@ -675,4 +690,34 @@ func TestDiskClosedSessionsHoldNoEvents(t *testing.T) {
 	held(0, 1, "after reading them")
 	d.reg.Sweep(context.Background(), livetest.T0.Add(2*time.Hour))
 	held(0, 0, "past their retention")
+}
+
+// TestDiskClosedReboot: a session closed before a reboot is read on demand as it was loaded
+// before: its numbering ends past every number it may have handed out, and a reader that had
+// everything it saw learns of the gap.
+func TestDiskClosedReboot(t *testing.T) {
+	d := newDiskRun(t)
+	d.start(bigLog)
+	id := d.create()
+	d.emit(id, "a", "b")
+	_, err := d.reg.Close(context.Background(), id, abi.CloseRequested)
+	mustOK(t, err)
+	last, err := d.reg.LastSeq(context.Background(), id)
+	mustOK(t, err)
+	d.kill()
+	d.boot = "boot-2"
+	d.start(bigLog)
+	got, err := d.reg.LastSeq(context.Background(), id)
+	mustOK(t, err)
+	if got <= last {
+		t.Fatalf("LastSeq after a reboot %d, before %d", got, last)
+	}
+	b, err := d.reg.Read(context.Background(), id, last, 0, 0)
+	mustOK(t, err)
+	if len(b.Events) != 1 || livetest.MissedOf(t, b.Events[0]) != got-last || !b.Done || b.Next != got {
+		t.Errorf("a reader that had everything up to %d gets %s, next %d, done %v", last, describe(b.Events), b.Next, b.Done)
+	}
+	if es := d.events(id); es[len(es)-1].Type != abi.EventClose {
+		t.Errorf("events after the reboot: %s", describe(es))
+	}
 }
