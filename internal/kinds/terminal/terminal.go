@@ -397,6 +397,7 @@ func readReady(rc syscall.RawConn, take func() []byte, give func()) (int, error)
 }
 
 func (t *term) wait(p *proc) {
+	awaitExit(p.cmd.Process.Pid)
 	err := p.cmd.Wait()
 	p.exitCode = exitCode(p.cmd.ProcessState, err)
 	close(p.exited)
