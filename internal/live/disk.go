@@ -104,11 +104,11 @@ type DiskStore struct {
 	parentDirty bool
 	closed      bool
 
-	// recent is the finished log read last, decoded: a reader paging through a closed
-	// session's events reads its files once, not once a page, and the store holds the events
-	// of one finished session at most, however many it keeps (see diskLog.cold).
+	// recent are finished logs decoded by reads, the newest last, within coldCacheBytes: a
+	// reader paging through a closed session's events reads its files once, not once a page,
+	// and the store's memory does not grow with the closed sessions it keeps (see diskLog.cold).
 	recentMu sync.Mutex
-	recent   *coldEvents
+	recent   []*coldEvents
 	decoded  atomic.Int64 // logs decoded from their files so far (tests count reads of the disk)
 
 	stop chan struct{}
@@ -398,10 +398,10 @@ type diskLog struct {
 	reserved uint64
 	broken   error // the first write error: the log carries on in memory only
 	closed   bool
-	// cold is set once the log is finished and its files hold everything it does (it was
-	// closed with nothing pending, or restored final): mem is dropped, reads decode the files
-	// (DiskStore.recent keeps the last one read), and last is its LastSeq once haveLast is set
-	// (a restored log learns it from its first read).
+	// cold is set once the log is finished and its files hold everything it does (the flusher
+	// passed after it was closed, or it was restored final): mem is dropped, reads decode the
+	// files (DiskStore.recent keeps some), and last is its LastSeq once haveLast is set (a
+	// restored log learns it from its first read).
 	cold     bool
 	last     uint64
 	haveLast bool
@@ -695,6 +695,8 @@ func readReservation(dir string) (n uint64, boot string, ok bool) {
 
 // LastSeq implements EventLog. A finished log that cannot be read has 0: its reads report why.
 func (l *diskLog) LastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.cold {
 		return l.mem.LastSeq()
 	}
@@ -709,59 +711,76 @@ func (l *diskLog) LastSeq() uint64 {
 }
 
 // lastKnown reports whether LastSeq answers without reading the log's files.
-func (l *diskLog) lastKnown() bool { return !l.cold || l.haveLast }
+func (l *diskLog) lastKnown() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.cold || l.haveLast
+}
 
 // Read implements EventLog.
 func (l *diskLog) Read(after uint64, limit int) (Page, error) {
-	if !l.cold {
-		return l.mem.Read(after, limit)
+	l.mu.Lock()
+	mem, cold := l.mem, l.cold
+	l.mu.Unlock()
+	if cold {
+		var err error
+		if mem, err = l.store.coldRead(l); err != nil {
+			return Page{}, err
+		}
 	}
-	mem, err := l.store.coldRead(l)
-	if err != nil {
-		return Page{}, err
-	}
+	// A finished log's events no longer change, and an open one's only through Append, which
+	// the registry does not run beside a Read.
 	return mem.Read(after, limit)
 }
 
 // Close implements EventLog: the session has ended. The flusher syncs what it wrote with
 // everything else (closing a thousand sessions at a shutdown must not cost a thousand rounds
-// of fsyncs) and then lets go of its files. A log whose files hold all it does goes cold:
-// its events are read from them from now on.
+// of fsyncs), then lets go of its files and its events: from then on (within a SyncInterval)
+// they are read from the files. Readers still streaming the session when it closed read its
+// last events from memory meanwhile.
 func (l *diskLog) Close() error {
 	err := l.Flush()
 	l.mu.Lock()
 	l.closed = true
-	// A broken log holds events its files lack, and a volatile one its data events: those
-	// keep answering from memory.
-	if l.broken == nil && !l.limits.VolatileData {
-		l.goColdLocked()
-	}
 	l.mu.Unlock()
 	return err
 }
 
+// goColdLocked drops the events of a finished log whose files hold all it does. A broken log
+// holds events its files lack, and a volatile one its data events: those keep answering from
+// memory.
 func (l *diskLog) goColdLocked() {
-	if l.cold {
+	if l.cold || !l.closed || l.broken != nil || l.limits.VolatileData {
 		return
 	}
 	l.last, l.haveLast = l.mem.LastSeq(), true
 	l.cold, l.mem = true, nil
 }
 
+// coldCacheBytes bounds the decoded events of finished logs that a store keeps after reading
+// them (always the last one read, however big): a reader paging through a closed session, or a
+// few readers of small ones, decode each log once, and the store's memory stays bounded however
+// many closed sessions it keeps.
+const coldCacheBytes = 8 << 20
+
 // coldEvents is a finished log's events decoded from its files.
 type coldEvents struct {
-	log *diskLog
-	mem *MemoryLog
+	log  *diskLog
+	mem  *MemoryLog
+	size int
 }
 
-// coldRead returns the events of the finished log l, decoded from its files (or kept from the
-// last read of the same log). The events are immutable, so a page handed out stays valid
-// after another log takes the slot.
+// coldRead returns the events of the finished log l, decoded from its files (or kept from an
+// earlier read). The events are immutable, so a page handed out stays valid after they leave
+// the cache.
 func (s *DiskStore) coldRead(l *diskLog) (*MemoryLog, error) {
 	s.recentMu.Lock()
-	if r := s.recent; r != nil && r.log == l {
-		s.recentMu.Unlock()
-		return r.mem, nil
+	for i, r := range s.recent {
+		if r.log == l {
+			s.recent = append(append(s.recent[:i:i], s.recent[i+1:]...), r) // the newest last
+			s.recentMu.Unlock()
+			return r.mem, nil
+		}
 	}
 	s.recentMu.Unlock()
 	// Decoded outside the lock: a big log must not hold up reads of the others.
@@ -770,25 +789,37 @@ func (s *DiskStore) coldRead(l *diskLog) (*MemoryLog, error) {
 		return nil, fmt.Errorf("read the events of session %s: %w", l.id, err)
 	}
 	s.recentMu.Lock()
-	s.recent = &coldEvents{log: l, mem: tmp.mem}
-	s.recentMu.Unlock()
+	defer s.recentMu.Unlock()
+	for _, r := range s.recent {
+		if r.log == l { // another reader decoded it meanwhile
+			return r.mem, nil
+		}
+	}
+	s.recent = append(s.recent, &coldEvents{log: l, mem: tmp.mem, size: tmp.mem.heldBytes()})
+	total := 0
+	for _, r := range s.recent {
+		total += r.size
+	}
+	for len(s.recent) > 1 && total > coldCacheBytes {
+		total -= s.recent[0].size
+		s.recent[0] = nil
+		s.recent = s.recent[1:]
+	}
 	return tmp.mem, nil
 }
 
-// forgetRecent drops l's decoded events, if they are the ones kept.
+// forgetRecent drops l's decoded events, if the store keeps them.
 func (s *DiskStore) forgetRecent(l *diskLog) {
 	s.recentMu.Lock()
-	if s.recent != nil && s.recent.log == l {
-		s.recent = nil
-	}
+	s.recent = slices.DeleteFunc(s.recent, func(r *coldEvents) bool { return r.log == l })
 	s.recentMu.Unlock()
 }
 
 // decodedLogs is how many times a log was decoded from its files.
 func (s *DiskStore) decodedLogs() int { return int(s.decoded.Load()) }
 
-// heldLogs counts the logs whose events the store holds in memory: the open (hot) ones and
-// the finished one kept from its last read.
+// heldLogs counts the logs whose events the store holds in memory: the open (hot) ones, closed
+// ones the flusher has not let go of yet included, and the finished ones kept from a read.
 func (s *DiskStore) heldLogs() (hot, recent int) {
 	s.mu.Lock()
 	for _, l := range s.logs {
@@ -800,9 +831,7 @@ func (s *DiskStore) heldLogs() (hot, recent int) {
 	}
 	s.mu.Unlock()
 	s.recentMu.Lock()
-	if s.recent != nil {
-		recent = 1
-	}
+	recent = len(s.recent)
 	s.recentMu.Unlock()
 	return hot, recent
 }
@@ -853,6 +882,9 @@ func (l *diskLog) sync() error {
 	}
 	if closed {
 		l.releaseFiles()
+		l.mu.Lock()
+		l.goColdLocked()
+		l.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }
