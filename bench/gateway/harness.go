@@ -50,16 +50,31 @@ func shellEnv(home string) []string {
 // startHarness starts the gateway with the registry config lc. With bc.store "disk" (what
 // nexus serve runs) sessions and events are kept in state/live as well.
 func startHarness(ctx context.Context, lc live.Config, bc config) (*harness, error) {
-	dir, err := os.MkdirTemp("", "nexus-bench-")
+	dir, err := harnessDir()
 	if err != nil {
 		return nil, err
+	}
+	return startHarnessAt(ctx, dir, lc, bc)
+}
+
+// harnessDir makes a temp root with the directories a harness needs.
+func harnessDir() (string, error) {
+	dir, err := os.MkdirTemp("", "nexus-bench-")
+	if err != nil {
+		return "", err
 	}
 	for _, d := range []string{"state", "work", "home"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
 			_ = os.RemoveAll(dir)
-			return nil, err
+			return "", err
 		}
 	}
+	return dir, nil
+}
+
+// startHarnessAt starts the gateway on the temp root dir (from harnessDir), whose state
+// directory may hold what an earlier gateway left; stop removes dir.
+func startHarnessAt(ctx context.Context, dir string, lc live.Config, bc config) (*harness, error) {
 	work := filepath.Join(dir, "work")
 	kind := &terminal.Kind{
 		Shell: bc.shell,

@@ -36,6 +36,8 @@ type config struct {
 	samples     int
 	tmuxSamples int
 	sessions    int
+	closed      int
+	closedKiB   int
 	quick       bool
 	shell       string
 	contentType abi.ContentType
@@ -56,10 +58,18 @@ type Results struct {
 	Throughput []ThroughputRow `json:"throughput,omitempty"`
 	Latency    []LatencyRow    `json:"latency,omitempty"`
 	Memory     *MemoryResult   `json:"memory,omitempty"`
+	Closed     *ClosedResult   `json:"closed,omitempty"`
 	Errors     []string        `json:"errors,omitempty"`
 }
 
 func main() {
+	if dir := os.Getenv(closedChildEnv); dir != "" {
+		if err := closedChild(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: closed child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -74,10 +84,12 @@ func run() error {
 	flag.IntVar(&cfg.samples, "samples", 2000, "latency: keystroke samples per path")
 	flag.IntVar(&cfg.tmuxSamples, "tmux-samples", 300, "latency: samples of the tmux path (each costs two process spawns and ~10ms polling)")
 	flag.IntVar(&cfg.sessions, "sessions", 500, "memory: idle terminal sessions to open")
+	flag.IntVar(&cfg.closed, "closed", 300, "closed: retained closed terminal sessions a gateway starts over (against none)")
+	flag.IntVar(&cfg.closedKiB, "closed-kib", 600, "closed: KiB of output each closed session's log holds")
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke run: -mb 10 -subs 5 -samples 200 -tmux-samples 30 -sessions 50 unless given")
 	flag.StringVar(&cfg.shell, "shell", "bash", "shell of every terminal (gateway, direct PTY, tmux)")
 	flag.StringVar(&ct, "content-type", "ansi", "content type the WebSocket subscribers ask for: ansi or raw")
-	flag.StringVar(&only, "only", "throughput,latency,memory", "comma-separated benchmarks to run")
+	flag.StringVar(&only, "only", "throughput,latency,memory,closed", "comma-separated benchmarks to run")
 	flag.StringVar(&cfg.store, "store", "disk", "where the registry keeps sessions and events: disk (state/live, as nexus serve does) or memory")
 	flag.BoolVar(&cfg.biglog, "biglog", true, "also run the comparison rows whose event log holds the whole output, so flow control never engages")
 	flag.StringVar(&cfg.outDir, "out", filepath.Join("bench", "results"), "directory for the JSON results")
@@ -101,9 +113,10 @@ func run() error {
 		def("samples", &cfg.samples, 200)
 		def("tmux-samples", &cfg.tmuxSamples, 30)
 		def("sessions", &cfg.sessions, 50)
+		def("closed", &cfg.closed, 30)
 	}
-	if cfg.mb <= 0 || cfg.subs <= 0 || cfg.samples <= 0 || cfg.sessions <= 0 || cfg.tmuxSamples < 0 {
-		return errors.New("-mb, -subs, -samples and -sessions must be positive")
+	if cfg.mb <= 0 || cfg.subs <= 0 || cfg.samples <= 0 || cfg.sessions <= 0 || cfg.tmuxSamples < 0 || cfg.closed <= 0 || cfg.closedKiB <= 0 {
+		return errors.New("-mb, -subs, -samples, -sessions, -closed and -closed-kib must be positive")
 	}
 	cfg.bytes = int64(cfg.mb) * 1_000_000
 	cfg.contentType = abi.ContentType(ct)
@@ -116,11 +129,11 @@ func run() error {
 	cfg.only = map[string]bool{}
 	for _, o := range strings.Split(only, ",") {
 		switch o = strings.TrimSpace(o); o {
-		case "throughput", "latency", "memory":
+		case "throughput", "latency", "memory", "closed":
 			cfg.only[o] = true
 		case "":
 		default:
-			return fmt.Errorf("-only: unknown benchmark %q (want throughput, latency, memory)", o)
+			return fmt.Errorf("-only: unknown benchmark %q (want throughput, latency, memory, closed)", o)
 		}
 	}
 	sh, err := shellPath(cfg.shell)
@@ -148,7 +161,7 @@ func run() error {
 		Started: time.Now().UTC().Format(time.RFC3339),
 		Machine: machine(cfg.shell),
 		Config: map[string]any{"mb": cfg.mb, "subs": cfg.subs, "samples": cfg.samples, "tmuxSamples": cfg.tmuxSamples,
-			"sessions": cfg.sessions, "quick": cfg.quick, "shell": cfg.shell, "contentType": cfg.contentType,
+			"sessions": cfg.sessions, "closed": cfg.closed, "closedKiB": cfg.closedKiB, "quick": cfg.quick, "shell": cfg.shell, "contentType": cfg.contentType,
 			"gomaxprocs": goruntime.GOMAXPROCS(0), "store": cfg.store},
 	}
 	res.Command = strings.TrimSpace(res.Command)
@@ -284,6 +297,16 @@ func run() error {
 				m.HeapInusePerSession/1024, m.RSSPerSession/1024, m.ShutdownSeconds, m.LeftoverProcesses)
 		}
 	}
+	if cfg.only["closed"] && ctx.Err() == nil {
+		logf("closed: a gateway starting over 0 and %d closed sessions of %d KiB each ...", cfg.closed, cfg.closedKiB)
+		c, err := closedRestart(ctx, cfg.closed, cfg.closedKiB)
+		if err != nil {
+			fail("closed", err)
+		} else {
+			res.Closed = &c
+			logf("  RSS %.2fx, live heap %.2fx of an empty state directory", c.RSSRatio, c.HeapRatio)
+		}
+	}
 	if ctx.Err() != nil {
 		fail("run", ctx.Err())
 	}
@@ -386,6 +409,17 @@ func printTables(w io.Writer, cfg config, res *Results) {
 			mr.Sessions, mr.OpenSeconds, mr.ClosedViaAPI, mr.CloseMsEach)
 		fmt.Fprintf(w, "Registry.Shutdown (the SIGTERM path) closed the other %d in %.1fs; leftover processes: %d\n",
 			mr.Sessions-mr.ClosedViaAPI, mr.ShutdownSeconds, mr.LeftoverProcesses)
+	}
+	if cr := res.Closed; cr != nil {
+		mib := func(v uint64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }
+		fmt.Fprintf(w, "\n4. Gateway memory at start over retained closed terminal sessions (%d KiB of output each), a fresh process each\n", cr.KiBEach)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "closed sessions	files	start	VmRSS at ready	HeapAlloc at ready	VmRSS after GC	HeapAlloc after GC	")
+		for _, r := range cr.Rows {
+			fmt.Fprintf(tw, "%d	%.1f MiB	%.2fs	%s	%s	%s	%s	\n", r.Closed, r.LogMiB, r.StartSec, mib(r.AtReady.RSS), mib(r.AtReady.HeapAlloc), mib(r.AfterGC.RSS), mib(r.AfterGC.HeapAlloc))
+		}
+		_ = tw.Flush()
+		fmt.Fprintf(w, "over %d closed sessions against none: VmRSS at ready %.2fx, live heap after GC %.2fx\n", cr.Rows[len(cr.Rows)-1].Closed, cr.RSSRatio, cr.HeapRatio)
 	}
 	benchenv.PrintFooter(w, res.Errors, res.Seconds)
 }

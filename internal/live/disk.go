@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,7 +52,9 @@ import (
 // Bounds: a log keeps segments until every event in them has left the in-memory window
 // (LogLimits: 8192 events / 8 MiB by default), so a session's files hold at most that window
 // plus one segment (a quarter of it) and the pinned events; the registry removes a session's
-// directory when its retention ends.
+// directory when its retention ends. In memory, only logs that may still append hold their
+// events (and the store the last finished one read): a gateway's memory does not grow with the
+// closed sessions it keeps.
 
 const (
 	recordFile = "session.json"
@@ -100,6 +103,13 @@ type DiskStore struct {
 	logs        map[string]*diskLog
 	parentDirty bool
 	closed      bool
+
+	// recent are finished logs decoded by reads, the newest last, within coldCacheBytes: a
+	// reader paging through a closed session's events reads its files once, not once a page,
+	// and the store's memory does not grow with the closed sessions it keeps (see diskLog.cold).
+	recentMu sync.Mutex
+	recent   []*coldEvents
+	decoded  atomic.Int64 // logs decoded from their files so far (tests count reads of the disk)
 
 	stop chan struct{}
 	done chan struct{}
@@ -290,6 +300,7 @@ func (s *DiskStore) Remove(_ context.Context, id string) error {
 	s.mu.Unlock()
 	if l != nil {
 		l.release()
+		s.forgetRecent(l)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove session %s: %w", id, err)
@@ -339,9 +350,17 @@ func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
 	if rec.SessionID != id {
 		return Restored{}, fmt.Errorf("record names session %q", rec.SessionID)
 	}
-	l := &diskLog{store: s, id: id, dir: dir, mem: NewMemoryLog(limits), limits: limits}
-	if err := l.load(s.boot); err != nil {
-		return Restored{}, err
+	l := &diskLog{store: s, id: id, dir: dir, limits: limits}
+	if rec.Status.Final() {
+		// Nothing will be appended: its events stay on disk until someone reads them (and its
+		// files are not even read now), so neither the gateway's memory nor its start grows
+		// with the closed sessions it keeps.
+		l.cold, l.closed = true, true
+	} else {
+		l.mem = NewMemoryLog(limits)
+		if err := l.load(s.boot, false); err != nil {
+			return Restored{}, err
+		}
 	}
 	s.mu.Lock()
 	s.logs[id] = l
@@ -361,8 +380,9 @@ type segment struct {
 
 func segmentName(first uint64) string { return fmt.Sprintf("%020d%s", first, segSuffix) }
 
-// diskLog is the EventLog of a DiskStore: a MemoryLog answers reads, and every append is
-// written to the current segment first.
+// diskLog is the EventLog of a DiskStore: while the session runs a MemoryLog answers reads,
+// and every append is written to the current segment first; once it has ended (cold), reads
+// decode its files.
 type diskLog struct {
 	store  *DiskStore
 	id     string
@@ -378,6 +398,13 @@ type diskLog struct {
 	reserved uint64
 	broken   error // the first write error: the log carries on in memory only
 	closed   bool
+	// cold is set once the log is finished and its files hold everything it does (the flusher
+	// passed after it was closed, or it was restored final): mem is dropped, reads decode the
+	// files (DiskStore.recent keeps some), and last is its LastSeq once haveLast is set (a
+	// restored log learns it from its first read).
+	cold     bool
+	last     uint64
+	haveLast bool
 
 	dirty, recordDirty, dirDirty, pinDirty bool
 
@@ -391,6 +418,9 @@ type diskLog struct {
 func (l *diskLog) Append(events ...*Event) error {
 	if len(events) == 0 {
 		return nil
+	}
+	if l.cold {
+		return fmt.Errorf("session %s: append to a closed event log", l.id)
 	}
 	if err := l.mem.Append(events...); err != nil {
 		return err
@@ -663,21 +693,147 @@ func readReservation(dir string) (n uint64, boot string, ok bool) {
 	return n, f[1], err == nil
 }
 
-// LastSeq implements EventLog.
-func (l *diskLog) LastSeq() uint64 { return l.mem.LastSeq() }
+// LastSeq implements EventLog. A finished log that cannot be read has 0: its reads report why.
+func (l *diskLog) LastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.cold {
+		return l.mem.LastSeq()
+	}
+	if !l.haveLast {
+		mem, err := l.store.coldRead(l)
+		if err != nil {
+			return 0
+		}
+		l.last, l.haveLast = mem.LastSeq(), true
+	}
+	return l.last
+}
+
+// lastKnown reports whether LastSeq answers without reading the log's files.
+func (l *diskLog) lastKnown() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.cold || l.haveLast
+}
 
 // Read implements EventLog.
-func (l *diskLog) Read(after uint64, limit int) (Page, error) { return l.mem.Read(after, limit) }
+func (l *diskLog) Read(after uint64, limit int) (Page, error) {
+	l.mu.Lock()
+	mem, cold := l.mem, l.cold
+	l.mu.Unlock()
+	if cold {
+		var err error
+		if mem, err = l.store.coldRead(l); err != nil {
+			return Page{}, err
+		}
+	}
+	// A finished log's events no longer change, and an open one's only through Append, which
+	// the registry does not run beside a Read.
+	return mem.Read(after, limit)
+}
 
 // Close implements EventLog: the session has ended. The flusher syncs what it wrote with
 // everything else (closing a thousand sessions at a shutdown must not cost a thousand rounds
-// of fsyncs) and then lets go of its files.
+// of fsyncs), then lets go of its files and its events: from then on (within a SyncInterval)
+// they are read from the files. Readers still streaming the session when it closed read its
+// last events from memory meanwhile.
 func (l *diskLog) Close() error {
 	err := l.Flush()
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
 	return err
+}
+
+// goColdLocked drops the events of a finished log whose files hold all it does. A broken log
+// holds events its files lack, and a volatile one its data events: those keep answering from
+// memory.
+func (l *diskLog) goColdLocked() {
+	if l.cold || !l.closed || l.broken != nil || l.limits.VolatileData {
+		return
+	}
+	l.last, l.haveLast = l.mem.LastSeq(), true
+	l.cold, l.mem = true, nil
+}
+
+// coldCacheBytes bounds the decoded events of finished logs that a store keeps after reading
+// them (always the last one read, however big): a reader paging through a closed session, or a
+// few readers of small ones, decode each log once, and the store's memory stays bounded however
+// many closed sessions it keeps.
+const coldCacheBytes = 8 << 20
+
+// coldEvents is a finished log's events decoded from its files.
+type coldEvents struct {
+	log  *diskLog
+	mem  *MemoryLog
+	size int
+}
+
+// coldRead returns the events of the finished log l, decoded from its files (or kept from an
+// earlier read). The events are immutable, so a page handed out stays valid after they leave
+// the cache.
+func (s *DiskStore) coldRead(l *diskLog) (*MemoryLog, error) {
+	s.recentMu.Lock()
+	for i, r := range s.recent {
+		if r.log == l {
+			s.recent = append(append(s.recent[:i:i], s.recent[i+1:]...), r) // the newest last
+			s.recentMu.Unlock()
+			return r.mem, nil
+		}
+	}
+	s.recentMu.Unlock()
+	// Decoded outside the lock: a big log must not hold up reads of the others.
+	tmp := &diskLog{store: s, id: l.id, dir: l.dir, mem: NewMemoryLog(l.limits), limits: l.limits}
+	if err := tmp.load(s.boot, true); err != nil {
+		return nil, fmt.Errorf("read the events of session %s: %w", l.id, err)
+	}
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	for _, r := range s.recent {
+		if r.log == l { // another reader decoded it meanwhile
+			return r.mem, nil
+		}
+	}
+	s.recent = append(s.recent, &coldEvents{log: l, mem: tmp.mem, size: tmp.mem.heldBytes()})
+	total := 0
+	for _, r := range s.recent {
+		total += r.size
+	}
+	for len(s.recent) > 1 && total > coldCacheBytes {
+		total -= s.recent[0].size
+		s.recent[0] = nil
+		s.recent = s.recent[1:]
+	}
+	return tmp.mem, nil
+}
+
+// forgetRecent drops l's decoded events, if the store keeps them.
+func (s *DiskStore) forgetRecent(l *diskLog) {
+	s.recentMu.Lock()
+	s.recent = slices.DeleteFunc(s.recent, func(r *coldEvents) bool { return r.log == l })
+	s.recentMu.Unlock()
+}
+
+// decodedLogs is how many times a log was decoded from its files.
+func (s *DiskStore) decodedLogs() int { return int(s.decoded.Load()) }
+
+// heldLogs counts the logs whose events the store holds in memory: the open (hot) ones, closed
+// ones the flusher has not let go of yet included, and the finished ones kept from a read.
+func (s *DiskStore) heldLogs() (hot, recent int) {
+	s.mu.Lock()
+	for _, l := range s.logs {
+		l.mu.Lock()
+		if !l.cold {
+			hot++
+		}
+		l.mu.Unlock()
+	}
+	s.mu.Unlock()
+	s.recentMu.Lock()
+	recent = len(s.recent)
+	s.recentMu.Unlock()
+	return hot, recent
 }
 
 // sync makes what l wrote durable.
@@ -726,6 +882,9 @@ func (l *diskLog) sync() error {
 	}
 	if closed {
 		l.releaseFiles()
+		l.mu.Lock()
+		l.goColdLocked()
+		l.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }
@@ -771,8 +930,10 @@ func (l *diskLog) release() {
 }
 
 // load reads what the session's directory holds into the in-memory log. The newest contiguous
-// run of events becomes the ring; the non-data events before it are pinned.
-func (l *diskLog) load(boot string) error {
+// run of events becomes the ring; the non-data events before it are pinned. A restore drops
+// a segment that cannot be trusted; a read (readOnly, of a finished log) skips it.
+func (l *diskLog) load(boot string, readOnly bool) error {
+	l.store.decoded.Add(1)
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", l.dir, err)
@@ -795,6 +956,9 @@ func (l *diskLog) load(boot string) error {
 		if first == 0 || len(events) == 0 || events[0].Seq != first {
 			// Nothing in it can be trusted (a segment created just before a crash, or not
 			// ours); its name would also stand in the way of the next one.
+			if readOnly {
+				continue
+			}
 			if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
 				return fmt.Errorf("drop empty event log segment: %w", err)
 			}

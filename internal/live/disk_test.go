@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -528,5 +529,207 @@ func TestRegistryVolatileDataForDataKeepers(t *testing.T) {
 	}
 	if len(st.got) != 2 || st.got[0].VolatileData || !st.got[1].VolatileData {
 		t.Fatalf("limits %+v: want the debug stream's alone volatile", st.got)
+	}
+}
+
+// closedScript runs the same sessions on any registry: three terminals print past a small
+// ring (so their reads have pins and EVENTS_MISSED gaps), publish metadata and an interrupt,
+// and close. It returns their ids.
+func closedScript(t *testing.T, reg *live.Registry, kind *livetest.FakeKind) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for i := range 3 {
+		s, err := reg.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+		mustOK(t, err)
+		inst := kind.Instance(s.SessionID)
+		for j := range 10 + 15*i {
+			inst.Emit([]byte(fmt.Sprintf("s%d line %d\r\n", i, j)))
+			if j%7 == 3 {
+				inst.SetMetadata(map[string]any{"j": j})
+			}
+		}
+		_, err = reg.Control(ctx, s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt})
+		mustOK(t, err)
+		inst.Emit([]byte("^C\r\n$ "))
+		_, err = reg.Close(ctx, s.SessionID, abi.CloseRequested)
+		mustOK(t, err)
+		ids = append(ids, s.SessionID)
+	}
+	return ids
+}
+
+// readsOf reads a session's events every way a client does — the whole log, after a sequence
+// number (inside the ring, inside the gap, at and past the end), and page by page — and
+// returns each answer as the wire JSON of its events, with where the next read starts.
+func readsOf(t *testing.T, reg *live.Registry, id string) []string {
+	t.Helper()
+	ctx := context.Background()
+	last, err := reg.LastSeq(ctx, id)
+	mustOK(t, err)
+	var out []string
+	add := func(after uint64, limit int) live.Batch {
+		b, err := reg.Read(ctx, id, after, limit, 0)
+		mustOK(t, err)
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "read(%d,%d) next=%d done=%v:", after, limit, b.Next, b.Done)
+		for _, e := range b.Events {
+			sb.WriteString("\n  ")
+			sb.Write(e.JSON(abi.ContentANSI))
+		}
+		out = append(out, sb.String())
+		return b
+	}
+	for _, after := range []uint64{0, 1, 3, last - 10, last - 2, last, last + 5} {
+		add(after, 0)
+	}
+	for after, pages := uint64(0), 0; pages < 100; pages++ {
+		b := add(after, 3)
+		if b.Done {
+			break
+		}
+		after = b.Next
+	}
+	return append(out, fmt.Sprint("last=", last))
+}
+
+// TestDiskClosedReadOnDemand: a closed session's events are read from its files when asked
+// (the gateway keeps none of them in memory), in the registry that closed it and after a
+// restart, and they read exactly as a registry that keeps them in memory answers.
+func TestDiskClosedReadOnDemand(t *testing.T) {
+	limits := live.LogLimits{Events: 16, Bytes: 1 << 20, Pinned: 8}
+	memKind := livetest.NewFakeKind(abi.TypeTerminal, false)
+	mem := newRegistry(t, live.Config{Now: livetest.NewFakeClock().Now, NewID: livetest.SeqIDs(), Log: limits, IdleTimeout: -1}, memKind)
+	ids := closedScript(t, mem, memKind)
+	want := map[string][]string{}
+	for _, id := range ids {
+		want[id] = readsOf(t, mem, id)
+	}
+
+	d := newDiskRun(t)
+	d.start(limits)
+	if got := closedScript(t, d.reg, d.kind); !slices.Equal(got, ids) {
+		t.Fatalf("ids %v, want %v", got, ids)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, id := range ids {
+			got := readsOf(t, d.reg, id)
+			for i := range max(len(got), len(want[id])) {
+				g, w := "(none)", "(none)"
+				if i < len(got) {
+					g = got[i]
+				}
+				if i < len(want[id]) {
+					w = want[id][i]
+				}
+				if g != w {
+					t.Errorf("%s, session %s:\n got %s\nwant %s", when, id, g, w)
+					break
+				}
+			}
+		}
+	}
+	check("closed, same registry, before the flusher's pass")
+	mustOK(t, d.st.Sync()) // the flusher lets go of the closed logs' events
+	if open, _ := live.HeldEventLogs(d.st); open != 0 {
+		t.Fatalf("%d logs still held after the flusher's pass", open)
+	}
+	check("closed, same registry, read from the files")
+	d.kill()
+	d.start(limits)
+	check("after a restart")
+}
+
+// TestDiskClosedSessionsHoldNoEvents: the disk store holds the events of the sessions that
+// may still append (the live ones, and closed ones until the flusher's next pass) and, of the
+// closed ones, only those decoded by recent reads, within a bound, however many it keeps: their
+// events stay on disk until read, and a restart does not read them.
+func TestDiskClosedSessionsHoldNoEvents(t *testing.T) {
+	d := newDiskRun(t)
+	d.start(bigLog)
+	held := func(wantOpen, wantRecent int, when string) {
+		t.Helper()
+		if open, recent := live.HeldEventLogs(d.st); open != wantOpen || recent != wantRecent {
+			t.Errorf("%s: the store holds the events of %d open and %d finished logs, want %d and %d", when, open, recent, wantOpen, wantRecent)
+		}
+	}
+	// 3 MiB of output each: the store keeps the decoded events of two such logs (8 MiB).
+	chunk := strings.Repeat("x", 4096)
+	var ids []string
+	for range 5 {
+		id := d.create()
+		for range 768 {
+			d.emit(id, chunk)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids[:4] {
+		_, err := d.reg.Close(context.Background(), id, abi.CloseRequested)
+		mustOK(t, err)
+	}
+	mustOK(t, d.st.Sync()) // the flusher's pass
+	held(1, 0, "four of five closed")
+	for _, id := range ids[:4] {
+		d.events(id)
+	}
+	held(1, 2, "after reading the closed ones")
+
+	d.kill()
+	d.start(bigLog)
+	mustOK(t, d.st.Sync())
+	held(0, 0, "restarted over five sessions, one of them live at the kill")
+	// Only the one that was live was read at the start (to close it): a closed session's
+	// files are read when a client asks, once for a reader paging through it.
+	if n := live.DecodedLogs(d.st); n != 1 {
+		t.Errorf("the restart decoded %d logs, want 1 (the one that was live)", n)
+	}
+	for _, after := range []uint64{0, 1, 2, 3} {
+		_, err := d.reg.Read(context.Background(), ids[0], after, 1, 0)
+		mustOK(t, err)
+	}
+	if _, err := d.reg.LastSeq(context.Background(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n := live.DecodedLogs(d.st); n != 2 {
+		t.Errorf("paging through one closed session decoded its log %d times, want 1", n-1)
+	}
+	for _, id := range ids {
+		if es := d.events(id); len(es) < 5 || es[len(es)-1].Type != abi.EventClose {
+			t.Errorf("session %s after the restart: %s", id, describe(es))
+		}
+	}
+	held(0, 2, "after reading them")
+	d.reg.Sweep(context.Background(), livetest.T0.Add(2*time.Hour))
+	held(0, 0, "past their retention")
+}
+
+// TestDiskClosedReboot: a session closed before a reboot is read on demand as it was loaded
+// before: its numbering ends past every number it may have handed out, and a reader that had
+// everything it saw learns of the gap.
+func TestDiskClosedReboot(t *testing.T) {
+	d := newDiskRun(t)
+	d.start(bigLog)
+	id := d.create()
+	d.emit(id, "a", "b")
+	_, err := d.reg.Close(context.Background(), id, abi.CloseRequested)
+	mustOK(t, err)
+	last, err := d.reg.LastSeq(context.Background(), id)
+	mustOK(t, err)
+	d.kill()
+	d.boot = "boot-2"
+	d.start(bigLog)
+	got, err := d.reg.LastSeq(context.Background(), id)
+	mustOK(t, err)
+	if got <= last {
+		t.Fatalf("LastSeq after a reboot %d, before %d", got, last)
+	}
+	b, err := d.reg.Read(context.Background(), id, last, 0, 0)
+	mustOK(t, err)
+	if len(b.Events) != 1 || livetest.MissedOf(t, b.Events[0]) != got-last || !b.Done || b.Next != got {
+		t.Errorf("a reader that had everything up to %d gets %s, next %d, done %v", last, describe(b.Events), b.Next, b.Done)
+	}
+	if es := d.events(id); es[len(es)-1].Type != abi.EventClose {
+		t.Errorf("events after the reboot: %s", describe(es))
 	}
 }

@@ -155,6 +155,9 @@ func (l *MemoryLog) first() uint64 {
 // LastSeq implements EventLog.
 func (l *MemoryLog) LastSeq() uint64 { return l.last }
 
+// heldBytes estimates the memory l's events take, as the ring counts its bytes.
+func (l *MemoryLog) heldBytes() int { return l.bytes + 256*len(l.pinned) }
+
 // Close implements EventLog.
 func (l *MemoryLog) Close() error { return nil }
 

@@ -228,6 +228,17 @@ func (s *session) publishAll(now time.Time, typ abi.EventType, payloads []any) {
 	s.log.appendAll(events...)
 }
 
+// instance is the session's backend, or the error of a session closed since it was looked up
+// (a closed session has none).
+func (s *session) instance() (Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inst == nil {
+		return nil, finalError(s)
+	}
+	return s.inst, nil
+}
+
 func (s *session) snapshot() abi.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -489,9 +500,10 @@ func (r *Registry) Send(ctx context.Context, id string, data []byte) error {
 	if !s.obj.Capabilities.Send {
 		return abi.Errorf(abi.CodeCapabilityUnsupported, id, "%s sessions do not accept input", s.obj.Type)
 	}
-	s.mu.Lock()
-	inst := s.inst
-	s.mu.Unlock()
+	inst, err := s.instance()
+	if err != nil {
+		return err
+	}
 	if err := inst.Send(ctx, data); err != nil {
 		return wrapKindErr(id, "send", err)
 	}
@@ -504,9 +516,10 @@ func (r *Registry) Run(ctx context.Context, id string, req abi.RunRequest) (any,
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	inst := s.inst
-	s.mu.Unlock()
+	inst, err := s.instance()
+	if err != nil {
+		return nil, err
+	}
 	rn, ok := inst.(Runner)
 	if !ok || !s.obj.Capabilities.Send {
 		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, id, "%s sessions cannot run commands", s.obj.Type)
@@ -678,6 +691,9 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	now := r.now()
 	s.mu.Lock()
 	s.obj.Status = to
+	// The backend is stopped: the registry lets go of it (an AI chat's conversation, a
+	// terminal's buffers), so what a closed session costs is its record.
+	s.inst = nil
 	s.closedAt = now
 	s.obj.Metadata["closedAt"] = abi.FormatTime(now)
 	s.obj.Metadata["closeReason"] = reason

@@ -14,8 +14,11 @@ type sessionLog struct {
 	flusher Flusher // log's, when it buffers writes
 	limits  LogLimits
 	last    uint64
-	wake    chan struct{}
-	closed  bool
+	// lastUnknown is set while last has not been asked of a log that must read its files to
+	// answer (a closed session restored from disk): a restart reads no closed session's log.
+	lastUnknown bool
+	wake        chan struct{}
+	closed      bool
 	// failed reports an EventLog error: the first one of the session (a log that cannot write
 	// fails the same way every time).
 	failed   func(error)
@@ -26,11 +29,25 @@ type sessionLog struct {
 
 func newSessionLog(log EventLog, l LogLimits, failed func(error)) *sessionLog {
 	sl := &sessionLog{
-		log: log, limits: l, last: log.LastSeq(), wake: make(chan struct{}), failed: failed,
+		log: log, limits: l, wake: make(chan struct{}), failed: failed,
 		flow: flowState{room: make(chan struct{}), followers: map[*follower]struct{}{}},
+	}
+	if k, ok := log.(interface{ lastKnown() bool }); ok && !k.lastKnown() {
+		sl.lastUnknown = true
+	} else {
+		sl.last = log.LastSeq()
 	}
 	sl.flusher, _ = log.(Flusher)
 	return sl
+}
+
+// lastLocked is the newest event's sequence number. Flow control reads last directly: it has
+// nothing to pace once a session is closed, which every log whose last is unknown is.
+func (l *sessionLog) lastLocked() uint64 {
+	if l.lastUnknown {
+		l.last, l.lastUnknown = l.log.LastSeq(), false
+	}
+	return l.last
 }
 
 // flushLocked writes what the log buffered: before anyone sees an event or a sequence number.
@@ -58,8 +75,9 @@ func (l *sessionLog) appendAll(events ...*Event) bool {
 	if l.closed {
 		return false
 	}
+	last := l.lastLocked()
 	for i, e := range events {
-		e.Seq = l.last + 1 + uint64(i)
+		e.Seq = last + 1 + uint64(i)
 	}
 	if err := l.log.Append(events...); err != nil {
 		l.report(err)
@@ -93,6 +111,9 @@ func (l *sessionLog) finish() {
 	}
 	l.closed = true
 	close(l.wake)
+	// Nothing is appended any more, so flow control has nothing to pace: its record of the
+	// ring (8 bytes an event, up to 64 KiB) would otherwise stay with every closed session.
+	l.flow.before, l.flow.beforeHead, l.flow.beforeFirst = nil, 0, 0
 	if err := l.log.Close(); err != nil {
 		l.report(err)
 	}
@@ -115,12 +136,12 @@ func (l *sessionLog) read(after uint64, limit int) (readResult, error) {
 	if err != nil {
 		return readResult{}, err
 	}
-	return readResult{Page: p, Done: l.closed && p.Next >= l.last, Wake: l.wake}, nil
+	return readResult{Page: p, Done: l.closed && p.Next >= l.lastLocked(), Wake: l.wake}, nil
 }
 
 func (l *sessionLog) lastSeq() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.flushLocked()
-	return l.last
+	return l.lastLocked()
 }

@@ -169,7 +169,7 @@ type proc struct {
 	readerDone chan struct{}
 	closing    chan struct{} // closed when stop begins, so a paused reader gives up
 	readOnce   sync.Once
-	buf        []byte // the reader's buffer (see readSize)
+	bufSize    int // the reader's buffer size (see readSize)
 	exitCode   int
 
 	stopMu   sync.Mutex
@@ -259,13 +259,27 @@ func foregroundGroup(f *os.File) (int, error) {
 
 // readSize is the PTY read buffer. The kernel hands out at most a few KiB per read(2), and the
 // reader takes whatever is ready in a loop of them (readReady), up to the buffer's size. The
-// buffer hangs off proc, on the heap: a local one would sit on the reader's stack and double
-// it. A session whose output fills it (a flood) moves to floodReadSize, for good: a few large
-// events instead of a stream of 4 KiB ones, which every reader and browser pays for per event.
+// buffer is borrowed from a pool once output is ready and given back after it, so an idle
+// session, which is most of them, holds none (a buffer of its own, on the heap or on the
+// reader's stack, was 16 KiB of every idle terminal). A session whose output fills it (a flood)
+// moves to floodReadSize, for good: a few large events instead of a stream of 4 KiB ones, which
+// every reader and browser pays for per event.
 const (
 	readSize      = 16 << 10
 	floodReadSize = 64 << 10
 )
+
+var (
+	readBufs  = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}
+	floodBufs = sync.Pool{New: func() any { b := make([]byte, floodReadSize); return &b }}
+)
+
+func bufPool(size int) *sync.Pool {
+	if size == floodReadSize {
+		return &floodBufs
+	}
+	return &readBufs
+}
 
 // startReader starts streaming p's output (once).
 func (t *term) startReader(p *proc) {
@@ -282,13 +296,14 @@ func (t *term) Begin() {
 
 func (t *term) read(p *proc) {
 	defer close(p.readerDone)
-	p.buf = make([]byte, readSize)
-	buf := p.buf
+	p.bufSize = readSize
 	rc, err := p.ptm.SyscallConn()
 	if err != nil {
 		return
 	}
-	carry := 0
+	// carry is the start of a UTF-8 character a read cut: it goes out with the next read.
+	var carry [4]byte
+	nc := 0
 	for {
 		t.mu.Lock()
 		gate := t.unpaused
@@ -298,10 +313,19 @@ func (t *term) read(p *proc) {
 		case <-p.closing:
 			return
 		}
-		n, err := readReady(rc, buf[carry:])
-		n += carry
-		carry = 0
-		if n > 0 {
+		pool := bufPool(p.bufSize)
+		var held *[]byte
+		take := func() []byte {
+			held = pool.Get().(*[]byte)
+			copy(*held, carry[:nc])
+			return (*held)[nc:]
+		}
+		give := func() { pool.Put(held); held = nil }
+		n, err := readReady(rc, take, give)
+		if held != nil {
+			buf := *held
+			n += nc
+			nc = 0
 			cut := abi.ValidUTF8Prefix(buf[:n])
 			if err != nil {
 				cut = n
@@ -311,12 +335,11 @@ func (t *term) read(p *proc) {
 				copy(out, buf[:cut])
 				t.sink.Output(out)
 			}
-			carry = copy(buf, buf[cut:n])
-			if n == len(buf) && len(buf) < floodReadSize {
-				p.buf = make([]byte, floodReadSize)
-				carry = copy(p.buf, buf[:carry])
-				buf = p.buf
+			nc = copy(carry[:], buf[cut:n])
+			if n == len(buf) && p.bufSize < floodReadSize {
+				p.bufSize = floodReadSize
 			}
+			give()
 		}
 		if err != nil {
 			return
@@ -324,21 +347,35 @@ func (t *term) read(p *proc) {
 	}
 }
 
-// readReady reads what the PTY master has ready into buf: it waits (in the netpoller) until
-// some output is there, then reads on without waiting until buf is full or nothing more is
-// ready. The kernel's line discipline hands out 4 KiB per read(2) and refills as it is read,
-// so a flood comes out in buffer-sized pieces, while a keystroke's echo goes at once.
-func readReady(rc syscall.RawConn, buf []byte) (int, error) {
+// readReady reads what the PTY master has ready: it waits (in the netpoller) until some output
+// is there, then reads on without waiting until the buffer is full or nothing more is ready,
+// and returns how many bytes it read. The kernel's line discipline hands out 4 KiB per read(2)
+// and refills as it is read, so a flood comes out in buffer-sized pieces, while a keystroke's
+// echo goes at once. It holds no buffer while it waits: take lends one when a read is tried,
+// and one that found nothing goes back through give before the wait; the one that got output
+// is still taken when it returns.
+func readReady(rc syscall.RawConn, take func() []byte, give func()) (int, error) {
 	n := 0
-	var rerr error
+	var (
+		buf  []byte
+		rerr error
+	)
 	err := rc.Read(func(fd uintptr) bool {
+		if buf == nil {
+			buf = take()
+		}
 		for n < len(buf) {
 			m, err := unix.Read(int(fd), buf[n:])
 			switch {
 			case errors.Is(err, unix.EINTR):
 				continue
 			case errors.Is(err, unix.EAGAIN):
-				return n > 0 // nothing yet: wait for the poller
+				if n > 0 {
+					return true
+				}
+				give() // nothing yet: wait for the poller holding no buffer
+				buf = nil
+				return false
 			case err != nil:
 				rerr = err
 				return true
@@ -360,6 +397,7 @@ func readReady(rc syscall.RawConn, buf []byte) (int, error) {
 }
 
 func (t *term) wait(p *proc) {
+	awaitExit(p.cmd.Process.Pid)
 	err := p.cmd.Wait()
 	p.exitCode = exitCode(p.cmd.ProcessState, err)
 	close(p.exited)
