@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -265,7 +264,7 @@ func (a *app) followRuns(ctx context.Context, g *chatstore.Subagents, dir string
 			return err
 		}
 		for _, r := range runs {
-			b, err := json.Marshal(r)
+			b, err := marshalLine(r)
 			if err != nil {
 				return fmt.Errorf("encode run: %w", err)
 			}
