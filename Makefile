@@ -17,7 +17,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 # needs no npm. -trimpath and -s -w leave out the build machine's paths, the symbol table and the
 # DWARF debug information: a binary of 54 MB instead of 78 MB.
 build:
-	@test -e $(BIN) || echo "First build of $(BIN): Go downloads the modules and compiles nexus, about 4 CPU-minutes: 2 to 3 minutes on an idle 2-core machine, longer on a busy one."
+	@test -e $(BIN) || echo "First build of $(BIN): Go downloads the modules and compiles nexus, about 4 CPU-minutes: 2 to 3 minutes on an idle 2-core machine, 6 to 10 on a busy one."
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN) ./cmd/nexus
 
 # Copy bin/nexus to $(PREFIX)/bin/nexus, and say so if that directory is not on PATH.
