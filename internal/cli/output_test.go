@@ -200,7 +200,7 @@ func TestErrorPrintedOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ptm.Close()
+		defer func() { _ = ptm.Close() }()
 		var screen bytes.Buffer
 		copied := make(chan struct{})
 		go func() {
