@@ -3,7 +3,6 @@ package cli
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -505,7 +504,7 @@ func (a *app) followRuns(ctx context.Context, g *chatstore.Subagents, dir string
 			return err
 		}
 		for _, r := range runs {
-			b, err := json.Marshal(r)
+			b, err := marshalLine(r)
 			if err != nil {
 				return fmt.Errorf("encode run: %w", err)
 			}

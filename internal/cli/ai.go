@@ -60,7 +60,7 @@ func (a *app) aiOpenFlags(cmd *cobra.Command, o *aiOpen) {
 	enumFlag(cmd, &o.Level, "level", "", "permission level: yolo, trusted or sandboxed (default: the agent's, else trusted)", "yolo", "trusted", "sandboxed")
 	f.StringVar(&o.Workspace, "workspace", "", "directory the tools work in (default: the agent's, else this directory)")
 	f.StringVar(&o.Thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
-	f.Float64Var(&o.temperature, "temperature", -1, "sampling temperature (default: the model's)")
+	f.Float64Var(&o.temperature, "temperature", -1, "sampling temperature; -1 leaves it to the model")
 	f.IntVar(&o.MaxToolIterations, "max-tool-iterations", 0, "model calls per message at most (default 10)")
 	enumFlag(cmd, &o.QueueMode, "queue-mode", "", "the conversation's queue mode for messages sent while a turn runs (saved in sessions.json; default followup)",
 		broker.Modes...)
@@ -328,7 +328,7 @@ func (p *aiPrinter) print(e abi.Event) error {
 		if p.format == eventsCompact {
 			line, err = compactEvent(e)
 		} else {
-			line, err = json.Marshal(e)
+			line, err = marshalLine(e)
 		}
 		if err != nil {
 			return fmt.Errorf("encode event %d: %w", e.Seq, err)
@@ -375,7 +375,7 @@ func (p *aiPrinter) print(e abi.Event) error {
 			case abi.PhaseStarted:
 				fmt.Fprintf(p.errOut, "→ %s %s\n", t.Name, t.ToolCallID)
 			case abi.PhaseDetected:
-				fmt.Fprintf(p.errOut, "· %s %s\n", t.Name, clip(string(t.Arguments), 200))
+				fmt.Fprintf(p.errOut, "· %s %s\n", t.Name, clip(string(unescapeHTML(t.Arguments)), 200))
 			case abi.PhaseCompleted:
 				status := "ok"
 				if t.IsError {
@@ -781,7 +781,7 @@ func (a *app) lineReader() lineReader {
 			io.Reader
 			io.Writer
 		}{ctrlCClears{in}, a.env.Stderr}, "")
-		return &ttyLines{fd: int(in.Fd()), t: t} //nolint:gosec // G115: as above
+		return &ttyLines{fd: int(in.Fd()), t: t, w: a.env.Stderr} //nolint:gosec // G115: as above
 	}
 	return &plainLines{r: bufio.NewReader(a.env.Stdin), prompt: isTerminal(a.env.Stderr), w: a.env.Stderr}
 }
@@ -807,6 +807,7 @@ func (p *plainLines) ReadLine(prompt string) (string, error) {
 type ttyLines struct {
 	fd int
 	t  *term.Terminal
+	w  io.Writer
 
 	mu  sync.Mutex
 	raw *term.State // the mode to restore while a line is read
@@ -833,6 +834,9 @@ func (l *ttyLines) ReadLine(prompt string) (string, error) {
 	l.t.SetPrompt(prompt)
 	line, err := l.t.ReadLine()
 	if err != nil {
+		if errors.Is(err, io.EOF) {
+			_, _ = io.WriteString(l.w, "\r\n") // Ctrl-D leaves the prompt's line, as a shell does
+		}
 		return line, err //nolint:wrapcheck // io.EOF is the caller's signal
 	}
 	return line, nil

@@ -127,4 +127,6 @@ func TestAIChatREPLOnATerminal(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("nexus ai chat exited %d:\n%s", code, screen.String())
 	}
+	// Ctrl-D leaves the prompt's line, as a shell does: what runs next starts on a line of its own.
+	testkit.Eventually(t, "a line end after Ctrl-D", func() bool { return strings.HasSuffix(screen.String(), "> \r\n") })
 }

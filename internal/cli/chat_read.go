@@ -260,7 +260,7 @@ func (a *app) chatHistoryCmd() *cobra.Command {
 // writeHistory prints the context with its messages spliced in verbatim, one per line, through a
 // buffer: a long history is mostly bytes already encoded, so nothing is re-encoded.
 func writeHistory(out io.Writer, h conversation.HistoryHeader, msgs iter.Seq2[json.RawMessage, error]) error {
-	head, err := json.Marshal(h)
+	head, err := marshalLine(h)
 	if err != nil {
 		return fmt.Errorf("encode history: %w", err)
 	}

@@ -73,12 +73,29 @@ func Main(ctx context.Context, args []string, env Env) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	var ae *abi.Error
-	if errors.As(err, &ae) && jsonOutput(cmd) {
-		a.printJSON(abi.ErrorResponse(err, env.Now()))
-	}
-	fmt.Fprintf(env.Stderr, "nexus: %s\n", err)
+	a.reportError(cmd, err)
 	return 1
+}
+
+// reportError prints a failed command's error, in the one place that decides where: the error
+// response on stdout when the command's output is JSON (in the format the user chose: not with
+// --format table or text), and the one line on stderr for whoever watches a pipe or a log. When
+// both are terminals (a person at one screen) the response alone says it, not the message twice.
+func (a *app) reportError(cmd *cobra.Command, err error) {
+	var ae *abi.Error
+	envelope := errors.As(err, &ae) && jsonOutput(cmd)
+	if cmd != nil {
+		if f := cmd.Flags().Lookup("format"); f != nil && (f.Value.String() == formatTable || f.Value.String() == eventsText) {
+			envelope = false
+		}
+	}
+	if envelope {
+		a.printJSON(abi.ErrorResponse(err, a.env.Now()))
+		if isTerminal(a.env.Stdout) && isTerminal(a.env.Stderr) {
+			return
+		}
+	}
+	fmt.Fprintf(a.env.Stderr, "nexus: %s\n", err)
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -96,7 +113,11 @@ func (a *app) rootCmd() *cobra.Command {
 			return a.resolveState()
 		},
 	}
-	textOutput(root)
+	// The root is a group like the others, so a mistyped command answers as a mistyped
+	// subcommand does (INVALID_ARGUMENT, with suggestions).
+	group(root)
+	root.Version = a.env.Version
+	root.SetVersionTemplate("nexus {{.Version}} (ABI " + abi.Version + ")\n")
 	root.PersistentFlags().StringVar(&a.stateDir, "state-dir", "", "state directory (default $NEXUS_HOME/state, NEXUS_HOME defaults to ~/nexus)")
 	root.PersistentFlags().StringVar(&a.gateway, "gateway", "", "gateway address: a unix socket path or http://host:port (default the state directory's socket; env NEXUS_GATEWAY)")
 	root.AddCommand(a.serveCmd(), a.versionCmd(), a.sessionCmd(), a.aiCmd(), a.agentCmd(), a.projectCmd(), a.mcpCmd())
@@ -166,7 +187,7 @@ func (a *app) printJSON(v any) {
 		fmt.Fprintf(a.env.Stderr, "nexus: encode output: %v\n", err)
 		return
 	}
-	_, _ = a.env.Stdout.Write(buf.Bytes())
+	_, _ = a.env.Stdout.Write(unescapeHTML(buf.Bytes()))
 }
 
 func (a *app) warnf(format string, args ...any) {

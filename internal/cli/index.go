@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -188,7 +187,7 @@ func (a *app) watchIndex(ctx context.Context, ix *index.Index, opts index.SyncOp
 			fmt.Fprintln(a.env.Stdout, summaryLine(sum))
 			return
 		}
-		b, merr := json.Marshal(sum)
+		b, merr := marshalLine(sum)
 		if merr != nil {
 			a.warnf("encode summary: %v", merr)
 			return

@@ -249,6 +249,7 @@ Claude Code's command line reads it from the token file, Cursor and Codex from N
 				_, err = out.Write(mcpServersJSON(l))
 			case "codex":
 				fmt.Fprintln(note, "# Codex: add this to ~/.codex/config.toml:")
+				fmt.Fprintln(note, codexApprovalNote)
 				_, err = io.WriteString(out, codexTOML(l))
 			}
 			return err
@@ -387,6 +388,10 @@ func mcpServersJSON(l mcpLaunchConfig) []byte {
 	_ = enc.Encode(doc)
 	return b.Bytes()
 }
+
+// codexApprovalNote: Codex asks before each MCP tool call, and run without a person to answer
+// (codex exec) it refuses them all unless the server's table approves them.
+const codexApprovalNote = `# non-interactive Codex (codex exec) cannot ask before a tool call and refuses nexus's tools: add default_tools_approval_mode = "approve" to the table to run them unasked`
 
 // codexTOML is the [mcp_servers.nexus] table of ~/.codex/config.toml, with its env table.
 func codexTOML(l mcpLaunchConfig) string {

@@ -86,6 +86,7 @@ func writeMCPHTTPSetup(out, note io.Writer, client string, s mcpHTTPSetup) error
 	case "codex":
 		fmt.Fprintln(note, "# Codex: add this to ~/.codex/config.toml, and start Codex where NEXUS_TOKEN is set:")
 		fmt.Fprintln(note, "#   "+exportLine)
+		fmt.Fprintln(note, codexApprovalNote)
 		_, err = io.WriteString(out, "[mcp_servers.nexus]\nurl = "+tomlString(s.url)+"\nbearer_token_env_var = \"NEXUS_TOKEN\"\n")
 	default:
 		err = fmt.Errorf("unknown client %q", client)

@@ -101,7 +101,8 @@ func TestMCPHTTPSetup(t *testing.T) {
 	if out.String() != "[mcp_servers.nexus]\nurl = \"http://127.0.0.1:4100/v1/mcp\"\nbearer_token_env_var = \"NEXUS_TOKEN\"\n" {
 		t.Errorf("codex: %q", out.String())
 	}
-	if !strings.Contains(note.String(), `export NEXUS_TOKEN="$(cat '`+tokenFile+`')"`) {
+	if !strings.Contains(note.String(), `export NEXUS_TOKEN="$(cat '`+tokenFile+`')"`) ||
+		!strings.Contains(note.String(), `default_tools_approval_mode = "approve"`) {
 		t.Errorf("notes: %s", note.String())
 	}
 }

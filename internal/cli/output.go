@@ -22,6 +22,51 @@ const (
 	formatTable = "table"
 )
 
+// marshalLine encodes v as one line of JSON (no newline) the way all the CLI's JSON output is
+// written: <, > and & as themselves, not Go's HTML escapes. The output is read by people and
+// programs, never put in a page; and the escapes the gateway's own encoding left in raw JSON
+// (a tool call's arguments) are undone too, so arguments read like results.
+func marshalLine(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return unescapeHTML(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), nil
+}
+
+// unescapeHTML turns the \u003c, \u003e and \u0026 escapes of JSON text into the characters
+// they stand for; the text means the same. An escaped backslash is a pair of its own, so a
+// literal "\\u003c" (a backslash, then u003c) is kept.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			switch strings.ToLower(string(b[i+2 : i+6])) {
+			case "003c":
+				out, i = append(out, '<'), i+5
+				continue
+			case "003e":
+				out, i = append(out, '>'), i+5
+				continue
+			case "0026":
+				out, i = append(out, '&'), i+5
+				continue
+			}
+		}
+		out, i = append(out, b[i], b[i+1]), i+1
+	}
+	return out
+}
+
 // print writes v in the --format the user chose: JSON, or a table drawn by table (nil: the
 // generic key/value table of v's fields).
 func (a *app) print(format string, v any, table func(io.Writer) error) error {
@@ -220,11 +265,11 @@ func compactEvent(e abi.Event) ([]byte, error) {
 	sort.Strings(keys)
 	b := fmt.Appendf(nil, `{"seq":%d,"event":%q`, e.Seq, e.Event)
 	for _, k := range keys {
-		kb, _ := json.Marshal(k)
+		kb, _ := marshalLine(k)
 		b = append(b, ',')
 		b = append(b, kb...)
 		b = append(b, ':')
 		b = append(b, payload[k]...)
 	}
-	return append(b, '}'), nil
+	return unescapeHTML(append(b, '}')), nil
 }

@@ -278,7 +278,7 @@ func (a *app) debugLogTailCmd() *cobra.Command {
 					w := bufio.NewWriter(a.env.Stdout)
 					for _, l := range v.Lines {
 						if format == formatJSON {
-							b, _ := json.Marshal(l)
+							b, _ := marshalLine(l)
 							_, _ = w.Write(append(b, '\n'))
 						} else {
 							_, _ = fmt.Fprintln(w, logText(l.Stream, l.Level, l.Line))
@@ -345,7 +345,7 @@ func (a *app) networkMonitorCmd() *cobra.Command {
 					return
 				}
 				if format == formatJSON {
-					b, _ := json.Marshal(cn)
+					b, _ := marshalLine(cn)
 					fmt.Fprintf(a.env.Stdout, "%s\n", b)
 				} else {
 					fmt.Fprintf(a.env.Stdout, "%-7s %-12s %-22s %-22s %10d %10d %8.3f\n", cn.Action, cn.State, cn.Local, cn.Remote, cn.BytesSent, cn.BytesReceived, cn.RTTMs)

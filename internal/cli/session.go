@@ -215,7 +215,7 @@ func (w *eventWriter) write(e abi.Event) error {
 	if w.format == eventsCompact {
 		line, err = compactEvent(e)
 	} else {
-		line, err = json.Marshal(e)
+		line, err = marshalLine(e)
 	}
 	if err != nil {
 		return fmt.Errorf("encode event %d: %w", e.Seq, err)

@@ -128,7 +128,7 @@ envelope per line; with --format table, the session's table and then its termina
 					w.ct = abi.ContentText
 				}
 			} else {
-				line, err := json.Marshal(s)
+				line, err := marshalLine(s)
 				if err != nil {
 					return fmt.Errorf("encode session: %w", err)
 				}

@@ -127,8 +127,10 @@ func Handler(opt Options) http.Handler {
 			}
 			page.ServeHTTP(w, r)
 		})
-		mux.HandleFunc("POST "+p+"/console/codes", s.consoleCode)
 	}
+	// Registered with the console or without: a gateway without a TCP listener says why there
+	// is no sign-in link rather than that the route does not exist.
+	mux.HandleFunc("POST "+p+"/console/codes", s.consoleCode)
 	s.chatRoutes(mux)
 	s.shellRoutes(mux)
 	s.indexRoutes(mux)
@@ -865,6 +867,10 @@ func (s *server) watchSessions(w http.ResponseWriter, r *http.Request) {
 
 // consoleCode mints a one-time sign-in code for the web console (nexus console).
 func (s *server) consoleCode(w http.ResponseWriter, _ *http.Request) {
+	if s.opt.Console == nil {
+		s.fail(w, abi.Errorf(abi.CodeCapabilityUnsupported, "", "this gateway has no TCP listener, so no console: start it with nexus serve --listen 127.0.0.1:7777"), 0)
+		return
+	}
 	code, url, exp, err := s.opt.Console.NewCode()
 	if err != nil {
 		s.fail(w, fmt.Errorf("mint a sign-in code: %w", err), 0)

@@ -232,6 +232,20 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll("ol.chat li.role-assistant .text")].some((d) => d.textContent.trim() === "done"));
   check("confirm", true, "");
 
+  // "New AI chat" opens a session on the backend named, in its chat view; the sessions table then
+  // tells it apart: the distinct end of its id, its chat key, its model.
+  await page.goto(origin + "/console/#/sessions");
+  await page.fill("#new-backend", "scripted");
+  await page.click("text=New AI chat");
+  await page.waitForFunction(() => location.hash.startsWith("#/chat/") && document.querySelector(".conn") && document.querySelector(".conn").textContent === "live");
+  const created = await page.evaluate(() => location.hash.split("/")[2]);
+  await page.goto(origin + "/console/#/sessions");
+  await page.selectOption("#f-type", "ai-chat");
+  const row = page.locator(`tr[data-id="${created}"]`);
+  await row.waitFor();
+  const cells = await row.locator("td").allTextContents();
+  check("new-chat", cells[0] === created.slice(-8) && cells[1] === "ai-chat" && cells[3].startsWith("agent:") && cells[4] === "scripted", JSON.stringify(cells));
+
   // The code is used up; a wrong one is refused the same way.
   const other = await browser.newContext();
   const p2 = await other.newPage();

@@ -51,6 +51,10 @@ function ago(iso) {
   return Math.floor(s / 86400) + "d";
 }
 
+// shortId is the part of a session id that tells sessions apart: a UUIDv7 begins with its
+// creation time (the same for sessions opened in the same minute) and ends with random bits.
+const shortId = (id) => id.slice(-8);
+
 // --- the sessions view -------------------------------------------------------------------
 
 function sessionsView() {
@@ -64,6 +68,16 @@ function sessionsView() {
   const projectIn = el("input", { id: "f-project", placeholder: "project or roadmap", oninput: () => { filters.project = projectIn.value.trim(); render(); } });
   const newProject = el("input", { id: "new-project", placeholder: "project id", "aria-label": "Project of the new terminal", value: localStorage.getItem("nexus.project") || "" });
   const newTerm = el("button", { type: "submit" }, "New terminal");
+  const newBackend = el("input", { id: "new-backend", placeholder: "backend (optional)", "aria-label": "Backend of the new AI chat", value: localStorage.getItem("nexus.backend") || "" });
+  const newChat = el("button", { type: "button", onclick: async () => {
+    // On a backend of config.toml (empty: the agent's), with the agent's workspace and level.
+    try {
+      const backend = newBackend.value.trim();
+      localStorage.setItem("nexus.backend", backend);
+      const s = await api("POST", "/sessions", { type: "ai-chat", options: backend ? { backend } : {} });
+      location.hash = "#/chat/" + s.sessionId;
+    } catch (e) { say(e.message, true); }
+  } }, "New AI chat");
   const follow = el("input", { id: "new-log", placeholder: "process id, or gateway", "aria-label": "Process or server the new log view follows", value: "gateway" });
   const newObserver = (type, context, options, view) => async () => {
     try {
@@ -82,11 +96,25 @@ function sessionsView() {
       const s = await api("POST", "/sessions", { type: "terminal", context: { projectId: newProject.value.trim() } });
       location.hash = "#/terminal/" + s.sessionId;
     } catch (e) { say(e.message, true); }
-  } }, newProject, newTerm);
+  } }, newProject, newTerm, newBackend, newChat);
   const filtersBar = el("div", { class: "toolbar", role: "group", "aria-label": "Filters" },
     el("label", { for: "f-type" }, "Type", typeSel), el("label", { for: "f-status" }, "Status", statusSel), el("label", { for: "f-project" }, "Context", projectIn));
   const table = el("table", { "aria-label": "Sessions" },
-    el("thead", {}, el("tr", {}, ...["Type", "Status", "Context", "Age", "Last activity", "Actions"].map((h, i) => el("th", { scope: "col", class: i === 3 || i === 4 ? "opt" : undefined }, h)))), body);
+    el("thead", {}, el("tr", {}, ...["Session", "Type", "Status", "Chat or context", "Model", "Title", "Age", "Last activity", "Actions"].map((h, i) => el("th", { scope: "col", class: [4, 6, 7].includes(i) ? "opt" : undefined }, h)))), body);
+  // Chats' titles (the chat index's display name, label or task), by chat key, read when a
+  // session names a chat not seen yet.
+  const titles = new Map();
+  let loadingTitles = false;
+  const loadTitles = async () => {
+    if (loadingTitles || !sessions.some((s) => s.metadata && s.metadata.chatKey && !titles.has(s.metadata.chatKey))) return;
+    loadingTitles = true;
+    try {
+      const { chats } = await api("GET", "/chats");
+      for (const c of chats || []) titles.set(c.key, (c.entry && (c.entry.displayName || c.entry.label || c.entry.taskDescription)) || "");
+      for (const s of sessions) if (s.metadata && s.metadata.chatKey && !titles.has(s.metadata.chatKey)) titles.set(s.metadata.chatKey, "");
+      render();
+    } catch (e) { /* titles are a nicety: the table stands without them */ } finally { loadingTitles = false; }
+  };
   main.replaceChildren(el("h2", {}, "Sessions"), form, observers, filtersBar, table);
 
   async function control(id, command) {
@@ -101,29 +129,33 @@ function sessionsView() {
       (!filters.project || JSON.stringify(s.context || {}).includes(filters.project)));
     body.replaceChildren(...rows.map((s) => {
       const caps = s.capabilities || {};
-      const ctx = Object.entries(s.context || {}).map(([k, v]) => k + "=" + v).join(" ");
+      const md = s.metadata || {};
+      const ctx = md.chatKey || Object.entries(s.context || {}).map(([k, v]) => k + "=" + v).join(" ");
+      const title = md.title || (md.chatKey && titles.get(md.chatKey)) || "";
       const actions = el("td", { class: "actions" });
       const view = { terminal: "terminal", "ai-chat": "chat", "debug-stream": "log", "network-stream": "net", "meta-chat": "feed" }[s.type];
-      if (view) actions.append(el("button", { type: "button", "aria-label": "Open " + s.type + " " + s.sessionId.slice(0, 8), onclick: () => { location.hash = "#/" + view + "/" + s.sessionId; } }, "Open"));
+      if (view) actions.append(el("button", { type: "button", "aria-label": "Open " + s.type + " " + shortId(s.sessionId), onclick: () => { location.hash = "#/" + view + "/" + s.sessionId; } }, "Open"));
       const observer = ["debug-stream", "network-stream", "meta-chat"].includes(s.type);
       const cmds = s.status === "active"
         ? [["interrupt", caps.interrupt], ["resume", observer && caps.interrupt], ["pause", caps.pause], ["restart", caps.restart], ["close", caps.close]]
         : s.status === "paused" ? [["resume", true], ["close", caps.close]] : [];
       for (const [cmd, cap] of cmds) {
-        if (cap) actions.append(el("button", { type: "button", "aria-label": cmd + " " + s.type + " " + s.sessionId.slice(0, 8), onclick: () => control(s.sessionId, cmd) }, cmd));
+        if (cap) actions.append(el("button", { type: "button", "aria-label": cmd + " " + s.type + " " + shortId(s.sessionId), onclick: () => control(s.sessionId, cmd) }, cmd));
       }
       return el("tr", { "data-id": s.sessionId },
+        el("td", { class: "id", title: s.sessionId }, shortId(s.sessionId)),
         el("td", {}, s.type), el("td", { class: "status-" + s.status }, s.status), el("td", {}, ctx),
+        el("td", { class: "opt" }, md.model || ""), el("td", {}, title),
         el("td", { class: "opt" }, ago(s.createdAt)), el("td", { class: "opt" }, ago(s.lastActivityAt || s.createdAt)), actions);
     }));
-    if (!rows.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No sessions match.")));
+    if (!rows.length) body.append(el("tr", {}, el("td", { colspan: 9 }, "No sessions match.")));
   }
 
   // One WebSocket; a snapshot after every change. It reconnects on its own.
   let ws, closed = false, delay = 250;
   const connect = () => {
     ws = new WebSocket(wsBase + "/v1/sessions/watch");
-    ws.onmessage = (m) => { delay = 250; sessions = JSON.parse(m.data).sessions || []; render(); say("live"); };
+    ws.onmessage = (m) => { delay = 250; sessions = JSON.parse(m.data).sessions || []; render(); loadTitles(); say("live"); };
     ws.onclose = () => { if (!closed) { say("reconnecting…"); setTimeout(connect, delay); delay = Math.min(delay * 2, 5000); } };
   };
   connect();
@@ -161,10 +193,10 @@ function terminalView(id, readOnly) {
   const box = el("div", { class: "term", role: "application", "aria-label": "Terminal " + id });
   const conn = el("span", { class: "conn" }, "connecting…");
   const bar = el("div", { class: "toolbar" });
-  if (readOnly) bar.append(el("strong", {}, "terminal " + id.slice(0, 8) + " (read-only view)"), conn);
+  if (readOnly) bar.append(el("strong", {}, "terminal " + shortId(id) + " (read-only view)"), conn);
   else {
     const shareOut = el("input", { id: "share-url", readonly: true, "aria-label": "Read-only share link", hidden: true, size: 60 });
-    bar.append(el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "terminal " + id.slice(0, 8)), conn,
+    bar.append(el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "terminal " + shortId(id)), conn,
       el("button", { type: "button", onclick: async () => {
         try {
           const res = await fetch("/console/share?session=" + encodeURIComponent(id), { method: "POST", credentials: "same-origin" });
@@ -353,7 +385,7 @@ function observerView(kind, id) {
   const conn = el("span", { class: "conn" }, "connecting…");
   const filter = el("input", { id: "o-filter", placeholder: "filter", "aria-label": "Filter lines" });
   const followBox = el("input", { id: "o-follow", type: "checkbox", checked: true });
-  const bar = el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, title + " " + id.slice(0, 8)), conn);
+  const bar = el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, title + " " + shortId(id)), conn);
   if (kind === "log") bar.append(el("label", { for: "o-filter" }, "Filter", filter), el("label", { for: "o-follow", class: "inline" }, followBox, " follow"));
   const list = el("ol", { class: "log", "aria-label": title, "aria-live": "off" });
   const tbody = el("tbody");
@@ -409,7 +441,7 @@ function observerView(kind, id) {
 function feedText(p) {
   switch (p.type) {
     case "roadmap-item": return `item ${p.action}: ${p.item ? p.item.title + " [" + p.item.status + "]" : ""}`;
-    case "roadmap-session": return `session ${p.sessionId ? p.sessionId.slice(0, 8) : ""} (${p.sessionType || ""}) ${p.action || p.status || ""}`;
+    case "roadmap-session": return `session ${p.sessionId ? shortId(p.sessionId) : ""} (${p.sessionType || ""}) ${p.action || p.status || ""}`;
     case "roadmap-turn": return `turn of ${p.chatKey || p.sessionId}: ${p.end || ""} after ${p.iterations || 0} iterations`;
     case "roadmap-subagent": return `subagent ${p.label || p.childSessionKey || ""}: ${p.task || ""}`;
   }
@@ -445,7 +477,7 @@ function chatView(id) {
   const side = el("aside", { class: "chat-side" },
     el("details", {}, el("summary", {}, "Branch tree"), tree),
     el("details", { open: true }, el("summary", {}, "Subagents"), subagents));
-  main.replaceChildren(el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "ai-chat " + id.slice(0, 8)), conn, usage),
+  main.replaceChildren(el("div", { class: "toolbar" }, el("a", { href: "#/sessions" }, "← Sessions"), el("strong", {}, "ai-chat " + shortId(id)), conn, usage),
     el("div", { class: "chat-wrap" }, el("div", { class: "chat-main" }, list, form), side));
   // The transcript's tree: every entry, indented by depth, the active branch marked.
   const loadTree = async (key) => {
