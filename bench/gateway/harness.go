@@ -90,14 +90,14 @@ func startHarnessAt(ctx context.Context, dir string, lc live.Config, bc config) 
 	if bc.store == "disk" {
 		st, err := live.OpenDiskStore(filepath.Join(dir, "state", "live"), live.DiskOptions{})
 		if err != nil {
-			_ = os.RemoveAll(dir)
+			_ = os.RemoveAll(dir) //nolint:gosec // G703: the bench's own temp root (harnessDir), never input
 			return nil, err
 		}
 		lc.Store = st
 	}
 	reg, err := live.New(ctx, lc, kind)
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(dir) //nolint:gosec // G703: the bench's own temp root (harnessDir), never input
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -117,7 +117,7 @@ func startHarnessAt(ctx context.Context, dir string, lc live.Config, bc config) 
 		h.sock = in.Socket
 	case err := <-h.done:
 		cancel()
-		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(dir) //nolint:gosec // G703: the bench's own temp root (harnessDir), never input
 		return nil, fmt.Errorf("gateway did not start: %w", err)
 	case <-time.After(10 * time.Second):
 		h.stop()
@@ -138,7 +138,7 @@ func (h *harness) stop() {
 	case <-time.After(90 * time.Second):
 		fmt.Fprintln(os.Stderr, "bench: gateway shutdown timed out")
 	}
-	_ = os.RemoveAll(h.dir)
+	_ = os.RemoveAll(h.dir) //nolint:gosec // G703: the bench's own temp root (harnessDir), never input
 }
 
 // openTerminal creates a terminal session over the API and waits for its first prompt.

@@ -207,7 +207,7 @@ func TestDamagedTranscript(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer src.Close()
+			defer func() { _ = src.Close() }()
 			dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
 			if err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package aichat_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -80,7 +81,7 @@ func TestQueueReject(t *testing.T) {
 		t.Fatalf("a reject message during a turn: %v", err)
 	}
 	var ae *abi.Error
-	if !errorsAs(err, &ae) || ae.SessionID != s.SessionID || !abi.CodeBusy.Retriable() {
+	if !errors.As(err, &ae) || ae.SessionID != s.SessionID || !abi.CodeBusy.Retriable() {
 		t.Fatalf("the error %+v", err)
 	}
 	if _, err := r.Control(ctx, s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
@@ -106,21 +107,6 @@ func TestQueueReject(t *testing.T) {
 	if got := contentsOf(hist); got != "hang,free,waiting" {
 		t.Fatalf("stored %s", got)
 	}
-}
-
-func errorsAs(err error, target **abi.Error) bool {
-	for err != nil {
-		if e, ok := err.(*abi.Error); ok {
-			*target = e
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
 }
 
 // TestQueueRollback: a rollback message aborts the running turn and runs in its place: its
@@ -191,7 +177,7 @@ func TestQueueRollback(t *testing.T) {
 			text = strings.SplitN(strings.SplitN(text, `"text":"`, 2)[1], `"`, 2)[0]
 		}
 		p := f.Entry(e.ParentID)
-		for p != nil && !(p.Type == "custom" && p.CustomType == chatstore.RunCustomType) {
+		for p != nil && (p.Type != "custom" || p.CustomType != chatstore.RunCustomType) {
 			p = f.Entry(p.ParentID)
 		}
 		if p == nil {
