@@ -3,10 +3,8 @@ package source
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,8 +163,7 @@ func (r nexusRun) status() string {
 
 // runsFile is a decoded runs.json: the runs by id and by child session id.
 type runsFile struct {
-	size, mtime int64
-	ino         uint64
+	fileStamp
 	byRun       map[string]nexusRun
 	byChild     map[string]nexusRun
 }
@@ -191,24 +188,14 @@ func (rf *runsFile) run(id string) (nexusRun, bool) {
 // (nil: none, or not a regular file of at most ocStoreMax). A nil *stores decodes it every
 // time.
 func (c *stores) runsAt(path string) (*runsFile, error) {
-	fi, err := os.Lstat(path) //nolint:gosec // beside the sessions directory being read
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("subagent runs: %w", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Size() > ocStoreMax {
-		return nil, nil
-	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
+	stamp, ok, err := stampOf(path, "subagent runs")
+	if !ok || err != nil {
+		return nil, err
 	}
 	if c != nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if rf := c.runs[path]; rf != nil && rf.size == fi.Size() && rf.mtime == fi.ModTime().UnixNano() && rf.ino == ino {
+		if rf := c.runs[path]; rf != nil && rf.fileStamp == stamp {
 			return rf, nil
 		}
 	}
@@ -222,7 +209,7 @@ func (c *stores) runsAt(path string) (*runsFile, error) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, fmt.Errorf("subagent runs %s: %w", path, err)
 	}
-	rf := &runsFile{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: ino,
+	rf := &runsFile{fileStamp: stamp,
 		byRun: make(map[string]nexusRun, len(doc.Runs)), byChild: make(map[string]nexusRun, len(doc.Runs))}
 	for id, r := range doc.Runs {
 		if r.RunID == "" {

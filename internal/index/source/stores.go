@@ -25,8 +25,7 @@ type stores struct {
 func newStores() *stores { return &stores{m: map[string]*storeFile{}} }
 
 type storeFile struct {
-	size, mtime int64
-	ino         uint64
+	fileStamp
 	// byID and byFile hold, per session id and per transcript file name, the entry of the
 	// shortest key naming it (a cron job and its run may name one session: the job's own key
 	// wins, whatever the map order).
@@ -73,25 +72,41 @@ func (c *stores) lookup(storePath, id, path string) (string, *storeEntry, error)
 	return best.key, &e, nil
 }
 
-func (c *stores) load(storePath string) (*storeFile, error) {
-	fi, err := os.Lstat(storePath) //nolint:gosec // the store beside a transcript Discover found
+// fileStamp is what says a small store file changed: its size, mtime and inode.
+type fileStamp struct {
+	size, mtime int64
+	ino         uint64
+}
+
+// stampOf is path's stamp, ok false where it does not exist, is not a regular file (a link
+// is not followed) or is over ocStoreMax; what names the file in an error.
+func stampOf(path, what string) (fileStamp, bool, error) {
+	fi, err := os.Lstat(path) //nolint:gosec // a store beside the transcripts being read
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return fileStamp{}, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("session store: %w", err)
+		return fileStamp{}, false, fmt.Errorf("%s: %w", what, err)
 	}
 	if !fi.Mode().IsRegular() || fi.Size() > ocStoreMax {
-		return nil, nil
+		return fileStamp{}, false, nil
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
+	st := fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = sys.Ino
+	}
+	return st, true, nil
+}
+
+func (c *stores) load(storePath string) (*storeFile, error) {
+	stamp, ok, err := stampOf(storePath, "session store")
+	if !ok || err != nil {
+		return nil, err
 	}
 	if c != nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if sf := c.m[storePath]; sf != nil && sf.size == fi.Size() && sf.mtime == fi.ModTime().UnixNano() && sf.ino == ino {
+		if sf := c.m[storePath]; sf != nil && sf.fileStamp == stamp {
 			return sf, nil
 		}
 	}
@@ -107,7 +122,7 @@ func (c *stores) load(storePath string) (*storeFile, error) {
 	if err := json.NewDecoder(f).Decode(&store); err != nil {
 		return nil, fmt.Errorf("session store %s: %w", storePath, err)
 	}
-	sf := &storeFile{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: ino,
+	sf := &storeFile{fileStamp: stamp,
 		byID: map[string]keyedEntry{}, byFile: map[string]keyedEntry{}, idOfKey: map[string]string{}}
 	for key, e := range store {
 		sf.idOfKey[key] = e.SessionID
