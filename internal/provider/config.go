@@ -99,7 +99,20 @@ type Config struct {
 	// timeouts, ...) for every agent that does not set them.
 	Defaults   profile.Policy `json:"defaults,omitzero" toml:"defaults"`
 	Compaction Compaction     `json:"compaction" toml:"compaction"`
+	Recovery   Recovery       `json:"recovery,omitzero" toml:"recovery"`
 }
+
+// Recovery is the [recovery] section: what ai-chat does with the turns a killed gateway left
+// running (docs/ai-chat.md, After a crash).
+type Recovery struct {
+	// ContinueTurns: once an interrupted turn is closed in its transcript, a new model call on
+	// the recorded context answers the user's message (default true; false leaves the
+	// conversation waiting for its next message).
+	ContinueTurns *bool `json:"continueTurns,omitempty" toml:"continue_turns"`
+}
+
+// Continue reports whether interrupted turns continue after a restart (default true).
+func (r Recovery) Continue() bool { return r.ContinueTurns == nil || *r.ContinueTurns }
 
 // Compaction is the [compaction] section: what ai-chat does before a threshold compaction
 // (docs/ai-chat.md, Compaction).
@@ -212,6 +225,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		MCPServers map[string]MCPServer   `toml:"mcp_servers"`
 		Defaults   profile.Policy         `toml:"defaults"`
 		Compaction Compaction             `toml:"compaction"`
+		Recovery   Recovery               `toml:"recovery"`
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -233,6 +247,10 @@ func ParseConfig(data []byte) (*Config, error) {
 				if len(k) > 0 && k[0] == "compaction" {
 					row, _ := e.Position()
 					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [compaction] (known: memory_flush, min_reserve_tokens)", strings.Join(k, "."), row)
+				}
+				if len(k) > 0 && k[0] == "recovery" {
+					row, _ := e.Position()
+					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [recovery] (known: continue_turns)", strings.Join(k, "."), row)
 				}
 				if len(k) > 0 && k[0] == "backends" {
 					row, _ := e.Position()
@@ -310,6 +328,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "compaction: min_reserve_tokens must not be negative")
 	}
 	cfg.Compaction = doc.Compaction
+	cfg.Recovery = doc.Recovery
 	return cfg, nil
 }
 
