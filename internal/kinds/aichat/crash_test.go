@@ -112,7 +112,10 @@ func TestCrashMidTurn(t *testing.T) {
 		{
 			name:  "mid-tool",
 			level: "yolo",
-			first: func(w *sse) { w.call("c1", "bash", map[string]any{"command": "echo ran >> ran.txt; sleep 600"}); w.done() },
+			first: func(w *sse) {
+				w.call("c1", "bash", map[string]any{"command": "echo ran >> ran.txt; sleep 600"})
+				w.done()
+			},
 			crashAt: func(e *live.Event) bool {
 				p, ok := e.Payload.(abi.AITool)
 				return ok && p.Phase == abi.PhaseStarted
