@@ -308,15 +308,19 @@ func (k *Kind) restartedOn(ctx context.Context) map[string]abi.Session {
 		return out
 	}
 	for _, s := range all {
-		if s.Type != abi.TypeAIChat || s.Context.ChatID == "" || s.Metadata["closeReason"] != abi.CloseGatewayRestart {
+		if s.Type != abi.TypeAIChat || s.Metadata["closeReason"] != abi.CloseGatewayRestart {
 			continue
 		}
 		if _, moved := s.Metadata["movedTo"]; moved {
 			continue // a gateway before this one took it over
 		}
+		// A session opened without a key got one from the kind: the metadata has it.
 		key, _ := s.Metadata["chatKey"].(string)
 		if key == "" {
 			key = s.Context.ChatID
+		}
+		if key == "" {
+			continue
 		}
 		out[key] = s // List is oldest first
 	}
@@ -426,7 +430,9 @@ func (k *Kind) reopen(ctx context.Context, key string, old abi.Session) error {
 	if err != nil {
 		return fmt.Errorf("options: %w", err)
 	}
-	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: old.Context, Options: raw})
+	cx := old.Context
+	cx.ChatID = key
+	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: cx, Options: raw})
 	if err != nil {
 		return fmt.Errorf("reopen %s: %w", key, err)
 	}
