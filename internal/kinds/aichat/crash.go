@@ -147,15 +147,12 @@ type recovered struct {
 func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func() *interruption) (*recovered, error) {
 	w := h.Writer
 	f := w.File()
-	runs, err := chatstore.RunsFromFile(f)
+	open, err := lastRun(f)
 	if err != nil {
-		return nil, fmt.Errorf("read runs: %w", err)
+		return nil, err
 	}
-	var open *chatstore.RunSummary
-	for i := range runs {
-		if !runs[i].Ended {
-			open = &runs[i] // the last: an earlier one left open was a crash before this code
-		}
+	if open != nil && open.Ended {
+		open = nil
 	}
 	if open == nil {
 		if st := string(h.Entry.Extra["state"]); st != "" && st != strconv.Quote(StateIdle) {
@@ -239,6 +236,42 @@ func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func
 		return nil, err
 	}
 	return &recovered{key: h.Key, run: open.RunID, unanswered: waitsForModel(msgs)}, nil
+}
+
+// lastRun is the transcript's last run (nil: none). Only the last can be the one a killed
+// gateway left: runs follow one another, and one left open by an older crash, with turns after
+// it, is history. It reads the file from the end, so a session's start costs no more with a
+// long transcript.
+func lastRun(f *transcript.File) (*chatstore.RunSummary, error) {
+	var id string
+	for i := len(f.Entries) - 1; i >= 0; i-- {
+		e := f.Entries[i]
+		if e.Type != "custom" || e.CustomType != chatstore.RunCustomType {
+			continue
+		}
+		runs, err := chatstore.RunsFromEntries(f, []*transcript.Entry{e})
+		if err != nil {
+			return nil, fmt.Errorf("read runs: %w", err)
+		}
+		if len(runs) == 0 {
+			continue
+		}
+		if id == "" {
+			id = runs[0].RunID
+		}
+		if runs[0].RunID == id && runs[0].Phases[0].Phase == chatstore.PhaseStart {
+			all, err := chatstore.RunsFromEntries(f, f.Entries[i:])
+			if err != nil {
+				return nil, fmt.Errorf("read runs: %w", err)
+			}
+			for j := range all {
+				if all[j].RunID == id {
+					return &all[j], nil
+				}
+			}
+		}
+	}
+	return nil, nil
 }
 
 // repliesOf counts the assistant messages written after run's start.

@@ -2,6 +2,7 @@ package aichat_test
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -292,5 +293,113 @@ func TestCrashNoContinue(t *testing.T) {
 	}
 	if got := userTexts(t, e2, key); got != "the question|again" {
 		t.Fatalf("user messages %q", got)
+	}
+}
+
+// TestCrashLeftovers: transcripts a killed gateway left, written with the real writer and
+// never closed by a turn: a run open after the model's last reply is ended but not continued
+// (nothing waits for the model), and a run an older crash left open, with turns after it, is
+// history: nothing is appended and no model is called.
+func TestCrashLeftovers(t *testing.T) {
+	cases := []struct {
+		name  string
+		write func(t *testing.T, w *transcript.Writer, sid string)
+		// ended: the runs' Ended after the restart; appended: whether entries are added.
+		ended    []bool
+		appended bool
+	}{
+		{
+			name: "answered, not ended",
+			write: func(t *testing.T, w *transcript.Writer, sid string) {
+				if _, err := chatstore.StartRun(w, sid); err != nil {
+					t.Fatal(err)
+				}
+				mustAppend(t, w, provider.UserText("q", 1))
+				mustAppend(t, w, provider.Message{Role: provider.RoleAssistant, Content: []provider.Content{provider.Text("a")}, StopReason: provider.StopEndTurn, API: provider.APIOpenAICompletions, Provider: "fake", Model: "fake-1", Timestamp: 2})
+			},
+			ended:    []bool{true},
+			appended: true,
+		},
+		{
+			name: "an older crash",
+			write: func(t *testing.T, w *transcript.Writer, sid string) {
+				if _, err := chatstore.StartRun(w, sid); err != nil {
+					t.Fatal(err)
+				}
+				mustAppend(t, w, provider.UserText("q", 1))
+				r, err := chatstore.StartRun(w, sid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mustAppend(t, w, provider.UserText("q2", 3))
+				mustAppend(t, w, provider.Message{Role: provider.RoleAssistant, Content: []provider.Content{provider.Text("a2")}, StopReason: provider.StopEndTurn, API: provider.APIOpenAICompletions, Provider: "fake", Model: "fake-1", Timestamp: 4})
+				if err := r.End(chatstore.OutcomeOK, nil); err != nil {
+					t.Fatal(err)
+				}
+			},
+			ended: []bool{false, true},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			e := newEnv(t, func(req chatRequest, w *sse) {
+				calls.Add(1)
+				w.text("unexpected")
+				w.done()
+			}).withBroker(t)
+			e.resume = true
+			key := "agent:main:test:leftover"
+			h, err := e.chats.Hold(context.Background(), key, conversation.HoldOptions{Cwd: e.ws})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.write(t, h.Writer, h.SessionID)
+			opts, _ := json.Marshal(e.options())
+			if err := h.Patch(context.Background(), map[string]any{"state": aichat.StateRunning, aichat.OptionsField: json.RawMessage(opts)}); err != nil {
+				t.Fatal(err)
+			}
+			before := len(h.Writer.File().Entries)
+			// The writer's Close appends nothing (every entry was written as it was appended):
+			// the file is what a kill leaves; Close only lets go of the lock, as the kill does.
+			if err := h.Close(); err != nil {
+				t.Fatal(err)
+			}
+			r := e.diskGateway(t)
+			testkit.Eventually(t, "the conversation idle", func() bool { return e.chatState(t, key) == aichat.StateIdle })
+			s := e.open(t, r, key, "yolo") // a session's start looks too
+			runs := transcriptRuns(t, e, key)
+			if len(runs) != len(tc.ended) {
+				t.Fatalf("runs %+v", runs)
+			}
+			for i, want := range tc.ended {
+				if runs[i].Ended != want {
+					t.Fatalf("run %d: %+v", i, runs[i])
+				}
+			}
+			sh, err := e.chats.Show(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := transcript.Open(sh.File)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(f.Entries) > before; got != tc.appended {
+				t.Fatalf("entries %d → %d", before, len(f.Entries))
+			}
+			// A continuation would run before the next message: the model is called once.
+			sayAndWait(t, r, s.SessionID, "next")
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("%d model calls", n)
+			}
+		})
+	}
+}
+
+func mustAppend(t *testing.T, w *transcript.Writer, m provider.Message) {
+	t.Helper()
+	if _, err := w.AppendMessage(m); err != nil {
+		t.Fatal(err)
 	}
 }
