@@ -243,6 +243,11 @@ func TestCrashMidTurn(t *testing.T) {
 			if got := userTexts(t, e2, key); got != "the question|and then?" {
 				t.Fatalf("user messages %q", got)
 			}
+			sh, err := e2.chats.Show(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			piSameContext(t, e2, key, sh.File)
 		})
 	}
 }
@@ -393,6 +398,7 @@ func TestCrashLeftovers(t *testing.T) {
 			if n := calls.Load(); n != 1 {
 				t.Fatalf("%d model calls", n)
 			}
+			piSameContext(t, e, key, sh.File)
 		})
 	}
 }
