@@ -60,6 +60,9 @@ type AIChatOptions struct {
 	// queue is empty; the gateway opens such sessions to deliver what triggers and other
 	// agents send to a conversation no session is open on.
 	Background bool `json:"background,omitempty"`
+	// Replaces is the session a gateway restart closed, which this one, opened by the next
+	// gateway on the same conversation, takes over from (the old one's movedTo names this).
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // AIReasoning is a thinking block: started, a delta of its text, ended.

@@ -217,6 +217,7 @@ func (a *app) aiSendCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sid = a.followMoved(cmd.Context(), sid) // a restart moved it: the conversation goes on there
 			if noWait {
 				sent, err := a.client().SendMessage(cmd.Context(), sid, []byte(strings.Join(args, " ")), mode)
 				if err != nil {

@@ -733,3 +733,31 @@ func TestDiskClosedReboot(t *testing.T) {
 		t.Errorf("events after the reboot: %s", describe(es))
 	}
 }
+
+// TestDiskMoved: a session a restart closed, which a kind opened again under a new id, says
+// where it went: its object's movedTo (kept for the next gateway too) and the SESSION_CLOSED
+// error of any command on it, which also says when it closed. A live session does not move.
+func TestDiskMoved(t *testing.T) {
+	d := newDiskRun(t)
+	d.start(bigLog)
+	old := d.create()
+	d.kill()
+	reg := d.start(bigLog)
+	if err := reg.Moved(context.Background(), d.create(), "x"); abi.CodeOf(err) != abi.CodeInvalidArgument {
+		t.Fatalf("moving a live session: %v", err)
+	}
+	neu := d.create()
+	mustOK(t, reg.Moved(context.Background(), old, neu))
+	for _, r := range []*live.Registry{reg, func() *live.Registry { d.kill(); return d.start(bigLog) }()} {
+		s, err := r.Get(context.Background(), old)
+		mustOK(t, err)
+		if s.Metadata[live.MovedToField] != neu || s.Metadata["closeReason"] != abi.CloseGatewayRestart {
+			t.Fatalf("the old session: %+v", s.Metadata)
+		}
+		err = r.Send(context.Background(), old, []byte("x"))
+		at, _ := s.Metadata["closedAt"].(string)
+		if abi.CodeOf(err) != abi.CodeSessionClosed || at == "" || !strings.Contains(err.Error(), "closed (gateway-restart) at "+at+"; it moved to session "+neu) {
+			t.Fatalf("send to the old session: %v (closed at %q)", err, at)
+		}
+	}
+}

@@ -421,7 +421,35 @@ func finalError(s *session) error {
 	if s.obj.Status == abi.StatusError {
 		return abi.Errorf(abi.CodeSessionClosed, s.id, "session %s failed and was closed at %s", s.id, abi.FormatTime(s.closedAt))
 	}
+	if to, _ := s.obj.Metadata[MovedToField].(string); to != "" {
+		return abi.Errorf(abi.CodeSessionClosed, s.id, "session %s was closed (%s) at %s; it moved to session %s", s.id, s.closeReason, abi.FormatTime(s.closedAt), to)
+	}
 	return abi.Errorf(abi.CodeSessionClosed, s.id, "session %s was closed (%s) at %s", s.id, s.closeReason, abi.FormatTime(s.closedAt))
+}
+
+// MovedToField is the metadata field of a session a gateway restart closed that names the
+// session the next gateway opened in its place (same type, same conversation).
+const MovedToField = "movedTo"
+
+// Moved records on the closed session id that to took its place: its object's metadata
+// (movedTo, kept in the store) and the SESSION_CLOSED error it answers with name to.
+func (r *Registry) Moved(ctx context.Context, id, to string) error {
+	s, err := r.lookup(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if !s.obj.Status.Final() {
+		s.mu.Unlock()
+		return abi.Errorf(abi.CodeInvalidArgument, id, "session %s is still %s: only a closed session moves", id, s.obj.Status)
+	}
+	s.obj.Metadata[MovedToField] = to
+	s.mu.Unlock()
+	r.changed()
+	if err := r.cfg.Store.Save(context.WithoutCancel(ctx), s.snapshot()); err != nil {
+		return fmt.Errorf("record where session %s moved: %w", id, err)
+	}
+	return nil
 }
 
 // Get returns the session object, whatever its status (closed sessions stay visible for the

@@ -101,15 +101,13 @@ func Open(b Backend, opts Options) (Provider, error) {
 	u, _ := url.Parse(b.BaseURL)
 	u.User, u.RawQuery, u.Fragment = nil, "", ""
 	c.shown = strings.TrimSuffix(u.String(), "/")
+	c.api = APIOf(b.Kind)
 	switch b.Kind {
 	case KindOpenAICompatible:
-		c.api = APIOpenAICompletions
 		c.open = c.openChat()
 	case KindOpenAIResponses:
-		c.api = APIOpenAIResponses
 		c.open = c.openResponses()
 	case KindAnthropic:
-		c.api = APIAnthropicMessages
 		c.open = c.openAnthropic()
 	}
 	return c, nil
@@ -185,4 +183,17 @@ func (c *client) callID() func(string) string {
 		}
 	}
 	return nil
+}
+
+// APIOf is the API (a message's api field) a backend of kind speaks.
+func APIOf(kind string) string {
+	switch kind {
+	case KindOpenAICompatible:
+		return APIOpenAICompletions
+	case KindOpenAIResponses:
+		return APIOpenAIResponses
+	case KindAnthropic:
+		return APIAnthropicMessages
+	}
+	return ""
 }

@@ -100,6 +100,7 @@ type Config struct {
 	Defaults   profile.Policy `json:"defaults,omitzero" toml:"defaults"`
 	Compaction Compaction     `json:"compaction" toml:"compaction"`
 	Subagents  Subagents      `json:"subagents" toml:"subagents"`
+	Recovery   Recovery       `json:"recovery,omitzero" toml:"recovery"`
 }
 
 // Subagents is the [subagents] section: the gateway's limits on sessions_spawn (docs/ai-chat.md,
@@ -132,6 +133,18 @@ func (s Subagents) Durations() (window, runTimeout time.Duration, err error) {
 	runTimeout, err = parse("run_timeout", s.RunTimeout)
 	return window, runTimeout, err
 }
+
+// Recovery is the [recovery] section: what ai-chat does with the turns a killed gateway left
+// running (docs/ai-chat.md, After a crash).
+type Recovery struct {
+	// ContinueTurns: once an interrupted turn is closed in its transcript, a new model call on
+	// the recorded context answers the user's message (default true; false leaves the
+	// conversation waiting for its next message).
+	ContinueTurns *bool `json:"continueTurns,omitempty" toml:"continue_turns"`
+}
+
+// Continue reports whether interrupted turns continue after a restart (default true).
+func (r Recovery) Continue() bool { return r.ContinueTurns == nil || *r.ContinueTurns }
 
 // Compaction is the [compaction] section: what ai-chat does before a threshold compaction
 // (docs/ai-chat.md, Compaction).
@@ -245,6 +258,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		Defaults   profile.Policy         `toml:"defaults"`
 		Compaction Compaction             `toml:"compaction"`
 		Subagents  Subagents              `toml:"subagents"`
+		Recovery   Recovery               `toml:"recovery"`
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -270,6 +284,10 @@ func ParseConfig(data []byte) (*Config, error) {
 				if len(k) > 0 && k[0] == "compaction" {
 					row, _ := e.Position()
 					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [compaction] (known: memory_flush, min_reserve_tokens)", strings.Join(k, "."), row)
+				}
+				if len(k) > 0 && k[0] == "recovery" {
+					row, _ := e.Position()
+					return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown key %s (line %d) in [recovery] (known: continue_turns)", strings.Join(k, "."), row)
 				}
 				if len(k) > 0 && k[0] == "backends" {
 					row, _ := e.Position()
@@ -354,6 +372,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	cfg.Subagents = doc.Subagents
+	cfg.Recovery = doc.Recovery
 	return cfg, nil
 }
 

@@ -85,6 +85,23 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestRecoverySection: interrupted turns continue after a restart unless [recovery] says not.
+func TestRecoverySection(t *testing.T) {
+	for _, tc := range []struct {
+		toml string
+		want bool
+	}{
+		{"", true},
+		{"[recovery]\ncontinue_turns = true\n", true},
+		{"[recovery]\ncontinue_turns = false\n", false},
+	} {
+		cfg, err := ParseConfig([]byte(tc.toml))
+		if err != nil || cfg.Recovery.Continue() != tc.want {
+			t.Fatalf("%q: %+v %v", tc.toml, cfg, err)
+		}
+	}
+}
+
 // TestCompactionSection: [compaction] turns the memory flush on, with its reserve.
 func TestCompactionSection(t *testing.T) {
 	cfg, err := ParseConfig([]byte("[compaction]\nmemory_flush = true\nmin_reserve_tokens = 3000\n"))
@@ -114,6 +131,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown subagents key", "[subagents]\nmax_children = 2\nmax_kids = 3\n", "subagents.max_kids (line 3)"},
 		{"subagents run timeout", "[subagents]\nrun_timeout = \"soon\"\n", "run_timeout"},
 		{"negative subagent limit", "[subagents]\nmax_running = -1\n", "must not be negative"},
+		{"unknown recovery key", "[recovery]\ncontinue = false\n", "recovery.continue (line 2) in [recovery] (known: continue_turns)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -164,8 +164,8 @@ func (r nexusRun) status() string {
 // runsFile is a decoded runs.json: the runs by id and by child session id.
 type runsFile struct {
 	fileStamp
-	byRun       map[string]nexusRun
-	byChild     map[string]nexusRun
+	byRun   map[string]nexusRun
+	byChild map[string]nexusRun
 }
 
 func (rf *runsFile) child(sessionID string) (nexusRun, bool) {

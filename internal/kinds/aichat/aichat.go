@@ -72,6 +72,9 @@ type Kind struct {
 	startSeq   uint64
 	delivering map[string]*chat
 	opening    map[string]bool
+	// continuing are the conversations whose interrupted turn goes on at their next session
+	// (crash.go).
+	continuing map[string]bool
 	// life ends with the gateway (Resume's context): no session is opened to deliver after it.
 	life   context.Context
 	Now    func() time.Time
@@ -247,6 +250,9 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		"queueMode":      string(c.queueMode),
 		"background":     c.background,
 	})
+	if opts.Replaces != "" {
+		sink.SetMetadata(map[string]any{"replaces": opts.Replaces})
+	}
 	k.chatsMu.Lock()
 	if k.live == nil {
 		k.live = map[*chat]struct{}{}
@@ -299,6 +305,21 @@ func (c *chat) attach(ctx context.Context, key, queueMode string) error {
 			return err
 		}
 		c.key, c.chatSession, c.transcript, entry = h.Key, h.SessionID, h.Writer.Path(), h.Entry
+		// No session of this gateway is on the conversation, so a run its transcript has open
+		// was a killed gateway's: it is closed here if the gateway's start has not yet.
+		r, err := k.recoverHeld(ctx, h, func() *interruption {
+			if s, ok := k.restartedOn(ctx)[h.Key]; ok {
+				return k.readInterruption(ctx, s.SessionID)
+			}
+			return nil
+		})
+		if err != nil {
+			_ = h.Close()
+			return fmt.Errorf("close the turn a restart interrupted: %w", err)
+		}
+		if r != nil && r.unanswered && k.Broker != nil && !isSubagentKey(r.key) && k.continueTurns() {
+			k.markContinue(r.key)
+		}
 		c.allow, err = allowancesOf(h.Writer.File())
 		if cerr := h.Close(); err == nil {
 			err = cerr
@@ -610,10 +631,14 @@ func (c *chat) Send(ctx context.Context, data []byte) error {
 
 // startLocked starts a turn on text (ids: the queued messages it delivers). c.mu is held and
 // no turn runs.
-func (c *chat) startLocked(text string, ids []string) {
+func (c *chat) startLocked(text string, ids []string) { c.startTurnLocked(text, ids, false) }
+
+// startTurnLocked is startLocked for a turn that may continue an interrupted one (cont: no
+// new message; the delivery claim is released as for queued messages).
+func (c *chat) startTurnLocked(text string, ids []string, cont bool) {
 	c.runLocked(func(ctx context.Context) func() {
-		end := c.turn(ctx, text, ids)
-		if len(ids) > 0 {
+		end := c.turn(ctx, text, ids, cont)
+		if len(ids) > 0 || cont {
 			c.k.unclaim(c) // before c.mu is taken: the kind's lock goes first
 		}
 		return func() {

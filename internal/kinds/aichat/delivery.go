@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
@@ -95,27 +96,61 @@ func (k *Kind) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	return out, nil
 }
 
-// Resume delivers what a previous gateway left queued: it finishes the subagent runs it left
-// and opens a background session on every conversation with queued messages. ctx is the
-// gateway's lifetime: once it ends no session is opened to deliver.
+// Resume takes over what a previous gateway left: the turns it was running are closed in
+// their transcripts and, unless [recovery] continue_turns is false, continued; the sessions it
+// had open on conversations are opened again on the same keys (the old ones name the new);
+// the subagent runs it left are finished; and a background session opens on every other
+// conversation with queued messages. ctx is the gateway's lifetime: once it ends no session
+// is opened to deliver.
 func (k *Kind) Resume(ctx context.Context) {
 	k.chatsMu.Lock()
 	k.life = ctx
 	k.chatsMu.Unlock()
+	if k.Chats == nil {
+		return
+	}
+	closed := k.restartedOn(ctx)
+	recs := k.recoverTurns(ctx, closed)
 	if k.Broker == nil || k.Sessions == nil {
 		return
 	}
+	if k.continueTurns() {
+		for _, r := range recs {
+			if r.unanswered && !isSubagentKey(r.key) {
+				k.markContinue(r.key)
+			}
+		}
+	}
 	k.sweepOnce.Do(func() { k.sweepRuns(ctx) })
+	for key, old := range closed {
+		// A background session was the gateway's own: the queue (or the continuation) opens
+		// one again below. A subagent's run ended with its gateway.
+		if bg, _ := old.Metadata["background"].(bool); bg || isSubagentKey(key) {
+			continue
+		}
+		if err := k.reopen(ctx, key, old); err != nil {
+			k.logger().Warn("reopen a session a restart closed", "key", key, "err", err)
+		}
+	}
 	keys, err := k.Broker.Keys(ctx)
 	if err != nil {
 		k.logger().Warn("resume queued messages", "err", err)
-		return
+	}
+	for _, r := range recs {
+		if k.pendingContinue(r.key) && !slices.Contains(keys, r.key) {
+			keys = append(keys, r.key)
+		}
 	}
 	for _, key := range keys {
 		if err := k.ensure(ctx, key, abi.AIChatOptions{}, nil); err != nil {
 			k.logger().Warn("resume queued messages", "key", key, "err", err)
 		}
 	}
+}
+
+func isSubagentKey(key string) bool {
+	p, err := chatstore.ParseKey(key)
+	return err == nil && p.Kind == chatstore.KindSubagent
 }
 
 // ensure makes sure a session delivers key's queue: the deliverer is woken, or a background
@@ -253,7 +288,7 @@ func (c *chat) closeIfDone() {
 	c.mu.Lock()
 	done := !c.running && !c.closed && len(c.pending) == 0
 	c.mu.Unlock()
-	if !done {
+	if !done || c.k.pendingContinue(c.key) {
 		return
 	}
 	if c.k.isOwner(c) {

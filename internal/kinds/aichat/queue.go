@@ -195,6 +195,23 @@ func (c *chat) pump() {
 			c.closeIfDone()
 			continue
 		}
+		// A turn a gateway restart interrupted is answered before anything queued since.
+		if c.k.pendingContinue(c.key) && c.k.claim(c) {
+			took := c.k.takeContinue(c.key) // the kind's lock before c.mu, as everywhere
+			c.mu.Lock()
+			if c.running || c.closed || !took {
+				c.mu.Unlock()
+				if took {
+					c.k.markContinue(c.key)
+				}
+				c.k.unclaim(c)
+				continue
+			}
+			c.turnIDs = nil
+			c.startTurnLocked("", nil, true)
+			c.mu.Unlock()
+			continue
+		}
 		text, ids, wait, err := c.next(c.base)
 		if err != nil {
 			c.turnError(err)

@@ -31,8 +31,10 @@ const (
 
 // turn runs one user message to its end: the transcript holds the user message, each reply
 // and each tool result as they complete, framed by a run's start and end records. It returns
-// the turn's end event, for the caller to publish once the turn no longer runs.
-func (c *chat) turn(ctx context.Context, text string, ids []string) abi.AITurn {
+// the turn's end event, for the caller to publish once the turn no longer runs. A turn that
+// continues (cont) one a gateway restart interrupted has no new message: the model answers
+// the recorded context.
+func (c *chat) turn(ctx context.Context, text string, ids []string, cont bool) abi.AITurn {
 	c.sink.SetMetadata(map[string]any{"state": StateRunning})
 	defer c.sink.SetMetadata(map[string]any{"state": StateIdle})
 	// Every entry is written as it completes (a crash of nexus loses none); fsyncs, which a
@@ -48,7 +50,7 @@ func (c *chat) turn(ctx context.Context, text string, ids []string) abi.AITurn {
 			c.turnError(err) // the message still runs, where the conversation is
 		}
 	}
-	res, runID, err := c.runTurn(ctx, h, text, ids)
+	res, runID, err := c.runTurn(ctx, h, text, ids, cont)
 	if res == nil {
 		// The turn failed before its end was recorded with its usage: sessions.json must not
 		// say it still runs.
@@ -62,7 +64,7 @@ func (c *chat) turn(ctx context.Context, text string, ids []string) abi.AITurn {
 	return c.finish(res, runID, err)
 }
 
-func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, ids []string) (*agent.Result, string, error) {
+func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, ids []string, cont bool) (*agent.Result, string, error) {
 	w := h.Writer
 	run, err := chatstore.StartRunWith(w, h.SessionID, chatstore.RunOptions{})
 	if err != nil {
@@ -86,7 +88,7 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	}
 	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID, MessageIDs: ids})
 	c.sink.Publish(abi.EventData, abi.AIRun{Type: abi.PayloadAIRun, Phase: abi.RunStart, RunID: run.ID})
-	res, err := c.runModel(ctx, h, run, text, ids)
+	res, err := c.runModel(ctx, h, run, text, ids, cont)
 	outcome, cause := chatstore.OutcomeOK, error(nil)
 	switch {
 	case err != nil:
@@ -100,7 +102,7 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	return res, run.ID, err
 }
 
-func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string, ids []string) (*agent.Result, error) {
+func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string, ids []string, cont bool) (*agent.Result, error) {
 	w := h.Writer
 	cur, err := w.Context()
 	if err != nil {
@@ -116,33 +118,15 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 			return nil, fmt.Errorf("record thinking level: %w", err)
 		}
 	}
-	user := provider.UserText(text, c.k.now().UnixMilli())
-	var extra map[string]any
-	if len(ids) > 0 {
-		// The queued messages' ids go with the entry: a restart between this append and the
-		// broker's record finds them here and does not deliver them twice.
-		extra = map[string]any{MessageIDsField: ids}
-	}
-	entryID, err := w.AppendMessageExtra(user, extra)
-	if err != nil {
-		return nil, fmt.Errorf("record the message: %w", err)
-	}
-	if err := w.Flush(); err != nil {
-		return nil, fmt.Errorf("record the message: %w", err)
-	}
-	if len(ids) > 0 {
-		if err := c.k.Broker.Delivered(context.WithoutCancel(ctx), ids, entryID); err != nil {
-			c.recheck.Store(true) // the next delivery looks in the transcript first
+	raw := cur.Messages
+	if !cont {
+		ub, err := c.record(ctx, w, text, ids)
+		if err != nil {
 			return nil, err
 		}
+		raw = append(raw, ub)
 	}
-	c.logs.message(user)
-	// The context read above plus the message: the transcript is read once per turn.
-	ub, err := json.Marshal(user)
-	if err != nil {
-		return nil, fmt.Errorf("encode the message: %w", err)
-	}
-	msgs, err := c.prepare(ctx, h, run, append(cur.Messages, ub))
+	msgs, err := c.prepare(ctx, h, run, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +224,38 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 		}
 	}
 	return res, err
+}
+
+// record appends the turn's user message (durably, before the broker hears it was delivered)
+// and returns it encoded, as the context holds it.
+func (c *chat) record(ctx context.Context, w *transcript.Writer, text string, ids []string) (json.RawMessage, error) {
+	user := provider.UserText(text, c.k.now().UnixMilli())
+	var extra map[string]any
+	if len(ids) > 0 {
+		// The queued messages' ids go with the entry: a restart between this append and the
+		// broker's record finds them here and does not deliver them twice.
+		extra = map[string]any{MessageIDsField: ids}
+	}
+	entryID, err := w.AppendMessageExtra(user, extra)
+	if err != nil {
+		return nil, fmt.Errorf("record the message: %w", err)
+	}
+	if err := w.Flush(); err != nil {
+		return nil, fmt.Errorf("record the message: %w", err)
+	}
+	if len(ids) > 0 {
+		if err := c.k.Broker.Delivered(context.WithoutCancel(ctx), ids, entryID); err != nil {
+			c.recheck.Store(true) // the next delivery looks in the transcript first
+			return nil, err
+		}
+	}
+	c.logs.message(user)
+	// The context read above plus the message: the transcript is read once per turn.
+	ub, err := json.Marshal(user)
+	if err != nil {
+		return nil, fmt.Errorf("encode the message: %w", err)
+	}
+	return ub, nil
 }
 
 // contextMessages is the conversation's context at the transcript's leaf, as the model gets it.
