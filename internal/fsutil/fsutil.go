@@ -326,9 +326,11 @@ func WatchDir(dir string) (*DirWatch, error) {
 // Wait returns once something changed in the directory since the last Wait (at once if it
 // did meanwhile), or with ctx's error when ctx ends first.
 func (w *DirWatch) Wait(ctx context.Context) error {
+	// The deadline is cleared before ctx may set it: with ctx already done, AfterFunc sets it at
+	// once from its own goroutine, and a clear after that would leave the read waiting forever.
+	_ = w.f.SetReadDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	_ = w.f.SetReadDeadline(time.Time{})
 	buf := make([]byte, 64<<10)
 	if _, err := w.f.Read(buf); err != nil {
 		if ctx.Err() != nil {

@@ -1,6 +1,7 @@
 package fsutil_test
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -402,4 +403,30 @@ func TestLockExcludes(t *testing.T) {
 		t.Fatalf("lock after unlock: %v %v", ok, err)
 	}
 	_ = l2.Unlock()
+}
+
+// TestDirWatchEndedContext: a Wait entered with its context already ended returns at once,
+// every time (nexus agent runs --follow hung when its context ended between two waits: the
+// deadline ctx set from AfterFunc's goroutine could be cleared after it was set), and a Wait
+// after a change returns.
+func TestDirWatchEndedContext(t *testing.T) {
+	dir := t.TempDir()
+	w, err := fsutil.WatchDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Close() }()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(context.Background()); err != nil {
+		t.Fatalf("wait after a change: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 2000 {
+		if err := w.Wait(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("wait with an ended context: %v", err)
+		}
+	}
 }

@@ -57,6 +57,9 @@ type source interface {
 	// hold says whether the session is at work on the lines it reads (see
 	// process.Cursor.Hold): always, but while its gate is closed.
 	hold(on bool)
+	// open starts following after pos before any line is read, so what comes after waits
+	// for this session (follow opens it too if it was not).
+	open(pos uint64) error
 }
 
 // processSource follows a process through a cursor: the process's capture waits for this
@@ -71,14 +74,20 @@ type processSource struct {
 }
 
 func (s *processSource) since(n int) uint64 { p, _ := s.m.Since(s.id, n); return p }
-func (s *processSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
+func (s *processSource) open(pos uint64) error {
 	if s.c == nil {
 		c, err := s.m.Subscribe(s.id, pos)
 		if err != nil {
-			return nil, false, err //nolint:wrapcheck // the manager's errors carry their code
+			return err //nolint:wrapcheck // the manager's errors carry their code
 		}
 		s.c = c
 		c.Hold(s.held)
+	}
+	return nil
+}
+func (s *processSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
+	if err := s.open(pos); err != nil {
+		return nil, false, err
 	}
 	return s.c.Read(ctx, 4096) //nolint:wrapcheck // the caller's own context
 }
@@ -105,9 +114,10 @@ func (s journalSource) since(n int) uint64 { return s.j.Since(n) }
 func (s journalSource) follow(ctx context.Context, pos uint64) ([]process.Line, bool, error) {
 	return s.j.Follow(ctx, pos, 4096)
 }
-func (journalSource) ack(uint64) {}
-func (journalSource) done()      {}
-func (journalSource) hold(bool)  {}
+func (journalSource) ack(uint64)        {}
+func (journalSource) done()             {}
+func (journalSource) hold(bool)         {}
+func (journalSource) open(uint64) error { return nil }
 
 // Start implements live.Kind.
 func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
@@ -209,13 +219,24 @@ type stream struct {
 // Begin implements live.Beginner: delivery starts once the session is announced.
 func (s *stream) Begin() {
 	s.done = make(chan struct{})
+	var pos, end uint64
+	var err error
+	if s.file == "" {
+		// The process's cursor is taken and held here, before Create answers: a process that
+		// floods right after would otherwise fill its ring before the delivery goroutine runs
+		// (under load, it did) and the session would start with lines lost.
+		pos, end = s.startPos()
+		s.src.hold(true)
+		err = s.src.open(pos)
+	}
 	go func() {
 		defer close(s.done)
-		var err error
-		if s.file != "" {
+		switch {
+		case err != nil:
+		case s.file != "":
 			err = s.followFile()
-		} else {
-			err = s.followSource()
+		default:
+			err = s.followSource(pos, end)
 		}
 		if err != nil && s.ctx.Err() == nil {
 			s.sink.Publish(abi.EventError, abi.ErrorPayload{Type: abi.PayloadError, Error: abi.ErrorDetail{Code: abi.CodeOf(err), Message: err.Error()}})
@@ -235,12 +256,17 @@ func (s *stream) caughtUp() {
 	}
 }
 
-func (s *stream) followSource() error {
-	pos := s.src.since(s.lines)
+// startPos is where the session starts reading (after pos: the newest lines it asked for) and
+// end, the newest line at its start.
+func (s *stream) startPos() (pos, end uint64) {
+	pos = s.src.since(s.lines)
 	if s.lines < 0 {
 		pos = 0
 	}
-	end := s.src.since(0) // the newest line at the start
+	return pos, s.src.since(0)
+}
+
+func (s *stream) followSource(pos, end uint64) error {
 	if pos >= end {
 		s.caughtUp()
 	}
