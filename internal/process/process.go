@@ -337,6 +337,9 @@ type proc struct {
 	stopping bool
 	timer    *time.Timer
 	runs     int // consecutive failed runs, for the backoff
+	// starting counts restarts past their check of stopping, starting a run: stop waits for
+	// them, so no run starts after it returned.
+	starting sync.WaitGroup
 }
 
 func (p *proc) snapshot() Info {
@@ -479,7 +482,9 @@ func (p *proc) ended(err error) {
 				return
 			}
 			p.info.Restarts++
+			p.starting.Add(1)
 			p.mu.Unlock()
+			defer p.starting.Done()
 			if err := p.start(); err != nil {
 				p.mu.Lock()
 				p.info.Status, p.info.Reason = StatusFailed, "restart: "+err.Error()
@@ -508,6 +513,11 @@ func (p *proc) stop(ctx context.Context, status string) {
 	if p.info.Status == StatusRestarting {
 		p.info.Status = status
 	}
+	p.mu.Unlock()
+	// A restart already starting a run: once it has, that run is the one to stop (a Close that
+	// returned before it started left it running, writing into a removed directory).
+	p.starting.Wait()
+	p.mu.Lock()
 	g, done := p.group, p.done
 	p.mu.Unlock()
 	if g == nil || done == nil {
