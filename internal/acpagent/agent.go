@@ -66,6 +66,13 @@ func (s *session) live() (sid, workspace string) {
 	return s.sid, s.workspace
 }
 
+// modes is the session's mode state, with its live session's id.
+func (s *session) modes() (*acp.SessionModeState, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return modeState(s.level), s.sid
+}
+
 var (
 	_ acp.Agent       = (*Agent)(nil)
 	_ acp.AgentLoader = (*Agent)(nil)
@@ -84,8 +91,10 @@ func New(cfg Config) *Agent {
 // opened (their conversations stay).
 func (a *Agent) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	w := &lockedWriter{w: out}
-	a.conn = acp.NewAgentSideConnection(a, w, newGuard(in, w, a.log))
+	g := newGuard(in, w, a.log)
+	a.conn = acp.NewAgentSideConnection(a, w, g)
 	a.conn.SetLogger(a.log)
+	close(g.start)
 	select {
 	case <-a.conn.Done():
 	case <-ctx.Done():
@@ -188,8 +197,8 @@ func (a *Agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.Ne
 	if err != nil {
 		return acp.NewSessionResponse{}, requestError(err)
 	}
-	sid, _ := s.live()
-	return acp.NewSessionResponse{SessionId: acp.SessionId(s.key), Modes: modeState(s.level), Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
+	modes, sid := s.modes()
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.key), Modes: modes, Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
 }
 
 // open opens an ai-chat session on key ("" for a new conversation) in cwd at level ("" for the
@@ -275,8 +284,8 @@ func (a *Agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.
 	if err := a.replay(ctx, s); err != nil {
 		return acp.LoadSessionResponse{}, requestError(err)
 	}
-	sid, _ := s.live()
-	return acp.LoadSessionResponse{Modes: modeState(s.level), Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
+	modes, sid := s.modes()
+	return acp.LoadSessionResponse{Modes: modes, Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
 }
 
 func (a *Agent) replay(ctx context.Context, s *session) error {
@@ -310,8 +319,8 @@ func (a *Agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (
 	if err != nil {
 		return acp.ResumeSessionResponse{}, requestError(err)
 	}
-	sid, _ := s.live()
-	return acp.ResumeSessionResponse{Modes: modeState(s.level), Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
+	modes, sid := s.modes()
+	return acp.ResumeSessionResponse{Modes: modes, Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
 }
 
 // CloseSession closes the live session (interrupting its turn); the conversation stays.
@@ -427,7 +436,7 @@ func (a *Agent) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest)
 	return acp.SetSessionModeResponse{}, nil
 }
 
-// SetSessionConfigOption: nexus offers no configuration options.
+// SetSessionConfigOption answers method-not-found: nexus offers no configuration options.
 func (a *Agent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
 	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
 }

@@ -50,6 +50,9 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 // guard is the SDK's input: the client's lines, each checked; valid frames are passed on, the
 // others answered and dropped.
 type guard struct {
+	// start is closed once the agent holds its connection: the SDK starts reading at once,
+	// and a request handled before then would find no connection to send updates on.
+	start    chan struct{}
 	br       *bufio.Reader
 	w        io.Writer
 	log      *slog.Logger
@@ -63,10 +66,11 @@ type guard struct {
 }
 
 func newGuard(in io.Reader, w io.Writer, log *slog.Logger) *guard {
-	return &guard{br: bufio.NewReaderSize(in, 64<<10), w: w, log: log, maxLine: MaxFrameBytes, maxDepth: MaxFrameDepth}
+	return &guard{start: make(chan struct{}), br: bufio.NewReaderSize(in, 64<<10), w: w, log: log, maxLine: MaxFrameBytes, maxDepth: MaxFrameDepth}
 }
 
 func (g *guard) Read(p []byte) (int, error) {
+	<-g.start
 	for len(g.ready) == 0 {
 		if g.err != nil {
 			return 0, g.err
