@@ -58,6 +58,9 @@ type session struct {
 	level     string
 	workspace string
 	prompts   int // prompts running
+	// cancels end the running prompts (session/cancel), by a number of their own.
+	cancels map[uint64]context.CancelFunc
+	next    uint64
 }
 
 func (s *session) live() (sid, workspace string) {
@@ -91,7 +94,8 @@ func New(cfg Config) *Agent {
 // opened (their conversations stay).
 func (a *Agent) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	w := &lockedWriter{w: out}
-	g := newGuard(in, w, a.log)
+	g := newGuard(in, w, ctx.Done(), a.log)
+	g.notify = a.notification
 	a.conn = acp.NewAgentSideConnection(a, w, g)
 	a.conn.SetLogger(a.log)
 	close(g.start)
@@ -441,12 +445,46 @@ func (a *Agent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOpti
 	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
 }
 
-// Cancel is session/cancel. The SDK ends the running prompt's context, and the prompt
-// interrupts its turn (what was said is kept, every tool call answered) and ends with stop
-// reason cancelled; interrupting here too could end the next queued turn instead.
+// Cancel is session/cancel, which the frame guard hands to cancel (see notification).
 func (a *Agent) Cancel(_ context.Context, p acp.CancelNotification) error {
-	_, err := a.lookup(p.SessionId)
-	return err
+	a.cancel(p.SessionId)
+	return nil
+}
+
+// cancel ends the session's running prompts: each interrupts its turn (what was said is kept,
+// every tool call answered) and ends with stop reason cancelled once the turn's last updates
+// are sent. A session with no prompt running has nothing to cancel (interrupting here could
+// end a turn another client started).
+func (a *Agent) cancel(id acp.SessionId) {
+	a.mu.Lock()
+	s := a.sessions[string(id)]
+	a.mu.Unlock()
+	if s == nil {
+		a.log.Debug("session/cancel for a session not open here", "session", id)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.cancels {
+		c()
+	}
+}
+
+// notification handles a notification from the client. Notifications never reach the SDK:
+// it queues them (1024 at most) and ends the connection when the queue is full, so a client
+// that floods them would lose its sessions. session/cancel is all nexus takes; the rest
+// (document and NES notifications, extensions) are dropped, as ACP lets an agent do.
+func (a *Agent) notification(method string, params json.RawMessage) {
+	if method != acp.AgentMethodSessionCancel {
+		a.log.Debug("ignored a notification", "method", method)
+		return
+	}
+	var p acp.CancelNotification
+	if err := json.Unmarshal(params, &p); err != nil || p.SessionId == "" {
+		a.log.Warn("session/cancel without a sessionId", "err", err)
+		return
+	}
+	a.cancel(p.SessionId)
 }
 
 // errTurnOver ends a turn's stream.
@@ -463,24 +501,36 @@ func (a *Agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 	if err != nil {
 		return acp.PromptResponse{}, requestError(err)
 	}
+	// pctx ends at session/cancel, and as the SDK ends ctx at $/cancel_request or a newer
+	// prompt on the session: the turn is then interrupted, and relayed on to its end, so that
+	// the editor gets the calls' last updates before the stop reason. Only the connection's
+	// end stops the relay.
+	pctx, cancelPrompt := context.WithCancel(ctx)
+	defer cancelPrompt()
 	s.mu.Lock()
 	s.prompts++
+	s.next++
+	me := s.next
+	if s.cancels == nil {
+		s.cancels = map[uint64]context.CancelFunc{}
+	}
+	s.cancels[me] = cancelPrompt
 	sid, ws := s.sid, s.workspace
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.prompts--
+		delete(s.cancels, me)
 		s.mu.Unlock()
 	}()
 	c := a.cfg.Client
-	sent, err := c.SendMessage(ctx, sid, []byte(text), "")
+	sent, err := c.SendMessage(pctx, sid, []byte(text), "")
 	if err != nil {
+		if pctx.Err() != nil {
+			return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+		}
 		return acp.PromptResponse{}, requestError(err)
 	}
-	// The SDK ends ctx at session/cancel (and at $/cancel_request, or a newer prompt on the
-	// session): the turn is then interrupted, and relayed on to its end, so that the editor
-	// gets the calls' last updates before the stop reason. Only the connection's end stops
-	// the relay.
 	var cancelled atomic.Bool
 	turn, stopTurn := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopTurn()
@@ -489,7 +539,7 @@ func (a *Agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 		case <-turn.Done():
 		case <-a.conn.Done():
 			stopTurn()
-		case <-ctx.Done():
+		case <-pctx.Done():
 			cancelled.Store(true)
 			if _, err := c.Control(turn, sid, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil && turn.Err() == nil {
 				a.log.Warn("interrupt the cancelled prompt's turn", "session", sid, "err", err)

@@ -35,16 +35,111 @@ const (
 )
 
 // lockedWriter serializes the SDK's messages with the guard's answers, so lines never
-// interleave (the SDK writes each message in one Write).
+// interleave (the SDK writes each message in one Write), and notes the answers written.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu      sync.Mutex
+	w       io.Writer
+	pending *pending
 }
 
+// responsePrefix begins every message the SDK writes with an id (it encodes jsonrpc, id, method
+// in that order): a response, or a request of the agent's when "method" follows the id.
+var responsePrefix = []byte(`{"jsonrpc":"2.0","id":`)
+
 func (w *lockedWriter) Write(p []byte) (int, error) {
+	var id string
+	if w.pending != nil && bytes.HasPrefix(p, responsePrefix) {
+		id = answeredID(p)
+	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(p) //nolint:wrapcheck // a writer passes its errors through
+	n, err := w.w.Write(p)
+	w.mu.Unlock()
+	if id != "" {
+		// Counted as answered even if the write failed: nobody will read it anyway.
+		w.pending.done(id)
+	}
+	return n, err //nolint:wrapcheck // a writer passes its errors through
+}
+
+// answeredID is the id of a response (compact JSON), "" for a request.
+func answeredID(p []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(p))
+	var raw json.RawMessage
+	for _, want := range []string{"{", "jsonrpc", "", "id"} {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if want != "" && fmt.Sprint(t) != want && t != json.Delim('{') {
+			return ""
+		}
+	}
+	if dec.Decode(&raw) != nil {
+		return ""
+	}
+	if t, err := dec.Token(); err != nil || t == "method" {
+		return ""
+	}
+	return compactID(raw)
+}
+
+func compactID(raw []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return ""
+	}
+	return b.String()
+}
+
+// pending counts the client's requests passed on and not answered yet, but prompts: the end of
+// the input waits for them (a client that writes its requests and closes stdin still gets its
+// answers, as from nexus mcp), while a prompt's turn is interrupted when the client goes.
+type pending struct {
+	mu   sync.Mutex
+	n    map[string]int
+	idle chan struct{} // closed whenever n is empty
+}
+
+func newPending() *pending {
+	idle := make(chan struct{})
+	close(idle)
+	return &pending{n: map[string]int{}, idle: idle}
+}
+
+func (p *pending) add(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.n) == 0 {
+		p.idle = make(chan struct{})
+	}
+	p.n[id]++
+}
+
+func (p *pending) done(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.n[id]
+	switch {
+	case !ok:
+		return
+	case c > 1:
+		p.n[id] = c - 1
+		return
+	}
+	delete(p.n, id)
+	if len(p.n) == 0 {
+		close(p.idle)
+	}
+}
+
+func (p *pending) wait(stop <-chan struct{}) {
+	p.mu.Lock()
+	idle := p.idle
+	p.mu.Unlock()
+	select {
+	case <-idle:
+	case <-stop:
+	}
 }
 
 // guard is the SDK's input: the client's lines, each checked; valid frames are passed on, the
@@ -52,7 +147,12 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 type guard struct {
 	// start is closed once the agent holds its connection: the SDK starts reading at once,
 	// and a request handled before then would find no connection to send updates on.
-	start    chan struct{}
+	start   chan struct{}
+	stop    <-chan struct{} // the end of input stops waiting for answers
+	pending *pending
+	// notify takes the client's notifications, which are not passed on (see
+	// Agent.notification); nil passes them on.
+	notify   func(method string, params json.RawMessage)
 	br       *bufio.Reader
 	w        io.Writer
 	log      *slog.Logger
@@ -65,14 +165,21 @@ type guard struct {
 	err   error
 }
 
-func newGuard(in io.Reader, w io.Writer, log *slog.Logger) *guard {
-	return &guard{start: make(chan struct{}), br: bufio.NewReaderSize(in, 64<<10), w: w, log: log, maxLine: MaxFrameBytes, maxDepth: MaxFrameDepth}
+func newGuard(in io.Reader, w *lockedWriter, stop <-chan struct{}, log *slog.Logger) *guard {
+	if w.pending == nil {
+		w.pending = newPending()
+	}
+	return &guard{start: make(chan struct{}), stop: stop, pending: w.pending, br: bufio.NewReaderSize(in, 64<<10),
+		w: w, log: log, maxLine: MaxFrameBytes, maxDepth: MaxFrameDepth}
 }
 
 func (g *guard) Read(p []byte) (int, error) {
 	<-g.start
 	for len(g.ready) == 0 {
 		if g.err != nil {
+			if errors.Is(g.err, io.EOF) {
+				g.pending.wait(g.stop)
+			}
 			return 0, g.err
 		}
 		g.next()
@@ -144,6 +251,14 @@ func (g *guard) check() {
 		g.refuse(codeInvalidRequest, id, "Invalid request: "+why)
 		return
 	}
+	id, method, params := requestOf(line)
+	if method != "" && id == "" && g.notify != nil {
+		g.notify(method, params)
+		return
+	}
+	if id != "" && method != "session/prompt" {
+		g.pending.add(id)
+	}
 	g.ready = append(append(g.ready[:0], line...), '\n')
 }
 
@@ -191,6 +306,23 @@ func invalidMessage(line []byte) (string, any) {
 		return "a response needs a result or an error", id
 	}
 	return "", nil
+}
+
+// requestOf is a message's method, params and id (compact JSON; "" for a notification or a
+// response, whose method is "").
+func requestOf(line []byte) (id, method string, params json.RawMessage) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(line, &m) != nil || m.Method == "" {
+		return "", "", nil
+	}
+	if len(m.ID) > 0 && string(m.ID) != "null" {
+		id = compactID(m.ID)
+	}
+	return id, m.Method, m.Params
 }
 
 func (g *guard) refuse(code int, id any, msg string) {
