@@ -617,7 +617,7 @@ func (a *Agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 		msg := cmpOr(strings.Join(errs, "; "), end.Reason)
 		return acp.PromptResponse{}, &acp.RequestError{Code: -32603, Message: "the turn failed: " + msg, Data: map[string]any{"end": end.End}}
 	}
-	return acp.PromptResponse{StopReason: reason}, nil
+	return acp.PromptResponse{StopReason: reason, Usage: usageOf(end.Usage)}, nil
 }
 
 // lastStop is the stop reason of the conversation's last message ("" when unknown).

@@ -262,3 +262,18 @@ func clipText(s string, n int) string {
 	}
 	return s[:cut] + fmt.Sprintf("\n… (%d more bytes)", len(s)-cut)
 }
+
+// usageOf is a turn's token usage as ACP's (an unstable field of the prompt's answer).
+func usageOf(u *abi.AIUsage) *acp.Usage {
+	if u == nil {
+		return nil
+	}
+	out := &acp.Usage{InputTokens: u.Input, OutputTokens: u.Output, TotalTokens: u.Total}
+	if u.CacheRead > 0 {
+		out.CachedReadTokens = acp.Ptr(u.CacheRead)
+	}
+	if u.CacheWrite > 0 {
+		out.CachedWriteTokens = acp.Ptr(u.CacheWrite)
+	}
+	return out
+}

@@ -326,3 +326,20 @@ func TestFilePath(t *testing.T) {
 		}
 	}
 }
+
+func TestUsageOf(t *testing.T) {
+	tests := []struct {
+		in   *abi.AIUsage
+		want string
+	}{
+		{nil, "null"},
+		{&abi.AIUsage{Input: 1, Output: 32, CacheRead: 504, Total: 537}, `{"cachedReadTokens":504,"inputTokens":1,"outputTokens":32,"totalTokens":537}`},
+		{&abi.AIUsage{Input: 10, Output: 2, CacheWrite: 7, Total: 12}, `{"cachedWriteTokens":7,"inputTokens":10,"outputTokens":2,"totalTokens":12}`},
+	}
+	for _, tc := range tests {
+		b, err := json.Marshal(usageOf(tc.in))
+		if err != nil || string(b) != tc.want {
+			t.Errorf("usageOf(%+v) = %s %v, want %s", tc.in, b, err, tc.want)
+		}
+	}
+}

@@ -92,7 +92,7 @@ await connect(handlers, async (ctx) => {
   };
   updates = [];
   const first = await ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "run something" }] });
-  out.prompt1 = { stopReason: first.stopReason, asked, updates: summary(updates) };
+  out.prompt1 = { stopReason: first.stopReason, usage: first.usage, asked, updates: summary(updates) };
 
   // Cancelled at the permission request: session/cancel, then the request answered cancelled.
   const cancelled = await ctx.request(acp.methods.agent.session.new, { cwd: workspace, mcpServers: [] });
