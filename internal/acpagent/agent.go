@@ -69,6 +69,11 @@ func (s *session) live() (sid, workspace string) {
 	return s.sid, s.workspace
 }
 
+func (s *session) workspaceNow() string {
+	_, ws := s.live()
+	return ws
+}
+
 // modes is the session's mode state, with its live session's id.
 func (s *session) modes() (*acp.SessionModeState, string) {
 	s.mu.Lock()
@@ -129,7 +134,7 @@ func (a *Agent) closeLive(ctx context.Context, s *session) error {
 		return nil
 	}
 	_, err := a.cfg.Client.Control(ctx, sid, abi.ControlRequest{Command: abi.CommandClose})
-	if err != nil && !client.IsCode(err, abi.CodeSessionClosed) && !client.IsCode(err, abi.CodeSessionExpired) && !client.IsCode(err, abi.CodeSessionNotFound) {
+	if err != nil && !gone(err) {
 		return fmt.Errorf("close ai-chat %s: %w", sid, err)
 	}
 	return nil
@@ -243,11 +248,29 @@ func (a *Agent) open(ctx context.Context, key, cwd, level string) (*session, err
 	s.sid, s.level, s.workspace = live.SessionID, lvl, ws
 	s.mu.Unlock()
 	if old != "" && old != live.SessionID {
-		if _, err := a.cfg.Client.Control(context.WithoutCancel(ctx), old, abi.ControlRequest{Command: abi.CommandClose}); err != nil {
+		if _, err := a.cfg.Client.Control(context.WithoutCancel(ctx), old, abi.ControlRequest{Command: abi.CommandClose}); err != nil && !gone(err) {
 			a.log.Warn("close the earlier ai-chat session", "session", old, "err", err)
 		}
 	}
 	return s, nil
+}
+
+// gone reports an error of a live session that has ended.
+func gone(err error) bool {
+	return client.IsCode(err, abi.CodeSessionClosed) || client.IsCode(err, abi.CodeSessionExpired) || client.IsCode(err, abi.CodeSessionNotFound)
+}
+
+// reopen opens a new live session on s's conversation, in its workspace at its level.
+func (a *Agent) reopen(ctx context.Context, s *session) (string, error) {
+	s.mu.Lock()
+	ws, level, old := s.workspace, s.level, s.sid
+	s.mu.Unlock()
+	a.log.Info("the ai-chat session ended: opening another on the conversation", "conversation", s.key, "ended", old)
+	if _, err := a.open(ctx, s.key, ws, level); err != nil {
+		return "", err
+	}
+	sid, _ := s.live()
+	return sid, nil
 }
 
 func (a *Agent) lookup(id acp.SessionId) (*session, error) {
@@ -525,6 +548,14 @@ func (a *Agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 	}()
 	c := a.cfg.Client
 	sent, err := c.SendMessage(pctx, sid, []byte(text), "")
+	if gone(err) {
+		// The live session ended under the editor (a gateway restart, a close from the CLI):
+		// the conversation goes on in a new one, as session/load would open it.
+		if sid, err = a.reopen(pctx, s); err == nil {
+			ws = s.workspaceNow()
+			sent, err = c.SendMessage(pctx, sid, []byte(text), "")
+		}
+	}
 	if err != nil {
 		if pctx.Err() != nil {
 			return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
