@@ -219,6 +219,9 @@ func (a *Agent) open(ctx context.Context, key, cwd, level string) (*session, err
 	}
 	o := a.cfg.Options
 	o.Workspace = cwd
+	if key != "" {
+		o.Agent = "" // the key names its agent: a conversation of another agent opens as its own
+	}
 	if level != "" {
 		o.Level = level
 	}
