@@ -57,7 +57,8 @@ type session struct {
 	sid       string // the live session
 	level     string
 	workspace string
-	prompts   int // prompts running
+	mcp       []abi.AIMCPServer // the editor's MCP servers, started with each live session
+	prompts   int               // prompts running
 	// cancels end the running prompts (session/cancel), by a number of their own.
 	cancels map[uint64]context.CancelFunc
 	next    uint64
@@ -151,7 +152,7 @@ func (a *Agent) Initialize(_ context.Context, p acp.InitializeRequest) (acp.Init
 		AgentCapabilities: acp.AgentCapabilities{
 			LoadSession:        true,
 			PromptCapabilities: acp.PromptCapabilities{EmbeddedContext: true},
-			// No MCP transport beyond the baseline: see NewSession.
+			// Stdio MCP servers only, the baseline: see clientMCP.
 			McpCapabilities: acp.McpCapabilities{},
 			SessionCapabilities: acp.SessionCapabilities{
 				List:   &acp.SessionListCapabilities{},
@@ -169,27 +170,34 @@ func (a *Agent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.Auth
 	return acp.AuthenticateResponse{}, nil
 }
 
-// mcpNotice says what becomes of the MCP servers an editor passes: ai-chat sessions connect
-// the servers of $NEXUS_HOME/config.toml only; the session options have no field for a
-// client's servers.
-func (a *Agent) mcpNotice(servers []acp.McpServer) map[string]any {
-	if len(servers) == 0 {
-		return nil
-	}
-	names := make([]string, 0, len(servers))
+// clientMCP splits the editor's MCP servers: stdio ones become the session's own MCP servers
+// (the gateway starts them for the session), the others are reported as not connected (the
+// ai-chat kind dials only config.toml's URLs, without the headers an editor passes).
+func (a *Agent) clientMCP(servers []acp.McpServer) ([]abi.AIMCPServer, map[string]any) {
+	var stdio []abi.AIMCPServer
+	var skipped []string
 	for _, m := range servers {
 		switch {
 		case m.Stdio != nil:
-			names = append(names, m.Stdio.Name)
+			env := map[string]string{}
+			for _, e := range m.Stdio.Env {
+				env[e.Name] = e.Value
+			}
+			stdio = append(stdio, abi.AIMCPServer{Name: m.Stdio.Name, Command: m.Stdio.Command, Args: m.Stdio.Args, Env: env})
 		case m.Http != nil:
-			names = append(names, m.Http.Name)
+			skipped = append(skipped, m.Http.Name)
 		case m.Sse != nil:
-			names = append(names, m.Sse.Name)
+			skipped = append(skipped, m.Sse.Name)
+		case m.Acp != nil:
+			skipped = append(skipped, m.Acp.Name)
 		}
 	}
-	msg := "not connected: nexus ai-chat sessions take MCP servers from $NEXUS_HOME/config.toml ([mcp_servers.NAME]) only; add them there"
-	a.log.Warn("the editor's MCP servers are not connected", "servers", names, "why", msg)
-	return map[string]any{"servers": names, "status": msg}
+	if len(skipped) == 0 {
+		return stdio, nil
+	}
+	msg := "not connected: nexus connects an editor's stdio MCP servers only (mcpCapabilities: no http, sse or acp)"
+	a.log.Warn("some of the editor's MCP servers are not connected", "servers", skipped, "why", msg)
+	return stdio, map[string]any{"notConnected": skipped, "why": msg}
 }
 
 func meta(sid string, mcp map[string]any) map[string]any {
@@ -202,23 +210,25 @@ func meta(sid string, mcp map[string]any) map[string]any {
 
 // NewSession opens a new conversation with the editor's cwd as its workspace.
 func (a *Agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
-	s, err := a.open(ctx, "", p.Cwd, "")
+	mcp, notice := a.clientMCP(p.McpServers)
+	s, err := a.open(ctx, "", p.Cwd, "", mcp)
 	if err != nil {
 		return acp.NewSessionResponse{}, requestError(err)
 	}
 	modes, sid := s.modes()
-	return acp.NewSessionResponse{SessionId: acp.SessionId(s.key), Modes: modes, Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.key), Modes: modes, Meta: meta(sid, notice)}, nil
 }
 
 // open opens an ai-chat session on key ("" for a new conversation) in cwd at level ("" for the
 // configured one) and makes it the ACP session of its key, closing one this connection had
 // open on it.
-func (a *Agent) open(ctx context.Context, key, cwd, level string) (*session, error) {
+func (a *Agent) open(ctx context.Context, key, cwd, level string, mcp []abi.AIMCPServer) (*session, error) {
 	if cwd == "" || !strings.HasPrefix(cwd, "/") {
 		return nil, invalidParams("cwd must be an absolute path (the workspace), not %q", cwd)
 	}
 	o := a.cfg.Options
 	o.Workspace = cwd
+	o.MCPServers = mcp
 	if key != "" {
 		o.Agent = "" // the key names its agent: a conversation of another agent opens as its own
 	}
@@ -248,7 +258,7 @@ func (a *Agent) open(ctx context.Context, key, cwd, level string) (*session, err
 	a.mu.Unlock()
 	s.mu.Lock()
 	old := s.sid
-	s.sid, s.level, s.workspace = live.SessionID, lvl, ws
+	s.sid, s.level, s.workspace, s.mcp = live.SessionID, lvl, ws, mcp
 	s.mu.Unlock()
 	if old != "" && old != live.SessionID {
 		if _, err := a.cfg.Client.Control(context.WithoutCancel(ctx), old, abi.ControlRequest{Command: abi.CommandClose}); err != nil && !gone(err) {
@@ -266,10 +276,10 @@ func gone(err error) bool {
 // reopen opens a new live session on s's conversation, in its workspace at its level.
 func (a *Agent) reopen(ctx context.Context, s *session) (string, error) {
 	s.mu.Lock()
-	ws, level, old := s.workspace, s.level, s.sid
+	ws, level, old, mcp := s.workspace, s.level, s.sid, s.mcp
 	s.mu.Unlock()
 	a.log.Info("the ai-chat session ended: opening another on the conversation", "conversation", s.key, "ended", old)
-	if _, err := a.open(ctx, s.key, ws, level); err != nil {
+	if _, err := a.open(ctx, s.key, ws, level, mcp); err != nil {
 		return "", err
 	}
 	sid, _ := s.live()
@@ -307,7 +317,8 @@ func (a *Agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.
 	if err := a.exists(ctx, key); err != nil {
 		return acp.LoadSessionResponse{}, requestError(err)
 	}
-	s, err := a.open(ctx, key, p.Cwd, "")
+	mcp, notice := a.clientMCP(p.McpServers)
+	s, err := a.open(ctx, key, p.Cwd, "", mcp)
 	if err != nil {
 		return acp.LoadSessionResponse{}, requestError(err)
 	}
@@ -315,7 +326,7 @@ func (a *Agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.
 		return acp.LoadSessionResponse{}, requestError(err)
 	}
 	modes, sid := s.modes()
-	return acp.LoadSessionResponse{Modes: modes, Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
+	return acp.LoadSessionResponse{Modes: modes, Meta: meta(sid, notice)}, nil
 }
 
 func (a *Agent) replay(ctx context.Context, s *session) error {
@@ -345,12 +356,13 @@ func (a *Agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (
 	if err := a.exists(ctx, key); err != nil {
 		return acp.ResumeSessionResponse{}, requestError(err)
 	}
-	s, err := a.open(ctx, key, p.Cwd, "")
+	mcp, notice := a.clientMCP(p.McpServers)
+	s, err := a.open(ctx, key, p.Cwd, "", mcp)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, requestError(err)
 	}
 	modes, sid := s.modes()
-	return acp.ResumeSessionResponse{Modes: modes, Meta: meta(sid, a.mcpNotice(p.McpServers))}, nil
+	return acp.ResumeSessionResponse{Modes: modes, Meta: meta(sid, notice)}, nil
 }
 
 // CloseSession closes the live session (interrupting its turn); the conversation stays.
@@ -445,7 +457,7 @@ func (a *Agent) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest)
 		return acp.SetSessionModeResponse{}, invalidParams("unknown mode %q: the modes are trusted, sandboxed and yolo", mode)
 	}
 	s.mu.Lock()
-	busy, ws, cur := s.prompts > 0, s.workspace, s.level
+	busy, ws, cur, mcp := s.prompts > 0, s.workspace, s.level, s.mcp
 	s.mu.Unlock()
 	if busy {
 		return acp.SetSessionModeResponse{}, &acp.RequestError{Code: -32603, Message: "a prompt is running in this session: change the mode once it ends", Data: map[string]any{"code": string(abi.CodeBusy), "retriable": true}}
@@ -453,7 +465,7 @@ func (a *Agent) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest)
 	if mode == cur {
 		return acp.SetSessionModeResponse{}, nil
 	}
-	if _, err := a.open(ctx, s.key, ws, mode); err != nil {
+	if _, err := a.open(ctx, s.key, ws, mode, mcp); err != nil {
 		return acp.SetSessionModeResponse{}, requestError(err)
 	}
 	s.mu.Lock()

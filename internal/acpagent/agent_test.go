@@ -2,9 +2,11 @@ package acpagent
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -66,8 +68,19 @@ func fakeAgent(t *testing.T, opts abi.AIChatOptions) (*Agent, *fakeGateway) {
 func TestOpenOptions(t *testing.T) {
 	a, f := fakeAgent(t, abi.AIChatOptions{Agent: "shell", Backend: "local", Level: "trusted"})
 	ctx := t.Context()
-	if _, err := a.NewSession(ctx, acp.NewSessionRequest{Cwd: "/src/app"}); err != nil {
+	res, err := a.NewSession(ctx, acp.NewSessionRequest{Cwd: "/src/app", McpServers: []acp.McpServer{
+		{Stdio: &acp.McpServerStdio{Name: "fs", Command: "/usr/bin/mcp-fs", Args: []string{"--root", "/src"}, Env: []acp.EnvVariable{{Name: "TOKEN", Value: "t"}}}},
+		{Http: &acp.McpServerHttpInline{Name: "web", Type: "http", Url: "https://mcp.example.com"}},
+	}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if n, _ := res.Meta["nexus"].(map[string]any); fmt.Sprint(n["mcpServers"]) != "map[notConnected:[web] why:not connected: nexus connects an editor's stdio MCP servers only (mcpCapabilities: no http, sse or acp)]" {
+		t.Errorf("meta %v", res.Meta)
+	}
+	// A new mode reopens the session with the editor's servers again.
+	if _, err := a.SetSessionMode(ctx, acp.SetSessionModeRequest{SessionId: res.SessionId, ModeId: "yolo"}); err == nil {
+		t.Error("the fake gateway's level (trusted) was taken for yolo")
 	}
 	if _, err := a.ResumeSession(ctx, acp.ResumeSessionRequest{SessionId: "agent:main:ai:0123456789ab", Cwd: "/src/other"}); err != nil {
 		t.Fatal(err)
@@ -75,8 +88,10 @@ func TestOpenOptions(t *testing.T) {
 	if _, err := a.NewSession(ctx, acp.NewSessionRequest{Cwd: "relative/dir"}); err == nil {
 		t.Error("a relative cwd was taken")
 	}
+	fs := []abi.AIMCPServer{{Name: "fs", Command: "/usr/bin/mcp-fs", Args: []string{"--root", "/src"}, Env: map[string]string{"TOKEN": "t"}}}
 	want := []abi.AIChatOptions{
-		{Agent: "shell", Backend: "local", Level: "trusted", Workspace: "/src/app"},
+		{Agent: "shell", Backend: "local", Level: "trusted", Workspace: "/src/app", MCPServers: fs},
+		{Backend: "local", Level: "yolo", Workspace: "/src/app", MCPServers: fs},
 		{Backend: "local", Level: "trusted", Workspace: "/src/other"},
 	}
 	f.mu.Lock()
@@ -85,7 +100,7 @@ func TestOpenOptions(t *testing.T) {
 		t.Fatalf("creates %+v, want %+v", f.creates, want)
 	}
 	for i := range want {
-		if f.creates[i].Agent != want[i].Agent || f.creates[i].Workspace != want[i].Workspace || f.creates[i].Backend != want[i].Backend || f.creates[i].Level != want[i].Level {
+		if !reflect.DeepEqual(f.creates[i], want[i]) {
 			t.Errorf("create %d: %+v, want %+v", i, f.creates[i], want[i])
 		}
 	}

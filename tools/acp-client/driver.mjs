@@ -107,7 +107,9 @@ await connect(handlers, async (ctx) => {
   out.prompt2 = { stopReason: second.stopReason, asked: asked2.length, updates: summary(updates) };
 
   // Mode yolo: no permission asked.
-  const yolo = await ctx.request(acp.methods.agent.session.new, { cwd: workspace, mcpServers: [] });
+  // This one has an MCP server of the editor's: nexus's own agent shells (nexus mcp).
+  const shells = { name: "shells", command: nexus, args: ["mcp"], env: [{ name: "NEXUS_HOME", value: process.env.NEXUS_HOME }] };
+  const yolo = await ctx.request(acp.methods.agent.session.new, { cwd: workspace, mcpServers: [shells] });
   await ctx.request(acp.methods.agent.session.setMode, { sessionId: yolo.sessionId, modeId: "yolo" });
   let asked3 = 0;
   permission = async () => {
