@@ -63,6 +63,20 @@ type AIChatOptions struct {
 	// Replaces is the session a gateway restart closed, which this one, opened by the next
 	// gateway on the same conversation, takes over from (the old one's movedTo names this).
 	Replaces string `json:"replaces,omitempty"`
+	// MCPServers are the session's client's own MCP servers (an editor's, through nexus acp),
+	// started for this session only, after config.toml's. They are never recorded with the
+	// conversation (their env may carry secrets): a session the gateway opens on it later has
+	// config.toml's only.
+	MCPServers []AIMCPServer `json:"mcpServers,omitempty"`
+}
+
+// AIMCPServer is an MCP server a client names for its session: a command speaking MCP on
+// stdio, run in the session's workspace with PATH, HOME, LANG and Env.
+type AIMCPServer struct {
+	Name    string            `json:"name"`
+	Command string            `json:"command"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
 }
 
 // AIReasoning is a thinking block: started, a delta of its text, ended.

@@ -120,7 +120,7 @@ func (a *app) rootCmd() *cobra.Command {
 	root.SetVersionTemplate("nexus {{.Version}} (ABI " + abi.Version + ")\n")
 	root.PersistentFlags().StringVar(&a.stateDir, "state-dir", "", "state directory (default $NEXUS_HOME/state, NEXUS_HOME defaults to ~/nexus)")
 	root.PersistentFlags().StringVar(&a.gateway, "gateway", "", "gateway address: a unix socket path or http://host:port (default the state directory's socket; env NEXUS_GATEWAY)")
-	root.AddCommand(a.serveCmd(), a.versionCmd(), a.sessionCmd(), a.aiCmd(), a.agentCmd(), a.projectCmd(), a.mcpCmd())
+	root.AddCommand(a.serveCmd(), a.versionCmd(), a.sessionCmd(), a.aiCmd(), a.agentCmd(), a.projectCmd(), a.mcpCmd(), a.acpCmd())
 	root.AddCommand(a.chatCmd(), a.indexCmd(), a.cronCmd(), a.hookCmd(), a.processCmd(), a.serverCmd(), a.debugCmd(), a.networkCmd(), a.roadmapCmd(), a.metaCmd(), a.consoleCmd(), a.completionCmd())
 	installConventions(root)
 	return root

@@ -132,6 +132,11 @@ func scriptParams(dir, repo, bash string, setup func(env *testscript.Env) error)
 			if cond == "ci" {
 				return testkit.InCI(), nil
 			}
+			if cond == "acp-client" {
+				// The official ACP TypeScript SDK (make acp-client-deps) that drives nexus acp.
+				_, err := os.Stat(filepath.Join(repo, "tools", "acp-client", "node_modules", "@agentclientprotocol", "sdk", "package.json"))
+				return err == nil, nil
+			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 	}

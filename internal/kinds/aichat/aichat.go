@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -131,6 +133,9 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: %v", err)
 		}
 	}
+	if err := checkClientMCP(opts.MCPServers); err != nil {
+		return nil, err
+	}
 	key := req.Context.ChatID
 	agentID := opts.Agent
 	if a := AgentOfKey(key); a != "" {
@@ -226,6 +231,9 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 		return nil, err
 	}
 	mcpStatus := c.connectMCP(ctx, cfg.MCPServers)
+	for name, st := range c.connectClientMCP(ctx, opts.MCPServers, cfg.MCPServers) {
+		mcpStatus[name] = st
+	}
 	c.options = abi.AIChatOptions{Backend: backend.Name, Model: backend.Model, Agent: agentID, Level: string(level), Workspace: ws,
 		Thinking: thinking, Temperature: opts.Temperature, MaxToolIterations: opts.MaxToolIterations}
 	if err := c.attach(ctx, key, opts.QueueMode); err != nil {
@@ -561,21 +569,82 @@ func (c *chat) connectMCP(ctx context.Context, servers map[string]provider.MCPSe
 		if dir == "" {
 			dir = c.workspace
 		}
-		cl, err := tools.ConnectMCP(ctx, name, "nexus", tools.MCPConnect{Command: m.Command, Args: m.Args, Env: env, Dir: dir, URL: m.URL})
-		if err == nil {
-			if err = c.reg.AddMCP(ctx, cl); err != nil {
-				_ = cl.Close()
-			}
-		}
-		if err != nil {
-			status[name] = map[string]any{"error": err.Error()}
-			c.k.logger().Warn("mcp server unavailable", "server", name, "err", err)
-			continue
-		}
-		c.mcp = append(c.mcp, cl)
-		status[name] = map[string]any{"connected": true}
+		status[name] = c.addMCP(ctx, name, tools.MCPConnect{Command: m.Command, Args: m.Args, Env: env, Dir: dir, URL: m.URL})
 	}
 	return status
+}
+
+// clientMCPName is the form of a client's MCP server name (its tools are mcp_<name>_<tool>).
+var clientMCPName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// checkClientMCP refuses a client's MCP servers that cannot be started as named.
+func checkClientMCP(servers []abi.AIMCPServer) error {
+	seen := map[string]bool{}
+	for _, m := range servers {
+		switch {
+		case !clientMCPName.MatchString(m.Name):
+			return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server name %q: use letters, digits, '.', '_' and '-' (at most 64)", m.Name)
+		case seen[m.Name]:
+			return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: two MCP servers are named %s", m.Name)
+		case m.Command == "":
+			return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server %s has no command", m.Name)
+		}
+		seen[m.Name] = true
+		for k := range m.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server %s: %q is not a variable name", m.Name, k)
+			}
+		}
+	}
+	return nil
+}
+
+// connectClientMCP starts the MCP servers the session's client named, as connectMCP starts
+// config.toml's (a process group of its own, stopped with the session, run in the workspace,
+// nothing started at level sandboxed), with PATH, HOME, LANG and the client's variables. A
+// name config.toml already has keeps config.toml's server.
+func (c *chat) connectClientMCP(ctx context.Context, servers []abi.AIMCPServer, configured map[string]provider.MCPServer) map[string]any {
+	status := map[string]any{}
+	for _, m := range servers {
+		if _, dup := configured[m.Name]; dup {
+			status[m.Name+" (client)"] = map[string]any{"error": "config.toml has an MCP server of this name: its server is the one connected"}
+			continue
+		}
+		if c.level == permission.Sandboxed {
+			status[m.Name] = map[string]any{"skipped": "MCP tools are not offered at level sandboxed"}
+			continue
+		}
+		env := []string{}
+		for _, v := range []string{"PATH", "HOME", "LANG"} {
+			if _, given := m.Env[v]; !given {
+				if val := c.k.getenv(v); val != "" {
+					env = append(env, v+"="+val)
+				}
+			}
+		}
+		names := slices.Sorted(maps.Keys(m.Env))
+		for _, k := range names {
+			env = append(env, k+"="+m.Env[k])
+		}
+		status[m.Name] = c.addMCP(ctx, m.Name, tools.MCPConnect{Command: m.Command, Args: m.Args, Env: env, Dir: c.workspace})
+	}
+	return status
+}
+
+// addMCP connects one MCP server and offers its tools: its status, connected or why not.
+func (c *chat) addMCP(ctx context.Context, name string, mc tools.MCPConnect) map[string]any {
+	cl, err := tools.ConnectMCP(ctx, name, "nexus", mc)
+	if err == nil {
+		if err = c.reg.AddMCP(ctx, cl); err != nil {
+			_ = cl.Close()
+		}
+	}
+	if err != nil {
+		c.k.logger().Warn("mcp server unavailable", "server", name, "err", err)
+		return map[string]any{"error": err.Error()}
+	}
+	c.mcp = append(c.mcp, cl)
+	return map[string]any{"connected": true}
 }
 
 // release frees what Start acquired.

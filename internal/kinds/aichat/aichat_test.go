@@ -865,6 +865,72 @@ func TestMCPServerTools(t *testing.T) {
 	}
 }
 
+// TestClientMCPServers: the MCP servers a client names for its session (an editor's, through
+// nexus acp) are started for it with the variables it gives, their tools offered after the
+// built-ins; one that fails is reported; a bad name is refused; and they are never recorded
+// with the conversation (their env may carry secrets).
+func TestClientMCPServers(t *testing.T) {
+	var offered []string
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.last().Role == "tool" {
+			w.text("got " + req.last().text())
+			return
+		}
+		offered = offered[:0]
+		for _, tl := range req.Tools {
+			offered = append(offered, tl.Function.Name)
+		}
+		w.call("call_m", "mcp_editor_echo", map[string]any{"text": "hi"})
+	})
+	r := e.gateway(t)
+	open := func(key string, servers []abi.AIMCPServer) (abi.Session, error) {
+		opts, _ := json.Marshal(abi.AIChatOptions{Backend: "fake", Level: "yolo", Workspace: e.ws, MCPServers: servers})
+		return r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key}, Options: opts})
+	}
+	s, err := open("agent:main:test:client-mcp", []abi.AIMCPServer{
+		{Name: "editor", Command: os.Args[0], Env: map[string]string{mcpServerVar: "1", "EDITOR_TOKEN": "s3cret-value"}},
+		{Name: "broken", Command: "/nonexistent/mcp-server"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fmt.Sprint(s.Metadata["mcpServers"])
+	if !strings.Contains(st, "editor:map[connected:true]") || !strings.Contains(st, "broken:map[error:") {
+		t.Fatalf("mcpServers %s", st)
+	}
+	w := &watcher{r: r, id: s.SessionID}
+	send(t, r, s.SessionID, "use it")
+	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+		t.Fatalf("turn %+v: %s", end, describe(w.seen))
+	}
+	if len(offered) < 2 || fmt.Sprint(offered[len(offered)-2:]) != "[mcp_editor_echo mcp_editor_meet]" {
+		t.Fatalf("tools offered %v (the client's MCP tools come after the built-ins)", offered)
+	}
+	msgs := e.history(t, "agent:main:test:client-mcp")
+	if res := msgs[2]; res.ToolName != "mcp_editor_echo" || res.IsError || res.Content[0].Text != "echo: hi" {
+		t.Fatalf("result %+v", res)
+	}
+	sh, err := e.chats.Show(context.Background(), "agent:main:test:client-mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := string(sh.Entry.Extra[aichat.OptionsField]); rec == "" || strings.Contains(rec, "mcpServers") || strings.Contains(rec, "s3cret") {
+		t.Fatalf("recorded options %s: the client's servers must not be kept", rec)
+	}
+
+	for _, bad := range [][]abi.AIMCPServer{
+		{{Name: "", Command: "x"}},
+		{{Name: "a b", Command: "x"}},
+		{{Name: "x", Command: ""}},
+		{{Name: "x", Command: "y"}, {Name: "x", Command: "z"}},
+		{{Name: "x", Command: "y", Env: map[string]string{"A=B": "c"}}},
+	} {
+		if _, err := open("", bad); !isCode(err, abi.CodeInvalidArgument) {
+			t.Errorf("servers %+v: %v, want INVALID_ARGUMENT", bad, err)
+		}
+	}
+}
+
 // TestTokensWaitForAFollower: a reply of many more tokens than the event ring holds reaches a
 // WebSocket-style follower (Registry.Follow, acknowledging what it read) whole and in order.
 // The follower starts reading only once the model has written the whole reply (about 50 KB,
