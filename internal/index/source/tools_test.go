@@ -371,3 +371,91 @@ func TestQwenTitleAndParent(t *testing.T) {
 		t.Fatalf("skipped %v", res.Skipped)
 	}
 }
+
+// TestStoreSubagents: a subagent's session in OpenCode's and Crush's databases is linked to
+// its parent and to the call that ran it (the samples' tiny model never starts one: rows of the
+// tools' own schema are added to copies of them).
+func TestStoreSubagents(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		src     Source
+		fixture string
+		rows    []string
+		parent  string
+		child   string
+		call    string
+	}{
+		{
+			src: OpenCode{}, fixture: "opencode/opencode.db", parent: "ses_ddc9aab10ffeE40fBu68K12fvW", child: "ses_child", call: "call_task",
+			rows: []string{
+				`INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, time_created, time_updated)
+					VALUES ('ses_child', 'global', 'ses_ddc9aab10ffeE40fBu68K12fvW', 'child', '/w', 'Child session - 2026', '1.18.33', 1795890180000, 1795890181000)`,
+				`INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES ('msg_c1', 'ses_child', 1795890180000, 1795890180000, '{"role":"user"}')`,
+				`INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES ('prt_c1', 'msg_c1', 'ses_child', 1795890180000, 1795890180000, '{"type":"text","text":"look for the gecko"}')`,
+				`INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES ('prt_zz', 'msg_2236562c7001hJ3UYAz1u2wowq', 'ses_ddc9aab10ffeE40fBu68K12fvW', 1795890180000, 1795890180000,
+					'{"type":"tool","tool":"task","callID":"call_task","state":{"status":"completed","input":{"description":"find it","prompt":"look for the gecko"},"output":"found","metadata":{"sessionId":"ses_child"}}}')`,
+			},
+		},
+		{
+			src: Crush{}, fixture: "crush/.crush/crush.db", parent: "7a18e6d2-af14-421b-bd7f-cca1789d2f1f", child: "0c5ead61-8cfe-4945-9e99-39cc4e7cb37d$$call_agent", call: "call_agent",
+			rows: []string{
+				`INSERT INTO sessions (id, parent_session_id, title, message_count, prompt_tokens, completion_tokens, cost, updated_at, created_at)
+					VALUES ('0c5ead61-8cfe-4945-9e99-39cc4e7cb37d$$call_agent', '7a18e6d2-af14-421b-bd7f-cca1789d2f1f', 'agent', 1, 5, 1, 0, 1795890169, 1795890169)`,
+				`INSERT INTO sessions (id, parent_session_id, title, message_count, prompt_tokens, completion_tokens, cost, updated_at, created_at)
+					VALUES ('title-7a18e6d2-af14-421b-bd7f-cca1789d2f1f', '7a18e6d2-af14-421b-bd7f-cca1789d2f1f', 'title', 0, 5, 1, 0, 1795890169, 1795890169)`,
+				`INSERT INTO messages (id, session_id, role, parts, model, created_at, updated_at) VALUES ('c1', '0c5ead61-8cfe-4945-9e99-39cc4e7cb37d$$call_agent', 'user',
+					'[{"type":"text","data":{"text":"look for the gecko"}}]', '', 1795890169, 1795890169)`,
+				`UPDATE messages SET parts = json_insert(parts, '$[#]', json('{"type":"tool_call","data":{"id":"call_agent","name":"agent","input":"{\"prompt\":\"look for the gecko\"}","finished":true}}'))
+					WHERE id = '0c5ead61-8cfe-4945-9e99-39cc4e7cb37d'`,
+			},
+		},
+	} {
+		t.Run(tc.src.Name(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), filepath.Base(tc.fixture))
+			copyFile(t, filepath.Join("testdata", tc.fixture), path)
+			db, err := sql.Open("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range tc.rows {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := ParseFile(ctx, tc.src, path, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byID := map[string]*Result{}
+			for _, r := range append([]*Result{res}, res.Also...) {
+				byID[r.Session.ID] = r
+			}
+			child, parent := byID[tc.child], byID[tc.parent]
+			if child == nil || parent == nil || len(byID) != 3 {
+				t.Fatalf("sessions %v", func() []string {
+					var ids []string
+					for id := range byID {
+						ids = append(ids, id)
+					}
+					return ids
+				}())
+			}
+			if s := child.Session; s.ParentSession != tc.parent || !s.IsSubagent || s.Title != "" && tc.src.Name() == "opencode" {
+				t.Errorf("child %+v", s)
+			}
+			if len(child.Messages) != 1 || !strings.Contains(child.Messages[0].Text, "gecko") {
+				t.Errorf("child messages %+v", child.Messages)
+			}
+			linked := false
+			for _, c := range parent.ToolCalls {
+				linked = linked || (c.ID == tc.call && c.ChildSession == tc.child)
+			}
+			if !linked {
+				t.Errorf("no call %s of the parent names the child: %+v", tc.call, parent.ToolCalls)
+			}
+		})
+	}
+}
