@@ -126,7 +126,7 @@ func TestWatchStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := tool.ExecContext(t.Context(), `INSERT INTO messages (id, session_id, role, parts, model, created_at, updated_at)
-		VALUES ('m-new', '5692a82c-e824-456c-b77e-0c5153dc48b4', 'user', '[{"type":"text","data":{"text":"a watched wombat"}}]', '', 1795890171, 1795890171)`); err != nil {
+		VALUES ('m-new', '7743a5bd-7acb-4e90-a2ba-d955f9010f97', 'user', '[{"type":"text","data":{"text":"a watched wombat"}}]', '', 1795891290, 1795891290)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := tool.Close(); err != nil {

@@ -79,26 +79,37 @@ run_opencode() {
 		  "models": {"tiny": {"name": "tiny", "tool_call": true}}}},
 		 "model": "llama/tiny", "autoupdate": false, "share": "disabled"}
 	EOF
-	for n in 1 2; do
+	oc() {
 		(cd "$proj" && HOME="$home" XDG_DATA_HOME="$home/.local/share" XDG_CONFIG_HOME="$home/.config" \
 			XDG_CACHE_HOME="$home/.cache" XDG_STATE_HOME="$home/.local/state" OPENCODE_DISABLE_MODELS_FETCH=1 \
-			OPENCODE_DISABLE_AUTOUPDATE=1 timeout 900 "$bin/opencode" run -m llama/tiny "$(prompt opencode) $n") >&2 || true
-	done
+			OPENCODE_DISABLE_AUTOUPDATE=1 timeout 900 "$bin/opencode" run -m llama/tiny "$@") >&2 || true
+	}
+	oc "$(prompt opencode) 1"
+	oc "$(prompt opencode) 2"
+	# The first session again, as the index's resume command does (--session).
+	oc --session "$(sqlite3 "$home/.local/share/opencode/opencode.db" 'SELECT id FROM session ORDER BY time_created LIMIT 1')" \
+		"Resumed. Marker: okapiopencode"
 	v=$(npm_version opencode-ai)
 	mkdir -p "$out/opencode"
 	sqlite_copy "$home/.local/share/opencode/opencode.db" "$out/opencode/opencode.db"
-	version opencode "$out/opencode" "$v" "two runs of opencode run, provider @ai-sdk/openai-compatible"
+	version opencode "$out/opencode" "$v" "opencode run twice, then --session the first, provider @ai-sdk/openai-compatible"
 }
 
 run_qwen() {
 	local proj home v
 	proj=$(project qwen-code) home="$WORK/qwen-code/home"
-	(cd "$proj" && HOME="$home" OPENAI_API_KEY=local OPENAI_BASE_URL="$base/v1" OPENAI_MODEL=tiny \
-		QWEN_CODE_SUPPRESS_YOLO_WARNING=1 timeout 900 "$bin/qwen" -p "$(prompt qwen)" --auth-type openai --yolo) >&2 || true
+	qw() {
+		(cd "$proj" && HOME="$home" OPENAI_API_KEY=local OPENAI_BASE_URL="$base/v1" OPENAI_MODEL=tiny \
+			QWEN_CODE_SUPPRESS_YOLO_WARNING=1 timeout 900 "$bin/qwen" --auth-type openai --yolo "$@") >&2 || true
+	}
+	qw -p "$(prompt qwen)"
+	local id
+	id=$(basename "$(ls "$home"/.qwen/projects/*/chats/*.jsonl | head -1)" .jsonl)
+	qw --resume "$id" -p "Resumed. Marker: okapiqwen"
 	v=$(npm_version @qwen-code/qwen-code)
 	rm -rf "$out/qwen-code" && mkdir -p "$out/qwen-code"
 	cp -r "$home/.qwen/projects" "$out/qwen-code/"
-	version qwen-code "$out/qwen-code" "$v" "qwen -p, --auth-type openai (OPENAI_BASE_URL)"
+	version qwen-code "$out/qwen-code" "$v" "qwen -p, then --resume it, --auth-type openai (OPENAI_BASE_URL)"
 }
 
 run_gemini() {
@@ -109,14 +120,20 @@ run_gemini() {
 	mkdir -p "$home/.gemini"
 	echo '{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"disableAutoUpdate":true},"privacy":{"usageStatisticsEnabled":false}}' \
 		>"$home/.gemini/settings.json"
-	(cd "$proj" && HOME="$home" GEMINI_API_KEY=local GOOGLE_GEMINI_BASE_URL="http://127.0.0.1:$((PORT + 1))" \
-		GEMINI_CLI_TRUST_WORKSPACE=true timeout 900 "$bin/gemini" -p "$(prompt gemini)" --yolo -m gemini-2.5-flash) >&2 || true
+	gm() {
+		(cd "$proj" && HOME="$home" GEMINI_API_KEY=local GOOGLE_GEMINI_BASE_URL="http://127.0.0.1:$((PORT + 1))" \
+			GEMINI_CLI_TRUST_WORKSPACE=true timeout 900 "$bin/gemini" --yolo -m gemini-2.5-flash "$@") >&2 || true
+	}
+	gm -p "$(prompt gemini)"
+	local id
+	id=$(head -1 "$(ls "$home"/.gemini/tmp/*/chats/session-*.jsonl | head -1)" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).sessionId))')
+	gm --resume "$id" -p "Resumed. Marker: okapigemini"
 	kill "$shim_pid" 2>/dev/null || true
 	shim_pid=""
 	v=$(npm_version @google/gemini-cli)
 	rm -rf "$out/gemini" && mkdir -p "$out/gemini"
 	cp -r "$home/.gemini/tmp" "$out/gemini/"
-	version gemini "$out/gemini" "$v" "gemini -p through gemini-shim.mjs (GOOGLE_GEMINI_BASE_URL; Gemini API to chat completions)"
+	version gemini "$out/gemini" "$v" "gemini -p, then --resume it, through gemini-shim.mjs (GOOGLE_GEMINI_BASE_URL; Gemini API to chat completions)"
 }
 
 run_crush() {
@@ -129,13 +146,16 @@ run_crush() {
 		 "models": {"large": {"model": "tiny", "provider": "llama"}, "small": {"model": "tiny", "provider": "llama"}},
 		 "options": {"disable_provider_auto_update": true}, "permissions": {"allowed_tools": []}}
 	EOF
-	for n in 1 2; do
+	cr() {
 		(cd "$proj" && HOME="$home" XDG_CONFIG_HOME="$home/.config" XDG_DATA_HOME="$home/.local/share" \
-			CRUSH_DISABLE_PROVIDER_AUTO_UPDATE=1 timeout 900 "$WORK/bin/crush" run -q "$(prompt crush) $n") >&2 || true
-	done
+			CRUSH_DISABLE_PROVIDER_AUTO_UPDATE=1 timeout 900 "$WORK/bin/crush" run -q "$@") >&2 || true
+	}
+	cr "$(prompt crush) 1"
+	cr "$(prompt crush) 2"
+	cr --session "$(sqlite3 "$proj/.crush/crush.db" 'SELECT id FROM sessions ORDER BY created_at, rowid LIMIT 1')" "Resumed. Marker: okapicrush"
 	mkdir -p "$out/crush/.crush"
 	sqlite_copy "$proj/.crush/crush.db" "$out/crush/.crush/crush.db"
-	version crush "$out/crush" "$CRUSH_VERSION" "two runs of crush run, an openai-compat provider"
+	version crush "$out/crush" "$CRUSH_VERSION" "crush run twice, then --session the first, an openai-compat provider"
 }
 
 run_claude() {

@@ -16,8 +16,10 @@ import (
 // tools/history-samples/refresh.sh (the VERSION file beside each says which version, how).
 type toolSession struct {
 	id, project, title string
-	// marker is a word of the prompt refresh.sh gave, found in the session's user text.
-	marker  string
+	// markers are words of the prompts refresh.sh gave, each found in the session's user text.
+	markers []string
+	// result is a word of a tool call's result.
+	result  string
 	roles   map[string]int
 	turns   int
 	ok, err int
@@ -34,62 +36,76 @@ var toolSamples = []struct {
 		source: "opencode", root: "opencode", files: 1,
 		sessions: []toolSession{
 			{
-				id: "ses_ddc9aab10ffeE40fBu68K12fvW", project: "/tmp/nexus-history-samples/opencode/project",
-				title: "Hello from a tiny model.", marker: "axolotlopencode",
-				// The todowrite call completed; two assistant messages (the call's step, the reply).
-				roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, ok: 1,
-				usage:  Usage{Input: 7216 + 69, Output: 61 + 7, CacheRead: 5 + 7224},
-				resume: "cd /tmp/nexus-history-samples/opencode/project && opencode --session ses_ddc9aab10ffeE40fBu68K12fvW",
+				// Run, then resumed with --session (the second prompt).
+				id: "ses_ddc898715ffeQIXRXphzc69Ukw", project: "/tmp/nexus-history-samples/opencode/project",
+				title: "Hello from a tiny model.", markers: []string{"axolotlopencode", "okapiopencode"},
+				// The glob call failed; three assistant messages (the call's step, two replies).
+				roles: map[string]int{"user": 2, "assistant": 3}, turns: 2, err: 1,
+				usage:  Usage{Input: 7358, Output: 52, CacheRead: 14442},
+				resume: "cd /tmp/nexus-history-samples/opencode/project && opencode --session ses_ddc898715ffeQIXRXphzc69Ukw",
 			},
 			{
-				id: "ses_ddc9a0b75ffewtW6aVgJuediWQ", project: "/tmp/nexus-history-samples/opencode/project",
-				title: "Hello from a tiny model.", marker: "axolotlopencode",
-				roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, ok: 1,
-				usage:  Usage{Input: 7 + 44, Output: 47 + 7, CacheRead: 7214 + 7225},
-				resume: "cd /tmp/nexus-history-samples/opencode/project && opencode --session ses_ddc9a0b75ffewtW6aVgJuediWQ",
+				id: "ses_ddc8903e2ffeXEOhBQ7a9mpVuc", project: "/tmp/nexus-history-samples/opencode/project",
+				title: "Hello from a tiny model.", markers: []string{"axolotlopencode"},
+				roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, err: 1,
+				usage:  Usage{Input: 49, Output: 44, CacheRead: 14438},
+				resume: "cd /tmp/nexus-history-samples/opencode/project && opencode --session ses_ddc8903e2ffeXEOhBQ7a9mpVuc",
 			},
 		},
 	},
 	{
 		source: "qwen-code", root: "qwen-code/projects", files: 1,
 		sessions: []toolSession{{
-			id: "358bf36f-068e-44e3-9d35-13b0d0e5a588", project: "/tmp/nexus-history-samples/qwen-code/project",
-			marker: "axolotlqwen",
-			// The model's update_goal call failed (no goal): Qwen Code recorded it an error.
-			roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, err: 1,
-			usage:  Usage{Input: 34735 - 17351, Output: 49, CacheRead: 17351},
-			resume: "cd /tmp/nexus-history-samples/qwen-code/project && qwen --resume 358bf36f-068e-44e3-9d35-13b0d0e5a588",
+			// Run, then resumed with --resume.
+			id: "027fb8f7-fa98-4055-8e9d-1f161fb037bd", project: "/tmp/nexus-history-samples/qwen-code/project",
+			markers: []string{"axolotlqwen", "okapiqwen"},
+			// The model's call failed (junk arguments): Qwen Code recorded it an error.
+			roles: map[string]int{"user": 2, "assistant": 3}, turns: 2, err: 1,
+			usage:  Usage{Input: 52149 - 34622, Output: 62, CacheRead: 34622},
+			resume: "cd /tmp/nexus-history-samples/qwen-code/project && qwen --resume 027fb8f7-fa98-4055-8e9d-1f161fb037bd",
 		}},
 	},
 	{
-		source: "gemini", root: "gemini/tmp", files: 1,
-		sessions: []toolSession{{
-			id: "0935e73f-4d19-47cc-ac8c-26c6842dbd88", project: "/tmp/nexus-history-samples/gemini/project",
-			marker: "axolotlgemini",
-			// The <session_context> Gemini CLI injects is context, not a prompt; the message
-			// holding the call was written twice (its tool call's result added), one message.
-			roles: map[string]int{"context": 1, "user": 1, "assistant": 2}, turns: 1, err: 1,
-			usage:  Usage{Input: 11064 + 11120, Output: 34 + 7},
-			resume: "cd /tmp/nexus-history-samples/gemini/project && gemini --resume 0935e73f-4d19-47cc-ac8c-26c6842dbd88",
-		}},
+		source: "gemini", root: "gemini/tmp", files: 2,
+		sessions: []toolSession{
+			{
+				// Run, then resumed with --resume: the resumed turns go on in the first file.
+				id: "7c1d7dc0-91ce-49f9-b121-2025ea0173af", project: "/tmp/nexus-history-samples/gemini/project",
+				markers: []string{"axolotlgemini", "okapigemini"},
+				// The <session_context> Gemini CLI injects is context, not a prompt; the message
+				// holding the call is written three times (its result added, then in the
+				// history set at the resume): one message; the results sent back are no message.
+				roles: map[string]int{"context": 1, "user": 2, "assistant": 3}, turns: 2, err: 1,
+				usage:  Usage{Input: 11064 + 11120 + 11174, Output: 34 + 7 + 7},
+				resume: "cd /tmp/nexus-history-samples/gemini/project && gemini --resume 7c1d7dc0-91ce-49f9-b121-2025ea0173af",
+			},
+			{
+				// The resume also starts a file of the same session holding only its context.
+				id: "7c1d7dc0-91ce-49f9-b121-2025ea0173af", project: "/tmp/nexus-history-samples/gemini/project",
+				roles:  map[string]int{"context": 1},
+				resume: "cd /tmp/nexus-history-samples/gemini/project && gemini --resume 7c1d7dc0-91ce-49f9-b121-2025ea0173af",
+			},
+		},
 	},
 	{
 		source: "crush", root: "crush", files: 1,
 		sessions: []toolSession{
 			{
-				id: "7a18e6d2-af14-421b-bd7f-cca1789d2f1f", project: "testdata/crush",
-				title: "Hello from a tiny model.", marker: "axolotlcrush",
-				// The edit call failed (no file_path); tool messages are results, not messages.
-				roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, err: 1,
-				usage:  Usage{Input: 11333, Output: 7}, // the session's own totals
-				resume: "cd testdata/crush && crush --session 7a18e6d2-af14-421b-bd7f-cca1789d2f1f",
+				// Run, then resumed with --session.
+				id: "7c4d8676-9d2b-495c-adba-c16ccf6bf39b", project: "testdata/crush",
+				title: "Hello from a tiny model.", markers: []string{"axolotlcrush", "okapicrush"},
+				// The todos call failed and the run ended there; tool messages are results.
+				roles: map[string]int{"user": 2, "assistant": 2}, turns: 2, err: 1,
+				usage:  Usage{Input: 11355, Output: 7}, // the session's own totals
+				resume: "cd testdata/crush && crush --session 7c4d8676-9d2b-495c-adba-c16ccf6bf39b",
 			},
 			{
-				id: "5692a82c-e824-456c-b77e-0c5153dc48b4", project: "testdata/crush",
-				title: "Hello from a tiny model.", marker: "axolotlcrush",
-				roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, ok: 1,
-				usage:  Usage{Input: 11363, Output: 7},
-				resume: "cd testdata/crush && crush --session 5692a82c-e824-456c-b77e-0c5153dc48b4",
+				id: "7743a5bd-7acb-4e90-a2ba-d955f9010f97", project: "testdata/crush",
+				title: "Hello from a tiny model.", markers: []string{"axolotlcrush"},
+				// bash ran pwd: its output is the project's directory.
+				roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, ok: 1, result: "/tmp/nexus-history-samples/crush/project",
+				usage:  Usage{Input: 11346, Output: 7},
+				resume: "cd testdata/crush && crush --session 7743a5bd-7acb-4e90-a2ba-d955f9010f97",
 			},
 		},
 	},
@@ -175,15 +191,22 @@ func checkToolSession(t *testing.T, name string, res *Result, w toolSession) {
 	if res.Usage != w.usage {
 		t.Errorf("%s: usage = %+v, want %+v", w.id, res.Usage, w.usage)
 	}
-	found := false
+	var user []string
 	for i, m := range res.Messages {
 		if m.Seq != i || m.ID == "" || m.Timestamp.IsZero() {
 			t.Errorf("%s: message %d: seq %d id %q time %v", w.id, i, m.Seq, m.ID, m.Timestamp)
 		}
-		found = found || (m.Role == "user" && strings.Contains(m.Text, w.marker))
+		if m.Role == "user" {
+			user = append(user, m.Text)
+		}
 	}
-	if !found {
-		t.Errorf("%s: no user message says %q", w.id, w.marker)
+	for _, word := range w.markers {
+		if !strings.Contains(strings.Join(user, "\n"), word) {
+			t.Errorf("%s: no user message says %q", w.id, word)
+		}
+	}
+	if w.result != "" && !strings.Contains(res.ToolCalls[0].Result, w.result) {
+		t.Errorf("%s: the call's result %q does not say %q", w.id, res.ToolCalls[0].Result, w.result)
 	}
 	if got := Resume(name, s.ID, s.Project); got != w.resume {
 		t.Errorf("resume = %q, want %q", got, w.resume)
@@ -232,7 +255,7 @@ func TestStoreReadWritesNothing(t *testing.T) {
 	if got := dirNames(t, dir); !reflect.DeepEqual(got, []string{"crush.db"}) {
 		t.Fatalf("after a read the directory holds %v", got)
 	}
-	if n := len(res.Messages) + len(res.Also[0].Messages); n != 6 {
+	if n := len(res.Messages) + len(res.Also[0].Messages); n != 7 {
 		t.Fatalf("%d messages", n)
 	}
 
@@ -244,7 +267,7 @@ func TestStoreReadWritesNothing(t *testing.T) {
 	defer func() { _ = tool.Close() }()
 	tool.SetMaxOpenConns(1)
 	if _, err := tool.ExecContext(ctx, `INSERT INTO messages (id, session_id, role, parts, model, created_at, updated_at)
-		VALUES ('m-wal', '7a18e6d2-af14-421b-bd7f-cca1789d2f1f', 'user', '[{"type":"text","data":{"text":"okapi in the wal"}}]', '', 1795890169, 1795890169)`); err != nil {
+		VALUES ('m-wal', '7c4d8676-9d2b-495c-adba-c16ccf6bf39b', 'user', '[{"type":"text","data":{"text":"okapi in the wal"}}]', '', 1795891290, 1795891290)`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(db + "-wal"); err != nil {
@@ -255,7 +278,7 @@ func TestStoreReadWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := res.Messages[len(res.Messages)-1]
-	if last.ID != "m-wal" || last.Text != "okapi in the wal" || last.Turn != 2 {
+	if last.ID != "m-wal" || last.Text != "okapi in the wal" || last.Turn != 3 {
 		t.Fatalf("last message %+v, want the one in the WAL", last)
 	}
 }
@@ -386,27 +409,27 @@ func TestStoreSubagents(t *testing.T) {
 		call    string
 	}{
 		{
-			src: OpenCode{}, fixture: "opencode/opencode.db", parent: "ses_ddc9aab10ffeE40fBu68K12fvW", child: "ses_child", call: "call_task",
+			src: OpenCode{}, fixture: "opencode/opencode.db", parent: "ses_ddc898715ffeQIXRXphzc69Ukw", child: "ses_child", call: "call_task",
 			rows: []string{
 				`INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, time_created, time_updated)
-					VALUES ('ses_child', 'global', 'ses_ddc9aab10ffeE40fBu68K12fvW', 'child', '/w', 'Child session - 2026', '1.18.33', 1795890180000, 1795890181000)`,
+					VALUES ('ses_child', 'global', 'ses_ddc898715ffeQIXRXphzc69Ukw', 'child', '/w', 'Child session - 2026', '1.18.33', 1795890180000, 1795890181000)`,
 				`INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES ('msg_c1', 'ses_child', 1795890180000, 1795890180000, '{"role":"user"}')`,
 				`INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES ('prt_c1', 'msg_c1', 'ses_child', 1795890180000, 1795890180000, '{"type":"text","text":"look for the gecko"}')`,
-				`INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES ('prt_zz', 'msg_2236562c7001hJ3UYAz1u2wowq', 'ses_ddc9aab10ffeE40fBu68K12fvW', 1795890180000, 1795890180000,
+				`INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES ('prt_zz', 'msg_22376906800156T8oOOqjhzMhn', 'ses_ddc898715ffeQIXRXphzc69Ukw', 1795890180000, 1795890180000,
 					'{"type":"tool","tool":"task","callID":"call_task","state":{"status":"completed","input":{"description":"find it","prompt":"look for the gecko"},"output":"found","metadata":{"sessionId":"ses_child"}}}')`,
 			},
 		},
 		{
-			src: Crush{}, fixture: "crush/.crush/crush.db", parent: "7a18e6d2-af14-421b-bd7f-cca1789d2f1f", child: "0c5ead61-8cfe-4945-9e99-39cc4e7cb37d$$call_agent", call: "call_agent",
+			src: Crush{}, fixture: "crush/.crush/crush.db", parent: "7c4d8676-9d2b-495c-adba-c16ccf6bf39b", child: "0f21551b-0e9f-4117-b497-fc8ceb1b427a$$call_agent", call: "call_agent",
 			rows: []string{
 				`INSERT INTO sessions (id, parent_session_id, title, message_count, prompt_tokens, completion_tokens, cost, updated_at, created_at)
-					VALUES ('0c5ead61-8cfe-4945-9e99-39cc4e7cb37d$$call_agent', '7a18e6d2-af14-421b-bd7f-cca1789d2f1f', 'agent', 1, 5, 1, 0, 1795890169, 1795890169)`,
+					VALUES ('0f21551b-0e9f-4117-b497-fc8ceb1b427a$$call_agent', '7c4d8676-9d2b-495c-adba-c16ccf6bf39b', 'agent', 1, 5, 1, 0, 1795890169, 1795890169)`,
 				`INSERT INTO sessions (id, parent_session_id, title, message_count, prompt_tokens, completion_tokens, cost, updated_at, created_at)
-					VALUES ('title-7a18e6d2-af14-421b-bd7f-cca1789d2f1f', '7a18e6d2-af14-421b-bd7f-cca1789d2f1f', 'title', 0, 5, 1, 0, 1795890169, 1795890169)`,
-				`INSERT INTO messages (id, session_id, role, parts, model, created_at, updated_at) VALUES ('c1', '0c5ead61-8cfe-4945-9e99-39cc4e7cb37d$$call_agent', 'user',
+					VALUES ('title-7c4d8676-9d2b-495c-adba-c16ccf6bf39b', '7c4d8676-9d2b-495c-adba-c16ccf6bf39b', 'title', 0, 5, 1, 0, 1795890169, 1795890169)`,
+				`INSERT INTO messages (id, session_id, role, parts, model, created_at, updated_at) VALUES ('c1', '0f21551b-0e9f-4117-b497-fc8ceb1b427a$$call_agent', 'user',
 					'[{"type":"text","data":{"text":"look for the gecko"}}]', '', 1795890169, 1795890169)`,
 				`UPDATE messages SET parts = json_insert(parts, '$[#]', json('{"type":"tool_call","data":{"id":"call_agent","name":"agent","input":"{\"prompt\":\"look for the gecko\"}","finished":true}}'))
-					WHERE id = '0c5ead61-8cfe-4945-9e99-39cc4e7cb37d'`,
+					WHERE id = '0f21551b-0e9f-4117-b497-fc8ceb1b427a'`,
 			},
 		},
 	} {
