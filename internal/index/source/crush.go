@@ -56,7 +56,7 @@ func (Crush) DefaultRoots(env Env) []string {
 // Discover implements Source: crush.db at a root's top (a data directory), or in its .crush
 // (a project's directory).
 func (Crush) Discover(ctx context.Context, roots []string) ([]string, error) {
-	return discover(ctx, roots, func(rel, _ string) bool { return rel == "crush.db" || rel == ".crush/crush.db" })
+	return discoverTop(ctx, roots, func(string) bool { return false }, "crush.db", filepath.Join(".crush", "crush.db"))
 }
 
 type crushPart struct {

@@ -32,8 +32,8 @@ func (OpenCode) DefaultRoots(env Env) []string {
 // Discover implements Source: the database at a root's top (opencode.db, or the
 // opencode-<channel>.db of a preview build).
 func (OpenCode) Discover(ctx context.Context, roots []string) ([]string, error) {
-	return discover(ctx, roots, func(rel, name string) bool {
-		return rel == name && strings.HasPrefix(name, "opencode") && strings.HasSuffix(name, ".db")
+	return discoverTop(ctx, roots, func(name string) bool {
+		return strings.HasPrefix(name, "opencode") && strings.HasSuffix(name, ".db")
 	})
 }
 

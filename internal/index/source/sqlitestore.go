@@ -9,7 +9,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite" (pure Go), as internal/index uses
@@ -46,6 +48,37 @@ func openStore(ctx context.Context, path string) (*sql.DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// discoverTop lists the regular files directly in each root (or at the relative paths of
+// keep's candidates) that keep accepts, without walking the tree below: a tool's data directory
+// holds much else (OpenCode's snapshots are git repositories), and a Crush root may be a
+// project's whole tree.
+func discoverTop(ctx context.Context, roots []string, keep func(name string) bool, also ...string) ([]string, error) {
+	var out []string
+	for _, root := range roots {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("source: discover %s: %w", root, err)
+		}
+		names := append([]string(nil), also...)
+		entries, err := os.ReadDir(root)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) && !errors.Is(err, syscall.ENOTDIR) {
+			return nil, fmt.Errorf("source: discover %s: %w", root, err)
+		}
+		for _, e := range entries {
+			if keep(e.Name()) {
+				names = append(names, e.Name())
+			}
+		}
+		for _, n := range names {
+			p := filepath.Join(root, n)
+			if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() { //nolint:gosec // under a root
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
 }
 
 // hasTable reports whether the database has the table name: a database of another version (or

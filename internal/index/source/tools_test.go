@@ -482,3 +482,40 @@ func TestStoreSubagents(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreDiscover: a database is looked for where the tool keeps it, not in the tree below
+// (OpenCode's data directory holds git repositories of snapshots; a Crush root may be a whole
+// project); a symlink is not followed.
+func TestStoreDiscover(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"oc/opencode.db", "oc/opencode-beta.db", "oc/snapshot/x/opencode.db", "oc/opencode.db-wal",
+		"proj/.crush/crush.db", "proj/sub/.crush/crush.db", "data/crush.db", "data/deep/crush.db"} {
+		copyFile(t, "testdata/opencode/VERSION", filepath.Join(dir, f))
+	}
+	if err := os.Symlink(filepath.Join(dir, "oc", "opencode.db"), filepath.Join(dir, "proj", "opencode-link.db")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		src   Source
+		roots []string
+		want  []string
+	}{
+		{OpenCode{}, []string{"oc", "proj", "missing"}, []string{"oc/opencode-beta.db", "oc/opencode.db"}},
+		{Crush{}, []string{"proj", "data", "missing", "oc/opencode.db"}, []string{"data/crush.db", "proj/.crush/crush.db"}},
+	} {
+		var roots []string
+		for _, r := range tc.roots {
+			roots = append(roots, filepath.Join(dir, r))
+		}
+		got, err := tc.src.Discover(context.Background(), roots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i], _ = filepath.Rel(dir, got[i])
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.src.Name(), got, tc.want)
+		}
+	}
+}
