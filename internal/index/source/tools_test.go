@@ -519,3 +519,30 @@ func TestStoreDiscover(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreNotADatabase: a file where a database is looked for that is none (garbage, or
+// empty) is an error or no session, never a panic, and is not written to.
+func TestStoreNotADatabase(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage", "opencode.db")
+	empty := filepath.Join(dir, "empty", "crush.db")
+	copyFile(t, "testdata/opencode/VERSION", garbage)
+	if err := os.MkdirAll(filepath.Dir(empty), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseFile(context.Background(), OpenCode{}, garbage, 0); err == nil {
+		t.Error("a file that is no database read without an error")
+	}
+	res, err := ParseFile(context.Background(), Crush{}, empty, 0)
+	if err != nil || res.Session.ID != "" || len(res.Also) != 0 || !res.Whole {
+		t.Errorf("empty database: %+v, %v", res, err)
+	}
+	for _, d := range []string{filepath.Dir(garbage), filepath.Dir(empty)} {
+		if got := dirNames(t, d); len(got) != 1 {
+			t.Errorf("%s holds %v after the read", d, got)
+		}
+	}
+}
