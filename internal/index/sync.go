@@ -502,7 +502,8 @@ func (ix *Index) parse(ctx context.Context, j *job, f *os.File, offset int64, si
 		j.err = err
 		return
 	}
-	if sid != "" {
+	if sid != "" && !res.Whole {
+		// A database read whole names its sessions itself (the first may be another one now).
 		res.Session.ID = sid
 	}
 	j.read = res.Offset - offset + res.Pending
