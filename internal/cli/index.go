@@ -162,7 +162,7 @@ until interrupted. On a terminal a progress line is drawn on stderr.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&sources, "source", nil, "sync only this source (repeatable): nexus, pi, openclaw, claude-code or codex")
+	f.StringArrayVar(&sources, "source", nil, "sync only this source (repeatable): nexus, pi, openclaw, claude-code, codex, opencode, qwen-code, gemini or crush")
 	f.StringArrayVar(&rootFlags, "root", nil, "read SOURCE's transcripts from DIR instead of its default directories (SOURCE=DIR, repeatable)")
 	f.BoolVar(&watch, "watch", false, "keep following the transcripts, syncing each change, until interrupted")
 	completeSources(cmd, "source")
@@ -371,7 +371,7 @@ command that resumes the session (resume).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&opts.Sources, "source", nil, "only this source (repeatable): nexus, pi, openclaw, claude-code or codex")
+	f.StringArrayVar(&opts.Sources, "source", nil, "only this source (repeatable): nexus, pi, openclaw, claude-code, codex, opencode, qwen-code, gemini or crush")
 	f.StringVar(&opts.Project, "project", "", "only sessions whose project (working directory) contains this")
 	f.StringVar(&opts.Role, "role", "", "only messages of this role (user, assistant, ...); tool: only tool calls")
 	f.StringVar(&since, "since", "", "only since this long ago (24h, 7d, 2w), this date (2026-01-02) or this time (RFC 3339)")
@@ -482,7 +482,7 @@ func (a *app) indexSessionsCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&opts.Sources, "source", nil, "only this source (repeatable): nexus, pi, openclaw, claude-code or codex")
+	f.StringArrayVar(&opts.Sources, "source", nil, "only this source (repeatable): nexus, pi, openclaw, claude-code, codex, opencode, qwen-code, gemini or crush")
 	f.StringVar(&opts.Project, "project", "", "only sessions whose project (working directory) contains this")
 	f.IntVar(&opts.Limit, "limit", index.DefaultLimit, fmt.Sprintf("at most this many sessions (at most %d)", index.MaxLimit))
 	completeSources(cmd, "source")

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/index/source"
 )
 
 // Snippet markers around the matched words: two private-use characters, so a marker is never
@@ -258,6 +259,8 @@ func commands(src, sid, mid, project, path string) (show, resume string) {
 		}
 	case "codex":
 		resume = "codex resume " + shellQuote(sid)
+	default:
+		resume = source.Resume(src, sid, project)
 	}
 	return show, resume
 }

@@ -502,7 +502,8 @@ func (ix *Index) parse(ctx context.Context, j *job, f *os.File, offset int64, si
 		j.err = err
 		return
 	}
-	if sid != "" {
+	if sid != "" && !res.Whole {
+		// A database read whole names its sessions itself (the first may be another one now).
 		res.Session.ID = sid
 	}
 	j.read = res.Offset - offset + res.Pending
@@ -523,6 +524,9 @@ func (ix *Index) redactResult(res *source.Result) {
 			s = markers.Replace(s)
 		}
 		return s
+	}
+	for _, r := range res.Also {
+		ix.redactResult(r)
 	}
 	res.Session.Title = clean(res.Session.Title)
 	for i := range res.Messages {
@@ -990,10 +994,12 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	}
 	var fileID, prevSession int64
 	if err := fs.QueryRowContext(ctx, j.src.Name(), j.path, size, j.mtime, int64(j.inode), //nolint:gosec // an inode fits
-		res.Offset, j.hash, lines, skipped, ms(w.ix.now()), j.change != changeAppended, res.Cut).Scan(&fileID, &prevSession); err != nil {
+		res.Offset, j.hash, lines, skipped, ms(w.ix.now()), j.change != changeAppended || res.Whole, res.Cut).Scan(&fileID, &prevSession); err != nil {
 		return fmt.Errorf("index: file: %w", err)
 	}
-	if j.change == changeRewritten {
+	// A file read whole (a database of many sessions) replaces its rows as a rewritten one.
+	rewritten := j.change == changeRewritten || res.Whole
+	if rewritten {
 		for _, st := range []string{"staleFile", "staleFileTools"} {
 			if err := w.exec(ctx, st, fileID); err != nil {
 				return err
@@ -1006,6 +1012,24 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 			return err
 		}
 	}
+	for _, r := range res.Also {
+		if err := w.writeSession(ctx, j, r, fileID, 0, rewritten, sum, new(int64)); err != nil {
+			return err
+		}
+	}
+	var sessID int64
+	if err := w.writeSession(ctx, j, res, fileID, prevSession, rewritten, sum, &sessID); err != nil || sessID == 0 {
+		return err
+	}
+	if prevSession != sessID {
+		return w.exec(ctx, "fileSession", sessID, fileID)
+	}
+	return nil
+}
+
+// writeSession writes one session's rows of a parse of the file fileID and sets *id to the
+// session's row (0 when there was nothing to write).
+func (w *writer) writeSession(ctx context.Context, j *job, res *source.Result, fileID, prevSession int64, rewritten bool, sum *Summary, id *int64) error {
 	s := res.Session
 	if s.ID == "" {
 		if len(res.Messages) == 0 && len(res.ToolCalls) == 0 && prevSession == 0 {
@@ -1030,11 +1054,11 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 	existing := msgCount > 0 || w.seen[sessID]
 	w.seen[sessID] = true
 	w.linked = false
-	if j.change == changeRewritten {
+	if rewritten {
 		turnBase = 0 // the file is read again from its start
 	}
 	var seqBase int64
-	if msgCount > 0 && j.change != changeRewritten {
+	if msgCount > 0 && !rewritten {
 		st, err := w.stmt(ctx, "nextSeq")
 		if err != nil {
 			return err
@@ -1084,7 +1108,7 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 			return err
 		}
 	}
-	if len(res.Messages) > 0 || j.change == changeRewritten {
+	if len(res.Messages) > 0 || rewritten {
 		if err := w.exec(ctx, "counts", sessID); err != nil {
 			return err
 		}
@@ -1096,13 +1120,14 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 				return err
 			}
 		}
-	} else if len(res.Messages) > 0 || j.change == changeRewritten {
+	} else if len(res.Messages) > 0 || rewritten {
 		if err := w.exec(ctx, "usageSum", sessID); err != nil {
 			return err
 		}
 	}
-	if s.Title != "" && j.cont {
-		// A piece's title is the file's so far (its parse went on from the piece before's).
+	if s.Title != "" && (j.cont || res.Whole) {
+		// A piece's title is the file's so far (its parse went on from the piece before's);
+		// a database's is the tool's latest.
 		if err := w.exec(ctx, "setTitle", s.Title, sessID); err != nil {
 			return err
 		}
@@ -1114,9 +1139,7 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 			}
 		}
 	}
-	if prevSession != sessID {
-		return w.exec(ctx, "fileSession", sessID, fileID)
-	}
+	*id = sessID
 	return nil
 }
 

@@ -259,8 +259,9 @@ func (w *watcher) handle(b []byte) {
 			}
 			continue
 		}
-		if !strings.Contains(name, ".jsonl") {
-			continue // sessions.json, locks, temporary files
+		if !strings.Contains(name, ".jsonl") && !strings.HasSuffix(name, ".db") &&
+			(!strings.HasPrefix(name, "session-") || !strings.HasSuffix(name, ".json")) {
+			continue // sessions.json, locks, temporary files, a database's WAL
 		}
 		src, ok := w.sourceOf(p)
 		if !ok {

@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"sync"
@@ -81,4 +82,55 @@ func TestWatch(t *testing.T) {
 		hits, err := e.ix.Search(t.Context(), index.SearchOptions{Query: "aardvark"})
 		return err == nil && len(hits) == 2 && hits[0].Deleted && hits[1].Deleted
 	})
+}
+
+// TestWatchStore: a tool's SQLite database changed while the watcher runs (a write, then the
+// tool closing it, which checkpoints its WAL into the file) is read again.
+func TestWatchStore(t *testing.T) {
+	e := newEnv(t)
+	db := filepath.Join(e.roots["crush"][0], ".crush", "crush.db")
+	b, err := os.ReadFile("source/testdata/crush/.crush/crush.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, db, b)
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	var syncs int
+	done := make(chan error, 1)
+	go func() {
+		done <- e.ix.Watch(ctx, index.WatchOptions{SyncOptions: e.opts("crush"), OnSync: func(_ *index.Summary, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			syncs++
+			if err != nil {
+				t.Errorf("sync: %v", err)
+			}
+		}})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watch: %v", err)
+		}
+	})
+	found := func(q string) func() bool {
+		return func() bool {
+			hits, err := e.ix.Search(t.Context(), index.SearchOptions{Query: q})
+			return err == nil && len(hits) > 0
+		}
+	}
+	testkit.Eventually(t, "the first sync", found("axolotlcrush"))
+	tool, err := sql.Open("sqlite", "file:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tool.ExecContext(t.Context(), `INSERT INTO messages (id, session_id, role, parts, model, created_at, updated_at)
+		VALUES ('m-new', '7743a5bd-7acb-4e90-a2ba-d955f9010f97', 'user', '[{"type":"text","data":{"text":"a watched wombat"}}]', '', 1795891290, 1795891290)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the changed database read again", found("wombat"))
 }

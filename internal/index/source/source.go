@@ -147,6 +147,11 @@ type Result struct {
 	Cut int
 	// More says the parse stopped at the bound of a Piece reader: lines follow Offset.
 	More bool
+	// Whole says the parse read the whole file whatever its offset (a tool's SQLite database):
+	// its rows replace the file's, as a rewritten file's do.
+	Whole bool
+	// Also are the file's other sessions, for a file that holds many (Whole).
+	Also []*Result
 	// state is what the adapter knew at the end of the parse that the next piece's parse
 	// needs (State).
 	state any
@@ -261,7 +266,8 @@ type Source interface {
 
 // All returns every adapter.
 func All() []Source {
-	return []Source{Nexus{stores: newStores()}, Pi{}, OpenClaw{stores: newStores()}, ClaudeCode{}, Codex{}}
+	return []Source{Nexus{stores: newStores()}, Pi{}, OpenClaw{stores: newStores()}, ClaudeCode{}, Codex{},
+		OpenCode{}, QwenCode{}, Gemini{}, Crush{}}
 }
 
 // ByName returns the adapter called name.
