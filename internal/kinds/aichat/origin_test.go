@@ -316,3 +316,59 @@ func equalOrigins(a, b []abi.Origin) bool {
 	}
 	return true
 }
+
+// TestOriginsOfACollectedTurn: a turn delivering messages of several origins (collect)
+// records the newest as nexusOrigin and each message's, in the order of nexusMessageIds, as
+// nexusOrigins.
+func TestOriginsOfACollectedTurn(t *testing.T) {
+	e := newEnv(t, hangOrEcho).withBroker(t)
+	r := e.gateway(t)
+	key := "agent:main:test:collect-origins"
+	s := e.open(t, r, key, "yolo")
+	w := &watcher{r: r, id: s.SessionID}
+	sendMode(t, r, s.SessionID, "hang", "")
+	w.started(t)
+	ctx := context.Background()
+	var ids []string
+	for _, kind := range []string{abi.OriginConsole, abi.OriginCLI} {
+		so := &live.SendOptions{Mode: "collect", Origin: abi.Origin{Kind: kind}}
+		if err := r.Send(live.WithSendOptions(ctx, so), s.SessionID, []byte("from "+kind)); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, so.MessageID)
+	}
+	if _, err := r.Control(ctx, s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
+		t.Fatal(err)
+	}
+	w.turnEnded(t) // the hang, interrupted
+	w.turnEnded(t) // the collected messages
+	sh, err := e.chats.Show(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := transcript.Open(sh.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	var last json.RawMessage
+	for _, en := range f.Entries {
+		if en.Type == "message" && en.Role == "user" {
+			if last, err = f.Raw(en); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var got struct {
+		IDs     []string     `json:"nexusMessageIds"`
+		Origin  abi.Origin   `json:"nexusOrigin"`
+		Origins []abi.Origin `json:"nexusOrigins"`
+	}
+	if err := json.Unmarshal(last, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []abi.Origin{{Kind: abi.OriginConsole}, {Kind: abi.OriginCLI}}
+	if !equalOrigins(got.Origins, want) || got.Origin != want[1] || strings.Join(got.IDs, ",") != strings.Join(ids, ",") {
+		t.Fatalf("the collected entry %s", last)
+	}
+}
