@@ -211,6 +211,9 @@ func TestOriginRecorded(t *testing.T) {
 					got := userOrigins(t, e, s.key)
 					return len(got) > 0 && got[len(got)-1] == s.want
 				})
+				// Its turn ends before the test does (a turn cut by the cleanup would send the
+				// model a broken request).
+				testkit.Eventually(t, "the turn of "+s.key+" ended", func() bool { return e.chatState(t, s.key) == aichat.StateIdle })
 				sh, err := e.chats.Show(ctx, s.key)
 				if err != nil {
 					t.Fatal(err)
@@ -276,6 +279,7 @@ func TestWebhookDMScope(t *testing.T) {
 			}
 			for key, origins := range want {
 				testkit.Eventually(t, "every message of "+key, func() bool { return len(userOrigins(t, e, key)) == len(origins) })
+				testkit.Eventually(t, "the turns of "+key+" ended", func() bool { return e.chatState(t, key) == aichat.StateIdle })
 				if got := userOrigins(t, e, key); !equalOrigins(got, origins) {
 					t.Fatalf("%s: origins %+v, want %+v", key, got, origins)
 				}

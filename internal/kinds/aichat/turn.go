@@ -76,7 +76,8 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	patch := map[string]any{"state": StateRunning}
 	origins, err := c.k.turnOrigins(ctx, ids)
 	if err != nil {
-		return nil, "", err
+		// Where the message came from is a record, not what the turn needs: it runs without.
+		c.k.logger().Warn("the turn's origins", "key", c.key, "err", err)
 	}
 	if o := lastOrigin(origins); !o.IsZero() {
 		for k, v := range originPatch(o) {
