@@ -16,8 +16,11 @@ type IndexSearch struct {
 	Role  string
 	Since time.Time
 	// Tool keeps the calls of this tool (by name), and no messages.
-	Tool  string
-	Limit int
+	Tool string
+	// Origin keeps the hits of turns whose prompt came from it (nexus conversations): its
+	// kind (webhook), kind:id (webhook:ci) or channel (telegram).
+	Origin string
+	Limit  int
 }
 
 // IndexHit is one search result: a message or a tool call.

@@ -109,6 +109,9 @@ type Message struct {
 	EntryID  string `json:"entryId,omitempty"`
 	// RollsBack (a rollback message) is a message delivered by the turn it rolls back.
 	RollsBack string `json:"rollsBack,omitempty"`
+	// Origin is where the message came from (its sender's kind and id, a webhook's channel
+	// and peer); the turn that delivers it records it.
+	Origin abi.Origin `json:"origin,omitzero"`
 	// createdAt in Unix milliseconds, for the collect debounce.
 	CreatedMs int64 `json:"-"`
 	// Cleared are the messages an interrupt cleared (Enqueue's answer only).
@@ -177,9 +180,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("broker: schema: %w", err)
 	}
-	if err := addColumn(ctx, db, "rolls_back", "TEXT NOT NULL DEFAULT ''"); err != nil {
-		_ = db.Close()
-		return nil, err
+	for _, c := range [][2]string{{"rolls_back", "TEXT NOT NULL DEFAULT ''"}, {"origin", "TEXT NOT NULL DEFAULT ''"}} {
+		if err := addColumn(ctx, db, c[0], c[1]); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 	}
 	return &Store{db: db, now: opts.Now}, nil
 }
@@ -218,6 +223,8 @@ type EnqueueOptions struct {
 	IfIdle bool
 	// RollsBack is a message the running turn delivers (rollback).
 	RollsBack string
+	// Origin is where the message came from.
+	Origin abi.Origin
 }
 
 // Enqueue stores a message for key and returns it once it is on disk. A steering message
@@ -237,17 +244,22 @@ func (s *Store) EnqueueWith(ctx context.Context, key string, mode Mode, content,
 // EnqueueOnce is Enqueue under the caller's id (a trigger's firing, an announcement): the
 // message is stored unless one with that id exists; fresh is false then, and nothing changes.
 func (s *Store) EnqueueOnce(ctx context.Context, id, key string, mode Mode, content, from string) (fresh bool, err error) {
+	return s.enqueueOnce(ctx, id, key, mode, content, from, abi.Origin{})
+}
+
+func (s *Store) enqueueOnce(ctx context.Context, id, key string, mode Mode, content, from string, origin abi.Origin) (fresh bool, err error) {
 	if id == "" {
 		return false, abi.Errorf(abi.CodeInvalidArgument, "", "a message stored once needs an id")
 	}
-	_, fresh, err = s.put(ctx, id, key, mode, content, from, EnqueueOptions{})
+	_, fresh, err = s.put(ctx, id, key, mode, content, from, EnqueueOptions{Origin: origin})
 	return fresh, err
 }
 
 // Announce stores a subagent's announcement (one per run) as a followup message under the
 // caller's id, unless one with that id exists.
-func (s *Store) Announce(ctx context.Context, id, key, content, from string) (fresh bool, err error) {
-	return s.EnqueueOnce(ctx, id, key, Followup, content, from)
+// Its origin is the subagent run (runID).
+func (s *Store) Announce(ctx context.Context, id, key, content, from, runID string) (fresh bool, err error) {
+	return s.enqueueOnce(ctx, id, key, Followup, content, from, abi.Origin{Kind: abi.OriginSubagent, ID: runID})
 }
 
 func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, from string, o EnqueueOptions) (Message, bool, error) {
@@ -268,7 +280,7 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 	if id == "" {
 		id = newID()
 	}
-	m := Message{ID: id, Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli(), RollsBack: o.RollsBack}
+	m := Message{ID: id, Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli(), RollsBack: o.RollsBack, Origin: o.Origin}
 	if mode.Aborts() || (mode == SteerBacklog && o.Steer) {
 		m.Priority = 1
 	}
@@ -310,8 +322,8 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 			return Message{}, false, fmt.Errorf("broker: clear: %w", err)
 		}
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms, rolls_back) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		m.ID, key, m.Priority, string(mode), content, from, StateQueued, m.CreatedMs, m.RollsBack)
+	res, err := tx.ExecContext(ctx, `INSERT INTO messages (id, key, priority, mode, content, sender, state, created_ms, rolls_back, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		m.ID, key, m.Priority, string(mode), content, from, StateQueued, m.CreatedMs, m.RollsBack, m.Origin.Encode())
 	if err != nil {
 		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 	}
@@ -334,7 +346,7 @@ func (s *Store) Has(ctx context.Context, id string) (bool, error) {
 	return n > 0, nil
 }
 
-const cols = `seq, id, key, priority, mode, content, sender, state, reason, created_ms, done_ms, entry_id, rolls_back`
+const cols = `seq, id, key, priority, mode, content, sender, state, reason, created_ms, done_ms, entry_id, rolls_back, origin`
 
 func scan(rows *sql.Rows) ([]Message, error) {
 	var out []Message
@@ -342,9 +354,11 @@ func scan(rows *sql.Rows) ([]Message, error) {
 		var m Message
 		var mode string
 		var done int64
-		if err := rows.Scan(&m.Seq, &m.ID, &m.Key, &m.Priority, &mode, &m.Content, &m.From, &m.State, &m.Reason, &m.CreatedMs, &done, &m.EntryID, &m.RollsBack); err != nil {
+		var origin string
+		if err := rows.Scan(&m.Seq, &m.ID, &m.Key, &m.Priority, &mode, &m.Content, &m.From, &m.State, &m.Reason, &m.CreatedMs, &done, &m.EntryID, &m.RollsBack, &origin); err != nil {
 			return nil, fmt.Errorf("broker: %w", err)
 		}
+		m.Origin = abi.DecodeOrigin(origin)
 		m.Mode = Mode(mode)
 		m.Created = abi.FormatTime(time.UnixMilli(m.CreatedMs))
 		if done > 0 {

@@ -376,6 +376,8 @@ command that resumes the session (resume).`,
 	f.StringVar(&opts.Role, "role", "", "only messages of this role (user, assistant, ...); tool: only tool calls")
 	f.StringVar(&since, "since", "", "only since this long ago (24h, 7d, 2w), this date (2026-01-02) or this time (RFC 3339)")
 	f.StringVar(&opts.Tool, "tool", "", "only the calls of this tool (by name), no messages")
+	f.StringVar(&opts.Origin, "origin", "", "only turns whose message came from this origin (nexus conversations): a kind (cli, console,\n"+
+		"webhook, cron, heartbeat, agent, subagent), kind:id (webhook:ci) or a channel a webhook named (telegram)")
 	f.IntVar(&opts.Limit, "limit", index.DefaultLimit, fmt.Sprintf("at most this many hits (at most %d)", index.MaxLimit))
 	completeSources(cmd, "source")
 	formatFlag(cmd, &format, formatJSON, formatTable)

@@ -184,7 +184,7 @@ func (a *app) serveCmd() *cobra.Command {
 			triggers := &trigger.Service{Store: triggerStore, Now: a.env.Now, Logger: logger, MinInterval: minTrigger,
 				Deliver: func(ctx context.Context, d trigger.Delivery) (string, string, error) {
 					t := d.Target
-					out, err := aiKind.Deliver(ctx, aichat.Delivery{Key: d.Key, Text: d.Text, Mode: d.Mode, ID: d.ID, From: d.From,
+					out, err := aiKind.Deliver(ctx, aichat.Delivery{Key: d.Key, Text: d.Text, Mode: d.Mode, ID: d.ID, From: d.From, Origin: d.Origin,
 						Options: abi.AIChatOptions{Agent: t.Agent, Backend: t.Backend, Model: t.Model, Level: t.Level, Workspace: t.Workspace}})
 					return out.MessageID, out.Key, err
 				}}

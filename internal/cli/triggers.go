@@ -153,7 +153,9 @@ func (a *app) hookCmd() *cobra.Command {
 		Short: "Webhooks: POST /v1/hooks/ID with the hook's secret sends the body into a conversation",
 		Long: "A webhook call is authenticated by its hook's secret (Authorization: Bearer SECRET, X-Nexus-Hook-Secret: SECRET,\n" +
 			"or a GitHub-style X-Hub-Signature-256 HMAC of the body), not by the gateway's token. The body (or the \"message\" of\n" +
-			"a JSON body) becomes a message of a new conversation hook:<uuid>, or of --session. See docs/triggers.md.",
+			"a JSON body) becomes a message of a new conversation hook:<uuid>, or of --session. A JSON body naming the chat it\n" +
+			"relays (channel, peer, chatType direct or group) is routed like a channel's message: DMs by --dm-scope, groups\n" +
+			"each to its own conversation. See docs/triggers.md.",
 	}
 	cmd.AddCommand(a.hookAddCmd(), a.hookListCmd(), a.hookRemoveCmd())
 	return cmd
@@ -178,6 +180,8 @@ func (a *app) hookAddCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&h.ID, "id", "", "the hook's id (default generated)")
+	cmd.Flags().StringVar(&h.DMScope, "dm-scope", "", "where a call naming a channel and a direct-message peer goes: main (default: every channel's DMs in\n"+
+		"agent:<agent>:main), per-peer (agent:<agent>:dm:<peer>) or per-channel-peer (agent:<agent>:<channel>:dm:<peer>)")
 	targetFlags(cmd, &h.Target)
 	formatFlag(cmd, &format, formatTable, formatJSON)
 	return cmd

@@ -17,7 +17,7 @@ import (
 // IndexSearch returns the best hits for o.Query, best first.
 func (c *Client) IndexSearch(ctx context.Context, o abi.IndexSearch) ([]abi.IndexHit, error) {
 	q := url.Values{"q": {o.Query}}
-	for k, v := range map[string]string{"project": o.Project, "role": o.Role, "tool": o.Tool} {
+	for k, v := range map[string]string{"project": o.Project, "role": o.Role, "tool": o.Tool, "origin": o.Origin} {
 		if v != "" {
 			q.Set(k, v)
 		}

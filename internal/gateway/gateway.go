@@ -197,7 +197,7 @@ func (s *server) auth(next http.Handler) http.Handler {
 			if c, ok := r.Context().Value(connKey{}).(*guardedConn); ok {
 				c.authenticated()
 			}
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), consoleKey{}, true)))
 			return
 		}
 		if id, revoked, shared := s.sharedView(r); !ok && shared {
@@ -230,6 +230,19 @@ func (s *server) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// consoleKey marks a request of a browser signed in to the console: what it sends is the
+// console's (a message's origin).
+type consoleKey struct{}
+
+// sendOrigin is where input sent in ctx (a request's) comes from: the console's signed-in
+// browser, else a client holding the gateway's token (the CLI).
+func sendOrigin(ctx context.Context) abi.Origin {
+	if ctx.Value(consoleKey{}) != nil {
+		return abi.Origin{Kind: abi.OriginConsole}
+	}
+	return abi.Origin{Kind: abi.OriginCLI}
 }
 
 // readOnlyKey marks a request of a share link's holder: it watches, it does not type.
@@ -430,7 +443,7 @@ func (s *server) send(w http.ResponseWriter, r *http.Request) {
 		// turn from there).
 		after, err = s.opt.Registry.LastSeq(r.Context(), id)
 	}
-	so := &live.SendOptions{Mode: req.Mode}
+	so := &live.SendOptions{Mode: req.Mode, Origin: sendOrigin(r.Context())}
 	if err == nil {
 		err = s.opt.Registry.Send(live.WithSendOptions(r.Context(), so), id, data)
 	}
@@ -914,7 +927,7 @@ func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *w
 		case "send":
 			b, err := decodeInput(id, m.Data, m.Encoding)
 			if err == nil {
-				err = s.opt.Registry.Send(ctx, id, b)
+				err = s.opt.Registry.Send(live.WithSendOptions(ctx, &live.SendOptions{Origin: sendOrigin(ctx)}), id, b)
 			}
 			if err != nil {
 				s.notify(ctx, c, id, err)

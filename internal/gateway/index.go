@@ -76,7 +76,7 @@ func (q query) sources() ([]string, error) {
 }
 
 func (s *server) indexSearch(w http.ResponseWriter, r *http.Request) {
-	q, err := readQuery(r, []string{"q", "project", "role", "since", "tool", "limit"}, []string{"source"})
+	q, err := readQuery(r, []string{"q", "project", "role", "since", "tool", "origin", "limit"}, []string{"source"})
 	var o index.SearchOptions
 	if err == nil {
 		o, err = searchOptions(q)
@@ -97,7 +97,7 @@ func (s *server) indexSearch(w http.ResponseWriter, r *http.Request) {
 }
 
 func searchOptions(q query) (index.SearchOptions, error) {
-	o := index.SearchOptions{Query: q.get("q"), Project: q.get("project"), Role: q.get("role"), Tool: q.get("tool")}
+	o := index.SearchOptions{Query: q.get("q"), Project: q.get("project"), Role: q.get("role"), Tool: q.get("tool"), Origin: q.get("origin")}
 	if o.Query == "" {
 		return o, abi.Errorf(abi.CodeInvalidArgument, "", "q (the query) is required")
 	}

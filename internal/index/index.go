@@ -104,6 +104,10 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if err := ensureOrigins(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return ix, nil
 }
 

@@ -154,6 +154,7 @@ func (ix *Index) searchMessages(ctx context.Context, match string, o SearchOptio
 		where = append(where, "r.ts >= ?")
 		args = append(args, ms(o.Since))
 	}
+	where, args = originFilter(o.Origin, "r.turn", where, args)
 	return ix.ranked(ctx, "message", "message_fts", "bm25(message_fts)", "messages r",
 		`r.mid, r.role, '', '', r.ts, s.source, s.sid, s.project, s.title, s.path, s.deleted`, match, where, args, n)
 }
@@ -169,6 +170,7 @@ func (ix *Index) searchTools(ctx context.Context, match string, o SearchOptions,
 		where = append(where, "coalesce((SELECT ts FROM messages m WHERE m.session = r.session AND m.mid = r.mid), s.updated) >= ?")
 		args = append(args, ms(o.Since))
 	}
+	where, args = originFilter(o.Origin, "(SELECT m.turn FROM messages m WHERE m.session = r.session AND m.mid = r.mid)", where, args)
 	return ix.ranked(ctx, "tool_call", "tool_fts", "bm25(tool_fts, 2.0, 1.0, 1.0)", "tool_calls r",
 		`r.mid, 'tool', r.cid, r.name, coalesce((SELECT ts FROM messages m WHERE m.session = r.session AND m.mid = r.mid), 0),
 			s.source, s.sid, s.project, s.title, s.path, s.deleted`, match, where, args, n)

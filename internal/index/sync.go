@@ -579,6 +579,7 @@ func (ix *Index) newWriter(ctx context.Context) (*writer, error) {
 }
 
 var statements = map[string]string{
+	"origin": originStatement,
 	// A read from the start (?11) replaces the file's counts of lines, skipped lines and cut
 	// lines; an append adds to them.
 	"file": `INSERT INTO files (source, path, size, mtime_ns, inode, offset, tail_hash, lines, skipped, deleted, synced, error, cut)
@@ -1087,6 +1088,9 @@ func (w *writer) writeSession(ctx context.Context, j *job, res *source.Result, f
 		}
 	}
 	sum.Messages += len(res.Messages)
+	if err := w.writeOrigins(ctx, j.src.Name(), s.ID, res.Messages); err != nil {
+		return err
+	}
 	for i := range res.ToolCalls {
 		tc := &res.ToolCalls[i]
 		cid := tc.ID

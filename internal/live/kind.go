@@ -142,6 +142,9 @@ func (k *Sink) Now() time.Time { return k.r.now() }
 // context of Registry.Send; a kind that has no use for them ignores them.
 type SendOptions struct {
 	Mode string
+	// Origin is where the input came from (the CLI, the console, another agent); the gateway
+	// sets it from how the request was authenticated.
+	Origin abi.Origin
 	// MessageID is set by a kind that queued the input durably.
 	MessageID string
 }

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/robfig/cron/v3"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -25,6 +24,9 @@ type Delivery struct {
 	// ID makes the delivery idempotent (a job's firing: its id and scheduled time).
 	ID, Key, Text, Mode, From string
 	Target                    Target
+	// Origin is where the message comes from: the job or the hook (and the chat a hook's
+	// call names).
+	Origin abi.Origin
 }
 
 // Deliver stores a delivery in the conversation's durable queue and sees that it is
@@ -236,7 +238,7 @@ func (s *Service) fire(ctx context.Context, j Job, at time.Time, missed int, onT
 	}
 	id := fmt.Sprintf("%s_%s_%d", j.Kind, j.ID, at.UnixMilli())
 	text := s.jobText(j, at, missed)
-	msgID, _, err := s.Deliver(ctx, Delivery{ID: id, Key: j.key(), Text: text, Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target})
+	msgID, _, err := s.Deliver(ctx, Delivery{ID: id, Key: j.key(), Text: text, Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target, Origin: j.origin()})
 	errText := ""
 	if err != nil {
 		errText = err.Error()
@@ -257,7 +259,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (string, string, error)
 	}
 	now := s.now()
 	msgID, key, err := s.Deliver(ctx, Delivery{ID: fmt.Sprintf("%s_%s_manual_%d", j.Kind, j.ID, now.UnixNano()), Key: j.key(),
-		Text: s.jobText(j, now, 0), Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target})
+		Text: s.jobText(j, now, 0), Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target, Origin: j.origin()})
 	if msgID != "" {
 		if rerr := s.Store.recordRun(ctx, j.ID, 0, true, msgID, ""); rerr != nil && err == nil {
 			err = rerr
@@ -330,6 +332,10 @@ type HookResult struct {
 type hookBody struct {
 	Message string `json:"message"`
 	Mode    string `json:"mode"`
+	// Channel, Peer and ChatType name the chat the call relays (route.go).
+	Channel  string `json:"channel"`
+	Peer     string `json:"peer"`
+	ChatType string `json:"chatType"`
 }
 
 // CallHook authenticates a webhook request by its hook's secret (compared in constant time;
@@ -397,8 +403,8 @@ func signature(secret string, parts ...[]byte) string {
 // deliverHook delivers an authenticated call's message.
 func (s *Service) deliverHook(ctx context.Context, h Hook, c HookCall) (HookResult, error) {
 	text, mode := string(c.Body), h.Mode
+	var b hookBody
 	if strings.HasPrefix(strings.TrimSpace(strings.ToLower(c.ContentType)), "application/json") {
-		var b hookBody
 		if err := json.Unmarshal(c.Body, &b); err != nil {
 			return HookResult{}, abi.Errorf(abi.CodeInvalidArgument, "", "the body is not JSON: %v", err)
 		}
@@ -412,11 +418,11 @@ func (s *Service) deliverHook(ctx context.Context, h Hook, c HookCall) (HookResu
 	if strings.TrimSpace(text) == "" {
 		return HookResult{}, abi.Errorf(abi.CodeInvalidArgument, "", "an empty message: send it as the body, or as {\"message\": ...} with Content-Type application/json")
 	}
-	key := h.SessionKey
-	if key == "" {
-		key = "hook:" + uuid.NewString()
+	key, origin, err := routeHook(h, b)
+	if err != nil {
+		return HookResult{}, err
 	}
-	msgID, canon, err := s.Deliver(ctx, Delivery{Key: key, Text: "[webhook " + h.ID + "]\n\n" + text, Mode: mode, From: "hook:" + h.ID, Target: h.Target})
+	msgID, canon, err := s.Deliver(ctx, Delivery{Key: key, Text: "[webhook " + h.ID + "]\n\n" + text, Mode: mode, From: "hook:" + h.ID, Target: h.Target, Origin: origin})
 	if msgID == "" {
 		return HookResult{}, err
 	}

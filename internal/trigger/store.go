@@ -84,9 +84,12 @@ type Job struct {
 type Hook struct {
 	ID string `json:"id"`
 	Target
-	CreatedAt    int64 `json:"createdAt"`
-	LastCalledAt int64 `json:"lastCalledAt,omitempty"`
-	Calls        int   `json:"calls"`
+	// DMScope routes a call that names a channel and a direct-message peer (main, per-peer,
+	// per-channel-peer; default main: every DM of every channel in agent:<agent>:main).
+	DMScope      string `json:"dmScope,omitempty"`
+	CreatedAt    int64  `json:"createdAt"`
+	LastCalledAt int64  `json:"lastCalledAt,omitempty"`
+	Calls        int    `json:"calls"`
 	// Secret is set only in AddHook's answer: it is shown once.
 	Secret string `json:"secret,omitempty"`
 }
@@ -335,6 +338,9 @@ func (s *Store) AddHook(ctx context.Context, h Hook) (Hook, error) {
 	}
 	if err := h.check(); err != nil {
 		return Hook{}, err
+	}
+	if _, err := chatstore.ParseDMScope(h.DMScope); err != nil {
+		return Hook{}, abi.Errorf(abi.CodeInvalidArgument, "", "--dm-scope: %v", err)
 	}
 	if h.ID == "" {
 		h.ID = newID("")

@@ -153,10 +153,12 @@ func (Pi) message(e *transcript.Entry, id string, ts time.Time, turn *int, res *
 			return
 		}
 	}
+	msg := Message{ID: id, Role: info.Role, Timestamp: ts, Seq: len(res.Messages)}
 	if info.Role == "user" {
 		*turn++
+		msg.Origin = entryOrigin(e)
 	}
-	msg := Message{ID: id, Role: info.Role, Timestamp: ts, Seq: len(res.Messages), Turn: *turn}
+	msg.Turn = *turn
 	switch info.Role {
 	case "assistant":
 		msg.Model = info.Model

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nexus-run/nexus/internal/abi"
 )
 
 // Session is what a transcript says about the conversation it holds.
@@ -64,6 +66,9 @@ type Message struct {
 	Model string
 	// Usage is the tokens of this message (assistant replies), counted once.
 	Usage Usage
+	// Origin is where a user message came from, when its transcript says (nexus's
+	// nexusOrigin: the CLI, a webhook, a cron job...).
+	Origin abi.Origin
 }
 
 // Tool call statuses.

@@ -481,6 +481,9 @@ type chat struct {
 
 	// turnIDs are the queued messages the pump's last turn delivers (a rollback names one).
 	turnIDs []string
+	// origin is where the newest delivered message came from: a subagent spawned in its
+	// turn records it as its requester's origin.
+	origin abi.Origin
 	// compaction is config.toml's [compaction]; nothingToCut: a threshold compaction found
 	// nothing to cut and said so (once, until one compacts again). Used by the running
 	// activity only.

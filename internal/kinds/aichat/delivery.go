@@ -49,6 +49,9 @@ type Delivery struct {
 	ID string
 	// From names the sender (an agent's key, cron:<job>, hook:<id>), kept with the message.
 	From string
+	// Origin is where the message came from (webhook and its id, cron job, heartbeat,
+	// another agent's key...): its transcript entry and sessions.json record it.
+	Origin abi.Origin
 	// Options open the conversation when it has none recorded (a new one); a conversation
 	// that had a session is opened as that session was.
 	Options abi.AIChatOptions
@@ -84,7 +87,7 @@ func (k *Kind) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	}
 	// The mode applies to a trigger's firing as to a message sent (a steer aborts, a reject
 	// is refused while the conversation is busy); a firing stored before changes nothing.
-	m, err := k.store(ctx, d.ID, key, mode, d.Text, d.From)
+	m, err := k.store(ctx, d.ID, key, mode, d.Text, d.From, d.Origin)
 	if err != nil {
 		return Delivered{}, err
 	}

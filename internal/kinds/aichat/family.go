@@ -184,7 +184,7 @@ func (c *chat) sendTo(ctx context.Context, key, mode, text string) (any, error) 
 	}
 	bounds := c.powers.inherited(c.key)
 	body := fmt.Sprintf("[message from agent %s (%s)]\n\n%s", c.prof.ID, c.key, text)
-	d, err := c.k.Deliver(ctx, Delivery{Key: key, Text: body, Mode: mode, From: c.key, Options: opts, Powers: &bounds})
+	d, err := c.k.Deliver(ctx, Delivery{Key: key, Text: body, Mode: mode, From: c.key, Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.key}, Options: opts, Powers: &bounds})
 	if d.MessageID == "" {
 		return nil, err
 	}

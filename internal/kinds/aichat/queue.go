@@ -70,7 +70,7 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 	if closed {
 		return abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
 	}
-	m, err := c.k.store(ctx, "", c.key, mode, text, "")
+	m, err := c.k.store(ctx, "", c.key, mode, text, "", sendOrigin(so))
 	if err != nil {
 		var ae *abi.Error
 		if errors.As(err, &ae) && ae.SessionID == "" {
@@ -95,9 +95,9 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 // messages wait; a steer-backlog steers only a running turn (else it waits its turn, once,
 // like a followup); a rollback names a message of the turn it aborts. A steering message then
 // aborts the turn.
-func (k *Kind) store(ctx context.Context, id, key string, mode broker.Mode, text, from string) (broker.Message, error) {
+func (k *Kind) store(ctx context.Context, id, key string, mode broker.Mode, text, from string, origin abi.Origin) (broker.Message, error) {
 	running, turn := k.busy(key)
-	o := broker.EnqueueOptions{ID: id}
+	o := broker.EnqueueOptions{ID: id, Origin: origin}
 	switch mode {
 	case broker.Reject:
 		if running {

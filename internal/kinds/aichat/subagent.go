@@ -265,9 +265,12 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	childKey := "agent:" + agentID + ":subagent:" + runID
 	now := k.now()
 	parentMessage := replyOf(ctx)
+	c.mu.Lock()
+	reqOrigin := requesterOrigin(c.origin)
+	c.mu.Unlock()
 	rec := chatstore.SubagentRunRecord{RunID: runID, ChildSessionKey: childKey, RequesterSessionKey: c.key, Task: a.Task,
 		Cleanup: cleanup, Label: a.Label, CreatedAt: now.UnixMilli(), StartedAt: now.UnixMilli(),
-		ToolCallID: callID, ParentMessageID: parentMessage}
+		ToolCallID: callID, ParentMessageID: parentMessage, RequesterOrigin: reqOrigin}
 	rawPowers, err := json.Marshal(powers)
 	if err != nil {
 		return nil, fmt.Errorf("subagents: %w", err)
@@ -286,6 +289,9 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		"spawnedBy": c.key, "parentSessionId": c.chatSession, "parentMessageId": parentMessage, "toolCallId": callID,
 		"taskDescription": a.Task, "taskStatus": "running", "isSubagent": true, "label": a.Label, "project": c.workspace,
 		"isAgentic": true, PowersField: powers,
+	}
+	if reqOrigin != nil {
+		fields[RequesterOriginField] = reqOrigin
 	}
 	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: fields})
 	if err != nil && a.Label != "" && errors.Is(err, chatstore.ErrLabelConflict) {
@@ -311,7 +317,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		Workspace: c.workspace, Temperature: c.temperature})
 	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey, RoadmapID: c.roadmap}, Options: opts})
 	if err == nil {
-		err = k.Sessions.Send(live.WithSendOptions(context.WithoutCancel(ctx), &live.SendOptions{Mode: "followup"}), s.SessionID, []byte(a.Task))
+		err = k.Sessions.Send(live.WithSendOptions(context.WithoutCancel(ctx), &live.SendOptions{Mode: "followup", Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.key}}), s.SessionID, []byte(a.Task))
 	}
 	if err != nil {
 		return fail(err)
@@ -516,7 +522,7 @@ func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, st
 		answer = "(no answer)"
 	}
 	b.WriteString(clipText(answer, 64<<10))
-	fresh, err := k.Broker.Announce(ctx, id, rec.RequesterSessionKey, b.String(), "subagent:"+rec.RunID)
+	fresh, err := k.Broker.Announce(ctx, id, rec.RequesterSessionKey, b.String(), "subagent:"+rec.RunID, rec.RunID)
 	if err != nil {
 		k.logger().Warn("subagent announce", "run", rec.RunID, "err", err)
 		return

@@ -74,6 +74,19 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	// finer states (streaming, awaiting-confirmation) are in the session's metadata only:
 	// a sessions.json write per model call would cost an fsync each.
 	patch := map[string]any{"state": StateRunning}
+	origins, err := c.k.turnOrigins(ctx, ids)
+	if err != nil {
+		// Where the message came from is a record, not what the turn needs: it runs without.
+		c.k.logger().Warn("the turn's origins", "key", c.key, "err", err)
+	}
+	if o := lastOrigin(origins); !o.IsZero() {
+		for k, v := range originPatch(o) {
+			patch[k] = v
+		}
+		c.mu.Lock()
+		c.origin = o
+		c.mu.Unlock()
+	}
 	if old, ok := recordedOptions(&h.Entry); !ok || !sameOptions(old, c.options) {
 		patch[OptionsField] = c.options
 	}
@@ -88,7 +101,7 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	}
 	c.sink.Publish(abi.EventData, abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseStarted, RunID: run.ID, MessageIDs: ids})
 	c.sink.Publish(abi.EventData, abi.AIRun{Type: abi.PayloadAIRun, Phase: abi.RunStart, RunID: run.ID})
-	res, err := c.runModel(ctx, h, run, text, ids, cont)
+	res, err := c.runModel(ctx, h, run, text, ids, origins, cont)
 	outcome, cause := chatstore.OutcomeOK, error(nil)
 	switch {
 	case err != nil:
@@ -102,7 +115,7 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 	return res, run.ID, err
 }
 
-func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string, ids []string, cont bool) (*agent.Result, error) {
+func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string, ids []string, origins []abi.Origin, cont bool) (*agent.Result, error) {
 	w := h.Writer
 	cur, err := w.Context()
 	if err != nil {
@@ -120,7 +133,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	}
 	raw := cur.Messages
 	if !cont {
-		ub, err := c.record(ctx, w, text, ids)
+		ub, err := c.record(ctx, w, text, ids, origins)
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +241,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 
 // record appends the turn's user message (durably, before the broker hears it was delivered)
 // and returns it encoded, as the context holds it.
-func (c *chat) record(ctx context.Context, w *transcript.Writer, text string, ids []string) (json.RawMessage, error) {
+func (c *chat) record(ctx context.Context, w *transcript.Writer, text string, ids []string, origins []abi.Origin) (json.RawMessage, error) {
 	user := provider.UserText(text, c.k.now().UnixMilli())
 	var extra map[string]any
 	if len(ids) > 0 {
@@ -236,6 +249,7 @@ func (c *chat) record(ctx context.Context, w *transcript.Writer, text string, id
 		// broker's record finds them here and does not deliver them twice.
 		extra = map[string]any{MessageIDsField: ids}
 	}
+	extra = originFields(origins, extra)
 	entryID, err := w.AppendMessageExtra(user, extra)
 	if err != nil {
 		return nil, fmt.Errorf("record the message: %w", err)
