@@ -418,6 +418,12 @@ func hitsTable(w io.Writer, hits []index.Hit, bold bool) error {
 		if h.Resume != "" {
 			fmt.Fprintf(w, "%sresume: %s\n", indent, oneLine(h.Resume))
 		}
+		if h.ResumeNote != "" {
+			fmt.Fprintf(w, "%s(%s)\n", indent, oneLine(h.ResumeNote))
+		}
+		if h.ResultCut {
+			fmt.Fprintf(w, "%s(the result is searched up to its cut: it was %d bytes)\n", indent, h.ResultBytes)
+		}
 		if h.Deleted {
 			fmt.Fprintf(w, "%s(its transcript is deleted)\n", indent)
 		}
