@@ -255,3 +255,33 @@ func TestDeepToolOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkPlans: the statements that link subagents by their spawning call reach the rows
+// through the partial indexes of spawning calls and of subagents' calls, never by scanning the
+// calls or through the index on gen (which, in a full sync, holds every call written so far:
+// each batch's commit walked them all, and the 1 GB sync took twice as long).
+func TestLinkPlans(t *testing.T) {
+	e := newEnv(t)
+	for _, q := range index.LinkByCall {
+		rows, err := index.DB(e.ix).QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		_ = rows.Close()
+		all := strings.Join(plan, "; ")
+		for _, bad := range []string{"tool_calls_gen", "(source=?)", "SCAN tc;", "SCAN tool_calls;", "SCAN s;", "SCAN sessions;"} {
+			if strings.Contains(all+";", bad) {
+				t.Errorf("plan %q uses %s, for\n%s", all, bad, q)
+			}
+		}
+	}
+}

@@ -791,6 +791,38 @@ func (w *writer) finish(ctx context.Context) error {
 // Agent, Task before 2.1), as an SQL list: the partial index tool_calls_spawn holds their ids.
 const spawnTools = `('Agent', 'Task')`
 
+// linkByCall link a subagent that names the call that spawned it (Claude Code 2.1's sidechain
+// metadata) to the session that made that call, at any depth: that session, message, task and
+// status replace what its lines say (their session id is the top one's), and the call names it
+// as its child. ?1 is the sync's generation. Each statement starts from what this sync wrote,
+// on one side or the other, through an index (the spawning calls' ids, the subagents' calls).
+// The unary + keeps SQLite from the index on source, which holds every session of the tool, and
+// from the index on gen for the calls: a full sync is one generation, so that index would hand
+// every call written so far to each batch's commit (TestLinkPlans).
+var linkByCall = []string{ //nolint:gochecknoglobals // immutable
+	linkSessionsByCall("sessions.gen = ?1"),
+	linkSessionsByCall("+tc.gen = ?1"),
+	linkCallsByChild("+tool_calls.gen = ?1"),
+	linkCallsByChild("s.gen = ?1"),
+}
+
+func linkSessionsByCall(side string) string {
+	return `UPDATE sessions SET
+			task = coalesce(CASE WHEN json_valid(tc.params) THEN coalesce(json_extract(tc.params, '$.description'),
+				json_extract(tc.params, '$.prompt')) END, sessions.task),
+			task_status = CASE WHEN tc.gen <> ?1 AND sessions.task_status <> '' THEN sessions.task_status ELSE tc.status END,
+			parent_session = p.sid, parent_message = tc.mid, is_subagent = 1
+		FROM tool_calls tc JOIN sessions p ON p.id = tc.session
+		WHERE ` + side + ` AND sessions.tool_call_id <> '' AND tc.cid = sessions.tool_call_id AND tc.name IN ` + spawnTools + `
+			AND +p.source = +sessions.source AND p.id <> sessions.id`
+}
+
+func linkCallsByChild(side string) string {
+	return `UPDATE tool_calls SET child_session = s.sid FROM sessions s
+		WHERE ` + side + ` AND tool_calls.name IN ` + spawnTools + ` AND s.tool_call_id = tool_calls.cid AND s.tool_call_id <> ''
+			AND tool_calls.child_session = '' AND s.id <> tool_calls.session`
+}
+
 // linkSubagents fills a subagent session's task, status and parent from the call that
 // started it, in whichever order the two were read. A status the subagent's own records gave
 // (Session.TaskStatus) stands when only the subagent was read again: it is newer than the
@@ -812,30 +844,10 @@ func (w *writer) linkSubagents(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("index: link subagents: %w", err)
 	}
-	// A subagent that names the call that spawned it (Claude Code 2.1's sidechain metadata) is
-	// the child of the session that made that call, at any depth: that session, message, task
-	// and status replace what its lines say (their session id is the top one's), and the call
-	// names it as its child. Each statement starts from what this sync wrote, on one side or the
-	// other, through an index (the spawning calls' ids, the subagents' calls).
-	for _, side := range []string{"sessions.gen = ?1", "tc.gen = ?1"} {
-		//nolint:gosec // side is one of the two constants above
-		if _, err := w.tx.ExecContext(ctx, `UPDATE sessions SET
-				task = coalesce(CASE WHEN json_valid(tc.params) THEN coalesce(json_extract(tc.params, '$.description'),
-					json_extract(tc.params, '$.prompt')) END, sessions.task),
-				task_status = CASE WHEN tc.gen <> ?1 AND sessions.task_status <> '' THEN sessions.task_status ELSE tc.status END,
-				parent_session = p.sid, parent_message = tc.mid, is_subagent = 1
-			FROM tool_calls tc JOIN sessions p ON p.id = tc.session
-			WHERE `+side+` AND sessions.tool_call_id <> '' AND tc.cid = sessions.tool_call_id AND tc.name IN `+spawnTools+`
-				AND p.source = sessions.source AND p.id <> sessions.id`, w.gen); err != nil {
-			return fmt.Errorf("index: link subagents by call: %w", err)
+	for _, q := range linkByCall {
+		if _, err := w.tx.ExecContext(ctx, q, w.gen); err != nil {
+			return fmt.Errorf("index: link subagents by their spawning call: %w", err)
 		}
-	}
-	if _, err := w.tx.ExecContext(ctx, `UPDATE tool_calls SET child_session = s.sid
-		FROM sessions s WHERE s.tool_call_id = tool_calls.cid AND tool_calls.child_session = '' AND s.id <> tool_calls.session
-			AND tool_calls.id IN (SELECT tc.id FROM tool_calls tc WHERE tc.gen = ?1 AND tc.name IN `+spawnTools+`
-				UNION SELECT tc.id FROM sessions c JOIN tool_calls tc ON tc.cid = c.tool_call_id AND tc.name IN `+spawnTools+`
-				WHERE c.gen = ?1 AND c.tool_call_id <> '')`, w.gen); err != nil {
-		return fmt.Errorf("index: link spawning calls: %w", err)
 	}
 	w.linked = true
 	return nil
