@@ -49,7 +49,11 @@ show and stats read the index; export writes its two ledgers as JSON Lines. A ru
 
 // openIndex opens state/index.db.
 func (a *app) openIndex(ctx context.Context) (*index.Index, error) {
-	return index.Open(ctx, filepath.Join(a.stateDir, index.FileName), index.Options{Now: a.env.Now})
+	resultMax, err := index.ResultMaxFromEnv(a.env.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return index.Open(ctx, filepath.Join(a.stateDir, index.FileName), index.Options{Now: a.env.Now, ResultMax: resultMax})
 }
 
 // withIndex runs fn on the open index and closes it.

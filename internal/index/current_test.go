@@ -285,3 +285,25 @@ func TestLinkPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestResultMaxFromEnv: the cap people set for the CLI and the gateway.
+func TestResultMaxFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int
+		bad  bool
+	}{
+		{"", 0, false}, {"4096", 4096, false}, {"4MiB", 4 << 20, false}, {"64 KiB", 64 << 10, false},
+		{"0", 0, true}, {"-1", 0, true}, {"lots", 0, true}, {"9999999MiB", 0, true},
+	} {
+		got, err := index.ResultMaxFromEnv(func(k string) string {
+			if k == index.EnvResultMax {
+				return tc.v
+			}
+			return ""
+		})
+		if got != tc.want || (err != nil) != tc.bad {
+			t.Errorf("%q: %d, %v", tc.v, got, err)
+		}
+	}
+}

@@ -14,6 +14,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +76,33 @@ type Options struct {
 // DefaultResultMax is the default Options.ResultMax: every word of a build log or a file read
 // is searchable, and a tool's output of hundreds of megabytes does not fill the index.
 const DefaultResultMax = 1 << 20
+
+// EnvResultMax names the environment variable that sets Options.ResultMax for the CLI and the
+// gateway: a number of bytes, with an optional KiB or MiB suffix.
+const EnvResultMax = "NEXUS_INDEX_RESULT_MAX"
+
+// ResultMaxFromEnv reads EnvResultMax through getenv: 0 (the default) when it is not set,
+// INVALID_ARGUMENT when it is not a positive size.
+func ResultMaxFromEnv(getenv func(string) string) (int, error) {
+	if getenv == nil {
+		return 0, nil
+	}
+	v := strings.TrimSpace(getenv(EnvResultMax))
+	if v == "" {
+		return 0, nil
+	}
+	unit := 1
+	for suffix, u := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20} {
+		if strings.HasSuffix(v, suffix) {
+			v, unit = strings.TrimSpace(strings.TrimSuffix(v, suffix)), u
+		}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > math.MaxInt32/unit {
+		return 0, abi.Errorf(abi.CodeInvalidArgument, "", "%s=%q: want a size in bytes (such as 4194304 or 4MiB)", EnvResultMax, getenv(EnvResultMax))
+	}
+	return n * unit, nil
+}
 
 // Index is an open history index. Safe for concurrent use; syncs are serialized.
 type Index struct {
