@@ -160,6 +160,11 @@ func TestResumeCommands(t *testing.T) {
 	if len(hits) == 0 || hits[0].Resume != "cd /tmp/cxproj && codex resume "+cxID || hits[0].ResumeNote != "" {
 		t.Fatalf("codex hits %+v", hits)
 	}
+	// A call that was the model's first action has the time and the place of its turn's prompt.
+	tool := mustSearch(t, e.ix, index.SearchOptions{Query: "destroyed", Role: "tool", Sources: []string{"codex"}})
+	if len(tool) != 1 || tool[0].Tool != "mcp__nexus__session_exec" || tool[0].Timestamp == "" || !strings.Contains(tool[0].Show, "--around") {
+		t.Fatalf("codex tool hits %+v", tool)
+	}
 	for _, sid := range []string{ccTop, "agent-ad3fbc8e4971a7e3e"} {
 		hits := mustSearch(t, e.ix, index.SearchOptions{Query: "tiny", Sources: []string{"claude-code"}, Limit: 100})
 		found := false
