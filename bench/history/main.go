@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -47,6 +48,7 @@ type config struct {
 	idleDirs    int
 	idleSeconds float64
 	out         string
+	cpuProfile  string
 }
 
 func main() {
@@ -68,11 +70,12 @@ func main() {
 	flag.IntVar(&cfg.idleDirs, "idle-dirs", 300, "directories they are spread over")
 	flag.Float64Var(&cfg.idleSeconds, "idle-seconds", 30, "how long the idle watcher's CPU is measured")
 	flag.StringVar(&cfg.out, "out", "bench/results", "where the JSON results go")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "with -phase: write the phase's CPU profile here (go tool pprof)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if cfg.phase != "" {
-		if err := phase(ctx, cfg.phase, cfg.corpus, cfg.db, cfg.searchRuns); err != nil {
+		if err := profiled(cfg.cpuProfile, func() error { return phase(ctx, cfg.phase, cfg.corpus, cfg.db, cfg.searchRuns) }); err != nil {
 			fmt.Fprintln(os.Stderr, "history:", err)
 			os.Exit(1)
 		}
@@ -172,4 +175,21 @@ func runRipgrep(ctx context.Context, cfg config, c *Corpus, w io.Writer) error {
 			float64(walls[len(walls)/2])/1e6, float64(last.MaxRSS)/(1<<20))
 	}
 	return tw.Flush()
+}
+
+// profiled runs fn, writing its CPU profile to path when path is not empty.
+func profiled(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path) //nolint:gosec // the operator's own flag
+	if err != nil {
+		return fmt.Errorf("cpuprofile: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return fmt.Errorf("cpuprofile: %w", err)
+	}
+	defer pprof.StopCPUProfile()
+	return fn()
 }

@@ -42,6 +42,13 @@ type IndexHit struct {
 	// resumes the session in its own tool, when the tool has one.
 	Show   string `json:"show"`
 	Resume string `json:"resume,omitempty"`
+	// ResumeNote says what Resume resumes when it is not the hit's own session (a subagent's
+	// hit resumes the session that started it), or why there is no Resume.
+	ResumeNote string `json:"resume_note,omitempty"`
+	// ResultCut says a tool call's result was longer than what the index keeps and searches:
+	// ResultBytes is its length as the transcript held it.
+	ResultCut   bool  `json:"result_cut,omitempty"`
+	ResultBytes int64 `json:"result_bytes,omitempty"`
 }
 
 // IndexSession is one indexed session.
@@ -68,6 +75,9 @@ type IndexSession struct {
 	Deleted       bool        `json:"deleted,omitempty"`
 	Show          string      `json:"show"`
 	Resume        string      `json:"resume,omitempty"`
+	// ResumeNote says what Resume resumes when it is not this session (a subagent's), or why
+	// there is none.
+	ResumeNote string `json:"resume_note,omitempty"`
 }
 
 // IndexTokens is a token count.
@@ -102,10 +112,13 @@ type IndexMessage struct {
 
 // IndexToolCall is one indexed tool call.
 type IndexToolCall struct {
-	ID           string `json:"id"`
-	Name         string `json:"name"`
-	Params       string `json:"params,omitempty"`
-	Result       string `json:"result,omitempty"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Params string `json:"params,omitempty"`
+	Result string `json:"result,omitempty"`
+	// ResultBytes is the result's length when Result is only its start (nexus index show keeps
+	// the first 4 KiB).
+	ResultBytes  int64  `json:"result_bytes,omitempty"`
 	Status       string `json:"status"`
 	ChildSession string `json:"child_session,omitempty"`
 }

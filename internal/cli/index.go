@@ -49,7 +49,11 @@ show and stats read the index; export writes its two ledgers as JSON Lines. A ru
 
 // openIndex opens state/index.db.
 func (a *app) openIndex(ctx context.Context) (*index.Index, error) {
-	return index.Open(ctx, filepath.Join(a.stateDir, index.FileName), index.Options{Now: a.env.Now})
+	resultMax, err := index.ResultMaxFromEnv(a.env.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return index.Open(ctx, filepath.Join(a.stateDir, index.FileName), index.Options{Now: a.env.Now, ResultMax: resultMax})
 }
 
 // withIndex runs fn on the open index and closes it.
@@ -419,6 +423,12 @@ func hitsTable(w io.Writer, hits []index.Hit, bold bool) error {
 		fmt.Fprintf(w, "%sshow:   %s\n", indent, oneLine(h.Show))
 		if h.Resume != "" {
 			fmt.Fprintf(w, "%sresume: %s\n", indent, oneLine(h.Resume))
+		}
+		if h.ResumeNote != "" {
+			fmt.Fprintf(w, "%s(%s)\n", indent, oneLine(h.ResumeNote))
+		}
+		if h.ResultCut {
+			fmt.Fprintf(w, "%s(the result is searched up to its cut: it was %d bytes)\n", indent, h.ResultBytes)
 		}
 		if h.Deleted {
 			fmt.Fprintf(w, "%s(its transcript is deleted)\n", indent)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -217,7 +218,15 @@ type IndexOptions struct {
 // startIndex opens state/index.db and follows the transcripts with index.Watch until ctx ends.
 // stop ends the watch, waits for it, and closes the database.
 func startIndex(ctx context.Context, stateDir string, o *IndexOptions, logger *slog.Logger) (ix *index.Index, stop func(), err error) {
-	ix, err = index.Open(ctx, filepath.Join(stateDir, index.FileName), index.Options{})
+	getenv := os.Getenv
+	if o != nil && o.Sync.Env != nil && o.Sync.Env.Getenv != nil {
+		getenv = o.Sync.Env.Getenv
+	}
+	resultMax, err := index.ResultMaxFromEnv(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	ix, err = index.Open(ctx, filepath.Join(stateDir, index.FileName), index.Options{ResultMax: resultMax})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the history index (nexus serve --no-index serves without it): %w", err)
 	}

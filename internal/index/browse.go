@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/index/source"
 )
 
 // SessionInfo is abi.IndexSession.
@@ -40,7 +42,8 @@ func scanSession(sc interface{ Scan(...any) error }) (row, error) {
 	}
 	s.Created, s.Updated = stamp(created), stamp(updated)
 	s.Tokens.Total = s.Tokens.Input + s.Tokens.Output + s.Tokens.CacheRead + s.Tokens.CacheWrite
-	s.Show, s.Resume = commands(s.Source, s.ID, "", s.Project, s.Path)
+	s.Show, s.Resume, s.ResumeNote = commands(session{source: s.Source, id: s.ID, project: s.Project, path: s.Path,
+		subagent: s.IsSubagent, parent: s.ParentSession}, "")
 	return r, nil
 }
 
@@ -194,7 +197,9 @@ func (ix *Index) Show(ctx context.Context, o ShowOptions) (*SessionDetail, error
 	if err := rows.Err(); err != nil {
 		return nil, queryError(err)
 	}
-	tr, err := ix.db.QueryContext(ctx, `SELECT mid, cid, name, params, result, status, child_session FROM tool_calls WHERE session = ? ORDER BY id`, s.rowid)
+	// A result is searched whole and shown as its first ShowResultMax bytes.
+	tr, err := ix.db.QueryContext(ctx, `SELECT mid, cid, name, params, coalesce(CAST(substr(CAST(result AS BLOB), 1, ?) AS TEXT), ''),
+		max(length(CAST(result AS BLOB)), result_bytes), status, child_session FROM tool_calls WHERE session = ? ORDER BY id`, ShowResultMax, s.rowid)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -202,8 +207,13 @@ func (ix *Index) Show(ctx context.Context, o ShowOptions) (*SessionDetail, error
 	for tr.Next() {
 		var mid string
 		var tc ToolCall
-		if err := tr.Scan(&mid, &tc.ID, &tc.Name, &tc.Params, &tc.Result, &tc.Status, &tc.ChildSession); err != nil {
+		var n int64
+		if err := tr.Scan(&mid, &tc.ID, &tc.Name, &tc.Params, &tc.Result, &n, &tc.Status, &tc.ChildSession); err != nil {
 			return nil, queryError(err)
+		}
+		if n > int64(len(tc.Result)) {
+			// The excerpt may end inside a character: cut it before, and say how long it was.
+			tc.Result, tc.ResultBytes = trimPartialRune(tc.Result), n
 		}
 		if i, ok := idx[mid]; ok {
 			d.Messages[i].ToolCalls = append(d.Messages[i].ToolCalls, tc)
@@ -217,6 +227,22 @@ func (ix *Index) Show(ctx context.Context, o ShowOptions) (*SessionDetail, error
 	}
 	return d, nil
 }
+
+// trimPartialRune drops the bytes of a character cut at the end of s.
+func trimPartialRune(s string) string {
+	for i := 0; i < utf8.UTFMax && len(s) > 0; i++ {
+		r, size := utf8.DecodeLastRuneInString(s)
+		if r != utf8.RuneError || size != 1 {
+			return s
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// ShowResultMax is how much of a tool result Show returns: the start of a build log or a file
+// read, enough to see what it was; the whole of it is searched.
+const ShowResultMax = source.ResultExcerptMax
 
 // StatsRow is abi.IndexStatsRow.
 type StatsRow = abi.IndexStatsRow

@@ -14,6 +14,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,15 +32,28 @@ const FileName = "index.db"
 
 // schemaVersion is stored in user_version; an index of another version is rebuilt from the
 // transcripts, which are the truth (the index is a cache of them).
-const schemaVersion = 4
+const schemaVersion = 5
 
-// upgrades bring an index of an older version to schemaVersion without reading the transcripts
-// again (which would lose the sessions whose files are gone): by the version they start from.
+// upgrades bring an index of an older version to the next one without deleting the rows of
+// sessions whose files are gone (an upgrade that must read the transcripts again marks their
+// files changed instead): by the version they start from, applied in turn up to schemaVersion.
 var upgrades = map[int][]string{ //nolint:gochecknoglobals // immutable
 	// 4: files record a read that failed (skipped until the file changes) and the lines cut.
 	3: {
 		`ALTER TABLE files ADD COLUMN error TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE files ADD COLUMN cut INTEGER NOT NULL DEFAULT 0`,
+	},
+	// 5: whole tool results (version 4 kept 4 KiB of each), their length and whether they were
+	// cut; subagents linked by the call that spawned them; titles and turns without injected
+	// text. The files still there are read again (whole, as if rewritten) with the titles they
+	// gave, so their sessions are rebuilt; the sessions of files that are gone stay as they were.
+	4: {
+		`ALTER TABLE tool_calls ADD COLUMN result_bytes INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE tool_calls ADD COLUMN result_cut INTEGER NOT NULL DEFAULT 0`,
+		`CREATE INDEX sessions_tool_call ON sessions (tool_call_id) WHERE tool_call_id <> ''`,
+		`CREATE INDEX tool_calls_spawn ON tool_calls (cid) WHERE name IN ('Agent', 'Task')`,
+		`UPDATE sessions SET title = '' WHERE id IN (SELECT session FROM files WHERE deleted = 0)`,
+		`UPDATE files SET size = -1, offset = 0, tail_hash = NULL WHERE deleted = 0`,
 	},
 }
 
@@ -51,6 +67,41 @@ type Options struct {
 	CacheMiB int
 	// RankWindow is how many of a query's newest matches are ranked (default RankWindow).
 	RankWindow int
+	// ResultMax is the most of one tool result indexed and kept, in bytes (default
+	// DefaultResultMax); a longer result is cut there, and its hits say so. A line over
+	// source.LineMax has its strings cut to source.TextMax whatever this says.
+	ResultMax int
+}
+
+// DefaultResultMax is the default Options.ResultMax: every word of a build log or a file read
+// is searchable, and a tool's output of hundreds of megabytes does not fill the index.
+const DefaultResultMax = 1 << 20
+
+// EnvResultMax names the environment variable that sets Options.ResultMax for the CLI and the
+// gateway: a number of bytes, with an optional KiB or MiB suffix.
+const EnvResultMax = "NEXUS_INDEX_RESULT_MAX"
+
+// ResultMaxFromEnv reads EnvResultMax through getenv: 0 (the default) when it is not set,
+// INVALID_ARGUMENT when it is not a positive size.
+func ResultMaxFromEnv(getenv func(string) string) (int, error) {
+	if getenv == nil {
+		return 0, nil
+	}
+	v := strings.TrimSpace(getenv(EnvResultMax))
+	if v == "" {
+		return 0, nil
+	}
+	unit := 1
+	for suffix, u := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20} {
+		if strings.HasSuffix(v, suffix) {
+			v, unit = strings.TrimSpace(strings.TrimSuffix(v, suffix)), u
+		}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > math.MaxInt32/unit {
+		return 0, abi.Errorf(abi.CodeInvalidArgument, "", "%s=%q: want a size in bytes (such as 4194304 or 4MiB)", EnvResultMax, getenv(EnvResultMax))
+	}
+	return n * unit, nil
 }
 
 // Index is an open history index. Safe for concurrent use; syncs are serialized.
@@ -60,6 +111,8 @@ type Index struct {
 	now    func() time.Time
 	redact *output.Redactor
 	window int
+	// resultMax is Options.ResultMax.
+	resultMax int
 	// syncMu serializes syncs in this process (other processes wait on SQLite's lock).
 	syncMu sync.Mutex
 	// testHook, set by tests only, is called as a file is parsed ("parse") and written
@@ -84,6 +137,9 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	if opts.CacheMiB <= 0 {
 		opts.CacheMiB = 32
 	}
+	if opts.ResultMax <= 0 {
+		opts.ResultMax = DefaultResultMax
+	}
 	if err := fsutil.PrepareDB(path); err != nil {
 		if errors.Is(err, fsutil.ErrNotRegular) {
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "index: %v", err)
@@ -99,7 +155,8 @@ func Open(ctx context.Context, path string, opts Options) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("index: open %s: %w", path, err)
 	}
-	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor, window: opts.RankWindow, pieceBytes: pieceBytes}
+	ix := &Index{db: db, path: path, now: opts.Now, redact: opts.Redactor, window: opts.RankWindow, pieceBytes: pieceBytes,
+		resultMax: opts.ResultMax}
 	if err := ix.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -150,10 +207,13 @@ func (ix *Index) migrate(ctx context.Context) error {
 		return fmt.Errorf("index: migrate: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if up, ok := upgrades[v]; ok {
-		for _, q := range up {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("index: upgrade from version %d: %w", v, err)
+	_, upgradable := upgrades[v]
+	if upgradable {
+		for from := v; from < schemaVersion; from++ {
+			for _, q := range upgrades[from] {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					return fmt.Errorf("index: upgrade from version %d: %w", from, err)
+				}
 			}
 		}
 	} else if v != 0 {
@@ -163,7 +223,7 @@ func (ix *Index) migrate(ctx context.Context) error {
 			}
 		}
 	}
-	if _, ok := upgrades[v]; !ok {
+	if !upgradable {
 		if _, err := tx.ExecContext(ctx, schema); err != nil {
 			return fmt.Errorf("index: create schema: %w", err)
 		}
@@ -217,6 +277,7 @@ CREATE TABLE sessions (
 CREATE INDEX sessions_updated ON sessions (updated DESC);
 CREATE INDEX sessions_sid ON sessions (sid);
 CREATE INDEX sessions_gen ON sessions (gen);
+CREATE INDEX sessions_tool_call ON sessions (tool_call_id) WHERE tool_call_id <> '';
 
 CREATE TABLE files (
 	id        INTEGER PRIMARY KEY,
@@ -283,6 +344,8 @@ CREATE TABLE tool_calls (
 	name          TEXT NOT NULL DEFAULT '',
 	params        TEXT NOT NULL DEFAULT '',
 	result        TEXT NOT NULL DEFAULT '',
+	result_bytes  INTEGER NOT NULL DEFAULT 0,
+	result_cut    INTEGER NOT NULL DEFAULT 0,
 	status        TEXT NOT NULL DEFAULT '',
 	child_session TEXT NOT NULL DEFAULT '',
 	gen           INTEGER NOT NULL DEFAULT 0,
@@ -293,6 +356,7 @@ CREATE INDEX tool_calls_unindexed ON tool_calls (id) WHERE fts = 0;
 CREATE INDEX tool_calls_child ON tool_calls (child_session) WHERE child_session <> '';
 CREATE INDEX tool_calls_gen ON tool_calls (gen);
 CREATE INDEX tool_calls_mid ON tool_calls (session, mid);
+CREATE INDEX tool_calls_spawn ON tool_calls (cid) WHERE name IN ('Agent', 'Task');
 
 CREATE VIRTUAL TABLE message_fts USING fts5 (
 	text, content = 'messages', content_rowid = 'id',

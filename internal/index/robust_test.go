@@ -224,7 +224,9 @@ func TestBadLines(t *testing.T) {
 		// A result answers its call by id.
 		"no message.content.0.tool_use_id": {"claude-code/1": source.ReasonNoID},
 		"no message.toolCallId":            {"pi/1": source.ReasonNoID, "nexus/1": source.ReasonNoID, "openclaw/1": source.ReasonNoID},
-		"no payload.call_id":               {"codex/2": source.ReasonNoID},
+		// Codex's goals feature writes outputs that answer no call: not a bad line (and no call,
+		// TestCodexOutputWithoutCall).
+		"no payload.call_id": {"codex/2": ""},
 	}
 	files, sessions, messages, skipped := 0, 0, 0, 0
 	perSource := map[string]int{}
@@ -517,7 +519,8 @@ func TestUpgradeFromVersion3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{"ALTER TABLE files DROP COLUMN error", "ALTER TABLE files DROP COLUMN cut", "PRAGMA user_version = 3"} {
+	for _, q := range []string{"DROP INDEX sessions_tool_call", "DROP INDEX tool_calls_spawn", "ALTER TABLE tool_calls DROP COLUMN result_bytes",
+		"ALTER TABLE tool_calls DROP COLUMN result_cut", "ALTER TABLE files DROP COLUMN error", "ALTER TABLE files DROP COLUMN cut", "PRAGMA user_version = 3"} {
 		if _, err := db.ExecContext(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -771,5 +774,58 @@ func TestPiecePanic(t *testing.T) {
 	}
 	if st, err := e.ix.Stats(t.Context()); err != nil || st.Messages != 4 || len(st.FailedFiles) != 0 {
 		t.Fatalf("stats %+v %v", st, err)
+	}
+}
+
+// TestUpgradeFromVersion4: an index of version 4 (4 KiB of each tool result, titles from
+// injected text) reads again the transcripts still there, whole, and keeps the sessions whose
+// files are gone.
+func TestUpgradeFromVersion4(t *testing.T) {
+	e := newEnv(t)
+	gone := e.path("claude-code", "p/a.jsonl")
+	write(t, gone, lines(ccUser("a", "u1", "2026-01-02T03:04:05Z", "a walrus")))
+	kept := e.path("claude-code", "p/b.jsonl")
+	write(t, kept, lines(ccUser("b", "u1", "2026-01-02T03:04:05Z", "a narwhal")))
+	e.sync()
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	e.sync()
+	dbPath := e.ix.Path()
+	if err := e.ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"DROP INDEX sessions_tool_call", "DROP INDEX tool_calls_spawn", "ALTER TABLE tool_calls DROP COLUMN result_bytes",
+		"ALTER TABLE tool_calls DROP COLUMN result_cut", "PRAGMA user_version = 4"} {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := index.Open(t.Context(), dbPath, index.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ix.Close() }()
+	sum, err := ix.Sync(t.Context(), e.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Rewritten != 1 || sum.Unchanged != 0 {
+		t.Fatalf("after the upgrade %+v", sum)
+	}
+	for _, w := range []struct {
+		q       string
+		deleted bool
+	}{{"walrus", true}, {"narwhal", false}} {
+		if hits := mustSearch(t, ix, index.SearchOptions{Query: w.q}); len(hits) != 1 || hits[0].Deleted != w.deleted || hits[0].Title == "" {
+			t.Fatalf("%s after the upgrade: %+v", w.q, hits)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -156,7 +157,7 @@ func (ix *Index) searchMessages(ctx context.Context, match string, o SearchOptio
 	}
 	where, args = originFilter(o.Origin, "r.turn", where, args)
 	return ix.ranked(ctx, "message", "message_fts", "bm25(message_fts)", "messages r",
-		`r.mid, r.role, '', '', r.ts, s.source, s.sid, s.project, s.title, s.path, s.deleted`, match, where, args, n)
+		`r.mid, r.role, '', '', r.ts, s.source, s.sid, s.project, s.title, s.path, s.deleted, s.is_subagent, s.parent_session, 0, 0`, match, where, args, n)
 }
 
 func (ix *Index) searchTools(ctx context.Context, match string, o SearchOptions, n int) ([]hit, error) {
@@ -173,7 +174,7 @@ func (ix *Index) searchTools(ctx context.Context, match string, o SearchOptions,
 	where, args = originFilter(o.Origin, "(SELECT m.turn FROM messages m WHERE m.session = r.session AND m.mid = r.mid)", where, args)
 	return ix.ranked(ctx, "tool_call", "tool_fts", "bm25(tool_fts, 2.0, 1.0, 1.0)", "tool_calls r",
 		`r.mid, 'tool', r.cid, r.name, coalesce((SELECT ts FROM messages m WHERE m.session = r.session AND m.mid = r.mid), 0),
-			s.source, s.sid, s.project, s.title, s.path, s.deleted`, match, where, args, n)
+			s.source, s.sid, s.project, s.title, s.path, s.deleted, s.is_subagent, s.parent_session, r.result_bytes, r.result_cut`, match, where, args, n)
 }
 
 // hits runs a search query whose columns are a Hit's.
@@ -192,14 +193,19 @@ func (ix *Index) hits(ctx context.Context, kind, q string, args []any) ([]hit, e
 	var hits []hit
 	for rows.Next() {
 		h := hit{Hit: Hit{Kind: kind}}
-		var ts int64
-		var path string
+		var ts, resultBytes int64
+		var path, parent string
+		var sub bool
 		if err := rows.Scan(&h.rowid, &h.Score, &h.MessageID, &h.Role, &h.ToolCallID, &h.Tool, &ts, &h.Source, &h.Session,
-			&h.Project, &h.Title, &path, &h.Deleted); err != nil {
+			&h.Project, &h.Title, &path, &h.Deleted, &sub, &parent, &resultBytes, &h.ResultCut); err != nil {
 			return nil, queryError(err)
 		}
+		if h.ResultCut {
+			h.ResultBytes = resultBytes
+		}
 		h.Timestamp = stamp(ts)
-		h.Show, h.Resume = commands(h.Source, h.Session, h.MessageID, h.Project, path)
+		h.Show, h.Resume, h.ResumeNote = commands(session{source: h.Source, id: h.Session, project: h.Project, path: path,
+			subagent: sub, parent: parent}, h.MessageID)
 		hits = append(hits, h)
 	}
 	if err := rows.Err(); err != nil {
@@ -240,31 +246,72 @@ func stamp(v int64) string {
 	return abi.FormatTime(fromMS(v))
 }
 
-// commands are the command lines that show a session in nexus and resume it in its own tool.
-func commands(src, sid, mid, project, path string) (show, resume string) {
-	show = "nexus index show " + shellQuote(sid)
-	if src != "" {
-		show += " --source " + src
+// session is what the commands of a hit need to know of its session.
+type session struct {
+	source, id, project, path string
+	// subagent says the session is a subagent's; parent is the session that started it.
+	subagent bool
+	parent   string
+}
+
+// commands are the command lines that show a session in nexus and resume it in its own tool,
+// and a note when the resume command is not the session's own. Claude Code and Codex resume a
+// session in the directory they are started in (Claude Code finds its sessions by it; Codex
+// runs its tools there), so their commands start there. A subagent cannot be resumed on its own
+// (Claude Code: `--resume agent-…` is not a session id): its command resumes the session that
+// started it.
+func commands(s session, mid string) (show, resume, note string) {
+	show = "nexus index show " + shellQuote(s.id)
+	if s.source != "" {
+		show += " --source " + s.source
 	}
 	if mid != "" {
 		show += " --around " + shellQuote(mid)
 	}
-	switch src {
-	case "nexus":
-		resume = "nexus chat history " + shellQuote(sid)
-	case "pi":
-		resume = "pi --session " + shellQuote(path)
-	case "claude-code":
-		resume = "claude --resume " + shellQuote(sid)
-		if project != "" {
-			resume = "cd " + shellQuote(project) + " && " + resume
+	id := s.id
+	switch s.source {
+	case "claude-code", "codex":
+		if s.subagent {
+			id = rootSession(s)
+			if id == "" {
+				return show, "", "a subagent's session cannot be resumed on its own, and the session that started it is not known"
+			}
+			note = "a subagent's session cannot be resumed on its own: this resumes the session that started it (" + id + ")"
 		}
-	case "codex":
-		resume = "codex resume " + shellQuote(sid)
-	default:
-		resume = source.Resume(src, sid, project)
 	}
-	return show, resume
+	switch s.source {
+	case "nexus":
+		resume = "nexus chat history " + shellQuote(id)
+	case "pi":
+		resume = "pi --session " + shellQuote(s.path)
+	case "claude-code":
+		resume = inDir(s.project, "claude --resume "+shellQuote(id))
+	case "codex":
+		resume = inDir(s.project, "codex resume "+shellQuote(id))
+	default:
+		resume = source.Resume(s.source, id, s.project)
+	}
+	return show, resume, note
+}
+
+// rootSession is the top session a subagent's session belongs to, the one its tool resumes:
+// for Claude Code the session whose directory holds the sidechain (<session>/subagents/agent-*)
+// or, in the older flat layout, the session its lines name; for Codex the parent thread.
+func rootSession(s session) string {
+	if s.source == "claude-code" {
+		if dir := filepath.Dir(s.path); filepath.Base(dir) == "subagents" {
+			return filepath.Base(filepath.Dir(dir))
+		}
+	}
+	return s.parent
+}
+
+// inDir prefixes cmd with a cd to dir, when dir is known.
+func inDir(dir, cmd string) string {
+	if dir == "" {
+		return cmd
+	}
+	return "cd " + shellQuote(dir) + " && " + cmd
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

@@ -223,6 +223,9 @@ type job struct {
 	// cont says the job is a piece of the file after the first (source.Piece): its change was
 	// counted with the first.
 	cont bool
+	// resultBytes are the lengths of res.ToolCalls' results as the adapter read them, before
+	// the cap cut them.
+	resultBytes []int64
 }
 
 // pieceBytes bounds what one parse reads of a file: a larger file is read, written and let go
@@ -511,6 +514,7 @@ func (ix *Index) parse(ctx context.Context, j *job, f *os.File, offset int64, si
 		j.err = err
 		return
 	}
+	j.resultBytes = ix.cutResults(res)
 	ix.redactResult(res)
 	j.res = res
 }
@@ -537,6 +541,21 @@ func (ix *Index) redactResult(res *source.Result) {
 		tc.Params = clean(tc.Params)
 		tc.Result = clean(tc.Result)
 	}
+}
+
+// cutResults cuts each tool result to the index's cap, before redaction (which then reads at
+// most the cap), and keeps its length as read; the cut is what a hit says.
+func (ix *Index) cutResults(res *source.Result) []int64 {
+	lens := make([]int64, len(res.ToolCalls))
+	for i := range res.ToolCalls {
+		tc := &res.ToolCalls[i]
+		lens[i] = int64(len(tc.Result))
+		if len(tc.Result) > ix.resultMax {
+			tc.Result = excerptUTF8(tc.Result, ix.resultMax)
+			tc.ResultCut = true
+		}
+	}
+	return lens
 }
 
 // markers replaces the snippet markers in indexed text.
@@ -644,20 +663,23 @@ var statements = map[string]string{
 	"staleFile":      `INSERT INTO fts_stale SELECT 0, id, text, NULL, NULL FROM messages WHERE file = ?1 AND fts = 1`,
 	"staleFileTools": `INSERT INTO fts_stale SELECT 1, id, name, params, result FROM tool_calls WHERE file = ?1 AND fts = 1`,
 	// A result whose call was read in an earlier sync (or another file) completes it.
-	"tool": `INSERT INTO tool_calls (session, cid, mid, file, name, params, result, status, child_session, gen)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	"tool": `INSERT INTO tool_calls (session, cid, mid, file, name, params, result, status, child_session, gen, result_bytes, result_cut)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (session, cid) DO UPDATE SET
 			mid = coalesce(nullif(excluded.mid, ''), mid),
 			file = excluded.file,
 			name = coalesce(nullif(excluded.name, ''), name),
 			params = coalesce(nullif(excluded.params, ''), params),
 			result = CASE WHEN excluded.status <> 'pending' THEN excluded.result ELSE result END,
+			result_bytes = CASE WHEN excluded.status <> 'pending' THEN excluded.result_bytes ELSE result_bytes END,
+			result_cut = CASE WHEN excluded.status <> 'pending' THEN excluded.result_cut ELSE result_cut END,
 			status = CASE WHEN excluded.status <> 'pending' THEN excluded.status ELSE status END,
 			child_session = coalesce(nullif(excluded.child_session, ''), child_session),
 			gen = excluded.gen, fts = 0`,
 	"turns": `INSERT INTO turns (session, turn, prompt, response, started, ended, gen)
 		SELECT m.session, m.turn,
-			coalesce((SELECT id FROM messages p WHERE p.session = m.session AND p.turn = m.turn AND p.role = 'user' ORDER BY p.seq LIMIT 1), 0),
+			CASE WHEN m.turn = 0 THEN 0 ELSE
+				coalesce((SELECT id FROM messages p WHERE p.session = m.session AND p.turn = m.turn AND p.role = 'user' ORDER BY p.seq LIMIT 1), 0) END,
 			coalesce((SELECT id FROM messages r WHERE r.session = m.session AND r.turn = m.turn AND r.role = 'assistant' AND r.text <> '' ORDER BY r.seq DESC LIMIT 1), 0),
 			coalesce(min(nullif(m.ts, 0)), 0), max(m.ts), ?
 		FROM messages m WHERE m.session = ? AND m.turn >= ? GROUP BY m.turn
@@ -770,6 +792,42 @@ func (w *writer) finish(ctx context.Context) error {
 	return w.commit(ctx)
 }
 
+// spawnTools are the tools whose calls start a subagent that names its call (Claude Code's:
+// Agent, Task before 2.1), as an SQL list: the partial index tool_calls_spawn holds their ids.
+const spawnTools = `('Agent', 'Task')`
+
+// linkByCall link a subagent that names the call that spawned it (Claude Code 2.1's sidechain
+// metadata) to the session that made that call, at any depth: that session, message, task and
+// status replace what its lines say (their session id is the top one's), and the call names it
+// as its child. ?1 is the sync's generation. Each statement starts from what this sync wrote,
+// on one side or the other, through an index (the spawning calls' ids, the subagents' calls).
+// The unary + keeps SQLite from the index on source, which holds every session of the tool, and
+// from the index on gen for the calls: a full sync is one generation, so that index would hand
+// every call written so far to each batch's commit (TestLinkPlans).
+var linkByCall = []string{ //nolint:gochecknoglobals // immutable
+	linkSessionsByCall("sessions.gen = ?1"),
+	linkSessionsByCall("+tc.gen = ?1"),
+	linkCallsByChild("+tool_calls.gen = ?1"),
+	linkCallsByChild("s.gen = ?1"),
+}
+
+func linkSessionsByCall(side string) string {
+	return `UPDATE sessions SET
+			task = coalesce(CASE WHEN json_valid(tc.params) THEN coalesce(json_extract(tc.params, '$.description'),
+				json_extract(tc.params, '$.prompt')) END, sessions.task),
+			task_status = CASE WHEN tc.gen <> ?1 AND sessions.task_status <> '' THEN sessions.task_status ELSE tc.status END,
+			parent_session = p.sid, parent_message = tc.mid, is_subagent = 1
+		FROM tool_calls tc JOIN sessions p ON p.id = tc.session
+		WHERE ` + side + ` AND sessions.tool_call_id <> '' AND tc.cid = sessions.tool_call_id AND tc.name IN ` + spawnTools + `
+			AND +p.source = +sessions.source AND p.id <> sessions.id`
+}
+
+func linkCallsByChild(side string) string {
+	return `UPDATE tool_calls SET child_session = s.sid FROM sessions s
+		WHERE ` + side + ` AND tool_calls.name IN ` + spawnTools + ` AND s.tool_call_id = tool_calls.cid AND s.tool_call_id <> ''
+			AND tool_calls.child_session = '' AND s.id <> tool_calls.session`
+}
+
 // linkSubagents fills a subagent session's task, status and parent from the call that
 // started it, in whichever order the two were read. A status the subagent's own records gave
 // (Session.TaskStatus) stands when only the subagent was read again: it is newer than the
@@ -790,6 +848,11 @@ func (w *writer) linkSubagents(ctx context.Context) error {
 		WHERE tc.child_session = sessions.sid AND tc.child_session <> '' AND (tc.gen = ?1 OR sessions.gen = ?1)`, w.gen)
 	if err != nil {
 		return fmt.Errorf("index: link subagents: %w", err)
+	}
+	for _, q := range linkByCall {
+		if _, err := w.tx.ExecContext(ctx, q, w.gen); err != nil {
+			return fmt.Errorf("index: link subagents by their spawning call: %w", err)
+		}
 	}
 	w.linked = true
 	return nil
@@ -1032,9 +1095,12 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 // session's row (0 when there was nothing to write).
 func (w *writer) writeSession(ctx context.Context, j *job, res *source.Result, fileID, prevSession int64, rewritten bool, sum *Summary, id *int64) error {
 	s := res.Session
+	if prevSession == 0 && res.Lines == 0 {
+		return nil // nothing yet: an empty file, or only a partial first line, is no session
+	}
 	if s.ID == "" {
 		if len(res.Messages) == 0 && len(res.ToolCalls) == 0 && prevSession == 0 {
-			return nil // nothing yet: an empty file, or only a partial first line
+			return nil
 		}
 		s.ID = j.path
 	}
@@ -1102,7 +1168,12 @@ func (w *writer) writeSession(ctx context.Context, j *job, res *source.Result, f
 				return err
 			}
 		}
-		if err := w.exec(ctx, "tool", sessID, cid, tc.MessageID, fileID, tc.Name, tc.Params, tc.Result, tc.Status, tc.ChildSession, w.gen); err != nil {
+		var n int64
+		if i < len(j.resultBytes) {
+			n = j.resultBytes[i]
+		}
+		if err := w.exec(ctx, "tool", sessID, cid, tc.MessageID, fileID, tc.Name, tc.Params, tc.Result, tc.Status, tc.ChildSession, w.gen,
+			n, tc.ResultCut); err != nil {
 			return err
 		}
 	}
@@ -1150,10 +1221,11 @@ func (w *writer) writeSession(ctx context.Context, j *job, res *source.Result, f
 // titleMax bounds a title taken from a first prompt.
 const titleMax = 100
 
-// fallbackTitle is a session's first user prompt's first line, for tools that keep no title.
+// fallbackTitle is a session's first user prompt's first line, for tools that keep no title;
+// text the tool injected is no prompt.
 func fallbackTitle(msgs []source.Message) string {
 	for i := range msgs {
-		if msgs[i].Role != "user" {
+		if msgs[i].Role != "user" || msgs[i].Context {
 			continue
 		}
 		t := strings.TrimSpace(msgs[i].Text)

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -56,14 +57,17 @@ type cxPayload struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	} `json:"content"`
-	// function_call and friends
+	// function_call and friends; an MCP tool's call names its server's namespace (mcp__<server>)
 	Name      string          `json:"name"`
+	Namespace string          `json:"namespace"`
 	CallID    string          `json:"call_id"`
 	Arguments json.RawMessage `json:"arguments"`
 	Input     json.RawMessage `json:"input"`
 	Action    json.RawMessage `json:"action"`
 	Status    string          `json:"status"`
 	Output    json.RawMessage `json:"output"`
+	// event_msg item_completed: the tool's own account of an item, by the call's id
+	Item *cxItem `json:"item"`
 	// event_msg token_count
 	Info *struct {
 		Total *struct {
@@ -75,10 +79,31 @@ type cxPayload struct {
 	} `json:"info"`
 }
 
+// cxItem is an item_completed event's item: for a tool call, its id is the call's and its
+// status and result say whether it failed (an MCP call's result.isError).
+type cxItem struct {
+	Type   string `json:"type"`
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Result *struct {
+		IsError bool `json:"isError"`
+	} `json:"result"`
+}
+
+// failed says the item is a tool call that failed.
+func (it *cxItem) failed() bool {
+	return it.ID != "" && (it.Status == "failed" || (it.Result != nil && it.Result.IsError))
+}
+
 // cxKnown are the record and item types Codex writes that hold no message or tool call.
 var cxKnown = map[string]bool{
 	"reasoning": true, "ghost_snapshot": true, "compaction": true, "other": true,
 }
+
+// cxKnownRecords are the line types Codex writes that hold nothing the index keeps: 0.171's
+// per-response usage (token_count events carry the running total the index takes) and the
+// snapshot of the thread's settings and environment.
+var cxKnownRecords = map[string]bool{"compacted": true, "token_usage_record": true, "world_state": true}
 
 // cxCalls are the response items that call a tool, and cxOutputs those that answer one.
 var (
@@ -103,9 +128,17 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 	res := &Result{Session: Session{Source: c.Name(), Path: path}, UsageCumulative: true}
 	pair := newPairing(res)
 	turn := 0
-	lastAssistant := ""
+	// anchor is the message the calls that follow belong to: the turn's last reply, or, when the
+	// model's first action in a turn is a call, the turn's prompt (so the call has a time and a
+	// place in the session).
+	anchor := ""
+	// failed are the calls Codex recorded as failed before their output was read.
+	failed := map[string]bool{}
 	if st, ok := stateOf(r).(cxState); ok {
-		res.Session.Model, lastAssistant = st.model, st.lastAssistant
+		res.Session.Model, anchor = st.model, st.anchor
+		for _, id := range st.failed {
+			failed[id] = true
+		}
 	}
 	err := lines(ctx, r, offset, res, func(line []byte, start int64) {
 		var l cxLine
@@ -127,13 +160,15 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 				res.Session.Model = p.Model
 			}
 		case "event_msg":
+			if p.Type == "item_completed" && p.Item != nil && p.Item.failed() {
+				c.fail(pair, failed, p.Item.ID)
+			}
 			if p.Type == "token_count" && p.Info != nil && p.Info.Total != nil {
 				t := p.Info.Total
 				// input_tokens includes the cached part: split it so Total is not inflated.
 				res.Usage = Usage{Input: t.Input - t.Cached, CacheRead: t.Cached, Output: t.Output,
 					Reasoning: t.Reasoning}
 			}
-		case "compacted":
 		case "response_item":
 			if ts.IsZero() {
 				res.skip(ReasonNoTimestamp)
@@ -150,15 +185,17 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 					}
 				}
 				joined := strings.Join(text, "\n")
-				if p.Role == "user" && !cxInjected(joined) {
-					turn++
-				}
 				id := lineID(start)
+				injected := p.Role == "user" && cxInjected(joined)
+				if p.Role == "user" && !injected {
+					turn++
+					anchor = id
+				}
 				if p.Role == "assistant" {
-					lastAssistant = id
+					anchor = id
 				}
 				res.Messages = append(res.Messages, Message{ID: id, Role: p.Role, Text: joined,
-					Timestamp: ts, Seq: len(res.Messages), Turn: turn, Model: c.model(p.Role, res)})
+					Timestamp: ts, Seq: len(res.Messages), Turn: turn, Model: c.model(p.Role, res), Context: injected})
 			case cxCalls[p.Type]:
 				params := p.Arguments
 				if len(params) == 0 {
@@ -171,16 +208,23 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 				if name == "" {
 					name = strings.TrimSuffix(p.Type, "_call")
 				}
-				tc := ToolCall{ID: p.CallID, Name: name, Params: rawText(params), MessageID: lastAssistant}
+				if p.Namespace != "" {
+					// mcp__<server>__<tool>, as the tool is named to the model and by Claude Code.
+					name = p.Namespace + "__" + name
+				}
+				tc := ToolCall{ID: p.CallID, Name: name, Params: rawText(params), MessageID: anchor}
 				if p.CallID == "" {
 					// Web searches have no id and no output item: their status is their result,
 					// and their line names them, the same in any parse.
 					tc.ID, tc.Status = lineID(start), cxStatus(p.Status)
 				}
 				pair.call(tc)
+			case cxOutputs[p.Type] && p.CallID == "":
+				// An output that answers no call (the goals feature writes them): no tool call.
 			case cxOutputs[p.Type]:
-				out := rawText(p.Output)
-				tc := pair.result(p.CallID, out, false)
+				out := cxOutputText(p.Output)
+				tc := pair.result(p.CallID, out, failed[p.CallID])
+				delete(failed, p.CallID)
 				if child := cxChild(out); tc != nil && child != "" {
 					tc.ChildSession = child
 				}
@@ -189,7 +233,9 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 				res.unknown("response_item/" + p.Type)
 			}
 		default:
-			res.unknown(l.Type)
+			if !cxKnownRecords[l.Type] {
+				res.unknown(l.Type)
+			}
 		}
 	})
 	if err != nil {
@@ -198,13 +244,30 @@ func (c Codex) Parse(ctx context.Context, r io.Reader, path string, offset int64
 	if res.Session.ID == "" {
 		res.Session.ID = cxIDFromName(path)
 	}
-	res.state = cxState{model: res.Session.Model, lastAssistant: lastAssistant}
+	st := cxState{model: res.Session.Model, anchor: anchor}
+	for id := range failed {
+		st.failed = append(st.failed, id)
+	}
+	res.state = st
 	return res, nil
 }
 
 // cxState is what the parse of a rollout's next piece continues from: the model of the last
-// turn context and the last reply (the one the calls that follow belong to).
-type cxState struct{ model, lastAssistant string }
+// turn context, the message the calls that follow belong to, and the calls recorded as failed
+// whose output is still to come.
+type cxState struct {
+	model, anchor string
+	failed        []string
+}
+
+// fail marks the call id failed: now if its output was read, else when it is.
+func (Codex) fail(pair *pairing, failed map[string]bool, id string) {
+	if i, ok := pair.byID[id]; ok && pair.res.ToolCalls[i].Status != StatusPending {
+		pair.res.ToolCalls[i].Status = StatusError
+		return
+	}
+	failed[id] = true
+}
 
 func (Codex) meta(p *cxPayload, res *Result) {
 	if p.ID != "" {
@@ -274,6 +337,33 @@ func cxChild(out string) string {
 		return ""
 	}
 	return v.AgentID
+}
+
+// cxOutputText is the readable text of a call's output: a string as it is, the text items of
+// a content array ([{"type":"input_text","text":...}], what an MCP call returns) joined by
+// lines, anything else as its JSON.
+func cxOutputText(raw json.RawMessage) string {
+	raw = json.RawMessage(bytes.TrimSpace(raw))
+	if len(raw) == 0 || raw[0] != '[' {
+		return rawText(raw)
+	}
+	var items []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &items) != nil {
+		return rawText(raw)
+	}
+	var text []string
+	for _, it := range items {
+		if it.Text != "" {
+			text = append(text, it.Text)
+		}
+	}
+	if len(text) == 0 {
+		return rawText(raw)
+	}
+	return strings.Join(text, "\n")
 }
 
 // rawText is a JSON string's value, or the raw JSON of anything else (arguments objects,

@@ -174,7 +174,9 @@ func TestLongLines(t *testing.T) {
 		sizes[2] > TextMax || sizes[2] < TextMax*12/13-13 {
 		t.Fatalf("%d messages of %v bytes", len(res.Messages), sizes)
 	}
-	if len(res.ToolCalls) != 1 || res.ToolCalls[0].Status != StatusOK || len(res.ToolCalls[0].Result) != ResultExcerptMax {
+	// The result is kept as the cut line holds it (up to TextMax of JSON text), and said cut.
+	if len(res.ToolCalls) != 1 || res.ToolCalls[0].Status != StatusOK || !res.ToolCalls[0].ResultCut ||
+		len(res.ToolCalls[0].Result) <= ResultExcerptMax || len(res.ToolCalls[0].Result) > TextMax {
 		t.Fatalf("%d calls", len(res.ToolCalls))
 	}
 	// Cut: the result's line, the long reply's, the joined reply's second and third lines.

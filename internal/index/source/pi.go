@@ -193,7 +193,7 @@ func (Pi) message(e *transcript.Entry, id string, ts time.Time, turn *int, res *
 		}
 		params, _ := json.Marshal(map[string]string{"command": info.Command})
 		pair.call(ToolCall{ID: id, Name: "bash", Params: string(params),
-			Result: excerpt(out, ResultExcerptMax), Status: status, MessageID: id})
+			Result: out, ResultCut: res.lineCut, Status: status, MessageID: id})
 		return
 	case "branchSummary", "compactionSummary":
 		msg.Text = transcript.StringValue(info.Summary)

@@ -64,6 +64,10 @@ type Message struct {
 	// Turn counts the user prompts of this parse, from 1 (0: before the first prompt).
 	Turn  int
 	Model string
+	// Context says the message is text the tool injected itself (Codex's environment context,
+	// Claude Code's meta lines and notices), not a prompt the user typed: it starts no turn and
+	// never titles the session.
+	Context bool
 	// Usage is the tokens of this message (assistant replies), counted once.
 	Usage Usage
 	// Origin is where a user message came from, when its transcript says (nexus's
@@ -78,8 +82,9 @@ const (
 	StatusError   = "error"
 )
 
-// ResultExcerptMax bounds a tool result kept in the model: the index needs enough to
-// search and show, not whole files or images.
+// ResultExcerptMax is how much of a tool result is shown (nexus index show) and the bound of a
+// string of a cut line past its first 4 MiB. The whole result (up to the index's cap) is kept
+// and searched.
 const ResultExcerptMax = 4096
 
 // ToolCall is one call of a tool and, when seen, its result.
@@ -87,9 +92,12 @@ type ToolCall struct {
 	ID     string
 	Name   string
 	Params string // the arguments as JSON (or the raw input text)
-	// Result is the start of the result, at most ResultExcerptMax bytes.
+	// Result is the result's whole text as the line held it (a line over LineMax has its
+	// strings cut to TextMax: ResultCut says so); the index cuts it to its own cap.
 	Result string
-	Status string
+	// ResultCut says Result is not the whole of what the tool returned.
+	ResultCut bool
+	Status    string
 	// MessageID is the Message.ID of the reply that made the call, when known. A call whose
 	// Name is "" is a result alone: its call was before this parse's offset or in another file.
 	MessageID string
@@ -157,6 +165,9 @@ type Result struct {
 	Whole bool
 	// Also are the file's other sessions, for a file that holds many (Whole).
 	Also []*Result
+	// lineCut says the line being read was cut (a line over LineMax): a result read from it is
+	// not whole.
+	lineCut bool
 	// state is what the adapter knew at the end of the parse that the next piece's parse
 	// needs (State).
 	state any
@@ -473,6 +484,7 @@ func lines(ctx context.Context, r io.Reader, offset int64, res *Result, fn func(
 		if blockStart >= 0 {
 			start = blockStart
 		}
+		res.lineCut = lr.cut
 		switch trimmed := bytes.TrimRight(line, " \t"); {
 		case blockStart >= 0 && len(line) > 0 && line[0] == '{' && completeObject(line):
 			// A one-line record inside a block: the block was torn.
@@ -614,7 +626,7 @@ func (p *pairing) result(id, text string, isError bool) *ToolCall {
 		i = len(p.res.ToolCalls) - 1
 	}
 	tc := &p.res.ToolCalls[i]
-	tc.Result = excerpt(text, ResultExcerptMax)
+	tc.Result, tc.ResultCut = text, p.res.lineCut
 	tc.Status = status
 	return tc
 }

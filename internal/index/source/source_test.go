@@ -22,8 +22,9 @@ const testdata = "../../../testdata/transcripts"
 //   - roles: Claude Code: user lines with string content or a non-empty text block, and
 //     distinct assistant message.id; Codex: response_item messages by payload.role; pi:
 //     message entries by role, toolResult and bashExecution not being messages.
-//   - turns: user prompts (Claude Code: not isMeta; Codex: not the environment or
-//     instructions Codex injects itself).
+//   - turns: user prompts (Claude Code: not isMeta, nor the notices and local command output
+//     it writes itself, such as "Update available!" and <local-command-stdout>; Codex: not the
+//     environment or instructions Codex injects itself).
 //   - ok/errs/pending: tool calls by status; orphans: results whose call is not in the file.
 //   - usage: Claude Code the last snapshot per message.id+requestId, summed; pi the sum over
 //     assistant messages; Codex the last token_count's total_token_usage (input less cached).
@@ -59,15 +60,41 @@ var samples = []want{
 		source: "claude-code", file: "claude-code/pai-sa/eca51c57-7b92-423f-8ad6-52f996c9a8e1.jsonl", span: "2025-12-03T09:04:39Z 2025-12-03T10:36:11Z",
 		id: "eca51c57-7b92-423f-8ad6-52f996c9a8e1", project: "/Users/pretor/Documents/PAI - TPOS",
 		model: "claude-opus-4-5-20251101",
-		roles: map[string]int{"user": 5, "assistant": 30}, turns: 4, ok: 26, errs: 3, orphan: 1,
+		roles: map[string]int{"user": 5, "assistant": 30}, turns: 3, ok: 26, errs: 3, orphan: 1,
 		usage: Usage{Input: 214, Output: 8792, CacheRead: 2980341, CacheWrite: 315327},
 	},
 	{
 		source: "claude-code", file: "claude-code/mclaude/b8d44276-1f04-4220-98c0-b410f7c58ff5.jsonl", span: "2026-01-17T03:39:23Z 2026-01-17T03:41:26Z",
 		id: "b8d44276-1f04-4220-98c0-b410f7c58ff5", project: "/Users/[USER]", model: "claude-opus-4-5-20251101",
-		roles: map[string]int{"user": 7, "assistant": 6}, turns: 6, ok: 1, pending: 1,
+		roles: map[string]int{"user": 7, "assistant": 6}, turns: 4, ok: 1, pending: 1,
 		usage:   Usage{Input: 50, Output: 21, CacheRead: 114702, CacheWrite: 7040},
 		skipped: map[string]int{ReasonMalformed: 1},
+	},
+	{
+		// Made by Claude Code 2.1.197 (testdata/transcripts/claude-code/README.md): an Agent call
+		// whose subagent spawned subagents four deep.
+		source: "claude-code", file: "claude-code/cc-2.1.197/77f1762e-c969-4294-b33e-f31b7a696ffb.jsonl", span: "2026-11-28T18:06:06Z 2026-11-28T18:07:07Z",
+		id: "77f1762e-c969-4294-b33e-f31b7a696ffb", project: "/tmp/ccproj", model: "tiny",
+		roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, ok: 1, children: []string{"agent-a583790338c5b5bf5"},
+		usage: Usage{Input: 3568, Output: 52, CacheRead: 3483},
+	},
+	{
+		// Its first subagent: the lines name the top session; the spawning call is in
+		// agent-a583790338c5b5bf5.meta.json (linked by the index, TestNestedSubagents).
+		source: "claude-code", file: "claude-code/cc-2.1.197/77f1762e-c969-4294-b33e-f31b7a696ffb/subagents/agent-a583790338c5b5bf5.jsonl",
+		span: "2026-11-28T18:06:11Z 2026-11-28T18:07:07Z", id: "agent-a583790338c5b5bf5", parent: "77f1762e-c969-4294-b33e-f31b7a696ffb",
+		subagent: true, project: "/tmp/ccproj", model: "tiny",
+		roles: map[string]int{"user": 1, "assistant": 2}, turns: 1, ok: 1,
+		usage: Usage{Input: 2822, Output: 44, CacheRead: 2420},
+	},
+	{
+		// Made by Codex 0.171.0 (testdata/transcripts/codex/README.md): three turns, each the
+		// model's first action a call: exec_command, then two MCP calls (nexus's session_list,
+		// and session_exec, which failed); token_usage_record and world_state records.
+		source: "codex", file: "codex/cx-0.171.0/rollout-2026-11-28T18-16-10-01a2235f-2f82-7e31-b5ae-7378a54c9d7f.jsonl",
+		span: "2026-11-28T18:16:10Z 2026-11-28T18:16:22Z", id: "01a2235f-2f82-7e31-b5ae-7378a54c9d7f", project: "/tmp/cxproj", model: "tiny",
+		roles: map[string]int{"user": 4, "developer": 1, "assistant": 3}, turns: 3, ok: 2, errs: 1,
+		usage: Usage{Input: 28487 - 24776, CacheRead: 24776, Output: 160},
 	},
 	{
 		source: "codex", file: "codex/moonmind/rollout-2025-11-12T17-48-11-019a7ae6-1945-7c63-98f2-210adb922af9.jsonl", span: "2025-11-13T01:48:11Z 2025-11-13T06:23:20Z",
