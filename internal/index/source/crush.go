@@ -212,7 +212,7 @@ func (Crush) messages(ctx context.Context, db *sql.DB, byID map[string]*Result) 
 					status = StatusError
 				}
 				pair.call(ToolCall{ID: id + "/shell", Name: "bash", Params: string(params),
-					Result: excerpt(p.Data.Output, ResultExcerptMax), Status: status, MessageID: id})
+					Result: p.Data.Output, Status: status, MessageID: id})
 			default:
 				if !crushKnownParts[p.Type] {
 					r.unknown("part/" + p.Type)

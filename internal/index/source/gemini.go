@@ -210,7 +210,7 @@ func (p *geminiParse) message(m *geminiMessage) {
 			tc.Status = StatusError
 		}
 		if tc.Status != StatusPending {
-			tc.Result = excerpt(toolResultText(c), ResultExcerptMax)
+			tc.Result = toolResultText(c)
 		}
 		if i, ok := p.calls[c.ID]; ok && c.ID != "" {
 			res.ToolCalls[i] = tc

@@ -238,9 +238,9 @@ func (OpenCode) parts(ctx context.Context, db *sql.DB, byID map[string]*Result) 
 				ChildSession: p.State.Metadata.SessionID}
 			switch p.State.Status {
 			case "completed":
-				tc.Status, tc.Result = StatusOK, excerpt(p.State.Output, ResultExcerptMax)
+				tc.Status, tc.Result = StatusOK, p.State.Output
 			case "error":
-				tc.Status, tc.Result = StatusError, excerpt(p.State.Error, ResultExcerptMax)
+				tc.Status, tc.Result = StatusError, p.State.Error
 			default:
 				tc.Status = StatusPending
 			}

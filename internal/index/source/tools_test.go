@@ -546,3 +546,27 @@ func TestStoreNotADatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestGeminiWholeResult: a Gemini CLI tool result is kept whole, so a word deep in a long
+// output is searchable (the index, not the adapter, cuts a result at its cap).
+func TestGeminiWholeResult(t *testing.T) {
+	long := strings.Repeat("filler ", 2000) + "deepwombat"
+	meta := `{"sessionId":"g2","projectHash":"h","startTime":"2026-01-01T00:00:00Z","lastUpdated":"2026-01-01T00:00:00Z","kind":"main"}`
+	u1 := `{"id":"u1","timestamp":"2026-01-01T00:00:01Z","type":"user","content":[{"text":"list"}]}`
+	a1 := `{"id":"a1","timestamp":"2026-01-01T00:00:02Z","type":"gemini","content":"","model":"m","toolCalls":[{"id":"c1","name":"ls","args":{},"status":"success","result":[{"functionResponse":{"id":"c1","name":"ls","response":{"output":"` + long + `"}}}]}]}`
+	dir := filepath.Join(t.TempDir(), "proj", "chats")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "session-x-g2.jsonl")
+	if err := os.WriteFile(path, join(meta, u1, a1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ParseFile(context.Background(), Gemini{}, path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.ToolCalls) != 1 || !strings.Contains(res.ToolCalls[0].Result, "deepwombat") {
+		t.Fatalf("the call's result lost its end: %d calls", len(res.ToolCalls))
+	}
+}
