@@ -48,6 +48,8 @@ type Config struct {
 	// it never outlives the gateway, even one that is killed. Without it the agent gets a
 	// process group of its own, killed with this process's thread that started it.
 	Owner *reaper.Owner
+	// Meta is the _meta of session/new and session/load (the agent's own session options).
+	Meta map[string]any
 	// Version is nexus's version, sent as the client's.
 	Version string
 	// CancelGrace bounds the wait for the agent to answer a cancelled prompt (default 10s);
@@ -180,7 +182,7 @@ func (e *Engine) ensure(ctx context.Context, resume string) error {
 	if resume != "" && e.canLoad {
 		// The agent replays the conversation as updates; no turn runs, so they are dropped:
 		// nexus's transcript has them already.
-		_, err := p.conn.LoadSession(ctx, acp.LoadSessionRequest{SessionId: acp.SessionId(resume), Cwd: e.cfg.Dir, McpServers: []acp.McpServer{}})
+		_, err := p.conn.LoadSession(ctx, acp.LoadSessionRequest{Meta: e.cfg.Meta, SessionId: acp.SessionId(resume), Cwd: e.cfg.Dir, McpServers: []acp.McpServer{}})
 		if err == nil {
 			e.session = acp.SessionId(resume)
 			return nil
@@ -191,7 +193,7 @@ func (e *Engine) ensure(ctx context.Context, resume string) error {
 		// A session the agent no longer has: a new one (the conversation's earlier turns are
 		// in nexus's transcript, not in the agent's context).
 	}
-	ns, err := p.conn.NewSession(ctx, acp.NewSessionRequest{Cwd: e.cfg.Dir, McpServers: []acp.McpServer{}})
+	ns, err := p.conn.NewSession(ctx, acp.NewSessionRequest{Meta: e.cfg.Meta, Cwd: e.cfg.Dir, McpServers: []acp.McpServer{}})
 	if err != nil {
 		return e.failLocked(ctx, "session/new", err)
 	}

@@ -92,6 +92,9 @@ type Agent struct {
 	// gateway's environment.
 	Env     map[string]string `json:"env,omitempty"`
 	EnvVars []string          `json:"envVars,omitempty"`
+	// SessionMeta is sent as the _meta of session/new and session/load: the agent's own
+	// session options (claude-agent-acp reads claudeCode.options, such as the tools it offers).
+	SessionMeta map[string]any `json:"sessionMeta,omitempty"`
 }
 
 // ACPPresets are the coding agents that speak ACP, by the products' names (the model APIs'
@@ -230,6 +233,7 @@ type backendTOML struct {
 	Args           *[]string         `toml:"args"`
 	Env            map[string]string `toml:"env"`
 	EnvVars        *[]string         `toml:"env_vars"`
+	SessionMeta    map[string]any    `toml:"session_meta"`
 }
 
 // maxConfigSize bounds config.toml.
@@ -344,7 +348,7 @@ func ParseConfig(data []byte) (*Config, error) {
 			}
 			if len(bad) > 0 {
 				msg := "unknown keys in a backend section: " + strings.Join(bad, ", ") +
-					" (known: kind, base_url, model, api_key_env, context_window, max_tokens, summary_model, thinking_format, max_attempts, max_retry_wait; for kind acp: command, args, env, env_vars)"
+					" (known: kind, base_url, model, api_key_env, context_window, max_tokens, summary_model, thinking_format, max_attempts, max_retry_wait; for kind acp: command, args, env, env_vars, session_meta)"
 				if strings.Contains(msg, ".api_key (") {
 					msg += "; an API key never goes in the config: put it in an environment variable and name that with api_key_env"
 				}
@@ -374,7 +378,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		set(&b.ThinkingFormat, sec.ThinkingFormat)
 		set(&b.MaxAttempts, sec.MaxAttempts)
 		set(&b.MaxRetryWait, sec.MaxRetryWait)
-		if sec.Command != nil || sec.Args != nil || sec.Env != nil || sec.EnvVars != nil {
+		if sec.Command != nil || sec.Args != nil || sec.Env != nil || sec.EnvVars != nil || sec.SessionMeta != nil {
 			a := Agent{}
 			if b.Agent != nil {
 				a = *b.Agent
@@ -384,6 +388,9 @@ func ParseConfig(data []byte) (*Config, error) {
 			set(&a.EnvVars, sec.EnvVars)
 			if sec.Env != nil {
 				a.Env = sec.Env
+			}
+			if sec.SessionMeta != nil {
+				a.SessionMeta = sec.SessionMeta
 			}
 			b.Agent = &a
 		}

@@ -79,7 +79,7 @@ func (c *chat) openACP() error {
 	}
 	b.engine = acpengine.New(acpengine.Config{
 		Name: c.backend.Name, Command: a.Command, Args: a.Args, Env: env, Dir: c.workspace,
-		Stderr: stderr, Owner: c.k.Owner, Logger: c.k.logger(),
+		Stderr: stderr, Owner: c.k.Owner, Logger: c.k.logger(), Meta: a.SessionMeta,
 	})
 	c.acp = b
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/acpengine/acptest"
+	"github.com/nexus-run/nexus/internal/index"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -169,6 +170,12 @@ func TestACPBackend(t *testing.T) {
 		t.Fatalf("reply %+v", msgs[1])
 	}
 
+	sh, err := e.chats.Show(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexFinds(t, e.state, "chose", sh.Entry.SessionID)
+
 	// sessions.json keeps the agent's session id; a restarted gateway loads it.
 	b, err := os.ReadFile(filepath.Join(e.state, "sessions", "sessions.json"))
 	if err != nil {
@@ -201,6 +208,7 @@ func TestACPBackend(t *testing.T) {
 	testkit.Eventually(t, "the agent process to be gone", func() bool {
 		return errors.Is(syscall.Kill(p, 0), syscall.ESRCH)
 	})
+	piSameContext(t, e, key, sh.File) // last: a skip (pi not installed) ends the test
 }
 
 // TestACPLevels: yolo allows the agent's requests, sandboxed rejects them, neither asks.
@@ -241,4 +249,28 @@ func TestACPCompact(t *testing.T) {
 	if p := ev.Payload.(abi.ErrorPayload); p.Error.Code != abi.CodeCapabilityUnsupported || !strings.Contains(p.Error.Message, "keeps its own context") {
 		t.Fatalf("error %+v", p)
 	}
+}
+
+// indexFinds checks that the history index (nexus index search) finds words in the
+// conversation (its session id) of state's sessions.
+func indexFinds(t *testing.T, state, words, session string) {
+	t.Helper()
+	ix, err := index.Open(context.Background(), filepath.Join(t.TempDir(), "index.db"), index.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ix.Close() }()
+	if _, err := ix.Sync(context.Background(), index.SyncOptions{Sources: []string{"nexus"}, Roots: map[string][]string{"nexus": {filepath.Join(state, "sessions")}}}); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := ix.Search(context.Background(), index.SearchOptions{Query: words})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hits {
+		if h.Session == session {
+			return
+		}
+	}
+	t.Fatalf("the index does not find %q in %s: %+v", words, session, hits)
 }

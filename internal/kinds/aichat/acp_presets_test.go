@@ -1,0 +1,198 @@
+package aichat_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/testkit"
+	"github.com/nexus-run/nexus/internal/testkit/llmserver"
+)
+
+// llm is this package's real model server (tools/llm), for the agents' presets. A coding
+// agent's first request is long (Claude Code's system prompt and tools: 21,000 tokens): the
+// window is widened past the tiny model's 8192.
+var llm = llmserver.Once{Args: []string{"-c", "65536", "--override-kv", "llama.context_length=int:65536"}}
+
+// agentBin is a program of tools/acp-agents (npm ci --prefix tools/acp-agents), or a skip:
+// under CI its absence fails the test.
+func agentBin(t *testing.T, name string) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(wd, "..", "..", "..", "tools", "acp-agents", "node_modules", ".bin", name)
+	if _, err := os.Stat(bin); err != nil {
+		testkit.SkipUnlessCI(t, fmt.Sprintf("%s is not installed: run npm ci --prefix tools/acp-agents (make acp-agents-deps)", name))
+	}
+	return bin
+}
+
+// preset is one of the agents' presets as the tests run it: its program from tools/acp-agents,
+// pointed at the real model server.
+type preset struct {
+	name, bin string
+	args      []string
+	// env is the backend's env table; keys are the variables passed from the gateway's
+	// environment (the API keys: the server wants none, the agents want one).
+	env  func(url, home string) map[string]string
+	keys map[string]string
+	// setup writes the agent's own settings into home before it starts.
+	setup func(t *testing.T, url, home string)
+	// meta is the backend's session_meta (TOML).
+	meta string
+}
+
+func presets() []preset {
+	return []preset{
+		{name: "claude-code", bin: "claude-agent-acp",
+			env: func(url, home string) map[string]string {
+				return map[string]string{"ANTHROPIC_BASE_URL": url, "CLAUDE_CONFIG_DIR": filepath.Join(home, ".claude"),
+					"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+					"ANTHROPIC_MODEL": "tiny", "ANTHROPIC_SMALL_FAST_MODEL": "tiny"}
+			},
+			keys: map[string]string{"ANTHROPIC_API_KEY": "sk-test"},
+			// Only Bash is offered, and it always asks (even for pwd, which Claude Code takes for
+			// read-only): the tiny model's one call is one that asks.
+			meta: `{ claudeCode = { options = { tools = ["Bash"] } } }`,
+			setup: func(t *testing.T, _, home string) {
+				writeFile(t, filepath.Join(home, ".claude", "settings.json"), `{"permissions":{"ask":["Bash"]}}`)
+			}},
+	}
+}
+
+// TestACPPresets runs each agent preset that is installed against the real model server: a
+// turn streams into the session's events and the transcript, and an interrupt stops a turn.
+func TestACPPresets(t *testing.T) {
+	for _, p := range presets() {
+		t.Run(p.name, func(t *testing.T) {
+			bin := agentBin(t, p.bin)
+			url := llm.URL(t)
+			home := t.TempDir()
+			if p.setup != nil {
+				p.setup(t, url, home)
+			}
+			e := newEnv(t, echo).withBroker(t)
+			var env []string
+			for k, v := range p.env(url, home) {
+				env = append(env, fmt.Sprintf("%s = %q", k, v))
+			}
+			var keys []string
+			for k := range p.keys {
+				keys = append(keys, fmt.Sprintf("%q", k))
+			}
+			args := make([]string, len(p.args))
+			for i, a := range p.args {
+				args[i] = fmt.Sprintf("%q", a)
+			}
+			e.extra += fmt.Sprintf("[backends.%s]\ncommand = %q\nargs = [%s]\nenv = { %s }\nenv_vars = [%s]\n",
+				p.name, bin, strings.Join(args, ", "), strings.Join(env, ", "), strings.Join(keys, ", "))
+			if p.meta != "" {
+				e.extra += "session_meta = " + p.meta + "\n"
+			}
+			k := e.kind(t)
+			k.Getenv = func(v string) string {
+				switch v {
+				case "PATH":
+					return os.Getenv(v)
+				case "HOME":
+					return home
+				}
+				return p.keys[v]
+			}
+			r, err := live.New(context.Background(), live.Config{IdleTimeout: -1}, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+				defer cancel()
+				_ = r.Shutdown(ctx)
+			})
+			key := "agent:main:test:" + p.name
+			opts := fmt.Appendf(nil, `{"backend":%q,"level":"trusted","workspace":%q}`, p.name, e.ws)
+			s, err := r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key}, Options: opts})
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			w := &watcher{r: r, id: s.SessionID}
+			logs := func() string {
+				b, _ := os.ReadFile(filepath.Join(e.state, "logs", s.SessionID, "agent-stderr.log"))
+				return string(b)
+			}
+
+			// The tiny model calls a tool at the conversation's first message: the agent asks
+			// (a confirmation request, answered as nexus ai confirm does), runs it, and the
+			// model's answer streams as tokens.
+			send(t, r, s.SessionID, "Run the command pwd.")
+			ev := w.until(t, "a confirmation request or the turn's end", func(e *live.Event) bool {
+				_, ok := e.Payload.(abi.AIConfirmation)
+				p, end := e.Payload.(abi.AITurn)
+				return ok || (end && p.Phase == abi.PhaseEnded)
+			})
+			c, ok := ev.Payload.(abi.AIConfirmation)
+			if !ok {
+				t.Fatalf("no confirmation request: %s\nstderr: %s", describe(w.seen), logs())
+			}
+			if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "allow-once"}); err != nil {
+				t.Fatal(err)
+			}
+			end := w.turnEnded(t)
+			said := w.tokens(0)
+			if end.End != abi.TurnCompleted || !strings.Contains(said, "Hello from a tiny model.") {
+				t.Fatalf("turn %+v, tokens %q: %s\nstderr: %s", end, said, describe(w.seen), logs())
+			}
+			var called bool
+			for _, ev := range w.seen {
+				if p, ok := ev.Payload.(abi.AITool); ok && p.ToolCallID == c.ToolCallID && p.Phase == abi.PhaseCompleted {
+					called = true
+				}
+			}
+			if !called {
+				t.Fatalf("no ai-tool completion of the confirmed call %s: %s", c.ToolCallID, describe(w.seen))
+			}
+
+			// An interrupt while the model is called: session/cancel ends the turn.
+			from := len(w.seen)
+			send(t, r, s.SessionID, "Say hello again.")
+			w.until(t, "the turn's start", func(e *live.Event) bool {
+				p, ok := e.Payload.(abi.AITurn)
+				return ok && p.Phase == abi.PhaseStarted
+			})
+			if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
+				t.Fatal(err)
+			}
+			if end := w.turnEnded(t); end.End != abi.TurnCancelled {
+				t.Fatalf("interrupted turn %+v: %s", end, describe(w.seen[from:]))
+			}
+			// The transcript: prompt, the call and its result, the replies; pi reads it as nexus
+			// does, and the history index finds the conversation's words.
+			msgs := e.history(t, key)
+			if got := roles(msgs); !strings.HasPrefix(got, "user assistant/toolUse toolResult assistant/stop user assistant/aborted") {
+				t.Fatalf("transcript %s", got)
+			}
+			sh, err := e.chats.Show(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			indexFinds(t, e.state, "tiny model", sh.Entry.SessionID)
+			piSameContext(t, e, key, sh.File) // last: a skip (pi not installed) ends the test
+		})
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
