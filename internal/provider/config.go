@@ -107,7 +107,7 @@ func ACPPresets() map[string]Backend {
 			EnvVars: []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR"}}},
 		"codex-cli": {Kind: KindACP, Model: "codex-cli", Agent: &Agent{Command: "npx", Args: []string{"--yes", "@zed-industries/codex-acp"},
 			EnvVars: []string{"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_HOME"}}},
-		"gemini-cli": {Kind: KindACP, Model: "gemini-cli", Agent: &Agent{Command: "gemini", Args: []string{"--experimental-acp"},
+		"gemini-cli": {Kind: KindACP, Model: "gemini-cli", Agent: &Agent{Command: "gemini", Args: []string{"--acp"},
 			EnvVars: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"}}},
 		"qwen-code": {Kind: KindACP, Model: "qwen-code", Agent: &Agent{Command: "qwen", Args: []string{"--acp"},
 			EnvVars: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "DASHSCOPE_API_KEY"}}},

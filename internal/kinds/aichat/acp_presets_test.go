@@ -47,6 +47,12 @@ type preset struct {
 	setup func(t *testing.T, url, home string)
 	// meta is the backend's session_meta (TOML).
 	meta string
+	// noAsk, when set, says why no permission request can be seen with the tiny model: the
+	// first turn is then checked without one.
+	noAsk string
+	// offline, when set, says why the agent cannot answer a turn here: the test checks that
+	// its turn ends in a clear error instead.
+	offline string
 }
 
 func presets() []preset {
@@ -63,6 +69,59 @@ func presets() []preset {
 			meta: `{ claudeCode = { options = { tools = ["Bash"] } } }`,
 			setup: func(t *testing.T, _, home string) {
 				writeFile(t, filepath.Join(home, ".claude", "settings.json"), `{"permissions":{"ask":["Bash"]}}`)
+			}},
+		{name: "codex-cli", bin: "codex-acp",
+			env: func(_, home string) map[string]string {
+				return map[string]string{"CODEX_HOME": filepath.Join(home, ".codex")}
+			},
+			keys:  map[string]string{"OPENAI_API_KEY": "sk-test"},
+			noAsk: "the tiny model's call to exec_command carries a junk command (\",\") that Codex refuses while parsing it, before any approval is asked",
+			// Codex reaches the server's Responses route; its goals feature (which llama-server's
+			// answers do not satisfy) is off, and every command asks.
+			setup: func(t *testing.T, url, home string) {
+				writeFile(t, filepath.Join(home, ".codex", "config.toml"), fmt.Sprintf(`model = "tiny"
+model_provider = "local"
+approval_policy = "untrusted"
+check_for_update_on_startup = false
+
+[model_providers.local]
+name = "local"
+base_url = "%s/v1"
+wire_api = "responses"
+
+[features]
+goals = false
+`, url))
+			}},
+		{name: "gemini-cli", bin: "gemini", args: []string{"--acp"},
+			env: func(url, _ string) map[string]string {
+				return map[string]string{"GOOGLE_GEMINI_BASE_URL": url}
+			},
+			keys:    map[string]string{"GEMINI_API_KEY": "test"},
+			offline: "Gemini CLI speaks only Google's Gemini API (generateContent); llama-server serves the OpenAI and Anthropic routes, so nothing here can answer it",
+			setup: func(t *testing.T, _, home string) {
+				writeFile(t, filepath.Join(home, ".gemini", "settings.json"), `{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false},"general":{"disableAutoUpdate":true}}`)
+			}},
+		{name: "qwen-code", bin: "qwen", args: []string{"--acp"},
+			env: func(url, _ string) map[string]string {
+				return map[string]string{"OPENAI_BASE_URL": url + "/v1", "OPENAI_MODEL": "tiny"}
+			},
+			keys: map[string]string{"OPENAI_API_KEY": "sk-test"},
+			// Only the shell tool is offered, and it asks.
+			setup: func(t *testing.T, _, home string) {
+				writeFile(t, filepath.Join(home, ".qwen", "settings.json"), `{"security":{"auth":{"selectedType":"openai"}},"privacy":{"usageStatisticsEnabled":false},"tools":{"disabled":["exec","edit","write_file","read_file","zoom_image","grep_search","glob","todo_write","save_memory","agent","skill","exit_plan_mode","enter_plan_mode","web_fetch","web_search","image_gen","list_directory","lsp","ask_user_question","cron_create","cron_list","cron_delete","loop_wakeup","create_sub_session","list_agents","task_stop","task_create","task_update","task_list","team_create","team_delete","team_plan_approval","request_shutdown","send_message","structured_output","monitor","notebook_edit","tool_call","tool_search","read_mcp_resource","enter_worktree","exit_worktree","workflow","artifact","record_artifact","record_source","report_findings","get_goal","update_goal","propose_goal","display_image","read_many_files","task"]},"permissions":{"ask":["run_shell_command"]}}`)
+			}},
+		{name: "opencode", bin: "opencode", args: []string{"acp"},
+			env: func(_, home string) map[string]string {
+				return map[string]string{"OPENCODE_CONFIG": filepath.Join(home, "opencode.json")}
+			},
+			keys: map[string]string{"OPENAI_API_KEY": "sk-test"},
+			// The OpenAI route through opencode's openai-compatible provider; only bash is
+			// offered, and it asks.
+			setup: func(t *testing.T, url, home string) {
+				writeFile(t, filepath.Join(home, "opencode.json"), fmt.Sprintf(`{"$schema":"https://opencode.ai/config.json",
+"provider":{"local":{"npm":"@ai-sdk/openai-compatible","name":"local","options":{"baseURL":"%s/v1","apiKey":"sk-test"},"models":{"tiny":{"name":"tiny"}}}},
+"model":"local/tiny","autoupdate":false,"share":"disabled","permission":{"bash":"ask","edit":"deny","read":"deny","glob":"deny","grep":"deny","list":"deny","webfetch":"deny","websearch":"deny","codesearch":"deny","task":"deny","todowrite":"deny","todoread":"deny","skill":"deny","lsp":"deny","question":"deny","external_directory":"deny"}}`, url))
 			}},
 	}
 }
@@ -131,31 +190,24 @@ func TestACPPresets(t *testing.T) {
 			// (a confirmation request, answered as nexus ai confirm does), runs it, and the
 			// model's answer streams as tokens.
 			send(t, r, s.SessionID, "Run the command pwd.")
-			ev := w.until(t, "a confirmation request or the turn's end", func(e *live.Event) bool {
-				_, ok := e.Payload.(abi.AIConfirmation)
-				p, end := e.Payload.(abi.AITurn)
-				return ok || (end && p.Phase == abi.PhaseEnded)
-			})
-			c, ok := ev.Payload.(abi.AIConfirmation)
-			if !ok {
-				t.Fatalf("no confirmation request: %s\nstderr: %s", describe(w.seen), logs())
-			}
-			if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "allow-once"}); err != nil {
-				t.Fatal(err)
-			}
-			end := w.turnEnded(t)
-			said := w.tokens(0)
-			if end.End != abi.TurnCompleted || !strings.Contains(said, "Hello from a tiny model.") {
-				t.Fatalf("turn %+v, tokens %q: %s\nstderr: %s", end, said, describe(w.seen), logs())
-			}
-			var called bool
-			for _, ev := range w.seen {
-				if p, ok := ev.Payload.(abi.AITool); ok && p.ToolCallID == c.ToolCallID && p.Phase == abi.PhaseCompleted {
-					called = true
+			if p.offline != "" {
+				// The agent runs and speaks ACP; its model cannot be reached: a clear error.
+				end := w.turnEnded(t)
+				t.Logf("%s: %s; its turn: %+v", p.name, p.offline, end)
+				if end.End != abi.TurnError || end.Reason == "" {
+					t.Fatalf("turn %+v: %s\nstderr: %s", end, describe(w.seen), logs())
 				}
+				t.Skipf("%s cannot run offline: %s", p.name, p.offline)
 			}
-			if !called {
-				t.Fatalf("no ai-tool completion of the confirmed call %s: %s", c.ToolCallID, describe(w.seen))
+			first := "user assistant/toolUse toolResult assistant/stop"
+			if p.noAsk != "" {
+				t.Logf("%s: no permission request is checked: %s", p.name, p.noAsk)
+				if end := w.turnEnded(t); end.End != abi.TurnCompleted || !strings.Contains(w.tokens(0), "Hello from a tiny model.") {
+					t.Fatalf("turn %+v, tokens %q: %s\nstderr: %s", end, w.tokens(0), describe(w.seen), logs())
+				}
+				first = "user assistant/stop"
+			} else {
+				asks(t, r, w, logs)
 			}
 
 			// An interrupt while the model is called: session/cancel ends the turn.
@@ -174,7 +226,7 @@ func TestACPPresets(t *testing.T) {
 			// The transcript: prompt, the call and its result, the replies; pi reads it as nexus
 			// does, and the history index finds the conversation's words.
 			msgs := e.history(t, key)
-			if got := roles(msgs); !strings.HasPrefix(got, "user assistant/toolUse toolResult assistant/stop user assistant/aborted") {
+			if got := roles(msgs); !strings.HasPrefix(got, first+" user assistant/aborted") {
 				t.Fatalf("transcript %s", got)
 			}
 			sh, err := e.chats.Show(context.Background(), key)
@@ -195,4 +247,34 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// asks checks a preset conversation's first turn: the tiny model calls the one tool offered,
+// the agent asks (a confirmation request), the answer nexus ai confirm gives lets the call
+// run, and the model's answer streams as tokens.
+func asks(t *testing.T, r *live.Registry, w *watcher, logs func() string) {
+	t.Helper()
+	ev := w.until(t, "a confirmation request or the turn's end", func(e *live.Event) bool {
+		_, ok := e.Payload.(abi.AIConfirmation)
+		p, end := e.Payload.(abi.AITurn)
+		return ok || (end && p.Phase == abi.PhaseEnded)
+	})
+	c, ok := ev.Payload.(abi.AIConfirmation)
+	if !ok {
+		t.Fatalf("no confirmation request: %s\nstderr: %s", describe(w.seen), logs())
+	}
+	if _, err := r.Control(context.Background(), w.id, abi.ControlRequest{Command: abi.CommandConfirm, RequestID: c.RequestID, Answer: "allow-once"}); err != nil {
+		t.Fatal(err)
+	}
+	end := w.turnEnded(t)
+	said := w.tokens(0)
+	if end.End != abi.TurnCompleted || !strings.Contains(said, "Hello from a tiny model.") {
+		t.Fatalf("turn %+v, tokens %q: %s\nstderr: %s", end, said, describe(w.seen), logs())
+	}
+	for _, ev := range w.seen {
+		if p, ok := ev.Payload.(abi.AITool); ok && p.ToolCallID == c.ToolCallID && p.Phase == abi.PhaseCompleted {
+			return
+		}
+	}
+	t.Fatalf("no ai-tool completion of the confirmed call %s: %s", c.ToolCallID, describe(w.seen))
 }
