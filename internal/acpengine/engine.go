@@ -158,7 +158,7 @@ func (e *Engine) ensure(ctx context.Context, resume string) error {
 	if e.proc != nil {
 		e.reapLocked(ctx)
 	}
-	p, err := e.start()
+	p, err := e.start(ctx)
 	if err != nil {
 		return err
 	}
@@ -220,8 +220,9 @@ func (e *Engine) failLocked(ctx context.Context, step string, err error) error {
 }
 
 // start runs the command with its stdio as the ACP connection.
-func (e *Engine) start() (*process, error) {
-	cmd := exec.Command(e.cfg.Command, e.cfg.Args...) //nolint:gosec // G204: the operator's config names the agent
+func (e *Engine) start(ctx context.Context) (*process, error) {
+	// The agent lives as long as the engine, not as long as the turn that started it.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), e.cfg.Command, e.cfg.Args...) //nolint:gosec // G204: the operator's config names the agent
 	cmd.Env, cmd.Dir = e.cfg.Env, e.cfg.Dir
 	tail := &tailBuffer{max: 2048}
 	var stderr io.Writer = tail
@@ -258,12 +259,16 @@ func (e *Engine) start() (*process, error) {
 		}
 	}
 	p := &process{cmd: cmd, group: g, stdin: stdin, tail: tail, done: make(chan struct{})}
-	p.conn = acp.NewClientSideConnection(&client{e: e}, stdin, stdout)
+	// The SDK's SetLogger is not synchronized with the connection's reader, which starts at
+	// once: the reader waits at the gate until the logger is set.
+	gate := make(chan struct{})
+	p.conn = acp.NewClientSideConnection(&client{e: e}, stdin, &gatedReader{r: stdout, open: gate})
 	logger := e.cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p.conn.SetLogger(logger)
+	close(gate)
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -354,4 +359,15 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// gatedReader reads nothing before open is closed.
+type gatedReader struct {
+	r    io.Reader
+	open <-chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	<-g.open
+	return g.r.Read(p)
 }

@@ -13,6 +13,7 @@ package acptest
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,8 +40,11 @@ func Main() {
 		return
 	}
 	a := &agent{dir: os.Getenv(EnvDir), loaded: map[acp.SessionId]bool{}}
-	conn := acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	// SetLogger races with the connection's reader (an SDK bug): the reader waits for it.
+	gate := make(chan struct{})
+	conn := acp.NewAgentSideConnection(a, os.Stdout, gated{r: os.Stdin, open: gate})
 	conn.SetLogger(slog.New(slog.DiscardHandler))
+	close(gate)
 	a.conn = conn
 	<-conn.Done()
 	os.Exit(0)
@@ -208,4 +212,14 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 		}
 	}
 	return done, nil
+}
+
+type gated struct {
+	r    io.Reader
+	open <-chan struct{}
+}
+
+func (g gated) Read(p []byte) (int, error) {
+	<-g.open
+	return g.r.Read(p)
 }
