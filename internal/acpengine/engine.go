@@ -134,9 +134,13 @@ func (p *process) exited() bool {
 // exitError describes how the process ended, with the tail of its stderr.
 func (p *process) exitError() string {
 	var b strings.Builder
-	if p.err != nil {
+	switch {
+	case !p.exited():
+		// Its status is only known once it has been waited for.
+		b.WriteString("it closed its output")
+	case p.err != nil:
 		b.WriteString(p.err.Error())
-	} else {
+	default:
 		b.WriteString("exit status 0")
 	}
 	if t := strings.TrimSpace(p.tail.String()); t != "" {

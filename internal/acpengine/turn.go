@@ -19,7 +19,7 @@ import (
 
 // API is the api of the assistant messages an ACP agent's turns record (pi's field: which
 // wire produced the reply).
-const API = "acp"
+const API = provider.APIACP
 
 // Confirm asks the user about a permission request of the agent (the ai-chat kind's
 // confirmation-request); Deny or an error rejects it.
