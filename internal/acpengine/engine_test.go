@@ -3,9 +3,13 @@ package acpengine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/nexus-run/nexus/internal/acpengine"
@@ -13,6 +17,8 @@ import (
 	"github.com/nexus-run/nexus/internal/agent"
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/provider"
+	"github.com/nexus-run/nexus/internal/reaper"
+	"github.com/nexus-run/nexus/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -351,5 +357,44 @@ func TestStartFailures(t *testing.T) {
 	res = run(t, e, t.Context(), "hello", "", newRecord(), nil)
 	if res.End != agent.EndError || !strings.Contains(res.Err.Error(), "exit status 1") {
 		t.Fatalf("end %s (%v)", res.End, res.Err)
+	}
+}
+
+// With the gateway's owner the agent is a reaper group: it runs, it is stopped with the
+// engine, and a crash is reaped before the restart.
+func TestOwnerGroup(t *testing.T) {
+	owner, err := reaper.Open(t.Context(), reaper.Options{NoCgroup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = owner.Close(context.Background()) })
+	s := newSetup(t)
+	e := acpengine.New(acpengine.Config{Name: "test", Command: os.Args[0], Dir: t.TempDir(), Owner: owner,
+		Env: []string{acptest.EnvAgent + "=1", acptest.EnvDir + "=" + s.dir}})
+	pidOf := func() int {
+		r := newRecord()
+		run(t, e, t.Context(), "whoami", "", r, nil)
+		m := regexp.MustCompile(`pid=(\d+)`).FindStringSubmatch(lastText(r.msgs))
+		if m == nil {
+			t.Fatalf("whoami: %q", lastText(r.msgs))
+		}
+		pid, _ := strconv.Atoi(m[1])
+		return pid
+	}
+	first := pidOf()
+	if res := run(t, e, t.Context(), "crash", "", newRecord(), nil); res.End != agent.EndError {
+		t.Fatalf("crash: %s", res.End)
+	}
+	second := pidOf()
+	if second == first {
+		t.Fatal("the agent was not started again")
+	}
+	if err := e.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{first, second} {
+		testkit.Eventually(t, "the agent's process to be gone", func() bool {
+			return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+		})
 	}
 }
