@@ -36,9 +36,13 @@ const (
 
 // Main serves the agent on stdin/stdout and exits when EnvAgent is 1; otherwise it returns.
 func Main() {
-	if os.Getenv(EnvAgent) != "1" {
-		return
+	if os.Getenv(EnvAgent) == "1" {
+		Serve()
 	}
+}
+
+// Serve serves the agent on stdin/stdout until the client goes, then exits.
+func Serve() {
 	a := &agent{dir: os.Getenv(EnvDir), loaded: map[acp.SessionId]bool{}}
 	// SetLogger races with the connection's reader (an SDK bug): the reader waits for it.
 	gate := make(chan struct{})
