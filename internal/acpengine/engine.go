@@ -71,6 +71,8 @@ type Engine struct {
 	proc    *process
 	session acp.SessionId
 	canLoad bool
+	// fresh: the session was made new (session/new) and has had no prompt yet.
+	fresh bool
 	info    string // the agent's name and version, from initialize
 
 	// turn is the running turn that updates go to (nil between turns: a session/load's
@@ -201,7 +203,7 @@ func (e *Engine) ensure(ctx context.Context, resume string) error {
 	if err != nil {
 		return e.failLocked(ctx, "session/new", err)
 	}
-	e.session = ns.SessionId
+	e.session, e.fresh = ns.SessionId, true
 	return nil
 }
 

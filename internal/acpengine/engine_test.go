@@ -325,11 +325,25 @@ func TestResume(t *testing.T) {
 			}
 			second := s.engine(t)
 			r := newRecord()
-			run(t, second, t.Context(), "whoami", sid, r, nil)
+			history := func() string { return "The conversation so far: hello / Hello, world." }
+			if _, err := second.Run(t.Context(), acpengine.Turn{Prompt: "whoami", Resume: sid, Options: r.options(), History: history}); err != nil {
+				t.Fatal(err)
+			}
 			got := lastText(r.msgs)
 			if noLoad {
 				if second.SessionID() == sid || strings.Contains(got, "loaded=true") {
 					t.Fatalf("an agent without session/load: %q (session %s)", got, second.SessionID())
+				}
+				// Its new session is told the conversation so far, once.
+				if !strings.Contains(got, "echo: The conversation so far: hello / Hello, world.whoami") {
+					t.Fatalf("the new session's first prompt: %q", got)
+				}
+				r = newRecord()
+				if _, err := second.Run(t.Context(), acpengine.Turn{Prompt: "again", Options: r.options(), History: history}); err != nil {
+					t.Fatal(err)
+				}
+				if got := lastText(r.msgs); got != "echo: again" {
+					t.Fatalf("the second prompt: %q", got)
 				}
 				return
 			}

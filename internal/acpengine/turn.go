@@ -37,6 +37,10 @@ type Turn struct {
 	Confirm Confirm
 	// Provider and Model stamp the assistant messages.
 	Provider, Model string
+	// History, when set, is the conversation so far as text: sent before the prompt when the
+	// agent's session is new (the agent cannot load the recorded one, or none was recorded),
+	// so it knows what the conversation said.
+	History func() string
 }
 
 // Run sends the prompt and relays the turn until the agent answers it (or ctx ends: then
@@ -62,8 +66,15 @@ func (e *Engine) Run(ctx context.Context, t Turn) (*agent.Result, error) {
 		return tr.end("", err), nil
 	}
 	e.mu.Lock()
-	p, sid := e.proc, e.session
+	p, sid, fresh := e.proc, e.session, e.fresh
+	e.fresh = false
 	e.mu.Unlock()
+	prompt := []acp.ContentBlock{acp.TextBlock(t.Prompt)}
+	if fresh && t.History != nil {
+		if h := t.History(); h != "" {
+			prompt = append([]acp.ContentBlock{acp.TextBlock(h)}, prompt...)
+		}
+	}
 	e.turnMu.Lock()
 	e.turn, tr.sid = tr, sid
 	e.turnMu.Unlock()
@@ -83,7 +94,7 @@ func (e *Engine) Run(ctx context.Context, t Turn) (*agent.Result, error) {
 	defer pcancel()
 	ch := make(chan answer, 1)
 	go func() {
-		r, err := p.conn.Prompt(pctx, acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(t.Prompt)}})
+		r, err := p.conn.Prompt(pctx, acp.PromptRequest{SessionId: sid, Prompt: prompt})
 		ch <- answer{r, err}
 	}()
 	var a answer

@@ -102,7 +102,8 @@ func (c *chat) runAgent(ctx context.Context, h *conversation.Held, ts *agent.Too
 	saved := acpSessionOf(h.Entry, c.backend.Name)
 	e := c.acp.engine
 	res, err := e.Run(ctx, acpengine.Turn{Prompt: lastUserText(req.Messages), Resume: saved, Options: opts,
-		Confirm: c.acpConfirm, Provider: c.backend.Name, Model: c.backend.Model})
+		Confirm: c.acpConfirm, Provider: c.backend.Name, Model: c.backend.Model,
+		History: func() string { return historyText(req.Messages) }})
 	if id := e.SessionID(); id != "" && id != saved {
 		rec := acpSession{Backend: c.backend.Name, ID: id, Agent: e.Agent()}
 		if perr := h.Patch(context.WithoutCancel(c.base), map[string]any{ACPSessionField: rec}); perr != nil && err == nil {
@@ -164,6 +165,43 @@ func lastUserText(msgs []provider.Message) string {
 		}
 	}
 	return ""
+}
+
+// maxHistory bounds the conversation sent to an agent session that is new (the newest kept).
+const maxHistory = 64 << 10
+
+// historyText is the conversation before its last user message, as text for an agent whose
+// session is new: what the users and the assistants said, and which tools were called.
+func historyText(msgs []provider.Message) string {
+	last := -1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == provider.RoleUser {
+			last = i
+			break
+		}
+	}
+	if last <= 0 {
+		return ""
+	}
+	var b strings.Builder
+	for _, m := range msgs[:last] {
+		switch m.Role {
+		case provider.RoleUser:
+			fmt.Fprintf(&b, "User: %s\n", m.TextContent())
+		case provider.RoleAssistant:
+			if t := m.TextContent(); t != "" {
+				fmt.Fprintf(&b, "Assistant: %s\n", t)
+			}
+			for _, call := range m.ToolCalls() {
+				fmt.Fprintf(&b, "(the assistant called %s)\n", call.Name)
+			}
+		}
+	}
+	h := b.String()
+	if len(h) > maxHistory {
+		h = "...\n" + h[len(h)-maxHistory:]
+	}
+	return "This conversation began before this session; what was said so far:\n\n" + h + "\nThe new message follows.\n\n"
 }
 
 // redacting passes what the agent writes on stderr through the shells' redactor.

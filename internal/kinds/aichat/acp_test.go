@@ -274,3 +274,38 @@ func indexFinds(t *testing.T, state, words, session string) {
 	}
 	t.Fatalf("the index does not find %q in %s: %+v", words, session, hits)
 }
+
+// TestACPHistory: an agent that cannot load sessions gets, in its new session's first prompt,
+// what the conversation said before (here: after the gateway restarted).
+func TestACPHistory(t *testing.T) {
+	e := newEnv(t, echo).withBroker(t)
+	e.extra += fmt.Sprintf("[backends.agent]\nkind = \"acp\"\ncommand = %q\nenv = { %s = \"1\", %s = %q, %s = \"1\" }\n",
+		os.Args[0], acptest.EnvAgent, acptest.EnvDir, t.TempDir(), acptest.EnvNoLoad)
+	key := "agent:main:test:acp-history"
+	r := e.gateway(t)
+	s := e.openACP(t, r, key, "trusted")
+	w := &watcher{r: r, id: s.SessionID}
+	if _, said := w.turn(t, r, "remember the plums"); said != "echo: remember the plums" {
+		t.Fatalf("first turn: %q", said)
+	}
+	if _, said := w.turn(t, r, "and the pears"); said != "echo: and the pears" {
+		t.Fatalf("second turn (same agent session): %q", said)
+	}
+	if _, err := r.Close(context.Background(), s.SessionID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	r2 := e.gateway(t)
+	s2 := e.openACP(t, r2, key, "trusted")
+	w2 := &watcher{r: r2, id: s2.SessionID}
+	_, said := w2.turn(t, r2, "what fruit?")
+	for _, want := range []string{"User: remember the plums", "Assistant: echo: remember the plums", "User: and the pears", "what fruit?"} {
+		if !strings.Contains(said, want) {
+			t.Fatalf("the new agent session's first prompt lacks %q: %q", want, said)
+		}
+	}
+	// The transcript records the user's message, not what was sent with it.
+	msgs := e.history(t, key)
+	if u := msgs[len(msgs)-2]; u.Role != "user" || u.TextContent() != "what fruit?" {
+		t.Fatalf("recorded %+v", u)
+	}
+}
