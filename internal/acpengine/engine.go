@@ -73,7 +73,7 @@ type Engine struct {
 	canLoad bool
 	// fresh: the session was made new (session/new) and has had no prompt yet.
 	fresh bool
-	info    string // the agent's name and version, from initialize
+	info  string // the agent's name and version, from initialize
 
 	// turn is the running turn that updates go to (nil between turns: a session/load's
 	// replay of history is not a new turn).
