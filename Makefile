@@ -9,7 +9,7 @@ GOLANGCI_VERSION ?= v2.15.0
 # "go install" would put it; PREFIX=/usr/local installs it for everyone (run as root).
 PREFIX      ?= $(patsubst %/bin,%,$(GOBIN_DIR))
 
-.PHONY: build install run test test-short bench lint fuzz clean pi-deps mcp-client-deps acp-client-deps web web-check
+.PHONY: build install run test test-short bench lint fuzz clean pi-deps mcp-client-deps acp-client-deps acp-agents-deps web web-check
 
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -37,8 +37,9 @@ run: build
 # The whole suite, as CI runs it. The pi interoperability test needs the
 # pinned pi coding agent from npm (tools/pi), the MCP-over-HTTP test the pinned
 # MCP TypeScript SDK (tools/mcp-client), the nexus acp test the pinned ACP TypeScript SDK
-# (tools/acp-client); all are installed when npm exists.
-test: web pi-deps mcp-client-deps acp-client-deps
+# (tools/acp-client), the acp backends' preset tests the pinned coding agents
+# (tools/acp-agents); all are installed when npm exists.
+test: web pi-deps mcp-client-deps acp-client-deps acp-agents-deps
 	@echo "Vetting, then testing every package with the race detector (the first run compiles everything: several minutes)."
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 8m ./...
@@ -104,6 +105,13 @@ acp-client-deps:
 			echo "Installing the pinned ACP TypeScript SDK into tools/acp-client (npm ci, once; the nexus acp test drives it as an editor)"; \
 			npm ci --prefix tools/acp-client --no-audit --no-fund --loglevel=error; }; \
 	else echo "npm not found: the nexus acp test will be skipped"; fi
+
+acp-agents-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+		test -d tools/acp-agents/node_modules/@zed-industries/claude-agent-acp || { \
+			echo "Installing the pinned coding agents into tools/acp-agents (npm ci, once; the acp backends' preset tests run them)"; \
+			npm ci --prefix tools/acp-agents --no-audit --no-fund --loglevel=error; }; \
+	else echo "npm not found: the acp backends' preset tests will be skipped"; fi
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway

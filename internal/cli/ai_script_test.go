@@ -94,7 +94,15 @@ base_url = "%[1]s"
 model = "probe"
 context_window = 4096
 max_tokens = 256
-`, base, scripted)
+
+[backends.agent]
+kind = "acp"
+command = "acptest-agent"
+env = { NEXUS_ACPTEST_DIR = "%[3]s" }
+`, base, scripted, filepath.Join(env.WorkDir, "agent"))
+		if err := os.MkdirAll(filepath.Join(env.WorkDir, "agent"), 0o700); err != nil {
+			return err
+		}
 		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600); err != nil {
 			return err
 		}

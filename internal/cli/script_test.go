@@ -24,6 +24,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/acpengine/acptest"
 	"github.com/nexus-run/nexus/internal/cli"
 	"github.com/nexus-run/nexus/internal/procfs"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -32,7 +33,8 @@ import (
 // TestMain lets the test binary act as the nexus command inside scripts: testscript installs a
 // copy of it named "nexus" in $PATH, and running that copy runs cli.Main as cmd/nexus does.
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){"nexus": nexusMain})
+	// acptest-agent is an ACP agent (acp backends' scripts).
+	testscript.Main(m, map[string]func(){"nexus": nexusMain, "acptest-agent": acptest.Serve})
 }
 
 func nexusMain() {

@@ -170,6 +170,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Config:   a.providerConfig,
 				Getenv:   a.env.Getenv,
 				Shells:   aiShells,
+				Owner:    owner, // acp backends' agents die with the gateway
 				Logs:     &aichat.LogOptions{Context: !noAILogs, Verbose: !noAILogs, Raw: !noAILogs && aiRawLog},
 				Now:      a.env.Now,
 				Logger:   logger,

@@ -18,6 +18,8 @@ const (
 	APIOpenAICompletions = "openai-completions"
 	APIOpenAIResponses   = "openai-responses"
 	APIAnthropicMessages = "anthropic-messages"
+	// APIACP marks the replies of an acp backend's agent (package acpengine).
+	APIACP = "acp"
 )
 
 // Options are what Open takes from its caller rather than from the config.
@@ -194,6 +196,8 @@ func APIOf(kind string) string {
 		return APIOpenAIResponses
 	case KindAnthropic:
 		return APIAnthropicMessages
+	case KindACP:
+		return APIACP
 	}
 	return ""
 }

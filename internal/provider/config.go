@@ -33,6 +33,10 @@ const (
 	KindOpenAIResponses = "openai-responses"
 	// KindAnthropic is Anthropic messages (/v1/messages); llama.cpp serves it too.
 	KindAnthropic = "anthropic"
+	// KindACP is an external coding agent spoken to over the Agent Client Protocol on its
+	// stdio (package acpengine): Command, Args, Env and EnvVars start it; it calls its own
+	// model, so base_url and api_key_env are not used.
+	KindACP = "acp"
 )
 
 // Thinking formats of an openai-compatible backend: how a thinking level is asked for.
@@ -71,13 +75,52 @@ type Backend struct {
 	// MaxRetryWait is the longest retry-after honoured, as a Go duration (default 1m): a
 	// server asking for more fails the request at once.
 	MaxRetryWait string `json:"maxRetryWait,omitempty" toml:"max_retry_wait"`
+
+	// Agent starts an acp backend's agent (nil for the other kinds; a pointer keeps Backend
+	// comparable).
+	Agent *Agent `json:"agent,omitempty" toml:"-"`
+}
+
+// Agent is how an acp backend's agent is started: the section's command, args, env and
+// env_vars keys.
+type Agent struct {
+	// Command and Args start the agent (Command found through PATH).
+	Command string   `json:"command"`
+	Args    []string `json:"args,omitempty"`
+	// Env are variables set for the agent (its endpoint, its settings: never a key, which
+	// goes through EnvVars), over PATH, HOME, LANG, USER, TMPDIR and the EnvVars taken from the
+	// gateway's environment.
+	Env     map[string]string `json:"env,omitempty"`
+	EnvVars []string          `json:"envVars,omitempty"`
+	// SessionMeta is sent as the _meta of session/new and session/load: the agent's own
+	// session options (claude-agent-acp reads claudeCode.options, such as the tools it offers).
+	SessionMeta map[string]any `json:"sessionMeta,omitempty"`
+}
+
+// ACPPresets are the coding agents that speak ACP, by the products' names (the model APIs'
+// presets own claude, codex, gemini and qwen). Each is started from the workspace; the
+// model and its keys are the agent's own settings.
+func ACPPresets() map[string]Backend {
+	//nolint:gosec // G101: the names of environment variables, not credentials
+	return map[string]Backend{
+		"claude-code": {Kind: KindACP, Model: "claude-code", Agent: &Agent{Command: "npx", Args: []string{"--yes", "@zed-industries/claude-agent-acp"},
+			EnvVars: []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR"}}},
+		"codex-cli": {Kind: KindACP, Model: "codex-cli", Agent: &Agent{Command: "npx", Args: []string{"--yes", "@zed-industries/codex-acp"},
+			EnvVars: []string{"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_HOME"}}},
+		"gemini-cli": {Kind: KindACP, Model: "gemini-cli", Agent: &Agent{Command: "gemini", Args: []string{"--acp"},
+			EnvVars: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"}}},
+		"qwen-code": {Kind: KindACP, Model: "qwen-code", Agent: &Agent{Command: "qwen", Args: []string{"--acp"},
+			EnvVars: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "DASHSCOPE_API_KEY"}}},
+		"opencode": {Kind: KindACP, Model: "opencode", Agent: &Agent{Command: "opencode", Args: []string{"acp"},
+			EnvVars: []string{"OPENCODE_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"}}},
+	}
 }
 
 // Presets are the backends that exist without configuration; a section of the same name
 // changes only the fields it sets.
 func Presets() map[string]Backend {
 	//nolint:gosec // G101: the names of environment variables, not credentials
-	return map[string]Backend{
+	p := map[string]Backend{
 		"qwen": {Kind: KindOpenAICompatible, BaseURL: "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
 			Model: "qwen3-coder-plus", APIKeyEnv: "DASHSCOPE_API_KEY", ContextWindow: 1000000, MaxTokens: 16384, ThinkingFormat: ThinkingQwen},
 		"claude": {Kind: KindAnthropic, BaseURL: "https://api.anthropic.com",
@@ -88,6 +131,10 @@ func Presets() map[string]Backend {
 			Model: "gpt-5-codex", APIKeyEnv: "OPENAI_API_KEY", ContextWindow: 400000, MaxTokens: 32768},
 		"openai-compatible": {Kind: KindOpenAICompatible},
 	}
+	for name, b := range ACPPresets() {
+		p[name] = b
+	}
+	return p
 }
 
 // Config is the backends of config.toml, presets included, and the MCP servers whose tools
@@ -172,16 +219,21 @@ type MCPServer struct {
 
 // backendTOML is a section as written: nil fields are not set.
 type backendTOML struct {
-	Kind           *string `toml:"kind"`
-	BaseURL        *string `toml:"base_url"`
-	Model          *string `toml:"model"`
-	APIKeyEnv      *string `toml:"api_key_env"`
-	ContextWindow  *int    `toml:"context_window"`
-	MaxTokens      *int    `toml:"max_tokens"`
-	SummaryModel   *string `toml:"summary_model"`
-	ThinkingFormat *string `toml:"thinking_format"`
-	MaxAttempts    *int    `toml:"max_attempts"`
-	MaxRetryWait   *string `toml:"max_retry_wait"`
+	Kind           *string           `toml:"kind"`
+	BaseURL        *string           `toml:"base_url"`
+	Model          *string           `toml:"model"`
+	APIKeyEnv      *string           `toml:"api_key_env"`
+	ContextWindow  *int              `toml:"context_window"`
+	MaxTokens      *int              `toml:"max_tokens"`
+	SummaryModel   *string           `toml:"summary_model"`
+	ThinkingFormat *string           `toml:"thinking_format"`
+	MaxAttempts    *int              `toml:"max_attempts"`
+	MaxRetryWait   *string           `toml:"max_retry_wait"`
+	Command        *string           `toml:"command"`
+	Args           *[]string         `toml:"args"`
+	Env            map[string]string `toml:"env"`
+	EnvVars        *[]string         `toml:"env_vars"`
+	SessionMeta    map[string]any    `toml:"session_meta"`
 }
 
 // maxConfigSize bounds config.toml.
@@ -296,7 +348,7 @@ func ParseConfig(data []byte) (*Config, error) {
 			}
 			if len(bad) > 0 {
 				msg := "unknown keys in a backend section: " + strings.Join(bad, ", ") +
-					" (known: kind, base_url, model, api_key_env, context_window, max_tokens, summary_model, thinking_format, max_attempts, max_retry_wait)"
+					" (known: kind, base_url, model, api_key_env, context_window, max_tokens, summary_model, thinking_format, max_attempts, max_retry_wait; for kind acp: command, args, env, env_vars, session_meta)"
 				if strings.Contains(msg, ".api_key (") {
 					msg += "; an API key never goes in the config: put it in an environment variable and name that with api_key_env"
 				}
@@ -326,8 +378,28 @@ func ParseConfig(data []byte) (*Config, error) {
 		set(&b.ThinkingFormat, sec.ThinkingFormat)
 		set(&b.MaxAttempts, sec.MaxAttempts)
 		set(&b.MaxRetryWait, sec.MaxRetryWait)
+		if sec.Command != nil || sec.Args != nil || sec.Env != nil || sec.EnvVars != nil || sec.SessionMeta != nil {
+			a := Agent{}
+			if b.Agent != nil {
+				a = *b.Agent
+			}
+			set(&a.Command, sec.Command)
+			set(&a.Args, sec.Args)
+			set(&a.EnvVars, sec.EnvVars)
+			if sec.Env != nil {
+				a.Env = sec.Env
+			}
+			if sec.SessionMeta != nil {
+				a.SessionMeta = sec.SessionMeta
+			}
+			b.Agent = &a
+		}
 		if b.Kind == "" {
-			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "backend %s: kind is required (%s, %s or %s)", name, KindOpenAICompatible, KindOpenAIResponses, KindAnthropic)
+			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "backend %s: kind is required (%s, %s, %s or %s)", name, KindOpenAICompatible, KindOpenAIResponses, KindAnthropic, KindACP)
+		}
+		if b.Kind == KindACP && b.Model == "" {
+			// An agent picks its own model; the name stands for it in the transcript.
+			b.Model = name
 		}
 		cfg.Backends[name] = b
 	}
@@ -404,8 +476,11 @@ func (b Backend) Validate() error {
 	bad := func(format string, args ...any) error {
 		return abi.Errorf(abi.CodeInvalidArgument, "", "backend %s: %s", b.Name, fmt.Sprintf(format, args...))
 	}
+	if b.Kind == KindACP {
+		return b.validateACP(bad)
+	}
 	if !slices.Contains([]string{KindOpenAICompatible, KindOpenAIResponses, KindAnthropic}, b.Kind) {
-		return bad("kind %q: use %s, %s or %s", b.Kind, KindOpenAICompatible, KindOpenAIResponses, KindAnthropic)
+		return bad("kind %q: use %s, %s, %s or %s", b.Kind, KindOpenAICompatible, KindOpenAIResponses, KindAnthropic, KindACP)
 	}
 	if b.BaseURL == "" {
 		return bad("base_url is required (for example http://127.0.0.1:8080/v1 for llama.cpp)")
@@ -444,6 +519,31 @@ func (b Backend) Validate() error {
 	}
 	return nil
 }
+
+// validateACP checks an acp backend: a command, variable names, and no key among the values.
+func (b Backend) validateACP(bad func(string, ...any) error) error {
+	a := b.Agent
+	if a == nil || a.Command == "" {
+		return bad("command is required for kind acp (the agent's program, for example npx or gemini)")
+	}
+	for _, v := range a.EnvVars {
+		if !envName.MatchString(v) {
+			return bad("env_vars holds %q, not a variable name (values never go in the config)", v)
+		}
+	}
+	for k := range a.Env {
+		if !envName.MatchString(k) {
+			return bad("env key %q is not a variable name", k)
+		}
+		if secretName.MatchString(k) {
+			return bad("env sets %s: a key never goes in the config; name the variable in env_vars and set it in the gateway's environment", k)
+		}
+	}
+	return nil
+}
+
+// secretName is a variable that holds a credential by its name.
+var secretName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSWORD)$`)
 
 func loopback(host string) bool {
 	if host == "localhost" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,7 +81,7 @@ func TestParseConfig(t *testing.T) {
 	if _, err := cfg.Backend("openai-compatible"); abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "base_url is required") {
 		t.Errorf("openai-compatible without base_url: %v", err)
 	}
-	if _, err := cfg.Backend("nope"); err == nil || !strings.Contains(err.Error(), "known: claude, codex, gemini, local, local-anthropic, openai-compatible, qwen, work") {
+	if _, err := cfg.Backend("nope"); err == nil || !strings.Contains(err.Error(), "known: claude, claude-code, codex, codex-cli, gemini, gemini-cli, local, local-anthropic, openai-compatible, opencode, qwen, qwen-code, work") {
 		t.Errorf("unknown backend: %v", err)
 	}
 }
@@ -335,6 +336,59 @@ func TestConfigDefaults(t *testing.T) {
 	} {
 		if _, err := ParseConfig([]byte(c.toml)); abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%q: %v, want %q", c.toml, err, c.want)
+		}
+	}
+}
+
+// TestACPBackends: the agents' presets, a section that points one at another endpoint, a
+// backend of its own, and what is refused.
+func TestACPBackends(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+[backends.claude-code]
+env = { ANTHROPIC_BASE_URL = "http://127.0.0.1:8080" }
+
+[backends.mine]
+kind = "acp"
+command = "/opt/agent"
+args = ["--acp"]
+env_vars = ["MY_AGENT_KEY"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.Backend("claude-code")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.Kind != KindACP || cc.Agent.Command != "npx" || cc.Agent.Env["ANTHROPIC_BASE_URL"] != "http://127.0.0.1:8080" || !slices.Contains(cc.Agent.EnvVars, "ANTHROPIC_API_KEY") {
+		t.Fatalf("claude-code: %+v %+v", cc, cc.Agent)
+	}
+	mine, err := cfg.Backend("mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine.Model != "mine" || mine.Agent.Command != "/opt/agent" || !slices.Equal(mine.Agent.Args, []string{"--acp"}) {
+		t.Fatalf("mine: %+v %+v", mine, mine.Agent)
+	}
+	for _, name := range []string{"claude-code", "codex-cli", "gemini-cli", "qwen-code", "opencode"} {
+		if _, err := cfg.Backend(name); err != nil {
+			t.Errorf("preset %s: %v", name, err)
+		}
+	}
+	for _, tc := range []struct{ toml, want string }{
+		{"[backends.x]\nkind = \"acp\"\n", "command is required for kind acp"},
+		{"[backends.x]\nkind = \"acp\"\ncommand = \"a\"\nenv = { OPENAI_API_KEY = \"sk-1\" }\n", "a key never goes in the config"},
+		{"[backends.x]\nkind = \"acp\"\ncommand = \"a\"\nenv_vars = [\"A=B\"]\n", "not a variable name"},
+	} {
+		cfg, err := ParseConfig([]byte(tc.toml))
+		if err == nil {
+			_, err = cfg.Backend("x")
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.toml, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "sk-1") {
+			t.Errorf("the error quotes the value: %v", err)
 		}
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/provider"
+	"github.com/nexus-run/nexus/internal/reaper"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
@@ -64,6 +65,9 @@ type Kind struct {
 	Sessions  live.Backend
 	Runs      *chatstore.Subagents
 	Subagents SubagentLimits
+	// Owner, when set, runs acp backends' agents as process groups of the gateway's (they
+	// never outlive it); nil: each agent gets a process group of its own.
+	Owner *reaper.Owner
 
 	sweepOnce   sync.Once
 	schemaOnce  sync.Once
@@ -221,7 +225,11 @@ func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest
 	if c.logs != nil && c.logs.raw != nil {
 		transport = &rawTransport{next: transport, logs: c.logs}
 	}
-	c.p, err = provider.Open(backend, provider.Options{Getenv: k.Getenv, Transport: transport})
+	if backend.Kind == provider.KindACP {
+		err = c.openACP() // an external agent instead of the loop (acp.go)
+	} else {
+		c.p, err = provider.Open(backend, provider.Options{Getenv: k.Getenv, Transport: transport})
+	}
 	if err != nil {
 		c.release()
 		return nil, err
@@ -426,6 +434,7 @@ type chat struct {
 	prof      *profile.Profile
 	backend   provider.Backend
 	p         provider.Provider
+	acp       *acpBackend // an acp backend's agent, in place of p (acp.go)
 	workspace string
 	level     permission.Level
 	// powers are what the model may do: the agent's and the options', bounded by what
@@ -666,6 +675,9 @@ func (c *chat) release() {
 	}
 	for _, m := range c.mcp {
 		_ = m.Close()
+	}
+	if c.acp != nil {
+		c.acp.close()
 	}
 	if c.bash != nil {
 		_ = c.bash.Close(context.Background())

@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/acpengine/acptest"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
@@ -775,6 +776,7 @@ const CompactRequestedName = aichat.CompactRequested
 const mcpServerVar = "NEXUS_TEST_MCP_SERVER"
 
 func TestMain(m *testing.M) {
+	acptest.Main() // the binary is an ACP agent when an acp backend starts it (acp_test.go)
 	if os.Getenv(mcpServerVar) == "1" {
 		srv := sdk.NewServer(&sdk.Implementation{Name: "fs", Version: "1"}, nil)
 		sdk.AddTool(srv, &sdk.Tool{Name: "echo", Description: "echoes text"}, func(_ context.Context, _ *sdk.CallToolRequest, in struct {

@@ -63,6 +63,9 @@ func (c *chat) keepTokens() int {
 // run is the turn's run; nil for a compaction asked for between turns, whose caller publishes
 // the returned end event itself (as it stops counting as running).
 func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore.Run, reason string) (*abi.AICompaction, error) {
+	if c.acp != nil {
+		return nil, c.acpCompactError()
+	}
 	w := h.Writer
 	if w.LeafID() == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "nothing to compact: the conversation is empty")

@@ -189,7 +189,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 			return c.between(ctx, h, run, em, msgs)
 		},
 	}
-	res, err := agent.Run(ctx, c.p, ts, req, opts)
+	res, err := c.runAgent(ctx, h, ts, req, opts)
 	// A request the window cannot hold: compact, then try once more from the transcript.
 	if res != nil && res.End == agent.EndError && errors.Is(res.Err, provider.ErrContextOverflow) && ctx.Err() == nil {
 		c.logs.verbosef("context overflow: %v", res.Err)

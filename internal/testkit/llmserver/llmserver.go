@@ -101,6 +101,12 @@ func Missing() string {
 // fails under CI); err is a failure of a setup that should have worked. A watchdog stops the
 // server when this process ends in any way, so it never outlives the tests even without Stop.
 func Start(ctx context.Context) (s *Server, skip string, err error) {
+	return StartWith(ctx)
+}
+
+// StartWith is Start with llama-server arguments after serve.sh's defaults (which they
+// override).
+func StartWith(ctx context.Context, args ...string) (s *Server, skip string, err error) {
 	if skip := Missing(); skip != "" {
 		return nil, skip, nil
 	}
@@ -119,7 +125,7 @@ func Start(ctx context.Context) (s *Server, skip string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
-	serve := exec.CommandContext(ctx, "bash", filepath.Join(dir, "serve.sh"), strconv.Itoa(port), cache) //nolint:gosec // the repository's own script
+	serve := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(dir, "serve.sh"), strconv.Itoa(port), cache}, args...)...) //nolint:gosec // the repository's own script
 	var stderr bytes.Buffer
 	serve.Stderr = &stderr
 	out, err = serve.Output()
@@ -180,6 +186,8 @@ func freePort(ctx context.Context) (int, error) {
 
 // Once is a test package's one server: started on first use, stopped by Stop (from TestMain).
 type Once struct {
+	// Args are llama-server arguments of the server (StartWith).
+	Args []string
 	once sync.Once
 	srv  *Server
 	skip string
@@ -190,7 +198,7 @@ type Once struct {
 // the test is skipped, and fails under CI.
 func (o *Once) URL(t testing.TB) string {
 	t.Helper()
-	o.once.Do(func() { o.srv, o.skip, o.err = Start(context.Background()) })
+	o.once.Do(func() { o.srv, o.skip, o.err = StartWith(context.Background(), o.Args...) })
 	if o.skip != "" {
 		testkit.SkipUnlessCI(t, o.skip)
 	}
