@@ -109,8 +109,8 @@ acp-client-deps:
 acp-agents-deps:
 	@if command -v npm >/dev/null 2>&1; then \
 		test -d tools/acp-agents/node_modules/@zed-industries/claude-agent-acp || { \
-			echo "Installing the pinned coding agents into tools/acp-agents (npm ci, once; the acp backends' preset tests run them)"; \
-			npm ci --prefix tools/acp-agents --no-audit --no-fund --loglevel=error; }; \
+			echo "Installing the pinned coding agents into tools/acp-agents (npm install from the lock file, once; the acp backends' preset tests run them)"; \
+			npm install --prefix tools/acp-agents --no-audit --no-fund --loglevel=error; }; \
 	else echo "npm not found: the acp backends' preset tests will be skipped"; fi
 
 fuzz:

@@ -76,7 +76,7 @@ func main() {
 	acptest.Main() // this program is the acptest agent when a path starts it so
 	names := flag.String("agents", "acptest", "agents to measure: acptest, claude-code, opencode")
 	n := flag.Int("n", 50, "prompts per path (the first one cold)")
-	bin := flag.String("bin", "tools/acp-agents/node_modules/.bin", "the agents' programs (npm ci --prefix tools/acp-agents)")
+	bin := flag.String("bin", "tools/acp-agents/node_modules/.bin", "the agents' programs (npm install --prefix tools/acp-agents)")
 	llmURL := flag.String("llm-url", "", "a running tools/llm server (default: one is started, its window widened to 65536)")
 	flag.Parse()
 	if err := run(*names, *n, *bin, *llmURL); err != nil {
@@ -138,7 +138,7 @@ func run(names string, n int, bin, llmURL string) error {
 			}
 			if name != "acptest" {
 				if _, err := os.Stat(a.command); err != nil {
-					return fmt.Errorf("%s: %w (npm ci --prefix tools/acp-agents)", name, err)
+					return fmt.Errorf("%s: %w (npm install --prefix tools/acp-agents)", name, err)
 				}
 				a.env["ANTHROPIC_BASE_URL"] = llmURL
 			}

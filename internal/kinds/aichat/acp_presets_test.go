@@ -20,7 +20,7 @@ import (
 // Temperature 0 by default: the agents send none, and the model's junk arguments then vary less.
 var llm = llmserver.Once{Args: []string{"-c", "65536", "--override-kv", "llama.context_length=int:65536", "--temp", "0"}}
 
-// agentBin is a program of tools/acp-agents (npm ci --prefix tools/acp-agents), or a skip:
+// agentBin is a program of tools/acp-agents (npm install --prefix tools/acp-agents), or a skip:
 // under CI its absence fails the test.
 func agentBin(t *testing.T, name string) string {
 	t.Helper()
@@ -30,7 +30,7 @@ func agentBin(t *testing.T, name string) string {
 	}
 	bin := filepath.Join(wd, "..", "..", "..", "tools", "acp-agents", "node_modules", ".bin", name)
 	if _, err := os.Stat(bin); err != nil {
-		testkit.SkipUnlessCI(t, fmt.Sprintf("%s is not installed: run npm ci --prefix tools/acp-agents (make acp-agents-deps)", name))
+		testkit.SkipUnlessCI(t, fmt.Sprintf("%s is not installed: run npm install --prefix tools/acp-agents (make acp-agents-deps)", name))
 	}
 	return bin
 }
