@@ -1095,7 +1095,7 @@ func (w *writer) writeFile(ctx context.Context, j *job, sum *Summary) error {
 // session's row (0 when there was nothing to write).
 func (w *writer) writeSession(ctx context.Context, j *job, res *source.Result, fileID, prevSession int64, rewritten bool, sum *Summary, id *int64) error {
 	s := res.Session
-	if prevSession == 0 && res.Lines == 0 {
+	if prevSession == 0 && res.Lines == 0 && !res.Whole {
 		return nil // nothing yet: an empty file, or only a partial first line, is no session
 	}
 	if s.ID == "" {
