@@ -144,7 +144,7 @@ func fillClosed(ctx context.Context, dir string, n, kib int) error {
 		}
 		events = append(events, status(abi.StateClosed, "session closed: "+abi.CloseShutdown, abi.StatusClosed),
 			ev(abi.EventClose, abi.ClosePayload{Type: abi.PayloadClose, Reason: abi.CloseShutdown, Status: abi.StatusClosed}))
-		if err := l.Append(events...); err != nil {
+		if _, err := l.Append(ctx, events...); err != nil {
 			return err
 		}
 		rec.Status = abi.StatusClosed
@@ -153,7 +153,7 @@ func fillClosed(ctx context.Context, dir string, n, kib int) error {
 		if err := st.Save(ctx, rec); err != nil {
 			return err
 		}
-		if err := l.Close(); err != nil {
+		if err := l.Close(ctx); err != nil {
 			return err
 		}
 	}

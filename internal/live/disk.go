@@ -36,7 +36,7 @@ import (
 //
 // Durability (docs/live-sessions.md states it for users):
 //   - Every event is written (write(2), to the kernel) before any reader can see it or its
-//     sequence number (the registry flushes a log before it reads from it), and every record
+//     sequence number (a log writes what it buffered before a Read or LastSeq answers), and every record
 //     before the request that changed it is answered, so a killed process — kill -9 included
 //     — loses nothing a client saw or was told. Events nobody has read yet wait in a buffer of
 //     up to writeBatch bytes, so a burst of output costs one write(2) per batch; a kill may
@@ -60,7 +60,7 @@ const (
 	recordFile = "session.json"
 	seqFile    = "seq"
 	pinnedFile = "pinned.log"
-	// volatileFile marks a log whose data events are not written (LogVolatileData): restored,
+	// volatileFile marks a log whose data events are not written (LogLimits.VolatileData): restored,
 	// it goes on after its reservation, since data numbers past its last written event were
 	// handed out.
 	volatileFile = "volatile-data"
@@ -389,7 +389,10 @@ type diskLog struct {
 	dir    string
 	limits LogLimits
 
-	mu       sync.Mutex // guards what sync reads; appends are serialized by the registry
+	// mu guards the rest and serializes appends: an append and the flush before a read
+	// hold it while they write to the kernel's page cache (never for an fsync of events: the
+	// flusher syncs outside it).
+	mu       sync.Mutex
 	mem      *MemoryLog
 	segs     []*segment // oldest first; the last is the one appended to
 	cur      *os.File   // the last segment's file, opened on the first append
@@ -412,23 +415,22 @@ type diskLog struct {
 }
 
 // Append implements EventLog. The events are framed into a buffer and written (one write(2)
-// for many events) by Flush, which the registry calls before any reader can see them, or when
-// the buffer holds writeBatch bytes; so a producer printing faster than anyone reads pays one
-// system call per batch, not per event.
-func (l *diskLog) Append(events ...*Event) error {
-	if len(events) == 0 {
-		return nil
-	}
-	if l.cold {
-		return fmt.Errorf("session %s: append to a closed event log", l.id)
-	}
-	if err := l.mem.Append(events...); err != nil {
-		return err
-	}
+// for many events) before the next Read or LastSeq answers, or when the buffer holds
+// writeBatch bytes; so a producer printing faster than anyone reads pays one system call per
+// batch, not per event. The sequence numbers come from the in-memory log, within the
+// reservation this log keeps in its seq file.
+func (l *diskLog) Append(ctx context.Context, events ...*Event) (Appended, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cold || l.closed {
+		return Appended{}, fmt.Errorf("session %s: %w", l.id, ErrLogClosed)
+	}
+	res, err := l.mem.Append(ctx, events...)
+	if err != nil || len(events) == 0 {
+		return res, err
+	}
 	if l.broken != nil {
-		return fmt.Errorf("%w: %w", ErrNotDurable, l.broken)
+		return res, fmt.Errorf("%w: %w", ErrNotDurable, l.broken)
 	}
 	persist := events
 	if l.limits.VolatileData {
@@ -439,7 +441,7 @@ func (l *diskLog) Append(events ...*Event) error {
 			}
 		}
 	}
-	err := l.reserve(events[len(events)-1].Seq)
+	err = l.reserve(events[len(events)-1].Seq)
 	if err == nil && len(persist) > 0 {
 		err = l.queue(persist)
 	}
@@ -449,9 +451,9 @@ func (l *diskLog) Append(events ...*Event) error {
 	if err != nil {
 		l.broken = err
 		l.dropPending()
-		return fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+		return res, fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
 	}
-	return nil
+	return res, nil
 }
 
 // writeBatch is how many framed bytes wait for a reader before they are written anyway.
@@ -501,19 +503,17 @@ func (l *diskLog) queue(events []*Event) error {
 	return nil
 }
 
-// Flush implements Flusher: the pending events are written (to the kernel) when it returns.
-func (l *diskLog) Flush() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.broken != nil {
-		return nil // reported by the Append that broke it; the log lives on in memory
+// flushForReadLocked writes the pending events (to the kernel) before anyone is shown them. A
+// failure leaves the log in memory only: the next Append reports it as ErrNotDurable.
+func (l *diskLog) flushForReadLocked() {
+	if l.broken != nil || l.pending == nil {
+		return // reported by the Append that broke it; the log lives on in memory
 	}
 	if err := l.flushLocked(); err != nil {
 		l.broken = err
 		l.dropPending()
-		return fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+		l.store.opt.Logger.Warn("live-session store: write an event log", "id", l.id, "err", err)
 	}
-	return nil
 }
 
 func (l *diskLog) flushLocked() error {
@@ -694,20 +694,22 @@ func readReservation(dir string) (n uint64, boot string, ok bool) {
 }
 
 // LastSeq implements EventLog. A finished log that cannot be read has 0: its reads report why.
-func (l *diskLog) LastSeq() uint64 {
+func (l *diskLog) LastSeq(ctx context.Context) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.cold {
-		return l.mem.LastSeq()
+		l.flushForReadLocked() // nobody learns a number whose event is not written
+		return l.mem.LastSeq(ctx)
 	}
 	if !l.haveLast {
 		mem, err := l.store.coldRead(l)
 		if err != nil {
-			return 0
+			return 0, nil
 		}
-		l.last, l.haveLast = mem.LastSeq(), true
+		last, _ := mem.LastSeq(ctx)
+		l.last, l.haveLast = last, true
 	}
-	return l.last
+	return l.last, nil
 }
 
 // lastKnown reports whether LastSeq answers without reading the log's files.
@@ -718,19 +720,34 @@ func (l *diskLog) lastKnown() bool {
 }
 
 // Read implements EventLog.
-func (l *diskLog) Read(after uint64, limit int) (Page, error) {
+func (l *diskLog) Read(ctx context.Context, after uint64, limit int) (Page, error) {
 	l.mu.Lock()
-	mem, cold := l.mem, l.cold
-	l.mu.Unlock()
-	if cold {
-		var err error
-		if mem, err = l.store.coldRead(l); err != nil {
-			return Page{}, err
-		}
+	if !l.cold {
+		// The read is in memory, under the lock an append takes: no reader sees an event that
+		// is not written.
+		defer l.mu.Unlock()
+		l.flushForReadLocked()
+		return l.mem.Read(ctx, after, limit)
 	}
-	// A finished log's events no longer change, and an open one's only through Append, which
-	// the registry does not run beside a Read.
-	return mem.Read(after, limit)
+	l.mu.Unlock()
+	// A finished log's events no longer change.
+	mem, err := l.store.coldRead(l)
+	if err != nil {
+		return Page{}, err
+	}
+	return mem.Read(ctx, after, limit)
+}
+
+// Wait implements EventLog.
+func (l *diskLog) Wait(ctx context.Context, after uint64) error {
+	l.mu.Lock()
+	mem := l.mem
+	done := l.cold || l.closed
+	l.mu.Unlock()
+	if done {
+		return nil
+	}
+	return mem.Wait(ctx, after)
 }
 
 // Close implements EventLog: the session has ended. The flusher syncs what it wrote with
@@ -738,11 +755,21 @@ func (l *diskLog) Read(after uint64, limit int) (Page, error) {
 // of fsyncs), then lets go of its files and its events: from then on (within a SyncInterval)
 // they are read from the files. Readers still streaming the session when it closed read its
 // last events from memory meanwhile.
-func (l *diskLog) Close() error {
-	err := l.Flush()
+func (l *diskLog) Close(ctx context.Context) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	var err error
+	if l.broken == nil && l.pending != nil {
+		if err = l.flushLocked(); err != nil {
+			l.broken = err
+			l.dropPending()
+			err = fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+		}
+	}
 	l.closed = true
-	l.mu.Unlock()
+	if l.mem != nil {
+		_ = l.mem.Close(ctx) // wakes its waiting readers
+	}
 	return err
 }
 
@@ -753,7 +780,7 @@ func (l *diskLog) goColdLocked() {
 	if l.cold || !l.closed || l.broken != nil || l.limits.VolatileData {
 		return
 	}
-	l.last, l.haveLast = l.mem.LastSeq(), true
+	l.last, l.haveLast = l.mem.last, true
 	l.cold, l.mem = true, nil
 }
 

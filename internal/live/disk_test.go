@@ -461,12 +461,15 @@ func TestDiskVolatileData(t *testing.T) {
 	data := func(seq uint64) *live.Event {
 		return &live.Event{Seq: seq, Type: abi.EventData, Time: at, SessionID: "s1", Payload: abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamStdout, Line: fmt.Sprint("line ", seq)}}
 	}
-	mustOK(t, l.Append(status(1, "one"), data(2), data(3)))
-	mustOK(t, l.Append(data(4), status(5, "five"), data(6)))
-	if p, err := l.Read(0, 0); err != nil || len(p.Events) != 6 {
+	ctx := context.Background()
+	for _, batch := range [][]*live.Event{{status(1, "one"), data(2), data(3)}, {data(4), status(5, "five"), data(6)}} {
+		_, err := l.Append(ctx, batch...)
+		mustOK(t, err)
+	}
+	if p, err := l.Read(ctx, 0, 0); err != nil || len(p.Events) != 6 {
 		t.Fatalf("in memory: %d events, %v", len(p.Events), err)
 	}
-	mustOK(t, l.Close())
+	mustOK(t, l.Close(ctx))
 	mustOK(t, st.Close())
 	var written int64
 	_ = filepath.WalkDir(filepath.Join(dir, "s1"), func(path string, d fs.DirEntry, err error) error {
@@ -487,7 +490,7 @@ func TestDiskVolatileData(t *testing.T) {
 	if len(rs) != 1 {
 		t.Fatalf("restored %d sessions", len(rs))
 	}
-	p, err := rs[0].Log.Read(0, 0)
+	p, err := rs[0].Log.Read(ctx, 0, 0)
 	mustOK(t, err)
 	var got []string
 	for _, e := range p.Events {
@@ -496,7 +499,7 @@ func TestDiskVolatileData(t *testing.T) {
 	if strings.Join(got, ",") != "1 status,5 status" || p.Missed == 0 {
 		t.Fatalf("restored %v, missed %d", got, p.Missed)
 	}
-	if last := rs[0].Log.LastSeq(); last < 6 {
+	if last, err := rs[0].Log.LastSeq(ctx); err != nil || last < 6 {
 		t.Fatalf("the sequence restarts at %d: numbers readers saw would be given again", last)
 	}
 }

@@ -132,7 +132,10 @@ func (k *Sink) Ended(reason string, exitCode *int) {
 
 // LastSeq is the sequence number of the session's newest event: what a control command's
 // caller follows the events it causes from.
-func (k *Sink) LastSeq() uint64 { return k.s.log.lastSeq() }
+func (k *Sink) LastSeq() uint64 {
+	last, _ := k.s.log.lastSeq(k.s.log.ctx) // a log that cannot answer fails its reads too
+	return last
+}
 
 // Now is the runtime's clock.
 func (k *Sink) Now() time.Time { return k.r.now() }

@@ -103,6 +103,9 @@ const maxTTLSeconds = int64(math.MaxInt64 / time.Second)
 // Registry holds the live sessions of one gateway.
 type Registry struct {
 	cfg Config
+	// base is the context of what the registry does on its own behalf (appends, closes): New's,
+	// without its cancellation.
+	base context.Context
 
 	mu       sync.Mutex
 	kinds    map[abi.SessionType]Kind
@@ -124,7 +127,7 @@ type Registry struct {
 // reason gateway-restart.
 func New(ctx context.Context, cfg Config, kinds ...Kind) (*Registry, error) {
 	cfg.fill()
-	r := &Registry{cfg: cfg, kinds: map[abi.SessionType]Kind{}, sessions: map[string]*session{}, stop: make(chan struct{}), changes: make(chan struct{}), version: 1}
+	r := &Registry{cfg: cfg, base: context.WithoutCancel(ctx), kinds: map[abi.SessionType]Kind{}, sessions: map[string]*session{}, stop: make(chan struct{}), changes: make(chan struct{}), version: 1}
 	for _, k := range kinds {
 		if err := r.Register(k); err != nil {
 			return nil, err
@@ -134,7 +137,7 @@ func New(ctx context.Context, cfg Config, kinds ...Kind) (*Registry, error) {
 		return nil, err
 	}
 	r.wg.Add(1)
-	go r.sweeper(context.WithoutCancel(ctx)) // ctx bounds the restore; the sweeper runs until Shutdown
+	go r.sweeper(r.base) // ctx bounds the restore; the sweeper runs until Shutdown
 	return r, nil
 }
 
@@ -382,7 +385,7 @@ func (r *Registry) newID() string {
 }
 
 func (r *Registry) newLog(id string, l EventLog) *sessionLog {
-	return newSessionLog(l, r.cfg.Log, func(err error) {
+	return newSessionLog(r.base, l, r.cfg.Log, func(err error) {
 		r.cfg.Logger.Warn("session event log", "id", id, "err", err)
 	})
 }
