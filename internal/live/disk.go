@@ -99,6 +99,8 @@ type DiskStore struct {
 	opt  DiskOptions
 	boot string
 
+	v *versions // records' revisions: given at Put, or when Restore or List first finds a record
+
 	mu          sync.Mutex
 	logs        map[string]*diskLog
 	parentDirty bool
@@ -129,7 +131,7 @@ func OpenDiskStore(dir string, opt DiskOptions) (*DiskStore, error) {
 	if err := fsutil.MkdirPrivate(dir); err != nil {
 		return nil, err
 	}
-	s := &DiskStore{dir: dir, opt: opt, boot: opt.BootID(), logs: map[string]*diskLog{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &DiskStore{dir: dir, opt: opt, boot: opt.BootID(), v: newVersions(), logs: map[string]*diskLog{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.flusher()
 	return s, nil
 }
@@ -223,18 +225,60 @@ func (s *DiskStore) sessionDir(id string) (string, error) {
 	return filepath.Join(s.dir, id), nil
 }
 
-// Create implements Store.
-func (s *DiskStore) Create(_ context.Context, rec abi.Session, limits LogLimits) (EventLog, error) {
+// Put implements StateStore. A new record makes the session's directory; its log is created
+// next (CreateLog).
+func (s *DiskStore) Put(_ context.Context, rec abi.Session, revision uint64) (uint64, error) {
 	dir, err := s.sessionDir(rec.SessionID)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.v.begin(rec.SessionID, revision); err != nil {
+		return 0, err
+	}
+	err = s.put(dir, rec, revision == 0)
+	rev := s.v.end(rec.SessionID, err == nil, false)
+	return rev, err
+}
+
+func (s *DiskStore) put(dir string, rec abi.Session, create bool) error {
+	if create {
+		if err := os.Mkdir(dir, fsutil.DirMode); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				// A session the store keeps but could not restore holds the id.
+				return fmt.Errorf("create session directory: %w: %w", ErrConflict, err)
+			}
+			return fmt.Errorf("create session directory: %w", err)
+		}
+	}
+	if err := writeRecord(dir, rec); err != nil {
+		if create {
+			_ = os.RemoveAll(dir)
+		}
+		return err
+	}
+	s.mu.Lock()
+	l := s.logs[rec.SessionID]
+	if create {
+		s.parentDirty = true
+	}
+	s.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		l.recordDirty, l.dirDirty = true, true
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// CreateLog implements Store: the sequence reservation first, so no number is handed out
+// before it is reserved.
+func (s *DiskStore) CreateLog(_ context.Context, id string, limits LogLimits) (EventLog, error) {
+	dir, err := s.sessionDir(id)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Mkdir(dir, fsutil.DirMode); err != nil {
-		return nil, fmt.Errorf("create session directory: %w", err)
-	}
-	l := &diskLog{store: s, id: rec.SessionID, dir: dir, mem: NewMemoryLog(limits), limits: limits, dirDirty: true}
+	l := &diskLog{store: s, id: id, dir: dir, mem: NewMemoryLog(limits), limits: limits, dirDirty: true, recordDirty: true}
 	if err := l.writeReservation(seqBlock, false); err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	if limits.VolatileData {
@@ -243,17 +287,11 @@ func (s *DiskStore) Create(_ context.Context, rec abi.Session, limits LogLimits)
 			err = f.Close()
 		}
 		if err != nil {
-			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("mark the session's data volatile: %w", err)
 		}
 	}
-	if err := writeRecord(dir, rec); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	l.recordDirty = true
 	s.mu.Lock()
-	s.logs[rec.SessionID] = l
+	s.logs[id] = l
 	s.parentDirty = true
 	s.mu.Unlock()
 	return l, nil
@@ -267,28 +305,93 @@ func writeRecord(dir string, rec abi.Session) error {
 	return fsutil.ReplaceFile(filepath.Join(dir, recordFile), append(b, '\n'))
 }
 
-// Save implements Store.
-func (s *DiskStore) Save(_ context.Context, rec abi.Session) error {
-	dir, err := s.sessionDir(rec.SessionID)
+func readRecord(dir, id string) (abi.Session, error) {
+	data, err := fsutil.ReadFileNoFollow(filepath.Join(dir, recordFile))
 	if err != nil {
+		return abi.Session{}, fmt.Errorf("read record: %w", err)
+	}
+	var rec abi.Session
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return abi.Session{}, fmt.Errorf("decode %s: %w", filepath.Join(dir, recordFile), err)
+	}
+	if rec.SessionID != id {
+		return abi.Session{}, fmt.Errorf("record names session %q", rec.SessionID)
+	}
+	return rec, nil
+}
+
+// Get implements StateStore.
+func (s *DiskStore) Get(_ context.Context, id string) (Record, error) {
+	dir, err := s.sessionDir(id)
+	if err != nil {
+		return Record{}, err
+	}
+	rec, err := readRecord(dir, id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, fmt.Errorf("session %s: %w", id, ErrNoRecord)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{Session: rec, Revision: s.v.adopt(id)}, nil
+}
+
+// List implements StateStore: every session directory whose record reads.
+func (s *DiskStore) List(ctx context.Context) ([]Record, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.dir, err)
+	}
+	var out []Record
+	for _, de := range entries {
+		if !de.IsDir() || !validID.MatchString(de.Name()) || strings.HasPrefix(de.Name(), ".") {
+			continue
+		}
+		if r, err := s.Get(ctx, de.Name()); err == nil {
+			out = append(out, r)
+		}
+	}
+	sortRecords(out)
+	return out, nil
+}
+
+// Delete implements StateStore: the record goes with the session's log.
+func (s *DiskStore) Delete(ctx context.Context, id string, revision uint64) error {
+	if revision == 0 {
+		return fmt.Errorf("session %s: %w (delete names no revision)", id, ErrConflict)
+	}
+	if _, err := s.sessionDir(id); err != nil {
 		return err
 	}
-	if err := writeRecord(dir, rec); err != nil {
+	if err := s.v.begin(id, revision); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	l := s.logs[rec.SessionID]
-	s.mu.Unlock()
-	if l != nil {
-		l.mu.Lock()
-		l.recordDirty, l.dirDirty = true, true
-		l.mu.Unlock()
+	err := s.remove(id)
+	s.v.end(id, err == nil, true)
+	return err
+}
+
+// Watch implements StateStore.
+func (s *DiskStore) Watch(ctx context.Context, after uint64) (Records, error) {
+	v, err := s.v.wait(ctx, after)
+	if err != nil {
+		return Records{}, err
 	}
-	return nil
+	rs, err := s.List(ctx)
+	return Records{Records: rs, Version: v}, err
 }
 
 // Remove implements Store.
 func (s *DiskStore) Remove(_ context.Context, id string) error {
+	if _, err := s.sessionDir(id); err != nil {
+		return err
+	}
+	err := s.remove(id)
+	s.v.forget(id)
+	return err
+}
+
+func (s *DiskStore) remove(id string) error {
 	dir, err := s.sessionDir(id)
 	if err != nil {
 		return err
@@ -339,16 +442,9 @@ func (s *DiskStore) Restore(_ context.Context, limits LogLimits) ([]Restored, er
 
 func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
 	dir := filepath.Join(s.dir, id)
-	data, err := fsutil.ReadFileNoFollow(filepath.Join(dir, recordFile))
+	rec, err := readRecord(dir, id)
 	if err != nil {
-		return Restored{}, fmt.Errorf("read record: %w", err)
-	}
-	var rec abi.Session
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return Restored{}, fmt.Errorf("decode %s: %w", filepath.Join(dir, recordFile), err)
-	}
-	if rec.SessionID != id {
-		return Restored{}, fmt.Errorf("record names session %q", rec.SessionID)
+		return Restored{}, err
 	}
 	l := &diskLog{store: s, id: id, dir: dir, limits: limits}
 	if rec.Status.Final() {
@@ -365,7 +461,7 @@ func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
 	s.mu.Lock()
 	s.logs[id] = l
 	s.mu.Unlock()
-	return Restored{Session: rec, Log: l}, nil
+	return Restored{Session: rec, Revision: s.v.adopt(id), Log: l}, nil
 }
 
 // segment is one file of a disk log.

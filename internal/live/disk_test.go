@@ -452,7 +452,9 @@ func TestDiskVolatileData(t *testing.T) {
 	}
 	st := open()
 	limits := live.LogLimits{Events: 64, Bytes: 1 << 20, Pinned: 64, VolatileData: true}
-	l, err := st.Create(context.Background(), abi.Session{SessionID: "s1", Type: abi.TypeDebugStream, Status: abi.StatusActive}, limits)
+	_, err := st.Put(context.Background(), abi.Session{SessionID: "s1", Type: abi.TypeDebugStream, Status: abi.StatusActive}, 0)
+	mustOK(t, err)
+	l, err := st.CreateLog(context.Background(), "s1", limits)
 	mustOK(t, err)
 	at := time.Unix(1700000000, 0)
 	status := func(seq uint64, msg string) *live.Event {
@@ -506,13 +508,13 @@ func TestDiskVolatileData(t *testing.T) {
 
 // limitsStore records the limits each session's log was created with.
 type limitsStore struct {
-	live.MemoryStore
+	*live.MemoryStore
 	got []live.LogLimits
 }
 
-func (s *limitsStore) Create(ctx context.Context, rec abi.Session, l live.LogLimits) (live.EventLog, error) {
+func (s *limitsStore) CreateLog(ctx context.Context, id string, l live.LogLimits) (live.EventLog, error) {
 	s.got = append(s.got, l)
-	return s.MemoryStore.Create(ctx, rec, l)
+	return s.MemoryStore.CreateLog(ctx, id, l)
 }
 
 // keeperKind is a fake kind whose data is kept elsewhere.
@@ -523,7 +525,7 @@ func (keeperKind) DataKeptElsewhere() bool { return true }
 // TestRegistryVolatileDataForDataKeepers: a DataKeeper kind's sessions get logs that keep data
 // in memory only; other kinds' logs persist everything.
 func TestRegistryVolatileDataForDataKeepers(t *testing.T) {
-	st := &limitsStore{}
+	st := &limitsStore{MemoryStore: live.NewMemoryStore()}
 	r := newRegistry(t, live.Config{Store: st, IdleTimeout: -1},
 		livetest.NewFakeKind(abi.TypeTerminal, false), keeperKind{livetest.NewFakeKind(abi.TypeDebugStream, false)})
 	for _, typ := range []abi.SessionType{abi.TypeTerminal, abi.TypeDebugStream} {

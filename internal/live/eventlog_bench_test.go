@@ -42,7 +42,11 @@ func BenchmarkEventLogAppend(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = st.Close() }()
-		el, err := st.Create(context.Background(), abi.Session{SessionID: "bench"}, benchDefaultLimits())
+		_, err = st.Put(context.Background(), abi.Session{SessionID: "bench"}, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		el, err := st.CreateLog(context.Background(), "bench", benchDefaultLimits())
 		if err != nil {
 			b.Fatal(err)
 		}

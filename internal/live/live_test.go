@@ -66,6 +66,16 @@ func TestRegistryContract(t *testing.T) {
 	})
 }
 
+// TestStateStoreContract runs the record store's contract on both stores.
+func TestStateStoreContract(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		livetest.RunStateStore(t, func(*testing.T) live.StateStore { return live.NewMemoryStore() })
+	})
+	t.Run("disk", func(t *testing.T) {
+		livetest.RunStateStore(t, func(t *testing.T) live.StateStore { return openDisk(t, t.TempDir()) })
+	})
+}
+
 // TestEventLogContract runs the event log contract on both logs.
 func TestEventLogContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
@@ -76,7 +86,9 @@ func TestEventLogContract(t *testing.T) {
 		livetest.RunEventLog(t, func(t *testing.T, l live.LogLimits) live.EventLog {
 			st := openDisk(t, t.TempDir())
 			n++
-			log, err := st.Create(context.Background(), abi.Session{SessionID: "s", Status: abi.StatusActive}, l)
+			_, err := st.Put(context.Background(), abi.Session{SessionID: "s", Status: abi.StatusActive}, 0)
+			mustOK(t, err)
+			log, err := st.CreateLog(context.Background(), "s", l)
 			mustOK(t, err)
 			return log
 		})

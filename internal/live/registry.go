@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math"
 	"slices"
@@ -83,7 +82,7 @@ func (c *Config) fill() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Store == nil {
-		c.Store = MemoryStore{}
+		c.Store = NewMemoryStore()
 	}
 }
 
@@ -198,6 +197,9 @@ type session struct {
 	log       *sessionLog
 
 	ctl sync.Mutex // serializes control commands and close
+
+	recMu sync.Mutex // serializes writes of the session's record
+	rev   uint64     // the record's revision in the store, as the registry last wrote it
 
 	mu          sync.Mutex
 	obj         abi.Session
@@ -319,12 +321,21 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	if dk, ok := kind.(DataKeeper); ok && dk.DataKeptElsewhere() {
 		limits.VolatileData = true
 	}
-	elog, err := r.cfg.Store.Create(ctx, s.snapshot(), limits)
-	for try := 0; errors.Is(err, fs.ErrExist) && try < 10; try++ {
+	var err error
+	s.rev, err = r.cfg.Store.Put(ctx, s.snapshot(), 0)
+	for try := 0; errors.Is(err, ErrConflict) && try < 10; try++ {
 		// A session the store keeps but could not restore holds the id: take another.
 		s.id = r.newID()
 		s.obj.SessionID = s.id
-		elog, err = r.cfg.Store.Create(ctx, s.snapshot(), limits)
+		s.rev, err = r.cfg.Store.Put(ctx, s.snapshot(), 0)
+	}
+	var elog EventLog
+	if err == nil {
+		if elog, err = r.cfg.Store.CreateLog(ctx, s.id, limits); err != nil {
+			if rerr := r.cfg.Store.Remove(context.WithoutCancel(ctx), s.id); rerr != nil {
+				r.cfg.Logger.Warn("forget a session whose log could not be created", "id", s.id, "err", rerr)
+			}
+		}
 	}
 	if err != nil {
 		r.mu.Lock()
@@ -449,7 +460,7 @@ func (r *Registry) Moved(ctx context.Context, id, to string) error {
 	s.obj.Metadata[MovedToField] = to
 	s.mu.Unlock()
 	r.changed()
-	if err := r.cfg.Store.Save(context.WithoutCancel(ctx), s.snapshot()); err != nil {
+	if err := r.putRecord(context.WithoutCancel(ctx), s); err != nil {
 		return fmt.Errorf("record where session %s moved: %w", id, err)
 	}
 	return nil
@@ -744,7 +755,7 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 
 // closeLog records s's final object and appends its closing events: the log ends.
 func (r *Registry) closeLog(ctx context.Context, s *session, now time.Time, reason string, to abi.Status, exitCode *int) {
-	if err := r.cfg.Store.Save(context.WithoutCancel(ctx), s.snapshot()); err != nil {
+	if err := r.putRecord(context.WithoutCancel(ctx), s); err != nil {
 		r.cfg.Logger.Warn("record a closed session", "id", s.id, "err", err)
 	}
 	s.log.appendAll(
@@ -752,6 +763,20 @@ func (r *Registry) closeLog(ctx context.Context, s *session, now time.Time, reas
 		&Event{Type: abi.EventClose, Time: now, SessionID: s.id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: reason, Status: to, ExitCode: exitCode}},
 	)
 	s.log.finish()
+}
+
+// putRecord writes s's record over the revision the registry last wrote: a record another
+// writer changed meanwhile (another node, in a shared store) is not overwritten, and the write
+// reports ErrConflict.
+func (r *Registry) putRecord(ctx context.Context, s *session) error {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	rev, err := r.cfg.Store.Put(ctx, s.snapshot(), s.rev)
+	if err != nil {
+		return err
+	}
+	s.rev = rev
+	return nil
 }
 
 // Hold marks the caller as an owner of s. For an ephemeral session, the release of its last

@@ -20,7 +20,7 @@ func (r *Registry) restore(ctx context.Context) error {
 	}
 	now := r.now()
 	for _, rs := range restored {
-		s := &session{id: rs.Session.SessionID, obj: rs.Session, lastActive: now}
+		s := &session{id: rs.Session.SessionID, obj: rs.Session, rev: rs.Revision, lastActive: now}
 		if s.obj.Metadata == nil {
 			s.obj.Metadata = map[string]any{}
 		}
