@@ -236,7 +236,7 @@ func (s *Service) fire(ctx context.Context, j Job, at time.Time, missed int, onT
 	}
 	id := fmt.Sprintf("%s_%s_%d", j.Kind, j.ID, at.UnixMilli())
 	text := s.jobText(j, at, missed)
-	msgID, _, err := s.Deliver(ctx, Delivery{ID: id, Key: j.key(), Text: text, Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target})
+	msgID, _, err := s.Deliver(ctx, Delivery{ID: id, Key: jobKey(j), Text: text, Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.TriggerTarget})
 	errText := ""
 	if err != nil {
 		errText = err.Error()
@@ -256,8 +256,8 @@ func (s *Service) RunNow(ctx context.Context, id string) (string, string, error)
 		return "", "", err
 	}
 	now := s.now()
-	msgID, key, err := s.Deliver(ctx, Delivery{ID: fmt.Sprintf("%s_%s_manual_%d", j.Kind, j.ID, now.UnixNano()), Key: j.key(),
-		Text: s.jobText(j, now, 0), Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target})
+	msgID, key, err := s.Deliver(ctx, Delivery{ID: fmt.Sprintf("%s_%s_manual_%d", j.Kind, j.ID, now.UnixNano()), Key: jobKey(j),
+		Text: s.jobText(j, now, 0), Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.TriggerTarget})
 	if msgID != "" {
 		if rerr := s.Store.recordRun(ctx, j.ID, 0, true, msgID, ""); rerr != nil && err == nil {
 			err = rerr
@@ -267,7 +267,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (string, string, error)
 }
 
 // key is where a job's messages go: its session, else its own cron conversation.
-func (j Job) key() string {
+func jobKey(j Job) string {
 	if j.SessionKey != "" {
 		return j.SessionKey
 	}
@@ -416,7 +416,7 @@ func (s *Service) deliverHook(ctx context.Context, h Hook, c HookCall) (HookResu
 	if key == "" {
 		key = "hook:" + uuid.NewString()
 	}
-	msgID, canon, err := s.Deliver(ctx, Delivery{Key: key, Text: "[webhook " + h.ID + "]\n\n" + text, Mode: mode, From: "hook:" + h.ID, Target: h.Target})
+	msgID, canon, err := s.Deliver(ctx, Delivery{Key: key, Text: "[webhook " + h.ID + "]\n\n" + text, Mode: mode, From: "hook:" + h.ID, Target: h.TriggerTarget})
 	if msgID == "" {
 		return HookResult{}, err
 	}
