@@ -397,8 +397,8 @@ func startHarness(ctx context.Context, llmBase string) (*harness, error) {
 	d, err := gateway.Assemble(ctx, gateway.Config{
 		StateDir: state, Version: "bench", Types: []abi.SessionType{abi.TypeAIChat},
 		IdleTimeout: -1, MaxSessions: 100000, Store: live.NewMemoryStore(),
-		Providers: func() (*provider.Config, error) { return provider.ParseConfig([]byte(cfgText)) },
-		Getenv:    func(string) string { return "" },
+		Backends: func() (*provider.Config, error) { return provider.ParseConfig([]byte(cfgText)) },
+		Getenv:   func(string) string { return "" },
 		// What nexus serve writes by default: context.md and verbose.md.
 		AILogs: &aichat.LogOptions{Context: true, Verbose: true},
 		// The subagent benchmark spawns 100 at once from one conversation.

@@ -120,7 +120,7 @@ func (a *app) serveCmd() *cobra.Command {
 				Retention:          retention,
 				Shell:              shell,
 				Grace:              grace,
-				Providers:          a.providerConfig,
+				Backends:           a.providerConfig,
 				AILogs:             &aichat.LogOptions{Context: !noAILogs, Verbose: !noAILogs, Raw: !noAILogs && aiRawLog},
 				MCP:                mcpCfg,
 				Index:              historyIndex,

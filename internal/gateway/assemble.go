@@ -83,7 +83,7 @@ type Config struct {
 
 	// AI chats: the model backends (nil: $NEXUS_HOME/config.toml), the logs they write (nil:
 	// context.md and verbose.md) and the subagents' limits (zero: the kind's defaults).
-	Providers func() (*provider.Config, error)
+	Backends  func() (*provider.Config, error)
 	AILogs    *aichat.LogOptions
 	Subagents aichat.SubagentLimits
 
@@ -255,9 +255,9 @@ func (d *Daemon) assembleAIChat(ctx context.Context, chats *conversation.Service
 	if err != nil {
 		return err
 	}
-	providers := cfg.Providers
-	if providers == nil {
-		providers = func() (*provider.Config, error) {
+	backends := cfg.Backends
+	if backends == nil {
+		backends = func() (*provider.Config, error) {
 			path, err := provider.ConfigPath(cfg.Getenv)
 			if err != nil {
 				return nil, err
@@ -270,7 +270,7 @@ func (d *Daemon) assembleAIChat(ctx context.Context, chats *conversation.Service
 		logs = &aichat.LogOptions{Context: true, Verbose: true}
 	}
 	kind := &aichat.Kind{
-		Broker: queues, Runs: runs, Chats: chats, StateDir: cfg.StateDir, Config: providers,
+		Broker: queues, Runs: runs, Chats: chats, StateDir: cfg.StateDir, Config: backends,
 		Getenv: cfg.Getenv, Shells: shells, Logs: logs, Subagents: cfg.Subagents, Now: cfg.Now, Logger: cfg.Logger,
 	}
 	// Cron jobs, heartbeats and webhooks (state/triggers/triggers.db) deliver into

@@ -556,7 +556,7 @@ func (l *diskLog) Append(ctx context.Context, events ...*Event) (Appended, error
 const writeBatch = 64 << 10
 
 // reserve makes sure sequence numbers up to last are reserved durably: they become visible
-// once appended (written or not, see VolatileData), so the reservation must be on disk first.
+// once appended (written or not, see LogLimits.VolatileData), so the reservation must be on disk first.
 func (l *diskLog) reserve(last uint64) error {
 	if last > l.reserved {
 		return l.writeReservation(last+seqBlock, true)

@@ -66,7 +66,7 @@ type LogLimits struct {
 	MaxStall time.Duration
 	// VolatileData keeps data events in memory only: a store that persists writes the other
 	// events (status, errors, the close). The registry sets it for a kind that says its data is
-	// kept elsewhere (VolatileData), such as a debug stream's lines, which the followed
+	// kept elsewhere (a DataKeeper), such as a debug stream's lines, which the followed
 	// process's own log files hold: writing them again per session would cost a disk write of
 	// every line for every subscriber.
 	VolatileData bool

@@ -42,7 +42,8 @@ type Kind struct {
 	// Config loads config.toml's backends; it is read at each session's start, so an edit
 	// applies to the next session.
 	Config func() (*provider.Config, error)
-	// Providers opens providers (default provider.Open with Getenv and Transport below).
+	// Getenv and Transport are what each session's provider is opened with (provider.Open):
+	// the environment its API key is read from, and the HTTP transport (nil: the default).
 	Getenv    func(string) string
 	Transport http.RoundTripper
 	// Shells runs the conversations' bash tools (one agent shell each).
