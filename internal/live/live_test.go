@@ -129,3 +129,38 @@ func TestKindContract(t *testing.T) {
 		},
 	})
 }
+
+// TestSinkContext: a kind's sink carries the session's lifetime, which Start's ctx does not: it
+// outlives the request that created the session and ends once the session has closed.
+func TestSinkContext(t *testing.T) {
+	for _, how := range []string{"close", "ended", "shutdown"} {
+		t.Run(how, func(t *testing.T) {
+			kind := livetest.NewFakeKind(abi.TypeTerminal, false)
+			r, err := live.New(context.Background(), live.Config{IdleTimeout: -1}, kind)
+			mustOK(t, err)
+			t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+			reqCtx, endRequest := context.WithCancel(context.Background())
+			s, err := r.Create(reqCtx, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+			mustOK(t, err)
+			endRequest()
+			life := kind.Instance(s.SessionID).Sink().Context()
+			if err := life.Err(); err != nil {
+				t.Fatalf("the lifetime ended with the create request: %v", err)
+			}
+			switch how {
+			case "close":
+				_, err = r.Close(testCtx(t), s.SessionID, abi.CloseRequested)
+				mustOK(t, err)
+			case "ended":
+				kind.Instance(s.SessionID).End(abi.CloseExited, nil)
+			case "shutdown":
+				mustOK(t, r.Shutdown(testCtx(t)))
+			}
+			select {
+			case <-life.Done():
+			case <-testCtx(t).Done():
+				t.Fatal("the session closed, its lifetime did not end")
+			}
+		})
+	}
+}

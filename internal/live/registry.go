@@ -198,6 +198,11 @@ type session struct {
 
 	ctl sync.Mutex // serializes control commands and close
 
+	// ctx is the session's lifetime, given to its kind (Sink.Context): cancelled once the
+	// session has closed and its instance is stopped.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	recMu sync.Mutex // serializes writes of the session's record
 	rev   uint64     // the record's revision in the store, as the registry last wrote it
 
@@ -310,6 +315,7 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 		},
 	}
 	s.obj.SessionID = s.id
+	s.ctx, s.cancel = context.WithCancel(r.base)
 	if req.TTLSeconds > 0 {
 		s.expires = now.Add(time.Duration(req.TTLSeconds) * time.Second)
 		s.obj.ExpiresAt = abi.FormatTime(s.expires)
@@ -349,6 +355,7 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 
 	inst, err := kind.Start(ctx, sink, req)
 	if err != nil {
+		s.cancel()
 		r.mu.Lock()
 		r.live--
 		r.mu.Unlock()
@@ -749,6 +756,7 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	r.changedLocked()
 	r.mu.Unlock()
 	r.closeLog(ctx, s, now, reason, to, exitCode)
+	s.cancel() // the instance is stopped and the log ended: what the kind started from its lifetime ends too
 	r.cfg.Logger.Info("session closed", "id", s.id, "reason", reason)
 	return true
 }

@@ -191,7 +191,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 		s.src = &processSource{m: k.Processes, id: in.ID}
 		md["processId"], md["processName"] = in.ID, in.Name
 	}
-	s.ctx, s.stop = context.WithCancel(context.Background())
+	s.ctx, s.stop = context.WithCancel(sink.Context())
 	sink.SetMetadata(md)
 	return s, nil
 }

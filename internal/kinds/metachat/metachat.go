@@ -136,7 +136,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 	}
 	m := &meta{sink: sink, k: k, view: view, id: rm.ID, offered: make(chan struct{}, 1),
 		items: map[string]int{}, sessions: map[string]abi.Session{}, readers: map[string]context.CancelFunc{}, preexisting: map[string]bool{}}
-	m.ctx, m.stop = context.WithCancel(context.Background())
+	m.ctx, m.stop = context.WithCancel(sink.Context())
 	sink.SetMetadata(map[string]any{"roadmapId": rm.ID, "title": rm.Title})
 	return m, nil
 }

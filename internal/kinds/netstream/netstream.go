@@ -120,7 +120,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 			w.port = uint16(n)
 		}
 	}
-	w.ctx, w.stop = context.WithCancel(context.Background())
+	w.ctx, w.stop = context.WithCancel(sink.Context())
 	sink.SetMetadata(md)
 	return w, nil
 }
