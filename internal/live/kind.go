@@ -77,7 +77,7 @@ type Sink struct {
 // Context is the session's lifetime: it is cancelled once the session has closed (after its
 // instance's Close). Start's ctx bounds the start only; what a kind runs for the session's
 // whole life derives from this one, never from context.Background().
-func (k *Sink) Context() context.Context { return k.s.ctx }
+func (k *Sink) Context() context.Context { return k.s.lifetime(k.r.base) }
 
 // SessionID is the id of the session this sink reports for.
 func (k *Sink) SessionID() string { return k.s.id }

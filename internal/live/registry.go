@@ -198,11 +198,6 @@ type session struct {
 
 	ctl sync.Mutex // serializes control commands and close
 
-	// ctx is the session's lifetime, given to its kind (Sink.Context): cancelled once the
-	// session has closed and its instance is stopped.
-	ctx    context.Context
-	cancel context.CancelFunc
-
 	recMu sync.Mutex // serializes writes of the session's record
 	rev   uint64     // the record's revision in the store, as the registry last wrote it
 
@@ -216,6 +211,35 @@ type session struct {
 	everHeld    bool
 	closeReason string
 	closedAt    time.Time
+	// life is the session's lifetime, given to its kind (Sink.Context), made on first use (a
+	// terminal never asks for it, and an idle session must stay small) and cancelled once the
+	// session has closed and its instance is stopped (lifeOver).
+	life     context.Context
+	stopLife context.CancelFunc
+	lifeOver bool
+}
+
+// lifetime returns the session's lifetime context, making it on first use.
+func (s *session) lifetime(base context.Context) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.life == nil {
+		s.life, s.stopLife = context.WithCancel(base)
+		if s.lifeOver {
+			s.stopLife()
+		}
+	}
+	return s.life
+}
+
+// endLife cancels the session's lifetime, now and for whoever asks for it later.
+func (s *session) endLife() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lifeOver = true
+	if s.stopLife != nil {
+		s.stopLife()
+	}
 }
 
 func (s *session) publish(now time.Time, typ abi.EventType, payload any) {
@@ -315,7 +339,6 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 		},
 	}
 	s.obj.SessionID = s.id
-	s.ctx, s.cancel = context.WithCancel(r.base)
 	if req.TTLSeconds > 0 {
 		s.expires = now.Add(time.Duration(req.TTLSeconds) * time.Second)
 		s.obj.ExpiresAt = abi.FormatTime(s.expires)
@@ -355,7 +378,7 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 
 	inst, err := kind.Start(ctx, sink, req)
 	if err != nil {
-		s.cancel()
+		s.endLife()
 		r.mu.Lock()
 		r.live--
 		r.mu.Unlock()
@@ -756,7 +779,7 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	r.changedLocked()
 	r.mu.Unlock()
 	r.closeLog(ctx, s, now, reason, to, exitCode)
-	s.cancel() // the instance is stopped and the log ended: what the kind started from its lifetime ends too
+	s.endLife() // the instance is stopped and the log ended: what the kind started from its lifetime ends too
 	r.cfg.Logger.Info("session closed", "id", s.id, "reason", reason)
 	return true
 }

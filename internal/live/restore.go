@@ -21,8 +21,7 @@ func (r *Registry) restore(ctx context.Context) error {
 	now := r.now()
 	for _, rs := range restored {
 		s := &session{id: rs.Session.SessionID, obj: rs.Session, rev: rs.Revision, lastActive: now}
-		s.ctx, s.cancel = context.WithCancel(r.base)
-		s.cancel() // restored sessions are closed: their instances are gone
+		s.lifeOver = true // restored sessions are closed: their instances are gone
 		if s.obj.Metadata == nil {
 			s.obj.Metadata = map[string]any{}
 		}

@@ -55,18 +55,23 @@ var (
 )
 
 // versions is the compare-and-set and watch bookkeeping the memory and disk stores share: the
-// store's version, each record's revision, and the records being written (a write in progress
-// makes a racing one lose, so a slow write holds no lock).
+// store's version, each record's revision, and whether it is being written (a write in progress
+// makes a racing one lose, so a slow write holds no lock). It costs a map entry per session.
 type versions struct {
 	mu      sync.Mutex
 	version uint64
-	revs    map[string]uint64
-	busy    map[string]bool
+	revs    map[string]revision
 	changes chan struct{} // closed at the next change
 }
 
+// revision is a record's: rev 0 while its first write is under way.
+type revision struct {
+	rev  uint64
+	busy bool
+}
+
 func newVersions() *versions {
-	return &versions{version: 1, revs: map[string]uint64{}, busy: map[string]bool{}, changes: make(chan struct{})}
+	return &versions{version: 1, revs: map[string]revision{}, changes: make(chan struct{})}
 }
 
 // begin claims id for a write from revision, or says why it cannot.
@@ -75,14 +80,15 @@ func (v *versions) begin(id string, revision uint64) error {
 	defer v.mu.Unlock()
 	cur, ok := v.revs[id]
 	switch {
-	case v.busy[id]:
+	case cur.busy:
 		return fmt.Errorf("session %s: %w (another write is under way)", id, ErrConflict)
 	case !ok && revision != 0:
 		return fmt.Errorf("session %s: %w", id, ErrNoRecord)
-	case ok && cur != revision:
-		return fmt.Errorf("session %s: %w (revision %d, not %d)", id, ErrConflict, cur, revision)
+	case ok && cur.rev != revision:
+		return fmt.Errorf("session %s: %w (revision %d, not %d)", id, ErrConflict, cur.rev, revision)
 	}
-	v.busy[id] = true
+	cur.busy = true
+	v.revs[id] = cur
 	return nil
 }
 
@@ -91,16 +97,22 @@ func (v *versions) begin(id string, revision uint64) error {
 func (v *versions) end(id string, done, deleted bool) uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	delete(v.busy, id)
-	if !done {
-		return v.revs[id]
+	cur := v.revs[id]
+	cur.busy = false
+	switch {
+	case !done && cur.rev == 0:
+		delete(v.revs, id) // a create that failed: there is no record
+		return 0
+	case !done:
+		v.revs[id] = cur
+		return cur.rev
 	}
 	v.bumpLocked()
 	if deleted {
 		delete(v.revs, id)
 		return 0
 	}
-	v.revs[id] = v.version
+	v.revs[id] = revision{rev: v.version}
 	return v.version
 }
 
@@ -114,11 +126,13 @@ func (v *versions) bumpLocked() {
 func (v *versions) adopt(id string) uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if rev, ok := v.revs[id]; ok {
-		return rev
+	if cur, ok := v.revs[id]; ok && cur.rev != 0 {
+		return cur.rev
+	} else if ok {
+		return 0 // its first write is under way: whoever reads it now reads no revision
 	}
 	v.bumpLocked()
-	v.revs[id] = v.version
+	v.revs[id] = revision{rev: v.version}
 	return v.version
 }
 
@@ -135,8 +149,8 @@ func (v *versions) forget(id string) {
 func (v *versions) revision(id string) (uint64, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	rev, ok := v.revs[id]
-	return rev, ok
+	cur, ok := v.revs[id]
+	return cur.rev, ok && cur.rev != 0
 }
 
 // wait returns the version once it passes after, or ctx's error.
