@@ -143,9 +143,6 @@ func Assemble(ctx context.Context, cfg Config) (d *Daemon, err error) {
 	if cfg.MinTriggerInterval <= 0 {
 		cfg.MinTriggerInterval = trigger.DefaultMinInterval
 	}
-	if cfg.Journal == nil {
-		cfg.Journal = process.NewJournal(0, cfg.Now)
-	}
 	if cfg.Console && cfg.Listen == "" {
 		return nil, errors.New("the web console is served on the TCP listener: it needs Listen")
 	}
@@ -217,7 +214,11 @@ func Assemble(ctx context.Context, cfg Config) (d *Daemon, err error) {
 		procs.SetGatewayAddr(cfg.Listen)
 		o.Processes = procs
 		if serves(abi.TypeDebugStream) {
-			d.kinds = append(d.kinds, &debugstream.Kind{Processes: procs, Journal: cfg.Journal})
+			journal := cfg.Journal
+			if journal == nil {
+				journal = process.NewJournal(0, cfg.Now)
+			}
+			d.kinds = append(d.kinds, &debugstream.Kind{Processes: procs, Journal: journal})
 		}
 		if serves(abi.TypeNetworkStream) {
 			d.kinds = append(d.kinds, &netstream.Kind{Processes: procs})
