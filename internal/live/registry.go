@@ -373,7 +373,7 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 		return abi.Session{}, &abi.Error{Code: abi.CodeResourceUnavailable, Message: "record the new session", Err: err}
 	}
 	s.log = r.newLog(s.id, elog)
-	sink := &Sink{r: r, s: s}
+	sink := &regSink{r: r, s: s}
 	s.publish(now, abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnecting, Message: "starting " + string(req.Type) + " session", SessionStatus: abi.StatusActive})
 
 	inst, err := kind.Start(ctx, sink, req)

@@ -125,7 +125,7 @@ func AgentOfKey(key string) string {
 }
 
 // Start implements live.Kind.
-func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	var opts abi.AIChatOptions
 	if len(req.Options) > 0 {
 		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
@@ -415,7 +415,7 @@ func (k *Kind) workspace(dir string) (string, error) {
 // chat is one ai-chat session.
 type chat struct {
 	k         *Kind
-	sink      *live.Sink
+	sink      live.Sink
 	prof      *profile.Profile
 	backend   provider.Backend
 	p         provider.Provider

@@ -120,7 +120,7 @@ func (journalSource) hold(bool)         {}
 func (journalSource) open(uint64) error { return nil }
 
 // Start implements live.Kind.
-func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	var opts abi.DebugStreamOptions
 	if len(req.Options) > 0 {
 		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
@@ -198,7 +198,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 
 // stream is one debug-stream session.
 type stream struct {
-	sink  *live.Sink
+	sink  live.Sink
 	src   source
 	file  string
 	lines int

@@ -114,7 +114,7 @@ func (k *Kind) Capabilities() abi.Capabilities {
 }
 
 // Start implements live.Kind.
-func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	if len(req.Options) > 0 && string(req.Options) != "{}" && string(req.Options) != "null" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "meta-chat sessions take no options")
 	}
@@ -143,7 +143,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 
 // meta is one meta-chat session.
 type meta struct {
-	sink *live.Sink
+	sink live.Sink
 	k    *Kind
 	view live.View
 	id   string

@@ -71,7 +71,7 @@ func (k *Kind) Capabilities() abi.Capabilities {
 }
 
 // Start implements live.Kind.
-func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	var opts abi.NetworkStreamOptions
 	if len(req.Options) > 0 {
 		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
@@ -127,7 +127,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 
 // watch is one network-stream session.
 type watch struct {
-	sink     *live.Sink
+	sink     live.Sink
 	k        *Kind
 	interval time.Duration
 	pids     func() []int // the server's processes; nil: match port instead
