@@ -1,5 +1,5 @@
-// Command aichat benchmarks the ai-chat session kind as `nexus serve` runs it (gateway.Serve on
-// a unix socket, live.Registry, aichat.Kind writing transcripts on disk), against a scripted
+// Command aichat benchmarks the ai-chat session kind as `nexus serve` runs it (gateway.Assemble
+// serving ai-chat on a unix socket, transcripts written on disk), against a scripted
 // OpenAI-compatible server on loopback, so the model's own time is known and can be left out.
 // It measures the loop's overhead per tool call (turns of cheap list_dir calls, minus the time
 // in model calls and tools), the latency of each token from the provider's socket to a
@@ -35,14 +35,12 @@ import (
 	"github.com/nexus-run/nexus/bench/internal/benchenv"
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
-	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/client"
-	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/provider"
-	"github.com/nexus-run/nexus/internal/shell/agentshell"
 )
 
 type config struct {
@@ -390,49 +388,35 @@ func startHarness(ctx context.Context, llmBase string) (*harness, error) {
 	}
 	h.state = state
 	h.srv = httptest.NewServer(http.HandlerFunc(h.m.serve))
-	queues, err := broker.Open(ctx, broker.Path(state), broker.Options{})
-	if err != nil {
-		return nil, err
-	}
-	h.queues = queues
 	cfgText := fmt.Sprintf("[backends.bench]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"bench\"\ncontext_window = 1000000\n", h.srv.URL+"/v1")
 	if llmBase != "" {
 		// As the real-model tests configure it (internal/cli/ai_script_test.go).
 		cfgText += fmt.Sprintf("\n[backends.%s]\nkind = \"openai-compatible\"\nbase_url = %q\nmodel = \"probe\"\ncontext_window = 4096\nmax_tokens = 256\n", llmBackend, llmBase+"/v1")
 	}
-	shells := agentshell.New(agentshell.Config{AuditDir: filepath.Join(state, "audit"), IdleTimeout: -1})
-	kind := &aichat.Kind{
-		Chats:    conversation.New(conversation.Options{Dir: conversation.SessionsDir(state)}),
-		Broker:   queues,
-		StateDir: state,
-		Config:   func() (*provider.Config, error) { return provider.ParseConfig([]byte(cfgText)) },
+	ready := make(chan gateway.Info, 1)
+	d, err := gateway.Assemble(ctx, gateway.Config{
+		StateDir: state, Version: "bench", Types: []abi.SessionType{abi.TypeAIChat},
+		IdleTimeout: -1, MaxSessions: 100000, Store: live.NewMemoryStore(),
+		Backends: func() (*provider.Config, error) { return provider.ParseConfig([]byte(cfgText)) },
 		Getenv:   func(string) string { return "" },
-		Shells:   shells,
 		// What nexus serve writes by default: context.md and verbose.md.
-		Logs: &aichat.LogOptions{Context: true, Verbose: true},
+		AILogs: &aichat.LogOptions{Context: true, Verbose: true},
 		// The subagent benchmark spawns 100 at once from one conversation.
-		Subagents: aichat.SubagentLimits{MaxChildren: 1000, MaxRunning: 1000, MaxRuns: 1000},
-	}
-	h.reg, err = live.New(ctx, live.Config{IdleTimeout: -1, MaxSessions: 100000}, kind)
+		Subagents:       aichat.SubagentLimits{MaxChildren: 1000, MaxRunning: 1000, MaxRuns: 1000},
+		ShutdownTimeout: 60 * time.Second,
+		Ready:           func(in gateway.Info, _ *console.Auth) { ready <- in },
+	})
 	if err != nil {
 		return nil, err
 	}
-	runs, err := chatstore.OpenSubagents(filepath.Join(state, "subagents"), nil)
-	if err != nil {
-		return nil, err
-	}
-	kind.Runs, kind.Sessions = runs, h.reg
+	h.queues = d.Broker
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
-	ready := make(chan gateway.Info, 1)
-	go func() {
-		h.done <- gateway.Serve(sctx, gateway.DaemonOptions{StateDir: state, Registry: h.reg, Version: "bench",
-			ShutdownTimeout: 60 * time.Second, Ready: func(in gateway.Info) { ready <- in }})
-		shells.Close()
-	}()
+	go func() { h.done <- d.Run(sctx) }()
 	select {
 	case in := <-ready:
 		h.sock = in.Socket
+		h.reg = d.Registry
 	case err := <-h.done:
 		return nil, fmt.Errorf("gateway did not start: %w", err)
 	}
@@ -445,8 +429,7 @@ func (h *harness) stop() {
 	if err := <-h.done; err != nil {
 		fmt.Fprintln(os.Stderr, "bench: gateway:", err)
 	}
-	h.srv.Close()
-	_ = h.queues.Close()
+	h.srv.Close() // the daemon closed the queue when it stopped
 	_ = os.RemoveAll(h.dir)
 }
 

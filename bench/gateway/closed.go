@@ -122,7 +122,11 @@ func fillClosed(ctx context.Context, dir string, n, kib int) error {
 			Context: abi.Context{ProjectID: benchProject}, Transport: abi.TransportWebSocket, Status: abi.StatusActive,
 			Metadata: map[string]any{},
 		}
-		l, err := st.Create(ctx, rec, limits)
+		rev, err := st.Put(ctx, rec, 0)
+		if err != nil {
+			return err
+		}
+		l, err := st.CreateLog(ctx, rec.SessionID, limits)
 		if err != nil {
 			return err
 		}
@@ -144,16 +148,16 @@ func fillClosed(ctx context.Context, dir string, n, kib int) error {
 		}
 		events = append(events, status(abi.StateClosed, "session closed: "+abi.CloseShutdown, abi.StatusClosed),
 			ev(abi.EventClose, abi.ClosePayload{Type: abi.PayloadClose, Reason: abi.CloseShutdown, Status: abi.StatusClosed}))
-		if err := l.Append(events...); err != nil {
+		if _, err := l.Append(ctx, events...); err != nil {
 			return err
 		}
 		rec.Status = abi.StatusClosed
 		rec.Metadata["closedAt"] = abi.FormatTime(now)
 		rec.Metadata["closeReason"] = abi.CloseShutdown
-		if err := st.Save(ctx, rec); err != nil {
+		if _, err := st.Put(ctx, rec, rev); err != nil {
 			return err
 		}
-		if err := l.Close(); err != nil {
+		if err := l.Close(ctx); err != nil {
 			return err
 		}
 	}

@@ -12,17 +12,17 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/gateway"
-	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 )
 
 // benchProject is the only project id the in-process gateway knows.
 const benchProject = "bench"
 
-// harness is a gateway served in-process exactly as `nexus serve` wires it (gateway.Serve on a
-// unix socket in a private state directory, live.Registry, terminal.Kind), minus the CLI and
-// the projects file.
+// harness is a gateway served in-process as `nexus serve` assembles it (gateway.Assemble and
+// Run on a unix socket in a private state directory), serving terminals only, minus the CLI
+// and the projects file.
 type harness struct {
 	dir    string // temp root: state/, work/ (the project directory), home/
 	sock   string
@@ -76,10 +76,17 @@ func harnessDir() (string, error) {
 // directory may hold what an earlier gateway left; stop removes dir.
 func startHarnessAt(ctx context.Context, dir string, lc live.Config, bc config) (*harness, error) {
 	work := filepath.Join(dir, "work")
-	kind := &terminal.Kind{
-		Shell: bc.shell,
-		Grace: 2 * time.Second,
-		Env:   shellEnv(filepath.Join(dir, "home")),
+	cfg := gateway.Config{
+		StateDir: filepath.Join(dir, "state"),
+		Version:  "bench",
+		Types:    []abi.SessionType{abi.TypeTerminal},
+		// The registry's settings of the run; with bc.store "disk" (nil Store) the sessions
+		// live in state/live, as nexus serve keeps them.
+		MaxSessions: lc.MaxSessions, IdleTimeout: lc.IdleTimeout, Retention: lc.Retention, Log: lc.Log,
+		Shell:           bc.shell,
+		Grace:           2 * time.Second,
+		ShellEnv:        shellEnv(filepath.Join(dir, "home")),
+		ShutdownTimeout: 60 * time.Second,
 		Projects: func(id string) (string, error) {
 			if id != benchProject {
 				return "", abi.Errorf(abi.CodeInvalidArgument, "", "unknown project %q", id)
@@ -87,34 +94,23 @@ func startHarnessAt(ctx context.Context, dir string, lc live.Config, bc config) 
 			return work, nil
 		},
 	}
-	if bc.store == "disk" {
-		st, err := live.OpenDiskStore(filepath.Join(dir, "state", "live"), live.DiskOptions{})
-		if err != nil {
-			_ = os.RemoveAll(dir) //nolint:gosec // G703: the bench's own temp root (harnessDir), never input
-			return nil, err
-		}
-		lc.Store = st
+	if bc.store != "disk" {
+		cfg.Store = live.NewMemoryStore()
 	}
-	reg, err := live.New(ctx, lc, kind)
+	ready := make(chan gateway.Info, 1)
+	cfg.Ready = func(in gateway.Info, _ *console.Auth) { ready <- in }
+	d, err := gateway.Assemble(ctx, cfg)
 	if err != nil {
 		_ = os.RemoveAll(dir) //nolint:gosec // G703: the bench's own temp root (harnessDir), never input
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h := &harness{dir: dir, reg: reg, cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan gateway.Info, 1)
-	go func() {
-		h.done <- gateway.Serve(sctx, gateway.DaemonOptions{
-			StateDir:        filepath.Join(dir, "state"),
-			Registry:        reg,
-			Version:         "bench",
-			ShutdownTimeout: 60 * time.Second,
-			Ready:           func(in gateway.Info) { ready <- in },
-		})
-	}()
+	h := &harness{dir: dir, cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- d.Run(sctx) }()
 	select {
 	case in := <-ready:
 		h.sock = in.Socket
+		h.reg = d.Registry
 	case err := <-h.done:
 		cancel()
 		_ = os.RemoveAll(dir) //nolint:gosec // G703: the bench's own temp root (harnessDir), never input

@@ -54,7 +54,7 @@ func openGateway(ctx context.Context, storeKind string, maxSessions int) (_ *gat
 		}
 		g.store = ds
 	default:
-		g.store = live.MemoryStore{}
+		g.store = live.NewMemoryStore()
 	}
 	g.reg, err = live.New(ctx, live.Config{MaxSessions: maxSessions, IdleTimeout: -1, Store: g.store},
 		&debugstream.Kind{Processes: g.procs, Journal: process.NewJournal(0, nil)})

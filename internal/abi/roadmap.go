@@ -38,3 +38,21 @@ type RoadmapEvent struct {
 	Label           string       `json:"label,omitempty"`
 	Task            string       `json:"task,omitempty"`
 }
+
+// RoadmapStep is one step of a roadmap as /v1/roadmaps answers it (internal/roadmap keeps
+// them): RoadmapItem with its version and the time of its last change.
+type RoadmapStep struct {
+	ID        string `json:"id"`
+	Title     string `json:"title"`
+	Status    string `json:"status"`
+	Version   int    `json:"version"`
+	UpdatedAt int64  `json:"updatedAt"`
+}
+
+// Roadmap is a plan: its steps in order.
+type Roadmap struct {
+	ID        string        `json:"id"`
+	Title     string        `json:"title"`
+	CreatedAt int64         `json:"createdAt"`
+	Items     []RoadmapStep `json:"items"`
+}

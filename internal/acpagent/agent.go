@@ -23,6 +23,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/chatclient"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/conversation"
 )
@@ -301,7 +302,7 @@ func (a *Agent) exists(ctx context.Context, key string) error {
 	if key == "" {
 		return invalidParams("sessionId is required")
 	}
-	if _, err := a.cfg.Client.Chats().Show(ctx, key); err != nil {
+	if _, err := chatclient.New(a.cfg.Client).Show(ctx, key); err != nil {
 		if client.IsCode(err, abi.CodeSessionNotFound) {
 			return &acp.RequestError{Code: codeResourceNotFound, Message: fmt.Sprintf("no nexus conversation has the key %q", key)}
 		}
@@ -330,7 +331,7 @@ func (a *Agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.
 }
 
 func (a *Agent) replay(ctx context.Context, s *session) error {
-	h, err := a.cfg.Client.Chats().History(ctx, s.key, conversation.HistoryOptions{})
+	h, err := chatclient.New(a.cfg.Client).History(ctx, s.key, conversation.HistoryOptions{})
 	if err != nil {
 		return err
 	}
@@ -398,7 +399,7 @@ func (a *Agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 		}
 		start = n
 	}
-	items, err := a.cfg.Client.Chats().List(ctx, conversation.ListOptions{Agent: agent})
+	items, err := chatclient.New(a.cfg.Client).List(ctx, conversation.ListOptions{Agent: agent})
 	if err != nil {
 		return acp.ListSessionsResponse{}, requestError(err)
 	}
@@ -668,7 +669,7 @@ func (a *Agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 
 // lastStop is the stop reason of the conversation's last message ("" when unknown).
 func (a *Agent) lastStop(ctx context.Context, key string) string {
-	h, err := a.cfg.Client.Chats().History(ctx, key, conversation.HistoryOptions{Limit: 1})
+	h, err := chatclient.New(a.cfg.Client).History(ctx, key, conversation.HistoryOptions{Limit: 1})
 	if err != nil {
 		return ""
 	}

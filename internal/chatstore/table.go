@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 
 	"github.com/nexus-run/nexus/internal/fsutil"
@@ -64,7 +63,7 @@ type table struct {
 	wrapV  json.RawMessage
 	backup bool // keep <file>.bak as a hard link to the previous version
 
-	lk *flock.Flock
+	lockPath string // path + ".lock": writers of every process take it (fsutil.LockWait)
 
 	cache atomic.Pointer[snapshot]
 
@@ -97,7 +96,7 @@ func newTable(path, wrap string, first []string) *table {
 		wrap:  wrap,
 		first: first,
 		// O_NOFOLLOW: a symlink planted at the lock path is refused, not followed.
-		lk: flock.New(path+".lock", flock.SetFlag(os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW), flock.SetPermissions(fsutil.FileMode)),
+		lockPath: path + ".lock",
 	}
 }
 
@@ -338,8 +337,9 @@ func (t *table) commitLoop() {
 			return
 		}
 		t.mu.Unlock()
-		if err := t.lk.Lock(); err != nil {
-			t.failQueued(fmt.Errorf("lock %s.lock: %w", t.path, err))
+		lk, err := fsutil.LockWait(t.lockPath)
+		if err != nil {
+			t.failQueued(err)
 			continue
 		}
 		t.mu.Lock()
@@ -360,7 +360,7 @@ func (t *table) commitLoop() {
 		if len(taken) > 0 {
 			t.runBatch(taken)
 		}
-		_ = t.lk.Unlock()
+		_ = lk.Unlock()
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatclient"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -99,7 +100,7 @@ func (a *app) openAIChat(ctx context.Context, o aiOpen) (abi.Session, error) {
 // lastAIChat is the most recently updated conversation of the agent.
 func (a *app) lastAIChat(ctx context.Context, agentID string) (string, error) {
 	// Through the gateway: it is the one that holds the conversations of ai-chat sessions.
-	api := a.client().Chats()
+	api := chatclient.New(a.client())
 	if agentID == "" {
 		agentID = "main"
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"github.com/nexus-run/nexus/internal/chatclient"
 	"net"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,7 @@ func (a *app) chats(cmd *cobra.Command) (conversation.API, error) {
 	case chatLocal:
 		return a.localChats(), nil
 	case chatGateway:
-		return a.client().Chats(), nil
+		return chatclient.New(a.client()), nil
 	case chatAuto, "":
 	default:
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "unknown chat transport %q (want auto, local or gateway)", mode)
@@ -89,7 +90,7 @@ func (a *app) chats(cmd *cobra.Command) (conversation.API, error) {
 	if a.gateway != "" {
 		// A gateway named on purpose is the one to use; falling back to local files could write
 		// a store the user did not mean.
-		return a.client().Chats(), nil
+		return chatclient.New(a.client()), nil
 	}
 	sock := filepath.Join(a.stateDir, gateway.SocketFile)
 	up, err := gatewayAnswers(cmd.Context(), sock)
@@ -97,7 +98,7 @@ func (a *app) chats(cmd *cobra.Command) (conversation.API, error) {
 		return nil, err
 	}
 	if up {
-		return a.client().Chats(), nil
+		return chatclient.New(a.client()), nil
 	}
 	return a.localChats(), nil
 }

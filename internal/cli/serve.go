@@ -12,22 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexus-run/nexus/internal/abi"
-	"github.com/nexus-run/nexus/internal/broker"
-	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/console"
-	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
-	"github.com/nexus-run/nexus/internal/kinds/debugstream"
-	"github.com/nexus-run/nexus/internal/kinds/metachat"
-	"github.com/nexus-run/nexus/internal/kinds/netstream"
-	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
-	"github.com/nexus-run/nexus/internal/mcp"
 	"github.com/nexus-run/nexus/internal/process"
-	"github.com/nexus-run/nexus/internal/project"
-	"github.com/nexus-run/nexus/internal/roadmap"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/trigger"
 )
@@ -106,149 +96,36 @@ func (a *app) serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var mcpCfg *agentshell.Config
+			if serveMCP {
+				mcpCfg = &shellCfg
+			}
 			owner, err := a.openOwner(cmd.Context(), "gateway", logger)
 			if err != nil {
 				return err
 			}
-			// The terminals' run shells and the agents' shells (/v1/mcp) are two managers: an
-			// agent must not see, run in or destroy a terminal's companion shell, and the
-			// agents' shells have the operator's policy, cap and idle timeout. Both write the
-			// audit directory, so their ids must differ; both belong to the gateway's owner.
-			prefixes := runPrefixes(3)
-			var agents *mcp.Server
-			if serveMCP {
-				shellCfg.Owner, shellCfg.RunPrefix = owner, prefixes[1]
-				agents = mcp.New(mcp.Config{Session: shellCfg, Logger: logger, Version: a.env.Version})
-			}
-			projects := project.NewStore(a.projectsPath(), a.env.Now)
-			shells := agentshell.New(agentshell.Config{
-				MaxSessions: maxSessions,
-				IdleTimeout: -1, // a run shell lives as long as its terminal
-				RunPrefix:   prefixes[0],
-				AuditDir:    filepath.Join(a.stateDir, "audit"),
-				Now:         a.env.Now,
-				Owner:       owner,
-			})
-			kind := &terminal.Kind{
-				Shell:  shell,
-				Grace:  grace,
-				Shells: shells,
-				Owner:  owner,
-				Projects: func(id string) (string, error) {
-					p, err := projects.Get(id)
-					return p.Path, err
-				},
-			}
-			chats := conversation.New(conversation.Options{Dir: conversation.SessionsDir(a.stateDir), Now: a.env.Now, Logger: logger})
-			// ai-chat sessions: one bash agent shell per conversation, from the agents' manager
-			// settings (policy, budgets) but never listed with the MCP agents' shells.
-			aiShells := agentshell.New(agentshell.Config{
-				MaxSessions: maxSessions,
-				IdleTimeout: -1,
-				RunPrefix:   prefixes[2],
-				AuditDir:    filepath.Join(a.stateDir, "audit"),
-				Now:         a.env.Now,
-				Owner:       owner,
-			})
-			defer aiShells.Close()
-			// ai-chat messages are queued durably (state/broker/queues.db) before they are
-			// acknowledged, and delivered by their queue mode.
-			queues, err := broker.Open(cmd.Context(), broker.Path(a.stateDir), broker.Options{Now: a.env.Now})
-			if err != nil {
-				return err
-			}
-			defer func() { _ = queues.Close() }()
-			runs, err := chatstore.OpenSubagents(filepath.Join(a.stateDir, "subagents"), a.env.Now)
-			if err != nil {
-				return err
-			}
-			aiKind := &aichat.Kind{
-				Broker:   queues,
-				Runs:     runs,
-				Chats:    chats,
-				StateDir: a.stateDir,
-				Config:   a.providerConfig,
-				Getenv:   a.env.Getenv,
-				Shells:   aiShells,
-				Owner:    owner, // acp backends' agents die with the gateway
-				Logs:     &aichat.LogOptions{Context: !noAILogs, Verbose: !noAILogs, Raw: !noAILogs && aiRawLog},
-				Now:      a.env.Now,
-				Logger:   logger,
-			}
-			// Cron jobs, heartbeats and webhooks (state/triggers/triggers.db) deliver into
-			// conversations through the kind, which opens a session where none is open.
-			triggerStore, err := trigger.OpenStore(cmd.Context(), trigger.Path(a.stateDir), a.env.Now)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = triggerStore.Close() }()
-			triggers := &trigger.Service{Store: triggerStore, Now: a.env.Now, Logger: logger, MinInterval: minTrigger,
-				Deliver: func(ctx context.Context, d trigger.Delivery) (string, string, error) {
-					t := d.Target
-					out, err := aiKind.Deliver(ctx, aichat.Delivery{Key: d.Key, Text: d.Text, Mode: d.Mode, ID: d.ID, From: d.From, Origin: d.Origin,
-						Options: abi.AIChatOptions{Agent: t.Agent, Backend: t.Backend, Model: t.Model, Level: t.Level, Workspace: t.Workspace}})
-					return out.MessageID, out.Key, err
-				}}
-			// Managed processes run in groups of the gateway's owner: none outlives it.
-			procs, err := process.Open(process.Dir(a.stateDir), process.Options{Owner: owner, Now: a.env.Now, Logger: logger})
-			if err != nil {
-				return err
-			}
-			procs.SetGatewayAddr(listen)
-			debugKind := &debugstream.Kind{Processes: procs, Journal: journal}
-			netKind := &netstream.Kind{Processes: procs}
-			roadmaps, err := roadmap.Open(filepath.Join(a.stateDir, "roadmaps.json"), a.env.Now)
-			if err != nil {
-				return err
-			}
-			metaKind := &metachat.Kind{Roadmaps: roadmaps}
-			// Sessions and their events live in state/live, so the next gateway still answers
-			// for them (docs/live-sessions.md).
-			openRegistry := func(ctx context.Context) (live.Backend, error) {
-				store, err := live.OpenDiskStore(filepath.Join(a.stateDir, "live"), live.DiskOptions{Logger: logger})
-				if err != nil {
-					return nil, err
-				}
-				reg, err := live.New(ctx, live.Config{
-					MaxSessions: maxSessions,
-					IdleTimeout: idle,
-					Retention:   retention,
-					Store:       store,
-					Now:         a.env.Now,
-					Logger:      logger,
-				}, kind, aiKind, debugKind, netKind, metaKind)
-				if err != nil {
-					_ = store.Close()
-					return nil, err
-				}
-				aiKind.Sessions = reg // subagents are sessions of this registry
-				// What a stopped gateway left queued is delivered without waiting for someone
-				// to open its conversation.
-				go aiKind.Resume(ctx)
-				go triggers.Run(ctx)
-				return reg, nil
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
-			var consoleAuth *console.Auth
-			if listen != "" {
-				consoleAuth = console.NewAuth(console.Options{Now: a.env.Now})
-			}
-			serveErr := gateway.Serve(ctx, gateway.DaemonOptions{
-				Console:      consoleAuth,
-				StateDir:     a.stateDir,
-				Listen:       listen,
-				AllowedHosts: allowHosts,
-				Shells:       agents,
-				Open:         openRegistry,
-				Chats:        chats,
-				Index:        historyIndex,
-				Triggers:     triggers,
-				Processes:    procs,
-				Roadmaps:     roadmaps,
-				Version:      a.env.Version,
-				Logger:       logger,
-				Ready: func(in gateway.Info) {
+			cfg := gateway.Config{
+				StateDir:           a.stateDir,
+				Listen:             listen,
+				AllowedHosts:       allowHosts,
+				Console:            listen != "",
+				Version:            a.env.Version,
+				Logger:             logger,
+				Journal:            journal,
+				Now:                a.env.Now,
+				Getenv:             a.env.Getenv,
+				Owner:              owner,
+				MaxSessions:        maxSessions,
+				IdleTimeout:        idle,
+				Retention:          retention,
+				Shell:              shell,
+				Grace:              grace,
+				Backends:           a.providerConfig,
+				AILogs:             &aichat.LogOptions{Context: !noAILogs, Verbose: !noAILogs, Raw: !noAILogs && aiRawLog},
+				MCP:                mcpCfg,
+				Index:              historyIndex,
+				MinTriggerInterval: minTrigger,
+				Ready: func(in gateway.Info, consoleAuth *console.Auth) {
 					msg := fmt.Sprintf("nexus: gateway pid %d listening on %s", in.PID, in.Socket)
 					if in.Listen != "" {
 						msg += " and http://" + in.Listen + " (bearer token in " + a.stateDir + "/" + gateway.TokenFile + ")"
@@ -262,14 +139,17 @@ func (a *app) serveCmd() *cobra.Command {
 						}
 					}
 				},
-			})
-			// Sessions are closed; the companion run shells go next, then whatever is left of
-			// any group is killed. A gateway that could not reap everything says so and fails.
-			if agents != nil {
-				agents.Close() // Serve closed it, unless it failed before serving
 			}
-			shells.Close()
-			procs.Close(context.WithoutCancel(ctx))
+			d, err := gateway.Assemble(cmd.Context(), cfg)
+			if err != nil {
+				_ = closeOwner(context.WithoutCancel(cmd.Context()), owner, logger)
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			serveErr := d.Run(ctx)
+			// Sessions are closed, and the shells and processes with them; whatever is left of
+			// any group is killed. A gateway that could not reap everything says so and fails.
 			if err := closeOwner(context.WithoutCancel(ctx), owner, logger); err != nil && serveErr == nil {
 				serveErr = err
 			}

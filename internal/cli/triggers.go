@@ -65,7 +65,7 @@ func (a *app) cronAddCmd() *cobra.Command {
 	f.StringVar(&j.Schedule, "schedule", "", "cron expression, e.g. '0 9 * * 1-5' or @daily")
 	f.DurationVar(&every, "every", 0, "a heartbeat's interval (at least the gateway's --min-trigger-interval, 1m by default), e.g. 30m")
 	f.StringVar(&j.Missed, "missed", trigger.MissedOnce, "runs missed while no gateway ran: once (one catch-up run) or skip")
-	targetFlags(cmd, &j.Target)
+	targetFlags(cmd, &j.TriggerTarget)
 	formatFlag(cmd, &format, formatTable, formatJSON)
 	return cmd
 }
@@ -182,7 +182,7 @@ func (a *app) hookAddCmd() *cobra.Command {
 	cmd.Flags().StringVar(&h.ID, "id", "", "the hook's id (default generated)")
 	cmd.Flags().StringVar(&h.DMScope, "dm-scope", "", "where a call naming a channel and a direct-message peer goes: main (default: every channel's DMs in\n"+
 		"agent:<agent>:main), per-peer (agent:<agent>:dm:<peer>) or per-channel-peer (agent:<agent>:<channel>:dm:<peer>)")
-	targetFlags(cmd, &h.Target)
+	targetFlags(cmd, &h.TriggerTarget)
 	formatFlag(cmd, &format, formatTable, formatJSON)
 	return cmd
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // publish emits numbered terminal output events from..to (inclusive).
-func publish(s *live.Sink, from, to int) {
+func publish(s live.Sink, from, to int) {
 	for i := from; i <= to; i++ {
 		s.Output([]byte(strconv.Itoa(i) + "\n"))
 	}
@@ -71,7 +71,7 @@ func newFixture(t *testing.T, limits live.LogLimits, wrap func(http.Handler) htt
 	return f
 }
 
-func (f *fixture) create(t *testing.T) (string, *live.Sink) {
+func (f *fixture) create(t *testing.T) (string, live.Sink) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	defer cancel()

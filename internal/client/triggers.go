@@ -5,20 +5,20 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/nexus-run/nexus/internal/trigger"
+	"github.com/nexus-run/nexus/internal/abi"
 )
 
 // CronJobs lists the gateway's cron jobs and heartbeats.
-func (c *Client) CronJobs(ctx context.Context) ([]trigger.Job, error) {
+func (c *Client) CronJobs(ctx context.Context) ([]abi.CronJob, error) {
 	var out struct {
-		Jobs []trigger.Job `json:"jobs"`
+		Jobs []abi.CronJob `json:"jobs"`
 	}
 	return out.Jobs, c.do(ctx, http.MethodGet, "/cron", nil, &out)
 }
 
 // CronAdd adds a cron job or heartbeat.
-func (c *Client) CronAdd(ctx context.Context, j trigger.Job) (trigger.Job, error) {
-	var out trigger.Job
+func (c *Client) CronAdd(ctx context.Context, j abi.CronJob) (abi.CronJob, error) {
+	var out abi.CronJob
 	return out, c.do(ctx, http.MethodPost, "/cron", j, &out)
 }
 
@@ -41,16 +41,16 @@ func (c *Client) CronRun(ctx context.Context, id string) (CronRunResult, error) 
 }
 
 // Hooks lists the webhooks (without secrets).
-func (c *Client) Hooks(ctx context.Context) ([]trigger.Hook, error) {
+func (c *Client) Hooks(ctx context.Context) ([]abi.Hook, error) {
 	var out struct {
-		Hooks []trigger.Hook `json:"hooks"`
+		Hooks []abi.Hook `json:"hooks"`
 	}
 	return out.Hooks, c.do(ctx, http.MethodGet, "/hooks", nil, &out)
 }
 
 // HookAdd adds a webhook; its secret is in the answer, and only there.
-func (c *Client) HookAdd(ctx context.Context, h trigger.Hook) (trigger.Hook, error) {
-	var out trigger.Hook
+func (c *Client) HookAdd(ctx context.Context, h abi.Hook) (abi.Hook, error) {
+	var out abi.Hook
 	return out, c.do(ctx, http.MethodPost, "/hooks", h, &out)
 }
 

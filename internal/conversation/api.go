@@ -3,7 +3,7 @@
 // those operations live here and nowhere else; the errors carry ABI codes (docs/ABI.md).
 //
 // API is implemented by the local *Service, which works on the files, and by the gateway's
-// client (client.Chats), which calls the same operations under /v1/chats. A caller (the CLI,
+// client (chatclient.Chats), which calls the same operations under /v1/chats. A caller (the CLI,
 // the ai-chat kind, the web console) does not care which it has; conversationtest runs one
 // contract suite against both.
 package conversation

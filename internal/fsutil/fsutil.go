@@ -94,14 +94,82 @@ func TryLock(path string) (l *Lock, ok bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if ok, err = LockFile(f, false); !ok || err != nil {
 		_ = f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, false, nil
+		if err != nil {
+			return nil, false, fmt.Errorf("lock %s: %w", path, err)
 		}
-		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+		return nil, false, nil
 	}
 	return &Lock{f: f}, true, nil
+}
+
+// LockWait takes the lock at path, waiting as long as another holder keeps it (the kernel drops
+// a dead holder's lock).
+func LockWait(path string) (*Lock, error) {
+	f, err := openLock(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := LockFile(f, true); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// LockFile takes an exclusive flock on the open file f, waiting for it when wait is set;
+// without wait it reports false when another open file holds it. It is the repository's one
+// flock: lock files (Lock), a transcript's writer lock and sessions.json's all take it here. It
+// goes through SyscallConn, never Fd, which would switch a non-blocking file to blocking.
+func LockFile(f *os.File, wait bool) (bool, error) {
+	how := unix.LOCK_EX
+	if !wait {
+		how |= unix.LOCK_NB
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, fmt.Errorf("flock: %w", err)
+	}
+	var lerr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			lerr = unix.Flock(int(fd), how) // #nosec G115 -- a file descriptor fits an int
+			if !errors.Is(lerr, unix.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return false, fmt.Errorf("flock: %w", err)
+	}
+	switch {
+	case !wait && errors.Is(lerr, unix.EWOULDBLOCK):
+		return false, nil
+	case lerr != nil:
+		return false, fmt.Errorf("flock: %w", lerr)
+	}
+	return true, nil
+}
+
+// UnlockFile releases the flock on f (LockFile's). Closing alone can leave the lock held: it
+// belongs to the open file description, which a child process forked at that moment (any
+// exec.Cmd of the program: a shell, a PTY, a tool) shares until it execs; LOCK_UN on the
+// description releases it for every copy.
+func UnlockFile(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	var uerr error
+	if err := rc.Control(func(fd uintptr) {
+		uerr = unix.Flock(int(fd), unix.LOCK_UN) // #nosec G115 -- a file descriptor fits an int
+	}); err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	if uerr != nil {
+		return fmt.Errorf("unlock: %w", uerr)
+	}
+	return nil
 }
 
 // LockContext takes the lock at path, retrying every interval until ctx ends.
@@ -126,7 +194,7 @@ func (l *Lock) Unlock() error {
 	}
 	// LOCK_UN first: a child forked at this moment shares the open file, and with it the lock,
 	// until it execs, so closing alone could leave the lock held a little longer.
-	_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+	_ = UnlockFile(l.f)
 	err := l.f.Close()
 	l.f = nil
 	if err != nil {

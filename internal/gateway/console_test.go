@@ -228,7 +228,7 @@ type servedSession struct {
 
 // servedTerminal opens a terminal on a served gateway and returns it, the sink its output is
 // printed through, and the seq its stream starts after.
-func servedTerminal(t *testing.T) (*env, servedSession, *live.Sink, uint64) {
+func servedTerminal(t *testing.T) (*env, servedSession, live.Sink, uint64) {
 	t.Helper()
 	e := newEnv(t, "", live.Config{})
 	srv := httptest.NewServer(e.h)

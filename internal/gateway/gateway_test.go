@@ -44,7 +44,7 @@ func newFakeKind(typ abi.SessionType) *livetest.FakeKind {
 }
 
 // sinkOf is the sink of a fake session, through which a test publishes its output.
-func sinkOf(t testing.TB, k *livetest.FakeKind, id string) *live.Sink {
+func sinkOf(t testing.TB, k *livetest.FakeKind, id string) live.Sink {
 	t.Helper()
 	inst := k.Instance(id)
 	if inst == nil {

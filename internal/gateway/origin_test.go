@@ -22,7 +22,7 @@ type originKind struct {
 	seen []abi.Origin
 }
 
-func (k *originKind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *originKind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	inst, err := k.FakeKind.Start(ctx, sink, req)
 	if err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ import (
 //
 // Durability (docs/live-sessions.md states it for users):
 //   - Every event is written (write(2), to the kernel) before any reader can see it or its
-//     sequence number (the registry flushes a log before it reads from it), and every record
+//     sequence number (a log writes what it buffered before a Read or LastSeq answers), and every record
 //     before the request that changed it is answered, so a killed process — kill -9 included
 //     — loses nothing a client saw or was told. Events nobody has read yet wait in a buffer of
 //     up to writeBatch bytes, so a burst of output costs one write(2) per batch; a kill may
@@ -60,7 +60,7 @@ const (
 	recordFile = "session.json"
 	seqFile    = "seq"
 	pinnedFile = "pinned.log"
-	// volatileFile marks a log whose data events are not written (LogVolatileData): restored,
+	// volatileFile marks a log whose data events are not written (LogLimits.VolatileData): restored,
 	// it goes on after its reservation, since data numbers past its last written event were
 	// handed out.
 	volatileFile = "volatile-data"
@@ -99,6 +99,8 @@ type DiskStore struct {
 	opt  DiskOptions
 	boot string
 
+	v *versions // records' revisions: given at Put, or when Restore or List first finds a record
+
 	mu          sync.Mutex
 	logs        map[string]*diskLog
 	parentDirty bool
@@ -129,7 +131,7 @@ func OpenDiskStore(dir string, opt DiskOptions) (*DiskStore, error) {
 	if err := fsutil.MkdirPrivate(dir); err != nil {
 		return nil, err
 	}
-	s := &DiskStore{dir: dir, opt: opt, boot: opt.BootID(), logs: map[string]*diskLog{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &DiskStore{dir: dir, opt: opt, boot: opt.BootID(), v: newVersions(), logs: map[string]*diskLog{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.flusher()
 	return s, nil
 }
@@ -223,18 +225,60 @@ func (s *DiskStore) sessionDir(id string) (string, error) {
 	return filepath.Join(s.dir, id), nil
 }
 
-// Create implements Store.
-func (s *DiskStore) Create(_ context.Context, rec abi.Session, limits LogLimits) (EventLog, error) {
+// Put implements StateStore. A new record makes the session's directory; its log is created
+// next (CreateLog).
+func (s *DiskStore) Put(_ context.Context, rec abi.Session, revision uint64) (uint64, error) {
 	dir, err := s.sessionDir(rec.SessionID)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.v.begin(rec.SessionID, revision); err != nil {
+		return 0, err
+	}
+	err = s.put(dir, rec, revision == 0)
+	rev := s.v.end(rec.SessionID, err == nil, false)
+	return rev, err
+}
+
+func (s *DiskStore) put(dir string, rec abi.Session, create bool) error {
+	if create {
+		if err := os.Mkdir(dir, fsutil.DirMode); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				// A session the store keeps but could not restore holds the id.
+				return fmt.Errorf("create session directory: %w: %w", ErrConflict, err)
+			}
+			return fmt.Errorf("create session directory: %w", err)
+		}
+	}
+	if err := writeRecord(dir, rec); err != nil {
+		if create {
+			_ = os.RemoveAll(dir)
+		}
+		return err
+	}
+	s.mu.Lock()
+	l := s.logs[rec.SessionID]
+	if create {
+		s.parentDirty = true
+	}
+	s.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		l.recordDirty, l.dirDirty = true, true
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// CreateLog implements Store: the sequence reservation first, so no number is handed out
+// before it is reserved.
+func (s *DiskStore) CreateLog(_ context.Context, id string, limits LogLimits) (EventLog, error) {
+	dir, err := s.sessionDir(id)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Mkdir(dir, fsutil.DirMode); err != nil {
-		return nil, fmt.Errorf("create session directory: %w", err)
-	}
-	l := &diskLog{store: s, id: rec.SessionID, dir: dir, mem: NewMemoryLog(limits), limits: limits, dirDirty: true}
+	l := &diskLog{store: s, id: id, dir: dir, mem: NewMemoryLog(limits), limits: limits, dirDirty: true, recordDirty: true}
 	if err := l.writeReservation(seqBlock, false); err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	if limits.VolatileData {
@@ -243,17 +287,11 @@ func (s *DiskStore) Create(_ context.Context, rec abi.Session, limits LogLimits)
 			err = f.Close()
 		}
 		if err != nil {
-			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("mark the session's data volatile: %w", err)
 		}
 	}
-	if err := writeRecord(dir, rec); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	l.recordDirty = true
 	s.mu.Lock()
-	s.logs[rec.SessionID] = l
+	s.logs[id] = l
 	s.parentDirty = true
 	s.mu.Unlock()
 	return l, nil
@@ -267,28 +305,93 @@ func writeRecord(dir string, rec abi.Session) error {
 	return fsutil.ReplaceFile(filepath.Join(dir, recordFile), append(b, '\n'))
 }
 
-// Save implements Store.
-func (s *DiskStore) Save(_ context.Context, rec abi.Session) error {
-	dir, err := s.sessionDir(rec.SessionID)
+func readRecord(dir, id string) (abi.Session, error) {
+	data, err := fsutil.ReadFileNoFollow(filepath.Join(dir, recordFile))
 	if err != nil {
+		return abi.Session{}, fmt.Errorf("read record: %w", err)
+	}
+	var rec abi.Session
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return abi.Session{}, fmt.Errorf("decode %s: %w", filepath.Join(dir, recordFile), err)
+	}
+	if rec.SessionID != id {
+		return abi.Session{}, fmt.Errorf("record names session %q", rec.SessionID)
+	}
+	return rec, nil
+}
+
+// Get implements StateStore.
+func (s *DiskStore) Get(_ context.Context, id string) (Record, error) {
+	dir, err := s.sessionDir(id)
+	if err != nil {
+		return Record{}, err
+	}
+	rec, err := readRecord(dir, id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, fmt.Errorf("session %s: %w", id, ErrNoRecord)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{Session: rec, Revision: s.v.adopt(id)}, nil
+}
+
+// List implements StateStore: every session directory whose record reads.
+func (s *DiskStore) List(ctx context.Context) ([]Record, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.dir, err)
+	}
+	var out []Record
+	for _, de := range entries {
+		if !de.IsDir() || !validID.MatchString(de.Name()) || strings.HasPrefix(de.Name(), ".") {
+			continue
+		}
+		if r, err := s.Get(ctx, de.Name()); err == nil {
+			out = append(out, r)
+		}
+	}
+	sortRecords(out)
+	return out, nil
+}
+
+// Delete implements StateStore: the record goes with the session's log.
+func (s *DiskStore) Delete(ctx context.Context, id string, revision uint64) error {
+	if revision == 0 {
+		return fmt.Errorf("session %s: %w (delete names no revision)", id, ErrConflict)
+	}
+	if _, err := s.sessionDir(id); err != nil {
 		return err
 	}
-	if err := writeRecord(dir, rec); err != nil {
+	if err := s.v.begin(id, revision); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	l := s.logs[rec.SessionID]
-	s.mu.Unlock()
-	if l != nil {
-		l.mu.Lock()
-		l.recordDirty, l.dirDirty = true, true
-		l.mu.Unlock()
+	err := s.remove(id)
+	s.v.end(id, err == nil, true)
+	return err
+}
+
+// Watch implements StateStore.
+func (s *DiskStore) Watch(ctx context.Context, after uint64) (Records, error) {
+	v, err := s.v.wait(ctx, after)
+	if err != nil {
+		return Records{}, err
 	}
-	return nil
+	rs, err := s.List(ctx)
+	return Records{Records: rs, Version: v}, err
 }
 
 // Remove implements Store.
 func (s *DiskStore) Remove(_ context.Context, id string) error {
+	if _, err := s.sessionDir(id); err != nil {
+		return err
+	}
+	err := s.remove(id)
+	s.v.forget(id)
+	return err
+}
+
+func (s *DiskStore) remove(id string) error {
 	dir, err := s.sessionDir(id)
 	if err != nil {
 		return err
@@ -339,16 +442,9 @@ func (s *DiskStore) Restore(_ context.Context, limits LogLimits) ([]Restored, er
 
 func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
 	dir := filepath.Join(s.dir, id)
-	data, err := fsutil.ReadFileNoFollow(filepath.Join(dir, recordFile))
+	rec, err := readRecord(dir, id)
 	if err != nil {
-		return Restored{}, fmt.Errorf("read record: %w", err)
-	}
-	var rec abi.Session
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return Restored{}, fmt.Errorf("decode %s: %w", filepath.Join(dir, recordFile), err)
-	}
-	if rec.SessionID != id {
-		return Restored{}, fmt.Errorf("record names session %q", rec.SessionID)
+		return Restored{}, err
 	}
 	l := &diskLog{store: s, id: id, dir: dir, limits: limits}
 	if rec.Status.Final() {
@@ -365,7 +461,7 @@ func (s *DiskStore) restore(id string, limits LogLimits) (Restored, error) {
 	s.mu.Lock()
 	s.logs[id] = l
 	s.mu.Unlock()
-	return Restored{Session: rec, Log: l}, nil
+	return Restored{Session: rec, Revision: s.v.adopt(id), Log: l}, nil
 }
 
 // segment is one file of a disk log.
@@ -389,7 +485,10 @@ type diskLog struct {
 	dir    string
 	limits LogLimits
 
-	mu       sync.Mutex // guards what sync reads; appends are serialized by the registry
+	// mu guards the rest and serializes appends: an append and the flush before a read
+	// hold it while they write to the kernel's page cache (never for an fsync of events: the
+	// flusher syncs outside it).
+	mu       sync.Mutex
 	mem      *MemoryLog
 	segs     []*segment // oldest first; the last is the one appended to
 	cur      *os.File   // the last segment's file, opened on the first append
@@ -412,23 +511,22 @@ type diskLog struct {
 }
 
 // Append implements EventLog. The events are framed into a buffer and written (one write(2)
-// for many events) by Flush, which the registry calls before any reader can see them, or when
-// the buffer holds writeBatch bytes; so a producer printing faster than anyone reads pays one
-// system call per batch, not per event.
-func (l *diskLog) Append(events ...*Event) error {
-	if len(events) == 0 {
-		return nil
-	}
-	if l.cold {
-		return fmt.Errorf("session %s: append to a closed event log", l.id)
-	}
-	if err := l.mem.Append(events...); err != nil {
-		return err
-	}
+// for many events) before the next Read or LastSeq answers, or when the buffer holds
+// writeBatch bytes; so a producer printing faster than anyone reads pays one system call per
+// batch, not per event. The sequence numbers come from the in-memory log, within the
+// reservation this log keeps in its seq file.
+func (l *diskLog) Append(ctx context.Context, events ...*Event) (Appended, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cold || l.closed {
+		return Appended{}, fmt.Errorf("session %s: %w", l.id, ErrLogClosed)
+	}
+	res, err := l.mem.Append(ctx, events...)
+	if err != nil || len(events) == 0 {
+		return res, err
+	}
 	if l.broken != nil {
-		return fmt.Errorf("%w: %w", ErrNotDurable, l.broken)
+		return res, fmt.Errorf("%w: %w", ErrNotDurable, l.broken)
 	}
 	persist := events
 	if l.limits.VolatileData {
@@ -439,7 +537,7 @@ func (l *diskLog) Append(events ...*Event) error {
 			}
 		}
 	}
-	err := l.reserve(events[len(events)-1].Seq)
+	err = l.reserve(events[len(events)-1].Seq)
 	if err == nil && len(persist) > 0 {
 		err = l.queue(persist)
 	}
@@ -449,16 +547,16 @@ func (l *diskLog) Append(events ...*Event) error {
 	if err != nil {
 		l.broken = err
 		l.dropPending()
-		return fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+		return res, fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
 	}
-	return nil
+	return res, nil
 }
 
 // writeBatch is how many framed bytes wait for a reader before they are written anyway.
 const writeBatch = 64 << 10
 
 // reserve makes sure sequence numbers up to last are reserved durably: they become visible
-// once appended (written or not, see VolatileData), so the reservation must be on disk first.
+// once appended (written or not, see LogLimits.VolatileData), so the reservation must be on disk first.
 func (l *diskLog) reserve(last uint64) error {
 	if last > l.reserved {
 		return l.writeReservation(last+seqBlock, true)
@@ -501,19 +599,17 @@ func (l *diskLog) queue(events []*Event) error {
 	return nil
 }
 
-// Flush implements Flusher: the pending events are written (to the kernel) when it returns.
-func (l *diskLog) Flush() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.broken != nil {
-		return nil // reported by the Append that broke it; the log lives on in memory
+// flushForReadLocked writes the pending events (to the kernel) before anyone is shown them. A
+// failure leaves the log in memory only: the next Append reports it as ErrNotDurable.
+func (l *diskLog) flushForReadLocked() {
+	if l.broken != nil || l.pending == nil {
+		return // reported by the Append that broke it; the log lives on in memory
 	}
 	if err := l.flushLocked(); err != nil {
 		l.broken = err
 		l.dropPending()
-		return fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+		l.store.opt.Logger.Warn("live-session store: write an event log", "id", l.id, "err", err)
 	}
-	return nil
 }
 
 func (l *diskLog) flushLocked() error {
@@ -694,20 +790,22 @@ func readReservation(dir string) (n uint64, boot string, ok bool) {
 }
 
 // LastSeq implements EventLog. A finished log that cannot be read has 0: its reads report why.
-func (l *diskLog) LastSeq() uint64 {
+func (l *diskLog) LastSeq(ctx context.Context) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.cold {
-		return l.mem.LastSeq()
+		l.flushForReadLocked() // nobody learns a number whose event is not written
+		return l.mem.LastSeq(ctx)
 	}
 	if !l.haveLast {
 		mem, err := l.store.coldRead(l)
 		if err != nil {
-			return 0
+			return 0, nil
 		}
-		l.last, l.haveLast = mem.LastSeq(), true
+		last, _ := mem.LastSeq(ctx)
+		l.last, l.haveLast = last, true
 	}
-	return l.last
+	return l.last, nil
 }
 
 // lastKnown reports whether LastSeq answers without reading the log's files.
@@ -718,19 +816,34 @@ func (l *diskLog) lastKnown() bool {
 }
 
 // Read implements EventLog.
-func (l *diskLog) Read(after uint64, limit int) (Page, error) {
+func (l *diskLog) Read(ctx context.Context, after uint64, limit int) (Page, error) {
 	l.mu.Lock()
-	mem, cold := l.mem, l.cold
-	l.mu.Unlock()
-	if cold {
-		var err error
-		if mem, err = l.store.coldRead(l); err != nil {
-			return Page{}, err
-		}
+	if !l.cold {
+		// The read is in memory, under the lock an append takes: no reader sees an event that
+		// is not written.
+		defer l.mu.Unlock()
+		l.flushForReadLocked()
+		return l.mem.Read(ctx, after, limit)
 	}
-	// A finished log's events no longer change, and an open one's only through Append, which
-	// the registry does not run beside a Read.
-	return mem.Read(after, limit)
+	l.mu.Unlock()
+	// A finished log's events no longer change.
+	mem, err := l.store.coldRead(l)
+	if err != nil {
+		return Page{}, err
+	}
+	return mem.Read(ctx, after, limit)
+}
+
+// Wait implements EventLog.
+func (l *diskLog) Wait(ctx context.Context, after uint64) error {
+	l.mu.Lock()
+	mem := l.mem
+	done := l.cold || l.closed
+	l.mu.Unlock()
+	if done {
+		return nil
+	}
+	return mem.Wait(ctx, after)
 }
 
 // Close implements EventLog: the session has ended. The flusher syncs what it wrote with
@@ -738,11 +851,21 @@ func (l *diskLog) Read(after uint64, limit int) (Page, error) {
 // of fsyncs), then lets go of its files and its events: from then on (within a SyncInterval)
 // they are read from the files. Readers still streaming the session when it closed read its
 // last events from memory meanwhile.
-func (l *diskLog) Close() error {
-	err := l.Flush()
+func (l *diskLog) Close(ctx context.Context) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	var err error
+	if l.broken == nil && l.pending != nil {
+		if err = l.flushLocked(); err != nil {
+			l.broken = err
+			l.dropPending()
+			err = fmt.Errorf("%w: session %s: %w", ErrNotDurable, l.id, err)
+		}
+	}
 	l.closed = true
-	l.mu.Unlock()
+	if l.mem != nil {
+		_ = l.mem.Close(ctx) // wakes its waiting readers
+	}
 	return err
 }
 
@@ -753,7 +876,7 @@ func (l *diskLog) goColdLocked() {
 	if l.cold || !l.closed || l.broken != nil || l.limits.VolatileData {
 		return
 	}
-	l.last, l.haveLast = l.mem.LastSeq(), true
+	l.last, l.haveLast = l.mem.last, true
 	l.cold, l.mem = true, nil
 }
 

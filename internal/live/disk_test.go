@@ -452,7 +452,9 @@ func TestDiskVolatileData(t *testing.T) {
 	}
 	st := open()
 	limits := live.LogLimits{Events: 64, Bytes: 1 << 20, Pinned: 64, VolatileData: true}
-	l, err := st.Create(context.Background(), abi.Session{SessionID: "s1", Type: abi.TypeDebugStream, Status: abi.StatusActive}, limits)
+	_, err := st.Put(context.Background(), abi.Session{SessionID: "s1", Type: abi.TypeDebugStream, Status: abi.StatusActive}, 0)
+	mustOK(t, err)
+	l, err := st.CreateLog(context.Background(), "s1", limits)
 	mustOK(t, err)
 	at := time.Unix(1700000000, 0)
 	status := func(seq uint64, msg string) *live.Event {
@@ -461,12 +463,15 @@ func TestDiskVolatileData(t *testing.T) {
 	data := func(seq uint64) *live.Event {
 		return &live.Event{Seq: seq, Type: abi.EventData, Time: at, SessionID: "s1", Payload: abi.LogLine{Type: abi.PayloadLogLine, Stream: abi.StreamStdout, Line: fmt.Sprint("line ", seq)}}
 	}
-	mustOK(t, l.Append(status(1, "one"), data(2), data(3)))
-	mustOK(t, l.Append(data(4), status(5, "five"), data(6)))
-	if p, err := l.Read(0, 0); err != nil || len(p.Events) != 6 {
+	ctx := context.Background()
+	for _, batch := range [][]*live.Event{{status(1, "one"), data(2), data(3)}, {data(4), status(5, "five"), data(6)}} {
+		_, err := l.Append(ctx, batch...)
+		mustOK(t, err)
+	}
+	if p, err := l.Read(ctx, 0, 0); err != nil || len(p.Events) != 6 {
 		t.Fatalf("in memory: %d events, %v", len(p.Events), err)
 	}
-	mustOK(t, l.Close())
+	mustOK(t, l.Close(ctx))
 	mustOK(t, st.Close())
 	var written int64
 	_ = filepath.WalkDir(filepath.Join(dir, "s1"), func(path string, d fs.DirEntry, err error) error {
@@ -487,7 +492,7 @@ func TestDiskVolatileData(t *testing.T) {
 	if len(rs) != 1 {
 		t.Fatalf("restored %d sessions", len(rs))
 	}
-	p, err := rs[0].Log.Read(0, 0)
+	p, err := rs[0].Log.Read(ctx, 0, 0)
 	mustOK(t, err)
 	var got []string
 	for _, e := range p.Events {
@@ -496,20 +501,20 @@ func TestDiskVolatileData(t *testing.T) {
 	if strings.Join(got, ",") != "1 status,5 status" || p.Missed == 0 {
 		t.Fatalf("restored %v, missed %d", got, p.Missed)
 	}
-	if last := rs[0].Log.LastSeq(); last < 6 {
+	if last, err := rs[0].Log.LastSeq(ctx); err != nil || last < 6 {
 		t.Fatalf("the sequence restarts at %d: numbers readers saw would be given again", last)
 	}
 }
 
 // limitsStore records the limits each session's log was created with.
 type limitsStore struct {
-	live.MemoryStore
+	*live.MemoryStore
 	got []live.LogLimits
 }
 
-func (s *limitsStore) Create(ctx context.Context, rec abi.Session, l live.LogLimits) (live.EventLog, error) {
+func (s *limitsStore) CreateLog(ctx context.Context, id string, l live.LogLimits) (live.EventLog, error) {
 	s.got = append(s.got, l)
-	return s.MemoryStore.Create(ctx, rec, l)
+	return s.MemoryStore.CreateLog(ctx, id, l)
 }
 
 // keeperKind is a fake kind whose data is kept elsewhere.
@@ -520,7 +525,7 @@ func (keeperKind) DataKeptElsewhere() bool { return true }
 // TestRegistryVolatileDataForDataKeepers: a DataKeeper kind's sessions get logs that keep data
 // in memory only; other kinds' logs persist everything.
 func TestRegistryVolatileDataForDataKeepers(t *testing.T) {
-	st := &limitsStore{}
+	st := &limitsStore{MemoryStore: live.NewMemoryStore()}
 	r := newRegistry(t, live.Config{Store: st, IdleTimeout: -1},
 		livetest.NewFakeKind(abi.TypeTerminal, false), keeperKind{livetest.NewFakeKind(abi.TypeDebugStream, false)})
 	for _, typ := range []abi.SessionType{abi.TypeTerminal, abi.TypeDebugStream} {

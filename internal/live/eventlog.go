@@ -1,43 +1,48 @@
 package live
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
 // EventLog stores one session's ordered events. It is the seam where a backend keeps events
-// somewhere else — on disk, in a replicated store — in the spirit of the MCP go-sdk's
+// somewhere else — on disk, in a replicated stream — in the spirit of the MCP go-sdk's
 // EventStore: it appends, reads after a sequence number, and reports the ranges it no longer
 // holds, which readers receive as EVENTS_MISSED. A log that leaves the process stores each
 // event in its canonical serialized form (Event.AppendBinary, UnmarshalEvent) and needs to know
 // nothing of payload types; a log that stays in memory keeps the *Event itself, with the wire
 // encodings it has cached.
 //
-// The registry serializes every call to a log; an implementation needs no lock of its own for
-// the registry's sake.
+// The log is the authority on sequence numbers: Append numbers the events it stores and says
+// which numbers they got, so a log on a replicated stream answers with what the stream
+// confirmed. Every method may be called from several goroutines at once and takes a context:
+// the registry holds none of its locks across them, and readers wait on the log's own
+// notification (Wait), never on an appender.
 type EventLog interface {
-	// Append stores events whose sequence numbers the caller assigned: contiguous, following
-	// LastSeq. Once it returns, readers may be shown them, so an implementation that persists
-	// must have handed them to the operating system by then (a process kill loses nothing a
-	// reader saw) — or implement Flusher, which the registry calls first. An error means the
-	// events were not stored, except one that wraps ErrNotDurable: then they are stored in
-	// memory but will not survive a restart.
-	Append(events ...*Event) error
+	// Append stores events in order, sets each one's Seq (contiguous, after the newest the log
+	// holds) and returns the numbers they got. Once it returns, readers may be shown them, so an
+	// implementation that persists must have handed them to the operating system by then, or
+	// write them before its next Read or LastSeq answers (a process kill loses nothing a reader
+	// saw). An error means the events were not stored, except one that wraps ErrNotDurable:
+	// then they are stored (and numbered) in memory but will not survive a restart.
+	Append(ctx context.Context, events ...*Event) (Appended, error)
 	// Read returns up to limit events (0: every one it holds) after sequence number after,
 	// and the range between after and the first of them that it no longer holds.
-	Read(after uint64, limit int) (Page, error)
+	Read(ctx context.Context, after uint64, limit int) (Page, error)
+	// Wait returns once the log holds an event after sequence number after, or has been
+	// closed, or ctx ends (then with ctx's error).
+	Wait(ctx context.Context, after uint64) error
 	// LastSeq is the newest event's sequence number, 0 for an empty log.
-	LastSeq() uint64
-	// Close releases the log. A persisting log makes what it holds durable first.
-	Close() error
+	LastSeq(ctx context.Context) (uint64, error)
+	// Close ends the log: nothing more is appended, waiting readers return, and reads go on.
+	// A persisting log makes what it holds durable first.
+	Close(ctx context.Context) error
 }
 
-// Flusher is implemented by an EventLog whose Append may leave events in a write buffer: the
-// registry calls Flush before it reads from the log or tells anyone its last sequence number,
-// so no reader sees an event that was not written.
-type Flusher interface {
-	Flush() error
-}
+// Appended is the range of sequence numbers one Append stored.
+type Appended struct{ First, Last uint64 }
 
 // ErrNotDurable marks an Append whose events a persisting log kept in memory only (a full disk).
 var ErrNotDurable = errors.New("events not persisted")
@@ -61,7 +66,7 @@ type LogLimits struct {
 	MaxStall time.Duration
 	// VolatileData keeps data events in memory only: a store that persists writes the other
 	// events (status, errors, the close). The registry sets it for a kind that says its data is
-	// kept elsewhere (VolatileData), such as a debug stream's lines, which the followed
+	// kept elsewhere (a DataKeeper), such as a debug stream's lines, which the followed
 	// process's own log files hold: writing them again per session would cost a disk write of
 	// every line for every subscriber.
 	VolatileData bool
@@ -70,6 +75,11 @@ type LogLimits struct {
 // MemoryLog is the in-memory EventLog: a bounded ring plus the non-data events that fell out of
 // it ("pinned"), so a late reader still learns every status change, error and the close.
 type MemoryLog struct {
+	// mu guards the rest. Every method holds it for memory operations only, so a reader is
+	// never held up longer than an append's copy of pointers.
+	mu     sync.Mutex
+	wake   chan struct{} // closed at the next append or at Close
+	closed bool
 	limits LogLimits
 	ring   []*Event // ring[head:] are live, ordered and contiguous by Seq
 	head   int
@@ -79,14 +89,51 @@ type MemoryLog struct {
 }
 
 // NewMemoryLog returns an empty in-memory log bounded by l.
-func NewMemoryLog(l LogLimits) *MemoryLog { return &MemoryLog{limits: l} }
+func NewMemoryLog(l LogLimits) *MemoryLog { return &MemoryLog{limits: l, wake: make(chan struct{})} }
 
-// Append implements EventLog.
-func (l *MemoryLog) Append(events ...*Event) error {
+// Append implements EventLog. A closed log takes nothing.
+func (l *MemoryLog) Append(_ context.Context, events ...*Event) (Appended, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.appendLocked(events)
+}
+
+func (l *MemoryLog) appendLocked(events []*Event) (Appended, error) {
+	if l.closed {
+		return Appended{}, ErrLogClosed
+	}
+	res := Appended{First: l.last + 1, Last: l.last}
+	if len(events) == 0 {
+		return res, nil
+	}
 	for _, e := range events {
+		e.Seq = l.last + 1
 		l.add(e)
 	}
-	return nil
+	res.Last = l.last
+	close(l.wake)
+	l.wake = make(chan struct{})
+	return res, nil
+}
+
+// ErrLogClosed is returned by an append to a closed EventLog.
+var ErrLogClosed = errors.New("append to a closed event log")
+
+// Wait implements EventLog.
+func (l *MemoryLog) Wait(ctx context.Context, after uint64) error {
+	l.mu.Lock()
+	if l.closed || l.last > after {
+		l.mu.Unlock()
+		return nil
+	}
+	wake := l.wake
+	l.mu.Unlock()
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (l *MemoryLog) add(e *Event) {
@@ -153,16 +200,38 @@ func (l *MemoryLog) first() uint64 {
 }
 
 // LastSeq implements EventLog.
-func (l *MemoryLog) LastSeq() uint64 { return l.last }
+func (l *MemoryLog) LastSeq(context.Context) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last, nil
+}
 
 // heldBytes estimates the memory l's events take, as the ring counts its bytes.
-func (l *MemoryLog) heldBytes() int { return l.bytes + 256*len(l.pinned) }
+func (l *MemoryLog) heldBytes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes + 256*len(l.pinned)
+}
 
 // Close implements EventLog.
-func (l *MemoryLog) Close() error { return nil }
+func (l *MemoryLog) Close(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.wake)
+	}
+	return nil
+}
 
 // Read implements EventLog.
-func (l *MemoryLog) Read(after uint64, limit int) (Page, error) {
+func (l *MemoryLog) Read(_ context.Context, after uint64, limit int) (Page, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.readLocked(after, limit), nil
+}
+
+func (l *MemoryLog) readLocked(after uint64, limit int) Page {
 	res := Page{Next: after}
 	if after > l.last {
 		after = l.last
@@ -199,7 +268,7 @@ func (l *MemoryLog) Read(after uint64, limit int) (Page, error) {
 			res.MissedFrom, res.MissedTo = after+1, end-1
 		}
 		if end < first {
-			return res, nil
+			return res
 		}
 		res.Next = first - 1
 	}
@@ -210,8 +279,8 @@ func (l *MemoryLog) Read(after uint64, limit int) (Page, error) {
 	}
 	for _, e := range live[i:] {
 		if !add(e) {
-			return res, nil
+			return res
 		}
 	}
-	return res, nil
+	return res
 }

@@ -42,11 +42,15 @@ func BenchmarkEventLogAppend(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = st.Close() }()
-		el, err := st.Create(context.Background(), abi.Session{SessionID: "bench"}, benchDefaultLimits())
+		_, err = st.Put(context.Background(), abi.Session{SessionID: "bench"}, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
-		l := newSessionLog(el, benchDefaultLimits(), func(err error) { b.Fatal(err) })
+		el, err := st.CreateLog(context.Background(), "bench", benchDefaultLimits())
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := newSessionLog(context.Background(), el, benchDefaultLimits(), func(err error) { b.Fatal(err) })
 		b.SetBytes(int64(len(benchChunk)))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -55,7 +59,9 @@ func BenchmarkEventLogAppend(b *testing.B) {
 	})
 }
 
-func benchLog(l LogLimits) *sessionLog { return newSessionLog(NewMemoryLog(l), l, nil) }
+func benchLog(l LogLimits) *sessionLog {
+	return newSessionLog(context.Background(), NewMemoryLog(l), l, nil)
+}
 
 // BenchmarkEventLogRead is one subscriber's pull of a batch (the gateway reads up to 512).
 func BenchmarkEventLogRead(b *testing.B) {
@@ -63,10 +69,11 @@ func BenchmarkEventLogRead(b *testing.B) {
 	for range 1024 {
 		l.append(benchOutputEvent(benchChunk))
 	}
-	from := l.lastSeq() - 512
+	last, _ := l.lastSeq(context.Background())
+	from := last - 512
 	b.ReportAllocs()
 	for b.Loop() {
-		if res, _ := l.read(from, 512); len(res.Events) != 512 {
+		if res, _ := l.read(context.Background(), from, 512); len(res.Events) != 512 {
 			b.Fatalf("read %d events", len(res.Events))
 		}
 	}
@@ -117,9 +124,9 @@ func BenchmarkEventLogFanout(b *testing.B) {
 					defer wg.Done()
 					var after uint64
 					for after < uint64(n) {
-						res, _ := l.read(after, 512)
+						res, _ := l.read(context.Background(), after, 512)
 						if len(res.Events) == 0 {
-							<-res.Wake
+							_ = l.wait(context.Background(), after)
 							continue
 						}
 						for _, e := range res.Events {

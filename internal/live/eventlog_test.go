@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -65,11 +66,13 @@ func seqsOf(es []*Event) []uint64 {
 	return out
 }
 
-func testLog(l LogLimits) *sessionLog { return newSessionLog(NewMemoryLog(l), l, nil) }
+func testLog(l LogLimits) *sessionLog {
+	return newSessionLog(context.Background(), NewMemoryLog(l), l, nil)
+}
 
 func mustRead(t *testing.T, l *sessionLog, after uint64, limit int) readResult {
 	t.Helper()
-	res, err := l.read(after, limit)
+	res, err := l.read(context.Background(), after, limit)
 	mustOK(t, err)
 	return res
 }
@@ -77,7 +80,7 @@ func mustRead(t *testing.T, l *sessionLog, after uint64, limit int) readResult {
 func TestSessionLog(t *testing.T) {
 	t.Run("ring storage is compacted", func(t *testing.T) {
 		m := NewMemoryLog(LogLimits{Events: 10, Bytes: 1 << 30, Pinned: 10})
-		l := newSessionLog(m, m.limits, nil)
+		l := newSessionLog(context.Background(), m, m.limits, nil)
 		for range 100 {
 			appendN(l, "dddddddddd")
 		}
@@ -95,14 +98,15 @@ func TestSessionLog(t *testing.T) {
 	t.Run("finish", func(t *testing.T) {
 		l := testLog(LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
 		appendN(l, "dd")
-		wake := mustRead(t, l, 2, 0).Wake
+		woken := make(chan error)
+		go func() { woken <- l.wait(context.Background(), 2) }()
 		l.finish()
-		<-wake // finishing wakes waiting readers
+		mustOK(t, <-woken) // finishing wakes waiting readers
 		if l.append(&Event{Type: abi.EventData, Payload: Output("late")}) {
 			t.Error("append after finish succeeded")
 		}
-		if l.lastSeq() != 2 {
-			t.Errorf("lastSeq = %d", l.lastSeq())
+		if last := lastSeqOf(t, l); last != 2 {
+			t.Errorf("lastSeq = %d", last)
 		}
 		if res := mustRead(t, l, 0, 1); res.Done || len(res.Events) != 1 {
 			t.Errorf("read(0, limit 1) = %+v: Done before the last event was read", res)
@@ -117,18 +121,19 @@ func TestSessionLog(t *testing.T) {
 	})
 	t.Run("append wakes readers", func(t *testing.T) {
 		l := testLog(LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
-		wake := mustRead(t, l, 0, 0).Wake
+		woken := make(chan error)
+		go func() { woken <- l.wait(context.Background(), 0) }()
 		appendN(l, "d")
-		<-wake
+		mustOK(t, <-woken)
 	})
 	t.Run("a failing log", func(t *testing.T) {
 		var reported []error
-		l := newSessionLog(failingLog{MemoryLog: NewMemoryLog(LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10}), err: errDisk}, LogLimits{Events: 10}, func(err error) { reported = append(reported, err) })
-		if l.append(&Event{Type: abi.EventData, Payload: Output("x")}) || l.lastSeq() != 0 {
+		l := newSessionLog(context.Background(), failingLog{MemoryLog: NewMemoryLog(LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10}), err: errDisk}, LogLimits{Events: 10}, func(err error) { reported = append(reported, err) })
+		if l.append(&Event{Type: abi.EventData, Payload: Output("x")}) || lastSeqOf(t, l) != 0 {
 			t.Error("an event the log refused was numbered")
 		}
 		l.log = failingLog{MemoryLog: l.log.(failingLog).MemoryLog, err: fmt.Errorf("%w: disk full", ErrNotDurable)}
-		if !l.append(&Event{Type: abi.EventData, Payload: Output("x")}) || l.lastSeq() != 1 {
+		if !l.append(&Event{Type: abi.EventData, Payload: Output("x")}) || lastSeqOf(t, l) != 1 {
 			t.Error("an event kept in memory only was not published")
 		}
 		if len(reported) != 1 {
@@ -145,11 +150,19 @@ type failingLog struct {
 	err error
 }
 
-func (f failingLog) Append(events ...*Event) error {
+func (f failingLog) Append(ctx context.Context, events ...*Event) (Appended, error) {
 	if errors.Is(f.err, ErrNotDurable) {
-		_ = f.MemoryLog.Append(events...)
+		res, _ := f.MemoryLog.Append(ctx, events...)
+		return res, f.err
 	}
-	return f.err
+	return Appended{}, f.err
+}
+
+func lastSeqOf(t *testing.T, l *sessionLog) uint64 {
+	t.Helper()
+	last, err := l.lastSeq(context.Background())
+	mustOK(t, err)
+	return last
 }
 
 func TestEventJSON(t *testing.T) {
@@ -246,8 +259,8 @@ func TestAppendAllWakesOnce(t *testing.T) {
 	}
 	done := make(chan readResult)
 	go func() {
-		<-first.Wake
-		res, _ := l.read(1, 0)
+		_ = l.wait(context.Background(), 1)
+		res, _ := l.read(context.Background(), 1, 0)
 		done <- res
 	}()
 	l.appendAll(&Event{Type: abi.EventStatus}, &Event{Type: abi.EventClose})
@@ -321,3 +334,54 @@ type upper string
 func (u upper) Render(ct abi.ContentType) any { return string(ct) + ":" + string(u) }
 
 var _ = base64.StdEncoding
+
+// gatedLog is a MemoryLog whose appends wait for a gate: an append that is slow (a network
+// round trip, a disk that stalls).
+type gatedLog struct {
+	*MemoryLog
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g gatedLog) Append(ctx context.Context, events ...*Event) (Appended, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.MemoryLog.Append(ctx, events...)
+}
+
+// TestSlowAppendHoldsNoReader: while an append is in the log (slow), the session's readers,
+// its last sequence number and its followers' acknowledgements do not wait for it: the
+// registry holds no lock of its own across the log's work.
+func TestSlowAppendHoldsNoReader(t *testing.T) {
+	ctx := context.Background()
+	limits := LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10, MaxStall: time.Second}
+	mem := NewMemoryLog(limits)
+	_, err := mem.Append(ctx, &Event{Type: abi.EventData, Payload: Output("before")})
+	mustOK(t, err)
+	g := gatedLog{MemoryLog: mem, entered: make(chan struct{}), gate: make(chan struct{})}
+	l := newSessionLog(ctx, g, limits, nil)
+	f := l.follow(0)
+	appended := make(chan bool)
+	go func() { appended <- l.append(&Event{Type: abi.EventData, Payload: Output("slow")}) }()
+	<-g.entered // the append is in the log now, and stays there until the gate opens
+
+	if res := mustRead(t, l, 0, 0); fmt.Sprint(seqsOf(res.Events)) != "[1]" || res.Done {
+		t.Errorf("read during a slow append = %v (done %v)", seqsOf(res.Events), res.Done)
+	}
+	if last := lastSeqOf(t, l); last != 1 {
+		t.Errorf("lastSeq during a slow append = %d", last)
+	}
+	f.Ack(1)
+	f.Close()
+	waited := make(chan error)
+	go func() { waited <- l.wait(ctx, 1) }()
+
+	close(g.gate)
+	if !<-appended {
+		t.Fatal("the slow append failed")
+	}
+	mustOK(t, <-waited) // woken by the append it waited for
+	if res := mustRead(t, l, 1, 0); fmt.Sprint(seqsOf(res.Events)) != "[2]" {
+		t.Errorf("read after the slow append = %v", seqsOf(res.Events))
+	}
+}

@@ -24,7 +24,7 @@ func (k *heavyKind) Type() abi.SessionType { return abi.TypeAIChat }
 func (k *heavyKind) Capabilities() abi.Capabilities {
 	return livetest.CoreCapabilities(abi.TypeAIChat)
 }
-func (k *heavyKind) Start(context.Context, *live.Sink, abi.CreateRequest) (live.Instance, error) {
+func (k *heavyKind) Start(context.Context, live.Sink, abi.CreateRequest) (live.Instance, error) {
 	inst := &heavyInstance{conversation: make([]byte, 1<<20)}
 	k.started = append(k.started, weak.Make(inst))
 	return inst, nil

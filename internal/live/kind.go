@@ -16,7 +16,7 @@ type Kind interface {
 	// rest before it reaches an instance, and the session object carries it.
 	Capabilities() abi.Capabilities
 	// Start validates req and starts the session's backend. ctx bounds the start only.
-	Start(ctx context.Context, sink *Sink, req abi.CreateRequest) (Instance, error)
+	Start(ctx context.Context, sink Sink, req abi.CreateRequest) (Instance, error)
 }
 
 // Observer is implemented by kinds whose sessions watch other sessions (meta-chat): when the
@@ -68,20 +68,56 @@ type Pauser interface {
 	SetPaused(paused bool)
 }
 
-// Sink is how an instance reports events and state to the runtime.
-type Sink struct {
+// Sink is how an instance reports events and state to the runtime, and the lifetime it runs
+// under. It is an interface so a kind depends on nothing of the registry that serves it: the
+// registry in this process gives a sink of its own (regSink), a registry elsewhere may give
+// another. See regSink's methods for what each does.
+type Sink interface {
+	// Context is the session's lifetime: it is cancelled once the session has closed (after
+	// its instance's Close). Start's ctx bounds the start only; what a kind runs for the
+	// session's whole life derives from this one, never from context.Background().
+	Context() context.Context
+	// SessionID is the id of the session this sink reports for.
+	SessionID() string
+	// Output publishes terminal output bytes as a data event, under flow control.
+	Output(b []byte)
+	// PublishFlow publishes a data event under the flow control of Output.
+	PublishFlow(payload any)
+	// PublishFlowAll publishes data events in order, a step at a time, under flow control.
+	PublishFlowAll(payloads []any)
+	// Publish publishes an event with a payload of the ABI's payload types.
+	Publish(typ abi.EventType, payload any)
+	// SetMetadata merges keys into the session object's metadata and publishes them.
+	SetMetadata(md map[string]any)
+	// Ended tells the runtime the backend stopped by itself; the session closes.
+	Ended(reason string, exitCode *int)
+	// LastSeq is the sequence number of the session's newest event.
+	LastSeq() uint64
+	// Now is the runtime's clock.
+	Now() time.Time
+}
+
+// regSink is the Sink of a session of this process's Registry.
+type regSink struct {
 	r *Registry
 	s *session
 }
 
+var _ Sink = (*regSink)(nil)
+
+// Context is the session's lifetime: it is cancelled once the session has closed (after its
+// instance's Close). Start's ctx bounds the start only; what a kind runs for the session's
+// whole life derives from this one, never from context.Background().
+func (k *regSink) Context() context.Context { return k.s.lifetime(k.r.base) }
+
 // SessionID is the id of the session this sink reports for.
-func (k *Sink) SessionID() string { return k.s.id }
+func (k *regSink) SessionID() string { return k.s.id }
 
 // Output publishes terminal output bytes as a data event. The slice is retained; do not reuse it.
 //
 // Output blocks while a follower is far behind (see flow.go), which pushes back on the producer;
 // a backend must call it from the goroutine that reads its output, never holding a lock.
-func (k *Sink) Output(b []byte) {
+func (k *regSink) Output(b []byte) {
 	k.s.log.waitRoom()
 	k.s.publish(k.r.now(), abi.EventData, Output(b))
 }
@@ -90,7 +126,7 @@ func (k *Sink) Output(b []byte) {
 // far behind it waits (at most MaxStall without progress), so a stream of many small events
 // (an AI reply's tokens) pushes back on its producer instead of lapping a slow reader. Call it
 // as Output: from the producing goroutine, holding no lock.
-func (k *Sink) PublishFlow(payload any) {
+func (k *regSink) PublishFlow(payload any) {
 	k.s.log.waitRoom()
 	k.s.publish(k.r.now(), abi.EventData, payload)
 }
@@ -99,7 +135,7 @@ func (k *Sink) PublishFlow(payload any) {
 // a reader woken by the first sees the rest of its step, and the log takes each step in one
 // go (one lock, one wake-up, one write), which is what makes a flood of small events cheap.
 // Flow control is applied before each step; a step is at most an eighth of the log's ring.
-func (k *Sink) PublishFlowAll(payloads []any) {
+func (k *regSink) PublishFlowAll(payloads []any) {
 	step := max(1, k.s.log.limits.Events/8)
 	for len(payloads) > 0 {
 		n := min(len(payloads), step)
@@ -110,12 +146,12 @@ func (k *Sink) PublishFlowAll(payloads []any) {
 }
 
 // Publish publishes an event with a payload of the ABI's payload types.
-func (k *Sink) Publish(typ abi.EventType, payload any) {
+func (k *regSink) Publish(typ abi.EventType, payload any) {
 	k.s.publish(k.r.now(), typ, payload)
 }
 
 // SetMetadata merges keys into the session object's metadata and publishes a metadata event.
-func (k *Sink) SetMetadata(md map[string]any) {
+func (k *regSink) SetMetadata(md map[string]any) {
 	k.s.mu.Lock()
 	for key, v := range md {
 		k.s.obj.Metadata[key] = v
@@ -126,16 +162,19 @@ func (k *Sink) SetMetadata(md map[string]any) {
 }
 
 // Ended tells the runtime the backend stopped by itself (a shell exited); the session closes.
-func (k *Sink) Ended(reason string, exitCode *int) {
+func (k *regSink) Ended(reason string, exitCode *int) {
 	go k.r.finish(context.Background(), k.s, reason, exitCode)
 }
 
 // LastSeq is the sequence number of the session's newest event: what a control command's
 // caller follows the events it causes from.
-func (k *Sink) LastSeq() uint64 { return k.s.log.lastSeq() }
+func (k *regSink) LastSeq() uint64 {
+	last, _ := k.s.log.lastSeq(k.s.log.ctx) // a log that cannot answer fails its reads too
+	return last
+}
 
 // Now is the runtime's clock.
-func (k *Sink) Now() time.Time { return k.r.now() }
+func (k *regSink) Now() time.Time { return k.r.now() }
 
 // SendOptions are a send's options besides its data (an ai-chat message's queue mode), and
 // what the kind answers (the message's id once it is stored). The gateway passes them in the

@@ -66,6 +66,16 @@ func TestRegistryContract(t *testing.T) {
 	})
 }
 
+// TestStateStoreContract runs the record store's contract on both stores.
+func TestStateStoreContract(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		livetest.RunStateStore(t, func(*testing.T) live.StateStore { return live.NewMemoryStore() })
+	})
+	t.Run("disk", func(t *testing.T) {
+		livetest.RunStateStore(t, func(t *testing.T) live.StateStore { return openDisk(t, t.TempDir()) })
+	})
+}
+
 // TestEventLogContract runs the event log contract on both logs.
 func TestEventLogContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
@@ -76,7 +86,9 @@ func TestEventLogContract(t *testing.T) {
 		livetest.RunEventLog(t, func(t *testing.T, l live.LogLimits) live.EventLog {
 			st := openDisk(t, t.TempDir())
 			n++
-			log, err := st.Create(context.Background(), abi.Session{SessionID: "s", Status: abi.StatusActive}, l)
+			_, err := st.Put(context.Background(), abi.Session{SessionID: "s", Status: abi.StatusActive}, 0)
+			mustOK(t, err)
+			log, err := st.CreateLog(context.Background(), "s", l)
 			mustOK(t, err)
 			return log
 		})
@@ -116,4 +128,39 @@ func TestKindContract(t *testing.T) {
 			probe(t, id).End(abi.CloseExited, &code)
 		},
 	})
+}
+
+// TestSinkContext: a kind's sink carries the session's lifetime, which Start's ctx does not: it
+// outlives the request that created the session and ends once the session has closed.
+func TestSinkContext(t *testing.T) {
+	for _, how := range []string{"close", "ended", "shutdown"} {
+		t.Run(how, func(t *testing.T) {
+			kind := livetest.NewFakeKind(abi.TypeTerminal, false)
+			r, err := live.New(context.Background(), live.Config{IdleTimeout: -1}, kind)
+			mustOK(t, err)
+			t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+			reqCtx, endRequest := context.WithCancel(context.Background())
+			s, err := r.Create(reqCtx, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+			mustOK(t, err)
+			endRequest()
+			life := kind.Instance(s.SessionID).Sink().Context()
+			if err := life.Err(); err != nil {
+				t.Fatalf("the lifetime ended with the create request: %v", err)
+			}
+			switch how {
+			case "close":
+				_, err = r.Close(testCtx(t), s.SessionID, abi.CloseRequested)
+				mustOK(t, err)
+			case "ended":
+				kind.Instance(s.SessionID).End(abi.CloseExited, nil)
+			case "shutdown":
+				mustOK(t, r.Shutdown(testCtx(t)))
+			}
+			select {
+			case <-life.Done():
+			case <-testCtx(t).Done():
+				t.Fatal("the session closed, its lifetime did not end")
+			}
+		})
+	}
 }

@@ -26,26 +26,25 @@ func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int,
 	if err != nil {
 		return Batch{}, err
 	}
-	var timer <-chan time.Time
+	var waitCtx context.Context
 	for {
-		res, err := s.log.read(after, limit)
+		res, err := s.log.read(ctx, after, limit)
 		if err != nil {
 			return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read events", Err: err}
 		}
 		if len(res.Events) > 0 || res.Missed > 0 || res.Done || wait <= 0 {
 			return r.batch(s, res), nil
 		}
-		if timer == nil {
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			timer = t.C
+		if waitCtx == nil {
+			var cancel context.CancelFunc
+			waitCtx, cancel = context.WithTimeout(ctx, wait)
+			defer cancel()
 		}
-		select {
-		case <-res.Wake:
-		case <-timer:
-			return r.batch(s, res), nil
-		case <-ctx.Done():
-			return Batch{}, ctx.Err()
+		if err := s.log.wait(waitCtx, after); err != nil {
+			if ctx.Err() != nil {
+				return Batch{}, ctx.Err()
+			}
+			return r.batch(s, res), nil // the wait elapsed
 		}
 	}
 }
@@ -67,10 +66,14 @@ func (r *Registry) batch(s *session, res readResult) Batch {
 }
 
 // LastSeq is the sequence number of the session's newest event.
-func (r *Registry) LastSeq(_ context.Context, id string) (uint64, error) {
+func (r *Registry) LastSeq(ctx context.Context, id string) (uint64, error) {
 	s, err := r.lookup(id)
 	if err != nil {
 		return 0, err
 	}
-	return s.log.lastSeq(), nil
+	last, err := s.log.lastSeq(ctx)
+	if err != nil {
+		return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: err}
+	}
+	return last, nil
 }

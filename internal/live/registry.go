@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math"
 	"slices"
@@ -83,7 +82,7 @@ func (c *Config) fill() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Store == nil {
-		c.Store = MemoryStore{}
+		c.Store = NewMemoryStore()
 	}
 }
 
@@ -103,6 +102,9 @@ const maxTTLSeconds = int64(math.MaxInt64 / time.Second)
 // Registry holds the live sessions of one gateway.
 type Registry struct {
 	cfg Config
+	// base is the context of what the registry does on its own behalf (appends, closes): New's,
+	// without its cancellation.
+	base context.Context
 
 	mu       sync.Mutex
 	kinds    map[abi.SessionType]Kind
@@ -124,7 +126,7 @@ type Registry struct {
 // reason gateway-restart.
 func New(ctx context.Context, cfg Config, kinds ...Kind) (*Registry, error) {
 	cfg.fill()
-	r := &Registry{cfg: cfg, kinds: map[abi.SessionType]Kind{}, sessions: map[string]*session{}, stop: make(chan struct{}), changes: make(chan struct{}), version: 1}
+	r := &Registry{cfg: cfg, base: context.WithoutCancel(ctx), kinds: map[abi.SessionType]Kind{}, sessions: map[string]*session{}, stop: make(chan struct{}), changes: make(chan struct{}), version: 1}
 	for _, k := range kinds {
 		if err := r.Register(k); err != nil {
 			return nil, err
@@ -134,7 +136,7 @@ func New(ctx context.Context, cfg Config, kinds ...Kind) (*Registry, error) {
 		return nil, err
 	}
 	r.wg.Add(1)
-	go r.sweeper(context.WithoutCancel(ctx)) // ctx bounds the restore; the sweeper runs until Shutdown
+	go r.sweeper(r.base) // ctx bounds the restore; the sweeper runs until Shutdown
 	return r, nil
 }
 
@@ -196,6 +198,9 @@ type session struct {
 
 	ctl sync.Mutex // serializes control commands and close
 
+	recMu sync.Mutex // serializes writes of the session's record
+	rev   uint64     // the record's revision in the store, as the registry last wrote it
+
 	mu          sync.Mutex
 	obj         abi.Session
 	inst        Instance
@@ -206,6 +211,35 @@ type session struct {
 	everHeld    bool
 	closeReason string
 	closedAt    time.Time
+	// life is the session's lifetime, given to its kind (Sink.Context), made on first use (a
+	// terminal never asks for it, and an idle session must stay small) and cancelled once the
+	// session has closed and its instance is stopped (lifeOver).
+	life     context.Context
+	stopLife context.CancelFunc
+	lifeOver bool
+}
+
+// lifetime returns the session's lifetime context, making it on first use.
+func (s *session) lifetime(base context.Context) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.life == nil {
+		s.life, s.stopLife = context.WithCancel(base)
+		if s.lifeOver {
+			s.stopLife()
+		}
+	}
+	return s.life
+}
+
+// endLife cancels the session's lifetime, now and for whoever asks for it later.
+func (s *session) endLife() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lifeOver = true
+	if s.stopLife != nil {
+		s.stopLife()
+	}
 }
 
 func (s *session) publish(now time.Time, typ abi.EventType, payload any) {
@@ -316,12 +350,21 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 	if dk, ok := kind.(DataKeeper); ok && dk.DataKeptElsewhere() {
 		limits.VolatileData = true
 	}
-	elog, err := r.cfg.Store.Create(ctx, s.snapshot(), limits)
-	for try := 0; errors.Is(err, fs.ErrExist) && try < 10; try++ {
+	var err error
+	s.rev, err = r.cfg.Store.Put(ctx, s.snapshot(), 0)
+	for try := 0; errors.Is(err, ErrConflict) && try < 10; try++ {
 		// A session the store keeps but could not restore holds the id: take another.
 		s.id = r.newID()
 		s.obj.SessionID = s.id
-		elog, err = r.cfg.Store.Create(ctx, s.snapshot(), limits)
+		s.rev, err = r.cfg.Store.Put(ctx, s.snapshot(), 0)
+	}
+	var elog EventLog
+	if err == nil {
+		if elog, err = r.cfg.Store.CreateLog(ctx, s.id, limits); err != nil {
+			if rerr := r.cfg.Store.Remove(context.WithoutCancel(ctx), s.id); rerr != nil {
+				r.cfg.Logger.Warn("forget a session whose log could not be created", "id", s.id, "err", rerr)
+			}
+		}
 	}
 	if err != nil {
 		r.mu.Lock()
@@ -330,11 +373,12 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 		return abi.Session{}, &abi.Error{Code: abi.CodeResourceUnavailable, Message: "record the new session", Err: err}
 	}
 	s.log = r.newLog(s.id, elog)
-	sink := &Sink{r: r, s: s}
+	sink := &regSink{r: r, s: s}
 	s.publish(now, abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnecting, Message: "starting " + string(req.Type) + " session", SessionStatus: abi.StatusActive})
 
 	inst, err := kind.Start(ctx, sink, req)
 	if err != nil {
+		s.endLife()
 		r.mu.Lock()
 		r.live--
 		r.mu.Unlock()
@@ -382,7 +426,7 @@ func (r *Registry) newID() string {
 }
 
 func (r *Registry) newLog(id string, l EventLog) *sessionLog {
-	return newSessionLog(l, r.cfg.Log, func(err error) {
+	return newSessionLog(r.base, l, r.cfg.Log, func(err error) {
 		r.cfg.Logger.Warn("session event log", "id", id, "err", err)
 	})
 }
@@ -446,7 +490,7 @@ func (r *Registry) Moved(ctx context.Context, id, to string) error {
 	s.obj.Metadata[MovedToField] = to
 	s.mu.Unlock()
 	r.changed()
-	if err := r.cfg.Store.Save(context.WithoutCancel(ctx), s.snapshot()); err != nil {
+	if err := r.putRecord(context.WithoutCancel(ctx), s); err != nil {
 		return fmt.Errorf("record where session %s moved: %w", id, err)
 	}
 	return nil
@@ -735,13 +779,14 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	r.changedLocked()
 	r.mu.Unlock()
 	r.closeLog(ctx, s, now, reason, to, exitCode)
+	s.endLife() // the instance is stopped and the log ended: what the kind started from its lifetime ends too
 	r.cfg.Logger.Info("session closed", "id", s.id, "reason", reason)
 	return true
 }
 
 // closeLog records s's final object and appends its closing events: the log ends.
 func (r *Registry) closeLog(ctx context.Context, s *session, now time.Time, reason string, to abi.Status, exitCode *int) {
-	if err := r.cfg.Store.Save(context.WithoutCancel(ctx), s.snapshot()); err != nil {
+	if err := r.putRecord(context.WithoutCancel(ctx), s); err != nil {
 		r.cfg.Logger.Warn("record a closed session", "id", s.id, "err", err)
 	}
 	s.log.appendAll(
@@ -749,6 +794,20 @@ func (r *Registry) closeLog(ctx context.Context, s *session, now time.Time, reas
 		&Event{Type: abi.EventClose, Time: now, SessionID: s.id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: reason, Status: to, ExitCode: exitCode}},
 	)
 	s.log.finish()
+}
+
+// putRecord writes s's record over the revision the registry last wrote: a record another
+// writer changed meanwhile (another node, in a shared store) is not overwritten, and the write
+// reports ErrConflict.
+func (r *Registry) putRecord(ctx context.Context, s *session) error {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	rev, err := r.cfg.Store.Put(ctx, s.snapshot(), s.rev)
+	if err != nil {
+		return err
+	}
+	s.rev = rev
+	return nil
 }
 
 // Hold marks the caller as an owner of s. For an ephemeral session, the release of its last

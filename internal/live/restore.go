@@ -20,13 +20,14 @@ func (r *Registry) restore(ctx context.Context) error {
 	}
 	now := r.now()
 	for _, rs := range restored {
-		s := &session{id: rs.Session.SessionID, obj: rs.Session, lastActive: now}
+		s := &session{id: rs.Session.SessionID, obj: rs.Session, rev: rs.Revision, lastActive: now}
+		s.lifeOver = true // restored sessions are closed: their instances are gone
 		if s.obj.Metadata == nil {
 			s.obj.Metadata = map[string]any{}
 		}
 		s.log = r.newLog(s.id, rs.Log)
 		if !s.obj.Status.Final() {
-			if err := replay(s, rs.Log); err != nil {
+			if err := replay(ctx, s, rs.Log); err != nil {
 				r.cfg.Logger.Warn("restore a session", "id", s.id, "err", err)
 			}
 		}
@@ -63,8 +64,8 @@ func (r *Registry) restore(ctx context.Context) error {
 // its log: the record is written when the session starts and ends, the log carries what changed
 // in between. A log that ends with a close event (the record was not rewritten in time) makes
 // the session final.
-func replay(s *session, l EventLog) error {
-	p, err := l.Read(0, 0)
+func replay(ctx context.Context, s *session, l EventLog) error {
+	p, err := l.Read(ctx, 0, 0)
 	if err != nil {
 		return fmt.Errorf("read its events: %w", err)
 	}

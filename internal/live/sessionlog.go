@@ -1,24 +1,30 @@
 package live
 
 import (
+	"context"
 	"errors"
 	"sync"
 )
 
-// sessionLog is what the registry puts around a session's EventLog: it assigns sequence
-// numbers, wakes waiting readers (by closing a broadcast channel, so a slow reader never blocks
-// another), knows when the session has ended, and paces output for followers (flow.go).
+// sessionLog is what the registry puts around a session's EventLog: it knows when the session
+// has ended, reports the log's first failure, and paces output for followers (flow.go). The log
+// numbers the events and wakes its readers itself, so no lock of the registry is held while
+// the log works: appends wait for each other (appendMu: flow control needs them in order), but
+// readers and followers only take mu, which guards memory.
 type sessionLog struct {
-	mu      sync.Mutex
-	log     EventLog
-	flusher Flusher // log's, when it buffers writes
-	limits  LogLimits
-	last    uint64
-	// lastUnknown is set while last has not been asked of a log that must read its files to
-	// answer (a closed session restored from disk): a restart reads no closed session's log.
-	lastUnknown bool
-	wake        chan struct{}
-	closed      bool
+	// ctx is what the log's calls run under: the registry's, never a request's (an append
+	// outlives the request that caused it).
+	ctx      context.Context
+	appendMu sync.Mutex // serializes appends and the close that ends them
+
+	mu     sync.Mutex
+	log    EventLog
+	limits LogLimits
+	// last is the newest sequence number appended through this sessionLog (or known when it
+	// was opened): what flow control measures lag against. It stays 0 for a log restored
+	// closed, which nothing paces.
+	last   uint64
+	closed bool
 	// failed reports an EventLog error: the first one of the session (a log that cannot write
 	// fails the same way every time).
 	failed   func(error)
@@ -27,94 +33,80 @@ type sessionLog struct {
 	flow flowState
 }
 
-func newSessionLog(log EventLog, l LogLimits, failed func(error)) *sessionLog {
+func newSessionLog(ctx context.Context, log EventLog, l LogLimits, failed func(error)) *sessionLog {
 	sl := &sessionLog{
-		log: log, limits: l, wake: make(chan struct{}), failed: failed,
+		ctx: ctx, log: log, limits: l, failed: failed,
 		flow: flowState{room: make(chan struct{}), followers: map[*follower]struct{}{}},
 	}
-	if k, ok := log.(interface{ lastKnown() bool }); ok && !k.lastKnown() {
-		sl.lastUnknown = true
-	} else {
-		sl.last = log.LastSeq()
+	// A closed session restored from disk answers LastSeq only by reading its files, which a
+	// restart must not do for every closed session it keeps.
+	if k, ok := log.(interface{ lastKnown() bool }); !ok || k.lastKnown() {
+		if last, err := log.LastSeq(ctx); err == nil {
+			sl.last = last
+		}
 	}
-	sl.flusher, _ = log.(Flusher)
 	return sl
 }
 
-// lastLocked is the newest event's sequence number. Flow control reads last directly: it has
-// nothing to pace once a session is closed, which every log whose last is unknown is.
-func (l *sessionLog) lastLocked() uint64 {
-	if l.lastUnknown {
-		l.last, l.lastUnknown = l.log.LastSeq(), false
-	}
-	return l.last
-}
-
-// flushLocked writes what the log buffered: before anyone sees an event or a sequence number.
-func (l *sessionLog) flushLocked() {
-	if l.flusher == nil {
-		return
-	}
-	if err := l.flusher.Flush(); err != nil {
-		l.report(err)
-	}
-}
-
-// append assigns the next sequence number and wakes every waiting reader. It reports false when
-// the log has ended or could not store the event.
+// append appends e; see appendAll.
 func (l *sessionLog) append(e *Event) bool {
 	return l.appendAll(e)
 }
 
 // appendAll appends events as one step: a reader woken by the first sees them all (a poller
 // must get a session's final status and close event in one answer, or it may ask again after
-// the gateway is gone).
+// the gateway is gone). It reports false when the log has ended or could not store the events.
 func (l *sessionLog) appendAll(events ...*Event) bool {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
 		return false
 	}
-	last := l.lastLocked()
-	for i, e := range events {
-		e.Seq = last + 1 + uint64(i)
-	}
-	if err := l.log.Append(events...); err != nil {
+	res, err := l.log.Append(l.ctx, events...)
+	if err != nil {
 		l.report(err)
 		if !errors.Is(err, ErrNotDurable) {
 			return false
 		}
 	}
+	l.mu.Lock()
 	for _, e := range events {
-		l.last = e.Seq
 		l.flow.appended(e, l.limits.Events)
 	}
-	close(l.wake)
-	l.wake = make(chan struct{})
+	l.last = res.Last
+	l.mu.Unlock()
 	return true
 }
 
 func (l *sessionLog) report(err error) {
-	if !l.reported && l.failed != nil {
-		l.reported = true
+	l.mu.Lock()
+	first := !l.reported && l.failed != nil
+	l.reported = true
+	l.mu.Unlock()
+	if first {
 		l.failed(err)
 	}
 }
 
 // finish marks the log complete (readers drain what is left and then stop) and closes the
-// EventLog, which makes a persisting log durable.
+// EventLog, which makes a persisting log durable and wakes its readers.
 func (l *sessionLog) finish() {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return
 	}
 	l.closed = true
-	close(l.wake)
 	// Nothing is appended any more, so flow control has nothing to pace: its record of the
 	// ring (8 bytes an event, up to 64 KiB) would otherwise stay with every closed session.
 	l.flow.before, l.flow.beforeHead, l.flow.beforeFirst = nil, 0, 0
-	if err := l.log.Close(); err != nil {
+	l.mu.Unlock()
+	if err := l.log.Close(l.ctx); err != nil {
 		l.report(err)
 	}
 }
@@ -124,24 +116,33 @@ type readResult struct {
 	Page
 	// Done is true when the log is finished and everything up to Next has been read.
 	Done bool
-	// Wake is closed when something is appended after this read.
-	Wake <-chan struct{}
 }
 
-func (l *sessionLog) read(after uint64, limit int) (readResult, error) {
+func (l *sessionLog) read(ctx context.Context, after uint64, limit int) (readResult, error) {
+	// Whether the log had ended is taken before the read: then the read saw every event.
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.flushLocked()
-	p, err := l.log.Read(after, limit)
+	closed := l.closed
+	l.mu.Unlock()
+	p, err := l.log.Read(ctx, after, limit)
 	if err != nil {
 		return readResult{}, err
 	}
-	return readResult{Page: p, Done: l.closed && p.Next >= l.lastLocked(), Wake: l.wake}, nil
+	res := readResult{Page: p}
+	if closed {
+		last, err := l.log.LastSeq(ctx)
+		if err != nil {
+			return readResult{}, err
+		}
+		res.Done = p.Next >= last
+	}
+	return res, nil
 }
 
-func (l *sessionLog) lastSeq() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.flushLocked()
-	return l.lastLocked()
+// wait returns once the log holds an event after after, or has ended, or ctx ends.
+func (l *sessionLog) wait(ctx context.Context, after uint64) error {
+	return l.log.Wait(ctx, after)
+}
+
+func (l *sessionLog) lastSeq(ctx context.Context) (uint64, error) {
+	return l.log.LastSeq(ctx)
 }

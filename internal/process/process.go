@@ -42,32 +42,11 @@ const (
 	StatusRestarting = "restarting" // failed, waiting for its restart
 )
 
-// Spec is what to run.
-type Spec struct {
-	Name    string   `json:"name,omitempty"`
-	Project string   `json:"project,omitempty"`
-	Command []string `json:"command"`
-	// Dir is the working directory (absolute; default the gateway's).
-	Dir string `json:"dir,omitempty"`
-	// Env are extra NAME=VALUE variables over the gateway's environment.
-	Env     []string `json:"env,omitempty"`
-	Restart string   `json:"restart,omitempty"`
-}
+// Spec is what to run (the wire type of /v1/processes).
+type Spec = abi.ProcessSpec
 
-// Info is a managed process as listed.
-type Info struct {
-	ID string `json:"id"`
-	Spec
-	Status    string `json:"status"`
-	PID       int    `json:"pid,omitempty"`
-	StartedAt int64  `json:"startedAt,omitempty"`
-	EndedAt   int64  `json:"endedAt,omitempty"`
-	ExitCode  *int   `json:"exitCode,omitempty"`
-	Signal    string `json:"signal,omitempty"`
-	Restarts  int    `json:"restarts"`
-	Reason    string `json:"reason,omitempty"`
-	LogDir    string `json:"logDir"`
-}
+// Info is a managed process as listed (the wire type of /v1/processes).
+type Info = abi.ProcessInfo
 
 // Options configure a Manager.
 type Options struct {
@@ -207,7 +186,7 @@ func (m *Manager) Start(ctx context.Context, s Spec) (Info, error) {
 	if err := fsutil.MkdirPrivate(logDir); err != nil {
 		return Info{}, fmt.Errorf("processes: %w", err)
 	}
-	p := &proc{m: m, info: Info{ID: id, Spec: s, LogDir: logDir}, ring: newRing(m.opt.Ring, m.opt.MaxStall)}
+	p := &proc{m: m, info: Info{ID: id, ProcessSpec: s, LogDir: logDir}, ring: newRing(m.opt.Ring, m.opt.MaxStall)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -354,7 +333,7 @@ func (p *proc) snapshot() Info {
 func (p *proc) start() error {
 	m := p.m
 	p.mu.Lock()
-	spec := p.info.Spec
+	spec := p.info.ProcessSpec
 	p.mu.Unlock()
 	if m.opt.Owner == nil {
 		return errors.New("processes: no process owner")

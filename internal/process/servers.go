@@ -16,14 +16,8 @@ import (
 // GatewayServer is the built-in server: the gateway itself.
 const GatewayServer = "gateway"
 
-// Server is a listening address a developer watches: a managed process's (ProcessID), one
-// nexus does not manage (Addr alone), or the gateway.
-type Server struct {
-	Name      string `json:"name"`
-	ProcessID string `json:"processId,omitempty"`
-	Addr      string `json:"addr,omitempty"`
-	BuiltIn   bool   `json:"builtIn,omitempty"`
-}
+// Server is a listening address a developer watches (the wire type of /v1/servers).
+type Server = abi.ProcessServer
 
 func (m *Manager) serversPath() string { return filepath.Join(m.dir, "servers.json") }
 

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/fsutil"
 	"github.com/nexus-run/nexus/internal/project"
 )
 
@@ -338,13 +337,13 @@ func TestAddWaitsForTheLock(t *testing.T) {
 	if _, err := s.Add(context.Background(), "first", ws); err != nil {
 		t.Fatal(err)
 	}
-	other := flock.New(path + ".lock")
-	if err := other.Lock(); err != nil {
+	other, err := fsutil.LockWait(path + ".lock")
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.Add(ctx, "second", ws)
+	_, err = s.Add(ctx, "second", ws)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Add under a held lock with a canceled context = %v", err)
 	}

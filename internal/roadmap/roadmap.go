@@ -27,22 +27,11 @@ const (
 	Blocked = "blocked"
 )
 
-// Item is one step of a roadmap.
-type Item struct {
-	ID        string `json:"id"`
-	Title     string `json:"title"`
-	Status    string `json:"status"`
-	Version   int    `json:"version"`
-	UpdatedAt int64  `json:"updatedAt"`
-}
+// Item is one step of a roadmap (the wire type of /v1/roadmaps, as Roadmap is).
+type Item = abi.RoadmapStep
 
 // Roadmap is a plan.
-type Roadmap struct {
-	ID        string `json:"id"`
-	Title     string `json:"title"`
-	CreatedAt int64  `json:"createdAt"`
-	Items     []Item `json:"items"`
-}
+type Roadmap = abi.Roadmap
 
 // Store is state/roadmaps.json, written atomically; one writer (the gateway).
 type Store struct {

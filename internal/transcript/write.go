@@ -318,35 +318,21 @@ func noFollowErr(err error) error {
 
 // lockFile takes the exclusive writer lock (flock) on fh without waiting.
 func lockFile(fh *os.File, path string) error {
-	rc, err := fh.SyscallConn()
+	ok, err := fsutil.LockFile(fh, false)
 	if err != nil {
 		return fmt.Errorf("lock transcript %s: %w", path, err)
 	}
-	var lerr error
-	if err := rc.Control(func(fd uintptr) {
-		lerr = unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB) // #nosec G115 -- a file descriptor fits an int
-	}); err != nil {
-		return fmt.Errorf("lock transcript %s: %w", path, err)
-	}
-	if errors.Is(lerr, unix.EWOULDBLOCK) {
+	if !ok {
 		return fmt.Errorf("lock transcript %s: %w", path, ErrLocked)
-	}
-	if lerr != nil {
-		return fmt.Errorf("lock transcript %s: %w", path, lerr)
 	}
 	return nil
 }
 
-// unlockClose releases the writer lock, then closes fh. Closing alone can leave the file locked:
-// the flock belongs to the open file description, which a child process forked at that moment
-// (any exec.Cmd of the program: a shell, a PTY, a tool) shares until it execs, so the next writer
-// would be refused with ErrLocked. LOCK_UN on the description releases it for every copy.
+// unlockClose releases the writer lock, then closes fh: closing alone could leave the file
+// locked for a child forked at that moment (see fsutil.UnlockFile), and the next writer would be
+// refused with ErrLocked.
 func unlockClose(fh *os.File) error {
-	if rc, err := fh.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			_ = unix.Flock(int(fd), unix.LOCK_UN) // #nosec G115 -- a file descriptor fits an int
-		})
-	}
+	_ = fsutil.UnlockFile(fh)
 	return fh.Close()
 }
 

@@ -21,7 +21,7 @@ import (
 // INVALID_ARGUMENT that names the floor.
 func TestCronFloor(t *testing.T) {
 	hb := func(d time.Duration) trigger.Job {
-		return trigger.Job{EveryMs: d.Milliseconds(), Message: "m", Target: trigger.Target{SessionKey: "agent:main:main"}}
+		return trigger.Job{EveryMs: d.Milliseconds(), Message: "m", TriggerTarget: trigger.Target{SessionKey: "agent:main:main"}}
 	}
 	cron := func(s string) trigger.Job { return trigger.Job{Schedule: s, Message: "m"} }
 	for _, tc := range []struct {
@@ -77,14 +77,14 @@ func TestJobSessionKeyChecked(t *testing.T) {
 	ctx := context.Background()
 	for _, key := range []string{"not a key", "agent:", "agent:main:", "agent:main:bad key", "hook:", "x:y"} {
 		for _, j := range []trigger.Job{
-			{Schedule: "@daily", Message: "m", Target: trigger.Target{SessionKey: key}},
-			{EveryMs: time.Hour.Milliseconds(), Message: "m", Target: trigger.Target{SessionKey: key}},
+			{Schedule: "@daily", Message: "m", TriggerTarget: trigger.Target{SessionKey: key}},
+			{EveryMs: time.Hour.Milliseconds(), Message: "m", TriggerTarget: trigger.Target{SessionKey: key}},
 		} {
 			if _, err := f.svc.AddJob(ctx, j); !isCode(err, abi.CodeInvalidArgument) || !strings.Contains(err.Error(), "session") {
 				t.Errorf("job with session %q (every %d ms): %v", key, j.EveryMs, err)
 			}
 		}
-		if _, err := f.svc.Store.AddHook(ctx, trigger.Hook{Target: trigger.Target{SessionKey: key}}); !isCode(err, abi.CodeInvalidArgument) {
+		if _, err := f.svc.Store.AddHook(ctx, trigger.Hook{TriggerTarget: trigger.Target{SessionKey: key}}); !isCode(err, abi.CodeInvalidArgument) {
 			t.Errorf("hook with session %q: %v", key, err)
 		}
 	}
@@ -92,7 +92,7 @@ func TestJobSessionKeyChecked(t *testing.T) {
 		t.Fatalf("stored %+v", jobs)
 	}
 	for _, key := range []string{"agent:main:main", "agent:ops:cron:digest", "hook:abc", "cron:nightly"} {
-		if _, err := f.svc.AddJob(ctx, trigger.Job{Schedule: "@daily", Message: "m", Target: trigger.Target{SessionKey: key}}); err != nil {
+		if _, err := f.svc.AddJob(ctx, trigger.Job{Schedule: "@daily", Message: "m", TriggerTarget: trigger.Target{SessionKey: key}}); err != nil {
 			t.Errorf("job with session %q: %v", key, err)
 		}
 	}

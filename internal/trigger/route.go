@@ -9,8 +9,8 @@ import (
 	"github.com/nexus-run/nexus/internal/chatstore"
 )
 
-// origin is where a job's firing comes from: the cron job or the heartbeat, by id.
-func (j Job) origin() abi.Origin {
+// jobOrigin is where a job's firing comes from: the cron job or the heartbeat, by id.
+func jobOrigin(j Job) abi.Origin {
 	kind := abi.OriginCron
 	if j.Kind == KindHeartbeat {
 		kind = abi.OriginHeartbeat

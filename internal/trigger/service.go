@@ -238,7 +238,7 @@ func (s *Service) fire(ctx context.Context, j Job, at time.Time, missed int, onT
 	}
 	id := fmt.Sprintf("%s_%s_%d", j.Kind, j.ID, at.UnixMilli())
 	text := s.jobText(j, at, missed)
-	msgID, _, err := s.Deliver(ctx, Delivery{ID: id, Key: j.key(), Text: text, Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target, Origin: j.origin()})
+	msgID, _, err := s.Deliver(ctx, Delivery{ID: id, Key: jobKey(j), Text: text, Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.TriggerTarget, Origin: jobOrigin(j)})
 	errText := ""
 	if err != nil {
 		errText = err.Error()
@@ -258,8 +258,8 @@ func (s *Service) RunNow(ctx context.Context, id string) (string, string, error)
 		return "", "", err
 	}
 	now := s.now()
-	msgID, key, err := s.Deliver(ctx, Delivery{ID: fmt.Sprintf("%s_%s_manual_%d", j.Kind, j.ID, now.UnixNano()), Key: j.key(),
-		Text: s.jobText(j, now, 0), Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.Target, Origin: j.origin()})
+	msgID, key, err := s.Deliver(ctx, Delivery{ID: fmt.Sprintf("%s_%s_manual_%d", j.Kind, j.ID, now.UnixNano()), Key: jobKey(j),
+		Text: s.jobText(j, now, 0), Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.TriggerTarget, Origin: jobOrigin(j)})
 	if msgID != "" {
 		if rerr := s.Store.recordRun(ctx, j.ID, 0, true, msgID, ""); rerr != nil && err == nil {
 			err = rerr
@@ -269,7 +269,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (string, string, error)
 }
 
 // key is where a job's messages go: its session, else its own cron conversation.
-func (j Job) key() string {
+func jobKey(j Job) string {
 	if j.SessionKey != "" {
 		return j.SessionKey
 	}
@@ -422,7 +422,7 @@ func (s *Service) deliverHook(ctx context.Context, h Hook, c HookCall) (HookResu
 	if err != nil {
 		return HookResult{}, err
 	}
-	msgID, canon, err := s.Deliver(ctx, Delivery{Key: key, Text: "[webhook " + h.ID + "]\n\n" + text, Mode: mode, From: "hook:" + h.ID, Target: h.Target, Origin: origin})
+	msgID, canon, err := s.Deliver(ctx, Delivery{Key: key, Text: "[webhook " + h.ID + "]\n\n" + text, Mode: mode, From: "hook:" + h.ID, Target: h.TriggerTarget, Origin: origin})
 	if msgID == "" {
 		return HookResult{}, err
 	}

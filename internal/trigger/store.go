@@ -41,58 +41,15 @@ const (
 	MissedSkip = "skip"
 )
 
-// Target says where a trigger's message goes and how a new conversation is opened.
-type Target struct {
-	// SessionKey is the conversation; a cron job's default is agent:<agent>:cron:<id>, a
-	// hook's a new hook:<uuid> per call.
-	SessionKey string `json:"sessionKey,omitempty"`
-	// Mode is the message's queue mode there (default the conversation's).
-	Mode string `json:"mode,omitempty"`
-	// Agent, Backend, Model, Level and Workspace open a conversation that has no session
-	// recorded (a conversation that had one is opened as it was).
-	Agent     string `json:"agent,omitempty"`
-	Backend   string `json:"backend,omitempty"`
-	Model     string `json:"model,omitempty"`
-	Level     string `json:"level,omitempty"`
-	Workspace string `json:"workspace,omitempty"`
-}
+// Target says where a trigger's message goes and how a new conversation is opened (the wire
+// type of /v1/cron and /v1/hooks, as Job and Hook are).
+type Target = abi.TriggerTarget
 
 // Job is a cron job or a heartbeat.
-type Job struct {
-	ID   string `json:"id"`
-	Kind string `json:"kind"`
-	// Schedule is a cron expression (five fields, or @hourly, @daily...; CRON_TZ=Zone
-	// first for a time zone other than the gateway's); EveryMs a heartbeat's interval.
-	Schedule string `json:"schedule,omitempty"`
-	EveryMs  int64  `json:"everyMs,omitempty"`
-	Message  string `json:"message"`
-	Missed   string `json:"missed"`
-	Target
-	CreatedAt int64 `json:"createdAt"`
-	// LastRunAt is the scheduled time of the last run fired (or skipped) in Unix ms; Runs
-	// counts the fired ones; LastMessageID is the last firing's message.
-	LastRunAt     int64  `json:"lastRunAt,omitempty"`
-	LastFiredAt   int64  `json:"lastFiredAt,omitempty"`
-	LastMessageID string `json:"lastMessageId,omitempty"`
-	LastError     string `json:"lastError,omitempty"`
-	Runs          int    `json:"runs"`
-	// NextRunAt is when it fires next (Unix ms), as of the listing.
-	NextRunAt int64 `json:"nextRunAt,omitempty"`
-}
+type Job = abi.CronJob
 
 // Hook is a webhook: POST /v1/hooks/{id} with its secret delivers the body as a message.
-type Hook struct {
-	ID string `json:"id"`
-	Target
-	// DMScope routes a call that names a channel and a direct-message peer (main, per-peer,
-	// per-channel-peer; default main: every DM of every channel in agent:<agent>:main).
-	DMScope      string `json:"dmScope,omitempty"`
-	CreatedAt    int64  `json:"createdAt"`
-	LastCalledAt int64  `json:"lastCalledAt,omitempty"`
-	Calls        int    `json:"calls"`
-	// Secret is set only in AddHook's answer: it is shown once.
-	Secret string `json:"secret,omitempty"`
-}
+type Hook = abi.Hook
 
 // Store is state/triggers/triggers.db.
 type Store struct {
@@ -148,7 +105,7 @@ func newID(prefix string) string {
 // MaxMessage bounds a job's message (64 KiB; a webhook's body has the queue's 1 MiB).
 const MaxMessage = 64 << 10
 
-func (t Target) check() error {
+func checkTarget(t Target) error {
 	if t.Mode != "" {
 		switch t.Mode {
 		case "steer", "followup", "collect", "steer-backlog", "queue", "interrupt", "reject", "rollback":
@@ -203,7 +160,7 @@ func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, er
 	if j.Missed != MissedOnce && j.Missed != MissedSkip {
 		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "missed-run policy %q: want once or skip", j.Missed)
 	}
-	if err := j.check(); err != nil {
+	if err := checkTarget(j.TriggerTarget); err != nil {
 		return Job{}, err
 	}
 	if j.Schedule != "" {
@@ -228,7 +185,7 @@ func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, er
 	if j.ID == "" {
 		j.ID = newID("")
 	}
-	if err := checkKey(j.key()); err != nil { // a cron job's own conversation, from its agent
+	if err := checkKey(jobKey(j)); err != nil { // a cron job's own conversation, from its agent
 		return Job{}, err
 	}
 	j.CreatedAt = s.now().UnixMilli()
@@ -336,7 +293,7 @@ func (s *Store) AddHook(ctx context.Context, h Hook) (Hook, error) {
 	if h.ID != "" && !idPattern.MatchString(h.ID) {
 		return Hook{}, abi.Errorf(abi.CodeInvalidArgument, "", "hook id %q: use 1 to 64 of a-z, 0-9, - and _", h.ID)
 	}
-	if err := h.check(); err != nil {
+	if err := checkTarget(h.TriggerTarget); err != nil {
 		return Hook{}, err
 	}
 	if _, err := chatstore.ParseDMScope(h.DMScope); err != nil {

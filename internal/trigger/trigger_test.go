@@ -107,7 +107,7 @@ func tick(t *testing.T, f *fixture, when string) time.Time {
 func TestCronFiresOnSchedule(t *testing.T) {
 	c := &clock{t: at("2026-11-24T10:00:30Z")}
 	f := newFixture(t, t.TempDir(), c, &inbox{})
-	j, err := f.svc.AddJob(context.Background(), trigger.Job{ID: "nightly", Schedule: "*/15 * * * *", Message: "check the build", Target: trigger.Target{Agent: "ops"}})
+	j, err := f.svc.AddJob(context.Background(), trigger.Job{ID: "nightly", Schedule: "*/15 * * * *", Message: "check the build", TriggerTarget: trigger.Target{Agent: "ops"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := f.svc.AddJob(ctx, trigger.Job{ID: "hb", EveryMs: (30 * time.Minute).Milliseconds(), Message: "anything to do?"}); err == nil {
 		t.Fatal("a heartbeat without a session")
 	}
-	if _, err := f.svc.AddJob(ctx, trigger.Job{ID: "hb", EveryMs: (30 * time.Minute).Milliseconds(), Message: "anything to do?", Target: trigger.Target{SessionKey: "agent:main:main"}}); err != nil {
+	if _, err := f.svc.AddJob(ctx, trigger.Job{ID: "hb", EveryMs: (30 * time.Minute).Milliseconds(), Message: "anything to do?", TriggerTarget: trigger.Target{SessionKey: "agent:main:main"}}); err != nil {
 		t.Fatal(err)
 	}
 	if next := tick(t, f, "2026-11-24T08:29:00Z"); !next.Equal(at("2026-11-24T08:30:00Z")) {
@@ -246,14 +246,14 @@ func TestJobValidation(t *testing.T) {
 	ctx := context.Background()
 	for name, j := range map[string]trigger.Job{
 		"no schedule":      {Message: "m"},
-		"both":             {Schedule: "@daily", EveryMs: 60000, Message: "m", Target: trigger.Target{SessionKey: "agent:main:main"}},
+		"both":             {Schedule: "@daily", EveryMs: 60000, Message: "m", TriggerTarget: trigger.Target{SessionKey: "agent:main:main"}},
 		"bad cron":         {Schedule: "61 * * * *", Message: "m"},
 		"no message":       {Schedule: "@daily"},
-		"short heartbeat":  {EveryMs: 1000, Message: "m", Target: trigger.Target{SessionKey: "agent:main:main"}},
+		"short heartbeat":  {EveryMs: 1000, Message: "m", TriggerTarget: trigger.Target{SessionKey: "agent:main:main"}},
 		"bad id":           {ID: "../x", Schedule: "@daily", Message: "m"},
-		"bad mode":         {Schedule: "@daily", Message: "m", Target: trigger.Target{Mode: "shout"}},
-		"bad level":        {Schedule: "@daily", Message: "m", Target: trigger.Target{Level: "root"}},
-		"relative dir":     {Schedule: "@daily", Message: "m", Target: trigger.Target{Workspace: "work"}},
+		"bad mode":         {Schedule: "@daily", Message: "m", TriggerTarget: trigger.Target{Mode: "shout"}},
+		"bad level":        {Schedule: "@daily", Message: "m", TriggerTarget: trigger.Target{Level: "root"}},
+		"relative dir":     {Schedule: "@daily", Message: "m", TriggerTarget: trigger.Target{Workspace: "work"}},
 		"bad policy":       {Schedule: "@daily", Message: "m", Missed: "all"},
 		"message too long": {Schedule: "@daily", Message: strings.Repeat("x", trigger.MaxMessage+1)},
 	} {
@@ -393,7 +393,7 @@ func TestRunFiresOnTime(t *testing.T) {
 		done := make(chan struct{})
 		go func() { svc.Run(ctx); close(done) }()
 		synctest.Wait()
-		if _, err := svc.AddJob(context.Background(), trigger.Job{ID: "hb", EveryMs: time.Minute.Milliseconds(), Message: "tick", Target: trigger.Target{SessionKey: "agent:main:main"}}); err != nil {
+		if _, err := svc.AddJob(context.Background(), trigger.Job{ID: "hb", EveryMs: time.Minute.Milliseconds(), Message: "tick", TriggerTarget: trigger.Target{SessionKey: "agent:main:main"}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(59 * time.Second)

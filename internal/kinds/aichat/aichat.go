@@ -45,7 +45,8 @@ type Kind struct {
 	// Config loads config.toml's backends; it is read at each session's start, so an edit
 	// applies to the next session.
 	Config func() (*provider.Config, error)
-	// Providers opens providers (default provider.Open with Getenv and Transport below).
+	// Getenv and Transport are what each session's provider is opened with (provider.Open):
+	// the environment its API key is read from, and the HTTP transport (nil: the default).
 	Getenv    func(string) string
 	Transport http.RoundTripper
 	// Shells runs the conversations' bash tools (one agent shell each).
@@ -130,7 +131,7 @@ func AgentOfKey(key string) string {
 }
 
 // Start implements live.Kind.
-func (k *Kind) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	var opts abi.AIChatOptions
 	if len(req.Options) > 0 {
 		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
@@ -430,7 +431,7 @@ func (k *Kind) workspace(dir string) (string, error) {
 // chat is one ai-chat session.
 type chat struct {
 	k         *Kind
-	sink      *live.Sink
+	sink      live.Sink
 	prof      *profile.Profile
 	backend   provider.Backend
 	p         provider.Provider

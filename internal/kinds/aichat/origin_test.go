@@ -164,7 +164,7 @@ func TestOriginRecorded(t *testing.T) {
 		{"heartbeat", func(t *testing.T, e *env, _ *live.Registry) []sent {
 			svc := e.triggers(t)
 			if _, err := svc.AddJob(ctx, trigger.Job{ID: "hb", EveryMs: (30 * time.Minute).Milliseconds(), Message: "anything new?",
-				Target: trigger.Target{SessionKey: "agent:main:test:hb"}}); err != nil {
+				TriggerTarget: trigger.Target{SessionKey: "agent:main:test:hb"}}); err != nil {
 				t.Fatal(err)
 			}
 			_, key, err := svc.RunNow(ctx, "hb")

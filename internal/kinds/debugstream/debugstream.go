@@ -120,7 +120,7 @@ func (journalSource) hold(bool)         {}
 func (journalSource) open(uint64) error { return nil }
 
 // Start implements live.Kind.
-func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	var opts abi.DebugStreamOptions
 	if len(req.Options) > 0 {
 		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
@@ -191,14 +191,14 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 		s.src = &processSource{m: k.Processes, id: in.ID}
 		md["processId"], md["processName"] = in.ID, in.Name
 	}
-	s.ctx, s.stop = context.WithCancel(context.Background())
+	s.ctx, s.stop = context.WithCancel(sink.Context())
 	sink.SetMetadata(md)
 	return s, nil
 }
 
 // stream is one debug-stream session.
 type stream struct {
-	sink  *live.Sink
+	sink  live.Sink
 	src   source
 	file  string
 	lines int

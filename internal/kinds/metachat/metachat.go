@@ -114,7 +114,7 @@ func (k *Kind) Capabilities() abi.Capabilities {
 }
 
 // Start implements live.Kind.
-func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	if len(req.Options) > 0 && string(req.Options) != "{}" && string(req.Options) != "null" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "meta-chat sessions take no options")
 	}
@@ -136,14 +136,14 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 	}
 	m := &meta{sink: sink, k: k, view: view, id: rm.ID, offered: make(chan struct{}, 1),
 		items: map[string]int{}, sessions: map[string]abi.Session{}, readers: map[string]context.CancelFunc{}, preexisting: map[string]bool{}}
-	m.ctx, m.stop = context.WithCancel(context.Background())
+	m.ctx, m.stop = context.WithCancel(sink.Context())
 	sink.SetMetadata(map[string]any{"roadmapId": rm.ID, "title": rm.Title})
 	return m, nil
 }
 
 // meta is one meta-chat session.
 type meta struct {
-	sink *live.Sink
+	sink live.Sink
 	k    *Kind
 	view live.View
 	id   string

@@ -71,7 +71,7 @@ func (k *Kind) Capabilities() abi.Capabilities {
 }
 
 // Start implements live.Kind.
-func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	var opts abi.NetworkStreamOptions
 	if len(req.Options) > 0 {
 		if err := abi.DecodeStrict(req.Options, &opts); err != nil {
@@ -120,14 +120,14 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 			w.port = uint16(n)
 		}
 	}
-	w.ctx, w.stop = context.WithCancel(context.Background())
+	w.ctx, w.stop = context.WithCancel(sink.Context())
 	sink.SetMetadata(md)
 	return w, nil
 }
 
 // watch is one network-stream session.
 type watch struct {
-	sink     *live.Sink
+	sink     live.Sink
 	k        *Kind
 	interval time.Duration
 	pids     func() []int // the server's processes; nil: match port instead

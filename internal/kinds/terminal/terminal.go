@@ -83,7 +83,7 @@ func (k *Kind) shell(opt string) (string, error) {
 }
 
 // Start implements live.Kind.
-func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *Kind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	if req.Context.ProjectID == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "terminal sessions need context.projectId (add one with: nexus project add NAME --path DIR)")
 	}
@@ -146,7 +146,7 @@ func (k *Kind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) 
 type term struct {
 	shells *agentshell.Manager
 	owner  *reaper.Owner
-	sink   *live.Sink
+	sink   live.Sink
 	dir    string
 	shell  string
 	env    []string

@@ -135,7 +135,7 @@ func (k *FakeKind) View() live.View {
 }
 
 // Start implements live.Kind.
-func (k *FakeKind) Start(_ context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *FakeKind) Start(_ context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	if k.Refuse != nil {
 		if err := k.Refuse(req); err != nil {
 			return nil, err
@@ -171,7 +171,7 @@ func (k *FakeKind) Probe(t *testing.T, id string) Probe {
 
 // FakeInstance is a session backend of a FakeKind.
 type FakeInstance struct {
-	sink   *live.Sink
+	sink   live.Sink
 	req    abi.CreateRequest
 	pauser bool
 
@@ -214,7 +214,7 @@ func (f *FakeInstance) Close(context.Context) error {
 }
 
 // Sink is the sink the registry gave this backend.
-func (f *FakeInstance) Sink() *live.Sink { return f.sink }
+func (f *FakeInstance) Sink() live.Sink { return f.sink }
 
 // Request is the create request the backend was started with.
 func (f *FakeInstance) Request() abi.CreateRequest { return f.req }
@@ -286,7 +286,7 @@ type heldStart struct {
 	gate   chan struct{}
 }
 
-func (k *heldStart) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *heldStart) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	k.starts.Add(1)
 	<-k.gate
 	return k.KindUnderTest.Start(ctx, sink, req)
@@ -298,7 +298,7 @@ type failStart struct {
 	err error
 }
 
-func (k *failStart) Start(context.Context, *live.Sink, abi.CreateRequest) (live.Instance, error) {
+func (k *failStart) Start(context.Context, live.Sink, abi.CreateRequest) (live.Instance, error) {
 	return nil, k.err
 }
 
@@ -309,7 +309,7 @@ type gatedStart struct {
 	gate    chan struct{}
 }
 
-func (k *gatedStart) Start(ctx context.Context, sink *live.Sink, req abi.CreateRequest) (live.Instance, error) {
+func (k *gatedStart) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	close(k.entered)
 	<-k.gate
 	return k.KindUnderTest.Start(ctx, sink, req)

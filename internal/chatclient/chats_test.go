@@ -1,4 +1,4 @@
-package client_test
+package chatclient_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/chatclient"
 	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/conversation/conversationtest"
@@ -44,14 +45,14 @@ func serveChats(t *testing.T, opts conversation.Options, token string) *client.C
 	return client.New(client.Target{Socket: sock})
 }
 
-// TestChatsContract runs the conversation contract suite through the gateway: client.Chats
+// TestChatsContract runs the conversation contract suite through the gateway: chatclient.Chats
 // against a real gateway handler whose Service works on the suite's directory, over the unix
 // socket and over TCP with a token.
 func TestChatsContract(t *testing.T) {
 	for _, tc := range []struct{ name, token string }{{"unix", ""}, {"tcp", strings.Repeat("k", 40)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			conversationtest.Run(t, func(t *testing.T, opts conversation.Options) conversation.API {
-				return serveChats(t, opts, tc.token).Chats()
+				return chatclient.New(serveChats(t, opts, tc.token))
 			})
 		})
 	}
@@ -66,7 +67,7 @@ func TestChatPath(t *testing.T) {
 		"x?y#z":                     "/chats/x%3Fy%23z/history",
 		"%2F":                       "/chats/%252F/history",
 	} {
-		if got := client.ChatPath(ref, "/history"); got != want {
+		if got := chatclient.ChatPath(ref, "/history"); got != want {
 			t.Errorf("ChatPath(%q) = %q, want %q", ref, got, want)
 		}
 	}
@@ -95,7 +96,7 @@ func TestChatsCutShort(t *testing.T) {
 				_, _ = io.WriteString(w, tc.body)
 			}))
 			defer srv.Close()
-			h, err := client.New(client.Target{URL: srv.URL}).Chats().History(t.Context(), "k", conversation.HistoryOptions{})
+			h, err := chatclient.New(client.New(client.Target{URL: srv.URL})).History(t.Context(), "k", conversation.HistoryOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +126,7 @@ func TestChatsCutShort(t *testing.T) {
 	}))
 	defer srv.Close()
 	var b bytes.Buffer
-	err := client.New(client.Target{URL: srv.URL}).Chats().Export(t.Context(), "k", conversation.ExportJSONL, &b)
+	err := chatclient.New(client.New(client.Target{URL: srv.URL})).Export(t.Context(), "k", conversation.ExportJSONL, &b)
 	if abi.CodeOf(err) != abi.CodeConnectionLost {
 		t.Fatalf("cut export: %v after %d bytes", err, b.Len())
 	}
@@ -147,7 +148,7 @@ func TestChatsImportTooLarge(t *testing.T) {
 	var reached bool
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = true }))
 	defer srv.Close()
-	_, err = client.New(client.Target{URL: srv.URL}).Chats().Import(context.Background(), conversation.ImportRequest{Source: big})
+	_, err = chatclient.New(client.New(client.Target{URL: srv.URL})).Import(context.Background(), conversation.ImportRequest{Source: big})
 	if abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "--transport local") || reached {
 		t.Fatalf("import of a file over the limit: %v (sent: %v)", err, reached)
 	}

@@ -1,7 +1,9 @@
-package client
+// Package chatclient is conversation.API over a gateway's /v1/chats routes (docs/ABI.md):
+// what nexus chat uses when a gateway runs. It is apart from internal/client, which links
+// nothing of the conversation store (no transcripts, no file locks).
+package chatclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,21 +12,21 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/client"
 	"github.com/nexus-run/nexus/internal/conversation"
 )
 
 // Chats is conversation.API over a gateway's /v1/chats routes (docs/ABI.md).
-type Chats struct{ c *Client }
+type Chats struct{ c *client.Client }
 
 var _ conversation.API = (*Chats)(nil)
 
-// Chats returns the conversation API of the gateway.
-func (c *Client) Chats() *Chats { return &Chats{c: c} }
+// New returns the conversation API of the gateway c talks to.
+func New(c *client.Client) *Chats { return &Chats{c: c} }
 
 // checkRef refuses what cannot name a chat in a path: nothing, and "/" alone, which Go's
 // router takes for a trailing slash however it is escaped.
@@ -39,61 +41,11 @@ func checkRef(ref string) error {
 // segment whatever it holds (keys have ':', labels may have '/', '?', '%'...): escaped, and
 // a ref of dots only spelled with %2E, which no router may take for a relative path.
 func ChatPath(ref, rest string) string {
-	return "/chats/" + pathSegment(ref) + rest
-}
-
-// pathSegment is s as one path segment, escaped, with a name of dots only spelled with %2E.
-func pathSegment(s string) string {
-	if strings.Trim(s, ".") == "" {
-		return strings.Repeat("%2E", len(s))
-	}
-	return url.PathEscape(s)
-}
-
-// open sends a request and returns the response of a success; an answer with an error status
-// is returned as its ABI error.
-func (c *Client) open(ctx context.Context, method, path string, body io.Reader, size int64, ctype string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+abi.APIPrefix+path, body)
-	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
-	}
-	if body != nil {
-		req.ContentLength = size
-		req.Header.Set("Content-Type", ctype)
-	}
-	if c.target.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.target.Token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, c.connectionLost(err)
-	}
-	if resp.StatusCode < 300 {
-		return resp, nil
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, abi.MaxRequestBody))
-	if err != nil {
-		return nil, c.connectionLost(err)
-	}
-	return nil, errorAnswer(resp, data)
-}
-
-// errorAnswer is the error of a response with an error status: its ABI error response, or
-// INTERNAL naming what came instead.
-func errorAnswer(resp *http.Response, data []byte) error {
-	var er abi.ControlResponse
-	if json.Unmarshal(data, &er) == nil && er.Status == abi.ResponseError {
-		return abi.FromResponse(er)
-	}
-	return &abi.Error{Code: abi.CodeInternal, Message: fmt.Sprintf("gateway answered %s: %s", resp.Status, bytes.TrimSpace(data))}
+	return "/chats/" + client.PathSegment(ref) + rest
 }
 
 func (ch *Chats) do(ctx context.Context, method, path string, body, out any) error {
-	return ch.c.do(ctx, method, path, body, out)
+	return ch.c.Do(ctx, method, path, body, out)
 }
 
 // List returns the chats matching opts.
@@ -160,7 +112,7 @@ func (ch *Chats) History(ctx context.Context, ref string, opts conversation.Hist
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	resp, err := ch.c.open(ctx, http.MethodGet, p, nil, 0, "") //nolint:bodyclose // the History returned owns the body; its Close closes it
+	resp, err := ch.c.Open(ctx, http.MethodGet, p, nil, 0, "") //nolint:bodyclose // the History returned owns the body; its Close closes it
 	if err != nil {
 		return nil, err
 	}
@@ -172,14 +124,14 @@ func (ch *Chats) Tree(ctx context.Context, ref string) (*conversation.Tree, erro
 	if err := checkRef(ref); err != nil {
 		return nil, err
 	}
-	resp, err := ch.c.open(ctx, http.MethodGet, ChatPath(ref, "/tree"), nil, 0, "")
+	resp, err := ch.c.Open(ctx, http.MethodGet, ChatPath(ref, "/tree"), nil, 0, "")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var t conversation.Tree
 	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil {
-		return nil, ch.c.connectionLost(fmt.Errorf("read tree: %w", err))
+		return nil, ch.c.ConnectionLost(fmt.Errorf("read tree: %w", err))
 	}
 	return &t, nil
 }
@@ -192,7 +144,7 @@ func (ch *Chats) Export(ctx context.Context, ref string, format conversation.Exp
 	if err := checkRef(ref); err != nil {
 		return err
 	}
-	resp, err := ch.c.open(ctx, http.MethodGet, ChatPath(ref, "/export?format="+url.QueryEscape(string(format))), nil, 0, "")
+	resp, err := ch.c.Open(ctx, http.MethodGet, ChatPath(ref, "/export?format="+url.QueryEscape(string(format))), nil, 0, "")
 	if err != nil {
 		return err
 	}
@@ -202,7 +154,7 @@ func (ch *Chats) Export(ctx context.Context, ref string, format conversation.Exp
 	if _, err := io.Copy(w, &readSide{resp.Body}); err != nil {
 		var rerr readError
 		if errors.As(err, &rerr) {
-			return ch.c.connectionLost(fmt.Errorf("export cut short: %w", rerr.err))
+			return ch.c.ConnectionLost(fmt.Errorf("export cut short: %w", rerr.err))
 		}
 		return fmt.Errorf("write export: %w", err)
 	}
@@ -307,14 +259,14 @@ func (ch *Chats) Import(ctx context.Context, req conversation.ImportRequest) (*c
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	resp, err := ch.c.open(ctx, http.MethodPost, p, body, size, conversation.TranscriptContentType)
+	resp, err := ch.c.Open(ctx, http.MethodPost, p, body, size, conversation.TranscriptContentType)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var out conversation.ImportResult
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, ch.c.connectionLost(fmt.Errorf("read import answer: %w", err))
+		return nil, ch.c.ConnectionLost(fmt.Errorf("read import answer: %w", err))
 	}
 	return &out, nil
 }
