@@ -68,9 +68,12 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*server.Server, erro
 	// ReadyForConnections bounds its own wait; the context bounds ours.
 	for !s.ReadyForConnections(100 * time.Millisecond) {
 		// A server whose start failed (Fatalf to its logger) has stopped running.
-		if err := ctx.Err(); err != nil || !s.Running() {
+		if err := ctx.Err(); err != nil {
 			s.Shutdown()
-			return nil, fmt.Errorf("embedded nats-server %s did not start (a clustered server needs its routes, --nats-routes): %v", o.Name, err)
+			return nil, fmt.Errorf("embedded nats-server %s did not start: %w", o.Name, err)
+		}
+		if !s.Running() {
+			return nil, fmt.Errorf("embedded nats-server %s did not start (a clustered server needs its routes: --nats-routes)", o.Name)
 		}
 	}
 	return s, nil

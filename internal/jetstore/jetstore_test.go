@@ -304,7 +304,7 @@ func TestServerLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l2.Close(ctx)
+	defer func() { _ = l2.Close(ctx) }()
 	p, err := l2.Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +349,7 @@ func TestClustersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer la.Close(ctx)
+	defer func() { _ = la.Close(ctx) }()
 	if _, err := la.Append(ctx, event("alpha")); err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestClustersApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lb.Close(ctx)
+	defer func() { _ = lb.Close(ctx) }()
 	if last, _ := lb.LastSeq(ctx); last != 0 {
 		t.Errorf("beta's log of s1 holds %d events of alpha's", last)
 	}
