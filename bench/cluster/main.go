@@ -121,7 +121,7 @@ func measure(ctx context.Context, name string, st live.Store, n, size int) error
 func startCluster(ctx context.Context, dir string) ([]*server.Server, error) {
 	var addrs, routes []string
 	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := new(net.ListenConfig).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}

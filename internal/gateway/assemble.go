@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -417,10 +418,15 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 			stops[i]()
 		}
 	}
+	var token string
 	if c.Embedded {
+		var err error
+		if token, err = natsToken(filepath.Join(cfg.StateDir, "nats")); err != nil {
+			return nil, nil, err
+		}
 		srv, err := jetstore.StartEmbedded(ctx, jetstore.EmbeddedOptions{
 			Name: c.Node, Dir: filepath.Join(cfg.StateDir, "nats"), Listen: c.Listen,
-			Cluster: c.Name, ClusterListen: c.ClusterListen, Routes: c.Routes,
+			Cluster: c.Name, ClusterListen: c.ClusterListen, Routes: c.Routes, Token: token,
 		})
 		if err != nil {
 			return nil, nil, err
@@ -433,7 +439,7 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 		stop(ctx)
 		return nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
 	}
-	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: c.URLs, Creds: c.Creds, NKey: c.NKey, CA: c.CA, Name: c.Node})
+	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: c.URLs, Creds: c.Creds, NKey: c.NKey, CA: c.CA, Name: c.Node, Token: token})
 	if err != nil {
 		stop(ctx)
 		return nil, nil, err
@@ -445,4 +451,28 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 		return nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
 	}
 	return st, stop, nil
+}
+
+// NATSTokenFile (in state/nats) holds the embedded nats-server's client token: its client port
+// takes no connection without it (a local user could otherwise read every session's events).
+const NATSTokenFile = "token"
+
+// natsToken returns the embedded server's client token, made on first use.
+func natsToken(dir string) (string, error) {
+	path := filepath.Join(dir, NATSTokenFile)
+	if b, err := os.ReadFile(filepath.Clean(path)); err == nil && len(b) > 0 {
+		return string(b), nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("embedded nats-server token: %w", err)
+	}
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return "", err
+	}
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	tok := hex.EncodeToString(b)
+	if err := fsutil.WriteFileAtomic(path, []byte(tok)); err != nil {
+		return "", fmt.Errorf("embedded nats-server token: %w", err)
+	}
+	return tok, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -43,17 +45,36 @@ func TestAssembleClusterUnreachable(t *testing.T) {
 
 // TestAssembleClusterEmbedded: a node with an embedded nats-server keeps its sessions in
 // JetStream (state/nats, not state/live): the next daemon on the directory restores them
-// from there.
+// from there. The server's client port takes only clients with the token in state/nats.
 func TestAssembleClusterEmbedded(t *testing.T) {
 	state := testkit.ShortTempDir(t)
 	work := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
 	cfg := gateway.Config{
 		StateDir: state, Shell: "sh", IdleTimeout: -1, Types: []abi.SessionType{abi.TypeTerminal},
 		Projects: func(string) (string, error) { return work, nil },
-		Cluster:  &gateway.ClusterConfig{Embedded: true, Node: "n1", Name: "test"},
+		Cluster:  &gateway.ClusterConfig{Embedded: true, Node: "n1", Name: "test", Listen: addr},
 	}
 	a := runAssembled(t, cfg)
 	ctx := testCtx(t)
+	if nc, err := nats.Connect("nats://" + addr); err == nil {
+		nc.Close()
+		t.Error("the embedded server took a client without its token")
+	}
+	tok, err := os.ReadFile(filepath.Join(state, "nats", gateway.NATSTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+addr, nats.Token(string(tok)))
+	if err != nil {
+		t.Fatalf("a client with the token: %v", err)
+	}
+	nc.Close()
 	s, err := a.cl.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,9 @@ type EmbeddedOptions struct {
 	Cluster       string
 	ClusterListen string
 	Routes        []string
+	// Token, when set, is the secret a client must present (nats.Token); the routes between
+	// servers are not covered by it.
+	Token string
 }
 
 // StartEmbedded starts nats-server with JetStream in this process and returns it once it
@@ -38,7 +41,7 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*server.Server, erro
 	}
 	opts := &server.Options{
 		ServerName: o.Name, Host: host, Port: port, JetStream: true, StoreDir: o.Dir,
-		NoSigs: true, NoLog: true, MaxPayload: 1 << 20,
+		NoSigs: true, NoLog: true, MaxPayload: 1 << 20, Authorization: o.Token,
 	}
 	if len(o.Routes) > 0 || o.ClusterListen != "" {
 		ch, cp, err := hostPort(o.ClusterListen, "127.0.0.1", -1)
@@ -111,6 +114,8 @@ type DialOptions struct {
 	Creds, NKey, CA string
 	// Name names the connection (the node) in the servers' monitoring.
 	Name string
+	// Token is the servers' client token (an embedded server's).
+	Token string
 }
 
 // Dial connects to NATS and checks JetStream answers there. A server that cannot be reached is
@@ -130,6 +135,9 @@ func Dial(ctx context.Context, o DialOptions) (*nats.Conn, error) {
 	}
 	if o.CA != "" {
 		opts = append(opts, nats.RootCAs(o.CA))
+	}
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		opts = append(opts, nats.Timeout(time.Until(deadline)))
