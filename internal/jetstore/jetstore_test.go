@@ -409,3 +409,20 @@ func TestRestoreOwnSessions(t *testing.T) {
 	}
 	_ = rs[0].Log.Close(ctx)
 }
+
+// TestDialUnreachable: a NATS that cannot be reached is an error naming its URL, without the
+// password or token the URL carries.
+func TestDialUnreachable(t *testing.T) {
+	ln, err := new(net.ListenConfig).Listen(testCtx(t), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	for _, url := range []string{"nats://" + addr, "nats://user:s3cret@" + addr, "nats://s3cret@" + addr} {
+		_, err := jetstore.Dial(testCtx(t), jetstore.DialOptions{URLs: []string{url}})
+		if err == nil || !strings.Contains(err.Error(), addr) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("dial %s: %v", url, err)
+		}
+	}
+}
