@@ -128,6 +128,8 @@ type Session struct {
 	Metadata     map[string]any `json:"metadata"`
 	// LastActivityAt is when the session last had input or output (a live session's).
 	LastActivityAt string `json:"lastActivityAt,omitempty"`
+	// Node is the cluster node that owns the session (a gateway that is a node of a cluster).
+	Node string `json:"node,omitempty"`
 }
 
 // Command is a control command.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/console"
@@ -39,6 +40,7 @@ func (a *app) serveCmd() *cobra.Command {
 		indexRoots  []string
 		minTrigger  time.Duration
 		agentShells = shellFlags{prefix: "mcp-"}
+		cluster     clusterFlags
 	)
 	// Its stdout stays empty (logs go to stderr): errors are reported on stderr only.
 	cmd := textOutput(&cobra.Command{
@@ -66,6 +68,10 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			if maxSessions < 1 {
 				return abi.Errorf(abi.CodeInvalidArgument, "", "--max-sessions %d: it must be at least 1", maxSessions)
+			}
+			clusterCfg, err := cluster.config(cmd.Flags())
+			if err != nil {
+				return err
 			}
 			// The history index the gateway keeps fresh and serves (/v1/index), unless --no-index.
 			var historyIndex *gateway.IndexOptions
@@ -125,6 +131,7 @@ func (a *app) serveCmd() *cobra.Command {
 				MCP:                mcpCfg,
 				Index:              historyIndex,
 				MinTriggerInterval: minTrigger,
+				Cluster:            clusterCfg,
 				Ready: func(in gateway.Info, consoleAuth *console.Auth) {
 					msg := fmt.Sprintf("nexus: gateway pid %d listening on %s", in.PID, in.Socket)
 					if in.Listen != "" {
@@ -172,7 +179,63 @@ func (a *app) serveCmd() *cobra.Command {
 	f.StringArrayVar(&indexRoots, "index-root", nil, "read SOURCE's transcripts into the index from DIR instead of its default directories (SOURCE=DIR, repeatable)")
 	f.DurationVar(&minTrigger, "min-trigger-interval", trigger.DefaultMinInterval, "the shortest interval a cron job or heartbeat may fire at (an @every duration, a heartbeat's --every, the gap between two firings of a cron expression)")
 	agentShells.bind(f, f)
+	cluster.bind(f)
 	return cmd
+}
+
+// clusterFlags make nexus serve a node of a cluster on NATS JetStream (docs/cluster.md).
+type clusterFlags struct {
+	urls                  []string
+	creds, nkey, ca       string
+	embedded              bool
+	listen, clusterListen string
+	routes                []string
+	replicas              int
+	node, name            string
+}
+
+func (c *clusterFlags) bind(f *pflag.FlagSet) {
+	f.StringSliceVar(&c.urls, "nats", nil, "be a node of a cluster on this NATS deployment with JetStream (URL[,URL...]; user:password@ or token@ in a URL are its credentials): session records and events live there")
+	f.StringVar(&c.creds, "nats-creds", "", "NATS credentials file (JWT and seed)")
+	f.StringVar(&c.nkey, "nats-nkey", "", "NATS nkey seed file")
+	f.StringVar(&c.ca, "nats-ca", "", "PEM file of the certificate authority of the NATS servers' TLS certificates")
+	f.BoolVar(&c.embedded, "nats-embedded", false, "be a node of a cluster whose NATS server runs in this process (its store in state/nats)")
+	f.StringVar(&c.listen, "nats-listen", "", "the embedded NATS server's client address (default 127.0.0.1 on a free port)")
+	f.StringVar(&c.clusterListen, "nats-cluster-listen", "", "the embedded NATS server's route address, for --nats-routes (host:port)")
+	f.StringSliceVar(&c.routes, "nats-routes", nil, "the other embedded NATS servers' route URLs (nats-route://host:port,...; this server's own may be listed)")
+	f.IntVar(&c.replicas, "nats-replicas", 1, "replicas of the cluster's stream and bucket: 1 or 3")
+	f.StringVar(&c.node, "node", "", "this node's name in the cluster (default the host name)")
+	f.StringVar(&c.name, "cluster", "nexus", "the cluster's name: its subjects, stream and bucket are named after it, so clusters sharing a NATS never mix")
+}
+
+// config returns the gateway's cluster settings; nil without --nats or --nats-embedded.
+func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) {
+	if len(c.urls) == 0 && !c.embedded {
+		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "cluster"} {
+			if f.Changed(name) {
+				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--%s needs --nats or --nats-embedded", name)
+			}
+		}
+		return nil, nil
+	}
+	if c.replicas != 1 && c.replicas != 3 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--nats-replicas %d: want 1 or 3", c.replicas)
+	}
+	if !c.embedded {
+		for _, name := range []string{"nats-listen", "nats-cluster-listen", "nats-routes"} {
+			if f.Changed(name) {
+				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--%s needs --nats-embedded", name)
+			}
+		}
+	}
+	if len(c.routes) > 0 && c.clusterListen == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--nats-routes needs --nats-cluster-listen (the address the other servers route to)")
+	}
+	return &gateway.ClusterConfig{
+		Name: c.name, Node: c.node, URLs: c.urls, Creds: c.creds, NKey: c.nkey, CA: c.ca,
+		Embedded: c.embedded, Listen: c.listen, ClusterListen: c.clusterListen, Routes: c.routes,
+		Replicas: c.replicas,
+	}, nil
 }
 
 // projectsPath is state/projects.json.

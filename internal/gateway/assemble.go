@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -17,6 +20,7 @@ import (
 	"github.com/nexus-run/nexus/internal/console"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/jetstore"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/kinds/debugstream"
 	"github.com/nexus-run/nexus/internal/kinds/metachat"
@@ -72,6 +76,9 @@ type Config struct {
 	// Store keeps the sessions' records and events; nil: a DiskStore in StateDir/live, opened
 	// once the daemon holds the state directory's lock.
 	Store live.Store
+	// Cluster, when set (and Store is not), keeps the live store (session records and event
+	// logs) on NATS JetStream instead: docs/cluster.md.
+	Cluster *ClusterConfig
 
 	// Terminal sessions: the default shell ("": $SHELL, then bash, then sh), how long a
 	// closing one gets after SIGHUP (0: 2s), its environment (nil: the gateway's), and where a
@@ -302,6 +309,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 	o := d.opts
 	o.Open = func(ctx context.Context) (live.Backend, error) {
 		store := cfg.Store
+		var node string
+		if cfg.Cluster != nil {
+			c := *cfg.Cluster
+			if c.Node == "" {
+				host, err := os.Hostname()
+				if err != nil {
+					return nil, fmt.Errorf("--node: the host name: %w", err)
+				}
+				c.Node = host
+			}
+			node, cfg.Cluster = c.Node, &c
+		}
+		if store == nil && cfg.Cluster != nil {
+			st, stop, err := openCluster(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			d.stopLast = append(d.stopLast, stop)
+			store = st
+		}
 		if store == nil {
 			// Sessions and their events live in state/live, so the next gateway still answers
 			// for them (docs/live-sessions.md).
@@ -313,7 +340,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		reg, err := live.New(ctx, live.Config{
 			MaxSessions: cfg.MaxSessions, IdleTimeout: cfg.IdleTimeout, Retention: cfg.Retention,
-			Log: cfg.Log, Store: store, Now: cfg.Now, Logger: cfg.Logger,
+			Log: cfg.Log, Store: store, Now: cfg.Now, Logger: cfg.Logger, Node: node,
 		}, d.kinds...)
 		if err != nil {
 			_ = store.Close()
@@ -362,4 +389,92 @@ func runPrefixes(n int) []string {
 		}
 	}
 	return out
+}
+
+// ClusterConfig makes a gateway a node of a nexus cluster on NATS JetStream.
+type ClusterConfig struct {
+	// Name is the cluster's name, which namespaces its subjects, stream and bucket (default
+	// "nexus"); Node is this node's (default: the host name).
+	Name, Node string
+	// URLs are the NATS servers of an existing deployment; Creds, NKey and CA the usual NATS
+	// credentials and TLS authority (files).
+	URLs            []string
+	Creds, NKey, CA string
+	// Embedded runs nats-server in this process (its store in StateDir/nats), listening for
+	// clients on Listen and, with Routes, for other nodes' servers on ClusterListen.
+	Embedded      bool
+	Listen        string
+	ClusterListen string
+	Routes        []string
+	// Replicas of the stream and the bucket: 1 or 3 (default 1).
+	Replicas int
+}
+
+// openCluster connects to NATS (starting the embedded server first when asked) and opens the
+// JetStream store; stop releases all of it once the registry has closed the store.
+func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Context), error) {
+	c := *cfg.Cluster // its Node is set
+	var stops []func()
+	stop := func(context.Context) {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	var token string
+	if c.Embedded {
+		var err error
+		if token, err = natsToken(filepath.Join(cfg.StateDir, "nats")); err != nil {
+			return nil, nil, err
+		}
+		srv, err := jetstore.StartEmbedded(ctx, jetstore.EmbeddedOptions{
+			Name: c.Node, Dir: filepath.Join(cfg.StateDir, "nats"), Listen: c.Listen,
+			Cluster: c.Name, ClusterListen: c.ClusterListen, Routes: c.Routes, Token: token,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		stops = append(stops, func() { srv.Shutdown(); srv.WaitForShutdown() })
+		c.URLs = append([]string{srv.ClientURL()}, c.URLs...)
+		cfg.Logger.Info("embedded nats-server", "client", srv.ClientURL(), "routes", c.Routes)
+	}
+	if len(c.URLs) == 0 {
+		stop(ctx)
+		return nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
+	}
+	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: c.URLs, Creds: c.Creds, NKey: c.NKey, CA: c.CA, Name: c.Node, Token: token})
+	if err != nil {
+		stop(ctx)
+		return nil, nil, err
+	}
+	stops = append(stops, nc.Close)
+	st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: c.Name, Node: c.Node, Replicas: c.Replicas, Logger: cfg.Logger})
+	if err != nil {
+		stop(ctx)
+		return nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
+	}
+	return st, stop, nil
+}
+
+// NATSTokenFile (in state/nats) holds the embedded nats-server's client token: its client port
+// takes no connection without it (a local user could otherwise read every session's events).
+const NATSTokenFile = "token"
+
+// natsToken returns the embedded server's client token, made on first use.
+func natsToken(dir string) (string, error) {
+	path := filepath.Join(dir, NATSTokenFile)
+	if b, err := os.ReadFile(filepath.Clean(path)); err == nil && len(b) > 0 {
+		return string(b), nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("embedded nats-server token: %w", err)
+	}
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return "", err
+	}
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	tok := hex.EncodeToString(b)
+	if err := fsutil.WriteFileAtomic(path, []byte(tok)); err != nil {
+		return "", fmt.Errorf("embedded nats-server token: %w", err)
+	}
+	return tok, nil
 }

@@ -191,6 +191,20 @@ func (l *MemoryLog) restore(pinned, ring []*Event, last uint64) {
 	}
 }
 
+// Skip moves an open log on to sequence number last without events: the numbers between
+// read as missed. A log that is the projection of a replicated stream calls it when the
+// stream no longer holds the events before the first one it delivers.
+func (l *MemoryLog) Skip(last uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || last <= l.last {
+		return
+	}
+	l.restore(nil, nil, last)
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
 // first is the sequence number of the oldest event in the ring (last+1 when it is empty).
 func (l *MemoryLog) first() uint64 {
 	if live := l.ring[l.head:]; len(live) > 0 {

@@ -385,3 +385,30 @@ func TestSlowAppendHoldsNoReader(t *testing.T) {
 		t.Errorf("read after the slow append = %v", seqsOf(res.Events))
 	}
 }
+
+// TestMemoryLogSkip: a projection that skips numbers its stream no longer holds reads them as
+// missed, wakes its waiters, numbers the next append after them, and never moves back.
+func TestMemoryLogSkip(t *testing.T) {
+	ctx := context.Background()
+	l := NewMemoryLog(LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
+	for range 2 {
+		if _, err := l.Append(ctx, &Event{Type: abi.EventData, Payload: Output("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	woken := make(chan error, 1)
+	go func() { woken <- l.Wait(ctx, 2) }()
+	l.Skip(5)
+	if err := <-woken; err != nil {
+		t.Fatalf("Wait across a Skip: %v", err)
+	}
+	l.Skip(3) // behind: nothing moves
+	res, err := l.Append(ctx, &Event{Type: abi.EventData, Payload: Output("y")})
+	if err != nil || res.First != 6 {
+		t.Fatalf("append after Skip(5): %+v, %v", res, err)
+	}
+	p, err := l.Read(ctx, 2, 0)
+	if err != nil || p.Missed != 3 || p.MissedFrom != 3 || p.MissedTo != 5 || len(p.Events) != 1 || p.Events[0].Seq != 6 {
+		t.Fatalf("read after 2: %d events, missed %d [%d..%d], %v", len(p.Events), p.Missed, p.MissedFrom, p.MissedTo, err)
+	}
+}

@@ -23,6 +23,8 @@ import (
 
 // Config tunes a Registry. Zero values take the defaults below.
 type Config struct {
+	// Node names this registry's node in a cluster: its sessions carry it ("": no cluster).
+	Node        string
 	MaxSessions int           // live (active or paused) sessions at once; default 64
 	IdleTimeout time.Duration // close sessions idle this long; default 30m, negative disables
 	Retention   time.Duration // keep closed sessions visible this long; default 1h
@@ -336,6 +338,7 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 			Status:       abi.StatusActive,
 			Capabilities: kind.Capabilities(),
 			Metadata:     map[string]any{},
+			Node:         r.cfg.Node,
 		},
 	}
 	s.obj.SessionID = s.id

@@ -170,6 +170,9 @@ func (v *versions) wait(ctx context.Context, after uint64) (uint64, error) {
 	}
 }
 
+// SortRecords orders records as StateStore.List returns them: the oldest session first.
+func SortRecords(rs []Record) { sortRecords(rs) }
+
 func sortRecords(rs []Record) {
 	slices.SortFunc(rs, func(a, b Record) int {
 		return cmp.Or(cmp.Compare(a.Session.CreatedAt, b.Session.CreatedAt), cmp.Compare(a.Session.SessionID, b.Session.SessionID))

@@ -1,0 +1,100 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/testkit"
+)
+
+// TestAssembleClusterUnreachable: a node whose NATS cannot be reached fails to start, naming
+// the URL, and never falls back to a store of its own.
+func TestAssembleClusterUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	state := testkit.ShortTempDir(t)
+	d, err := gateway.Assemble(context.Background(), gateway.Config{
+		StateDir: state, Types: []abi.SessionType{abi.TypeTerminal}, IdleTimeout: -1,
+		Cluster: &gateway.ClusterConfig{URLs: []string{url}, Node: "n1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Run(testCtx(t))
+	if err == nil || !strings.Contains(err.Error(), url) {
+		t.Fatalf("run with NATS unreachable at %s: %v", url, err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "live")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a node without its NATS opened a store of its own: %v", err)
+	}
+}
+
+// TestAssembleClusterEmbedded: a node with an embedded nats-server keeps its sessions in
+// JetStream (state/nats, not state/live): the next daemon on the directory restores them
+// from there. The server's client port takes only clients with the token in state/nats.
+func TestAssembleClusterEmbedded(t *testing.T) {
+	state := testkit.ShortTempDir(t)
+	work := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := gateway.Config{
+		StateDir: state, Shell: "sh", IdleTimeout: -1, Types: []abi.SessionType{abi.TypeTerminal},
+		Projects: func(string) (string, error) { return work, nil },
+		Cluster:  &gateway.ClusterConfig{Embedded: true, Node: "n1", Name: "test", Listen: addr},
+	}
+	a := runAssembled(t, cfg)
+	ctx := testCtx(t)
+	if nc, err := nats.Connect("nats://" + addr); err == nil {
+		nc.Close()
+		t.Error("the embedded server took a client without its token")
+	}
+	tok, err := os.ReadFile(filepath.Join(state, "nats", gateway.NATSTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+addr, nats.Token(string(tok)))
+	if err != nil {
+		t.Fatalf("a client with the token: %v", err)
+	}
+	nc.Close()
+	s, err := a.cl.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "live")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a cluster node wrote state/live: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "nats", "jetstream")); err != nil {
+		t.Errorf("the embedded server's store: %v", err)
+	}
+	b := runAssembled(t, cfg)
+	got, err := b.cl.Get(ctx, s.SessionID)
+	if err != nil || got.Status != abi.StatusClosed {
+		t.Fatalf("restored session: %+v, %v", got, err)
+	}
+	ev, err := b.d.Registry.Read(ctx, s.SessionID, 0, 0, 0)
+	if err != nil || len(ev.Events) == 0 {
+		t.Fatalf("restored events: %d, %v", len(ev.Events), err)
+	}
+}

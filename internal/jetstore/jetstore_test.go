@@ -1,0 +1,428 @@
+package jetstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/jetstore"
+	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/live/livetest"
+	"github.com/nexus-run/nexus/internal/testkit"
+)
+
+// natsCluster is three real nats-servers with JetStream, clustered over loopback routes in the
+// test process, each with its own store.
+type natsCluster struct {
+	servers []*server.Server
+}
+
+func startCluster(t *testing.T) *natsCluster {
+	t.Helper()
+	ctx := testCtx(t)
+	c := &natsCluster{}
+	dir := t.TempDir()
+	// A clustered JetStream server needs its routes at start, so the route ports are chosen
+	// first; each server lists all three (its own route is recognised and skipped).
+	var addrs, routes []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		routes = append(routes, "nats-route://"+ln.Addr().String())
+		_ = ln.Close()
+	}
+	for i := range 3 {
+		o := jetstore.EmbeddedOptions{
+			Name: fmt.Sprint("n", i), Dir: filepath.Join(dir, fmt.Sprint("n", i)),
+			Cluster: "test", ClusterListen: addrs[i], Routes: routes,
+		}
+		s, err := jetstore.StartEmbedded(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.servers = append(c.servers, s)
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+	}
+	testkit.Eventually(t, "a JetStream meta leader with three peers", func() bool {
+		leaders := 0
+		for _, s := range c.servers {
+			if !s.JetStreamIsCurrent() {
+				return false
+			}
+			if s.JetStreamIsLeader() {
+				leaders++
+				if len(s.JetStreamClusterPeers()) != 3 {
+					return false
+				}
+			}
+		}
+		return leaders == 1
+	})
+	return c
+}
+
+// urls are the client URLs of the servers still running.
+func (c *natsCluster) urls() []string {
+	var out []string
+	for _, s := range c.servers {
+		if s.Running() {
+			out = append(out, s.ClientURL())
+		}
+	}
+	return out
+}
+
+func (c *natsCluster) connect(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := jetstore.Dial(testCtx(t), jetstore.DialOptions{URLs: c.urls(), Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func (c *natsCluster) open(t *testing.T, opt jetstore.Options) *jetstore.Store {
+	t.Helper()
+	st, err := jetstore.Open(testCtx(t), c.connect(t), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var clusterSeq atomic.Int64
+
+// clusterName is a name of its own for each store a test opens, so tests never share a
+// stream or a bucket.
+func clusterName() string { return fmt.Sprint("c", clusterSeq.Add(1)) }
+
+func TestContracts(t *testing.T) {
+	c := startCluster(t)
+	for _, replicas := range []int{1, 3} {
+		t.Run(fmt.Sprint("R", replicas), func(t *testing.T) {
+			t.Run("EventLog", func(t *testing.T) {
+				st := c.open(t, jetstore.Options{Cluster: clusterName(), Node: "a", Replicas: replicas})
+				var n atomic.Int64
+				livetest.RunEventLog(t, func(t *testing.T, limits live.LogLimits) live.EventLog {
+					l, err := st.CreateLog(testCtx(t), fmt.Sprint("s", n.Add(1)), limits)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = l.Close(context.Background()) })
+					return l
+				})
+			})
+			t.Run("StateStore", func(t *testing.T) {
+				livetest.RunStateStore(t, func(t *testing.T) live.StateStore {
+					return c.open(t, jetstore.Options{Cluster: clusterName(), Node: "a", Replicas: replicas})
+				})
+			})
+		})
+	}
+}
+
+func event(text string) *live.Event {
+	return &live.Event{Type: abi.EventData, Time: livetest.T0, SessionID: "s", Payload: live.Output(text)}
+}
+
+// TestTwoAppenders: two nodes (each its own connection, store and log) append to one session's
+// log at once; the numbers they are given cover 1..N with no gap and no duplicate, and both
+// read the same log.
+func TestTwoAppenders(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	const per = 100
+	limits := live.LogLimits{Events: 4 * per, Bytes: 1 << 30, Pinned: 10}
+	var logs []*jetstore.Log
+	for _, node := range []string{"a", "b"} {
+		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		l, err := st.OpenLog(testCtx(t), "s1", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		logs = append(logs, l)
+	}
+	ctx := testCtx(t)
+	seen := make([]map[uint64]string, 2)
+	var wg sync.WaitGroup
+	for i, l := range logs {
+		seen[i] = map[uint64]string{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range per {
+				text := fmt.Sprintf("%d/%d", i, j)
+				res, err := l.Append(ctx, event(text))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				seen[i][res.First] = text
+			}
+		}()
+	}
+	wg.Wait()
+	for _, l := range logs {
+		if err := catchUp(ctx, l, 2*per); err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.Read(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Events) != 2*per || p.Missed != 0 {
+			t.Fatalf("read %d events (missed %d), want %d", len(p.Events), p.Missed, 2*per)
+		}
+		for k, e := range p.Events {
+			want, ok := seen[0][e.Seq]
+			if other, dup := seen[1][e.Seq]; dup {
+				if ok {
+					t.Fatalf("seq %d given to both appenders", e.Seq)
+				}
+				want, ok = other, true
+			}
+			if e.Seq != uint64(k+1) || !ok || string(e.Payload.(live.Output)) != want {
+				t.Fatalf("event %d: seq %d %q, appended as %q", k, e.Seq, e.Payload, want)
+			}
+		}
+	}
+}
+
+func catchUp(ctx context.Context, l live.EventLog, seq uint64) error {
+	for {
+		last, err := l.LastSeq(ctx)
+		if err != nil || last >= seq {
+			return err
+		}
+		if err := l.Wait(ctx, last); err != nil {
+			return err
+		}
+	}
+}
+
+// TestServerLost shuts down one of three servers (R3) while a node appends: every append it
+// acknowledged is read afterwards, with no gap, by a node that opens the log then, and the log
+// goes on taking appends.
+func TestServerLost(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	st := c.open(t, jetstore.Options{Cluster: name, Node: "a", Replicas: 3})
+	limits := live.LogLimits{Events: 100000, Bytes: 1 << 30, Pinned: 10}
+	l, err := st.OpenLog(testCtx(t), "s1", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	acked := map[uint64]string{}
+	var failed int
+	appendOne := func(i int) {
+		text := fmt.Sprint("e", i)
+		// An append that fails (a leader moving) may or may not have been stored: the log
+		// numbers the next one after whatever the stream holds.
+		res, err := l.Append(ctx, event(text))
+		if err != nil {
+			if failed++; failed <= 5 {
+				t.Logf("append %d: %v", i, err)
+			}
+			return
+		}
+		acked[res.First] = text
+	}
+	for i := range 200 {
+		appendOne(i)
+	}
+	// The server leading the stream goes, mid-appends.
+	stream, _, _ := jetstore.Names(name)
+	js, err := jetstream.New(c.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	var lost *server.Server
+	for _, s := range c.servers {
+		if s.Name() == leader {
+			lost = s
+		}
+	}
+	if lost == nil {
+		t.Fatalf("no server named %q leads the stream", leader)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lost.Shutdown()
+		lost.WaitForShutdown()
+	}()
+	for i := 200; i < 400; i++ {
+		appendOne(i)
+	}
+	<-done
+	// The log goes on: appends after the loss are acknowledged again.
+	before := len(acked)
+	for i := 400; len(acked) < before+100 && i < 2000; i++ {
+		appendOne(i)
+	}
+	if len(acked) < before+100 {
+		t.Fatalf("only %d appends acknowledged after the loss (%d failed): the log did not go on", len(acked)-before, failed)
+	}
+	t.Logf("%d appends acknowledged, %d failed across the loss of %s", len(acked), failed, leader)
+
+	// A node that opens the log now reads every acknowledged event, contiguous.
+	other := c.open(t, jetstore.Options{Cluster: name, Node: "b", Replicas: 3})
+	l2, err := other.OpenLog(ctx, "s1", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l2.Close(ctx) }()
+	p, err := l2.Read(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Missed != 0 {
+		t.Errorf("missed %d [%d..%d]", p.Missed, p.MissedFrom, p.MissedTo)
+	}
+	for k, e := range p.Events {
+		if e.Seq != uint64(k+1) {
+			t.Fatalf("event %d has seq %d: a gap", k, e.Seq)
+		}
+	}
+	got := map[uint64]string{}
+	for _, e := range p.Events {
+		got[e.Seq] = string(e.Payload.(live.Output))
+	}
+	for seq, text := range acked {
+		if got[seq] != text {
+			t.Errorf("acknowledged event %d %q reads as %q", seq, text, got[seq])
+		}
+	}
+}
+
+// TestClustersApart: two clusters on one NATS keep apart: records, logs and watches of one are
+// not the other's.
+func TestClustersApart(t *testing.T) {
+	c := startCluster(t)
+	ctx := testCtx(t)
+	a := c.open(t, jetstore.Options{Cluster: "alpha", Node: "n"})
+	b := c.open(t, jetstore.Options{Cluster: "beta", Node: "n"})
+	rec := abi.Session{SessionID: "s1", Type: abi.TypeTerminal, CreatedAt: "2024", Status: abi.StatusActive, Metadata: map[string]any{}}
+	if _, err := a.Put(ctx, rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, "s1"); !errors.Is(err, live.ErrNoRecord) {
+		t.Errorf("beta reads alpha's record: %v", err)
+	}
+	if _, err := b.Put(ctx, rec, 0); err != nil {
+		t.Errorf("beta cannot create an id alpha has: %v", err)
+	}
+	la, err := a.OpenLog(ctx, "s1", live.LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = la.Close(ctx) }()
+	if _, err := la.Append(ctx, event("alpha")); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.OpenLog(ctx, "s1", live.LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lb.Close(ctx) }()
+	if last, _ := lb.LastSeq(ctx); last != 0 {
+		t.Errorf("beta's log of s1 holds %d events of alpha's", last)
+	}
+	rs, err := b.List(ctx)
+	if err != nil || len(rs) != 1 {
+		t.Errorf("beta lists %d records, %v", len(rs), err)
+	}
+	sa, subjA, ka := jetstore.Names("alpha")
+	sb, subjB, kb := jetstore.Names("beta")
+	if sa == sb || ka == kb || strings.HasPrefix(subjA, subjB) || strings.HasPrefix(subjB, subjA) {
+		t.Errorf("names overlap: %s %s %s / %s %s %s", sa, subjA, ka, sb, subjB, kb)
+	}
+}
+
+// TestRestoreOwnSessions: a node restores the sessions it wrote, not another node's.
+func TestRestoreOwnSessions(t *testing.T) {
+	c := startCluster(t)
+	ctx := testCtx(t)
+	name := clusterName()
+	a := c.open(t, jetstore.Options{Cluster: name, Node: "a"})
+	b := c.open(t, jetstore.Options{Cluster: name, Node: "b"})
+	for _, w := range []struct {
+		st *jetstore.Store
+		id string
+	}{{a, "sa"}, {b, "sb"}} {
+		rec := abi.Session{SessionID: w.id, Type: abi.TypeTerminal, CreatedAt: "2024", Status: abi.StatusActive, Metadata: map[string]any{}}
+		if _, err := w.st.Put(ctx, rec, 0); err != nil {
+			t.Fatal(err)
+		}
+		l, err := w.st.CreateLog(ctx, w.id, live.LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(ctx, event(w.id)); err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Close(ctx)
+	}
+	rs, err := a.Restore(ctx, live.LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Session.SessionID != "sa" {
+		t.Fatalf("node a restores %d sessions: %+v", len(rs), rs)
+	}
+	p, err := rs[0].Log.Read(ctx, 0, 0)
+	if err != nil || len(p.Events) != 1 || string(p.Events[0].Payload.(live.Output)) != "sa" {
+		t.Errorf("restored log reads %+v, %v", p, err)
+	}
+	_ = rs[0].Log.Close(ctx)
+}
+
+// TestDialUnreachable: a NATS that cannot be reached is an error naming its URL, without the
+// password or token the URL carries.
+func TestDialUnreachable(t *testing.T) {
+	ln, err := new(net.ListenConfig).Listen(testCtx(t), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	for _, url := range []string{"nats://" + addr, "nats://user:s3cret@" + addr, "nats://s3cret@" + addr} {
+		_, err := jetstore.Dial(testCtx(t), jetstore.DialOptions{URLs: []string{url}})
+		if err == nil || !strings.Contains(err.Error(), addr) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("dial %s: %v", url, err)
+		}
+	}
+}
