@@ -428,6 +428,10 @@ func (p *proc) ended(err error) {
 	} else if err != nil {
 		code = -1
 	}
+	// Asked before p.mu is taken: the manager's lock comes first (save holds it while it reads
+	// every process), so asking under p.mu could deadlock with a save. A Close after this
+	// answer stops the process (stopping), which the restart checks again.
+	closed := m.isClosed()
 	p.mu.Lock()
 	p.info.EndedAt = m.opt.Now().UnixMilli()
 	p.info.ExitCode, p.info.Signal, p.info.PID = &code, sig, 0
@@ -437,7 +441,7 @@ func (p *proc) ended(err error) {
 		p.info.Status = StatusStopped
 	case code == 0:
 		p.info.Status, p.runs = StatusExited, 0
-	case p.info.Restart == RestartOnFailure && !m.isClosed():
+	case p.info.Restart == RestartOnFailure && !closed:
 		p.info.Status, restart = StatusRestarting, true
 		p.runs++
 	default:
