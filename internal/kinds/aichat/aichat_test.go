@@ -1003,6 +1003,14 @@ func TestClientHTTPMCPServers(t *testing.T) {
 		if want := strings.Split(tl, "_")[1] + " echo: hi"; res.ToolName != tl || res.IsError || res.Content[0].Text != want {
 			t.Fatalf("result %+v, want %q", res, want)
 		}
+		// The headers (tokens) are never recorded with the conversation.
+		sh, err := e.chats.Show(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := string(sh.Entry.Extra[aichat.OptionsField]); rec == "" || strings.Contains(rec, "-token") {
+			t.Fatalf("recorded options %s: the client's headers must not be kept", rec)
+		}
 	}
 	mu.Lock()
 	for name, got := range auth {

@@ -223,7 +223,7 @@ func GeminiShim(t testing.TB, url string) string {
 	if _, err := os.Stat(shim); err != nil {
 		t.Fatalf("gemini shim: %v", err)
 	}
-	cmd := exec.CommandContext(context.WithoutCancel(context.Background()), "node", shim, "0", url+"/v1", "--watch-stdin") //nolint:gosec // the repository's own script
+	cmd := exec.CommandContext(context.Background(), "node", shim, "0", url+"/v1", "--watch-stdin") //nolint:gosec // the repository's own script
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatalf("gemini shim: %v", err)
