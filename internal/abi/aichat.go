@@ -71,13 +71,25 @@ type AIChatOptions struct {
 }
 
 // AIMCPServer is an MCP server a client names for its session: a command speaking MCP on
-// stdio, run in the session's workspace with PATH, HOME, LANG and Env.
+// stdio, run in the session's workspace with PATH, HOME, LANG and Env (Type "" or "stdio"), or
+// the URL of a server speaking Streamable HTTP (Type "http") or the older HTTP+SSE transport
+// (Type "sse"), dialled with Headers on every request (an editor's tokens).
 type AIMCPServer struct {
 	Name    string            `json:"name"`
-	Command string            `json:"command"`
+	Type    string            `json:"type,omitempty"`
+	Command string            `json:"command,omitempty"`
 	Args    []string          `json:"args,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
 }
+
+// The transports of an AIMCPServer.
+const (
+	MCPStdio = "stdio"
+	MCPHTTP  = "http"
+	MCPSSE   = "sse"
+)
 
 // AIReasoning is a thinking block: started, a delta of its text, ended.
 type AIReasoning struct {

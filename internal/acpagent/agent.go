@@ -153,8 +153,8 @@ func (a *Agent) Initialize(_ context.Context, p acp.InitializeRequest) (acp.Init
 		AgentCapabilities: acp.AgentCapabilities{
 			LoadSession:        true,
 			PromptCapabilities: acp.PromptCapabilities{EmbeddedContext: true},
-			// Stdio MCP servers only, the baseline: see clientMCP.
-			McpCapabilities: acp.McpCapabilities{},
+			// Stdio (the baseline), Streamable HTTP and SSE MCP servers: see clientMCP.
+			McpCapabilities: acp.McpCapabilities{Http: true, Sse: true},
 			SessionCapabilities: acp.SessionCapabilities{
 				List:   &acp.SessionListCapabilities{},
 				Resume: &acp.SessionResumeCapabilities{},
@@ -171,12 +171,22 @@ func (a *Agent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.Auth
 	return acp.AuthenticateResponse{}, nil
 }
 
-// clientMCP splits the editor's MCP servers: stdio ones become the session's own MCP servers
-// (the gateway starts them for the session), the others are reported as not connected (the
-// ai-chat kind dials only config.toml's URLs, without the headers an editor passes).
+// clientMCP turns the editor's MCP servers into the session's own: the gateway starts the
+// stdio ones for the session and dials the HTTP and SSE ones with their headers. ACP-transport
+// ones (unstable) are reported as not connected.
 func (a *Agent) clientMCP(servers []acp.McpServer) ([]abi.AIMCPServer, map[string]any) {
-	var stdio []abi.AIMCPServer
+	var out []abi.AIMCPServer
 	var skipped []string
+	headers := func(hs []acp.HttpHeader) map[string]string {
+		if len(hs) == 0 {
+			return nil
+		}
+		m := map[string]string{}
+		for _, h := range hs {
+			m[h.Name] = h.Value
+		}
+		return m
+	}
 	for _, m := range servers {
 		switch {
 		case m.Stdio != nil:
@@ -184,21 +194,21 @@ func (a *Agent) clientMCP(servers []acp.McpServer) ([]abi.AIMCPServer, map[strin
 			for _, e := range m.Stdio.Env {
 				env[e.Name] = e.Value
 			}
-			stdio = append(stdio, abi.AIMCPServer{Name: m.Stdio.Name, Command: m.Stdio.Command, Args: m.Stdio.Args, Env: env})
+			out = append(out, abi.AIMCPServer{Name: m.Stdio.Name, Command: m.Stdio.Command, Args: m.Stdio.Args, Env: env})
 		case m.Http != nil:
-			skipped = append(skipped, m.Http.Name)
+			out = append(out, abi.AIMCPServer{Name: m.Http.Name, Type: abi.MCPHTTP, URL: m.Http.Url, Headers: headers(m.Http.Headers)})
 		case m.Sse != nil:
-			skipped = append(skipped, m.Sse.Name)
+			out = append(out, abi.AIMCPServer{Name: m.Sse.Name, Type: abi.MCPSSE, URL: m.Sse.Url, Headers: headers(m.Sse.Headers)})
 		case m.Acp != nil:
 			skipped = append(skipped, m.Acp.Name)
 		}
 	}
 	if len(skipped) == 0 {
-		return stdio, nil
+		return out, nil
 	}
-	msg := "not connected: nexus connects an editor's stdio MCP servers only (mcpCapabilities: no http, sse or acp)"
+	msg := "not connected: nexus connects an editor's stdio, http and sse MCP servers (not acp)"
 	a.log.Warn("some of the editor's MCP servers are not connected", "servers", skipped, "why", msg)
-	return stdio, map[string]any{"notConnected": skipped, "why": msg}
+	return out, map[string]any{"notConnected": skipped, "why": msg}
 }
 
 func meta(sid string, mcp map[string]any) map[string]any {

@@ -70,12 +70,14 @@ func TestOpenOptions(t *testing.T) {
 	ctx := t.Context()
 	res, err := a.NewSession(ctx, acp.NewSessionRequest{Cwd: "/src/app", McpServers: []acp.McpServer{
 		{Stdio: &acp.McpServerStdio{Name: "fs", Command: "/usr/bin/mcp-fs", Args: []string{"--root", "/src"}, Env: []acp.EnvVariable{{Name: "TOKEN", Value: "t"}}}},
-		{Http: &acp.McpServerHttpInline{Name: "web", Type: "http", Url: "https://mcp.example.com"}},
+		{Http: &acp.McpServerHttpInline{Name: "web", Type: "http", Url: "https://mcp.example.com/mcp", Headers: []acp.HttpHeader{{Name: "Authorization", Value: "Bearer t"}}}},
+		{Sse: &acp.McpServerSseInline{Name: "old", Type: "sse", Url: "http://127.0.0.1:9/sse"}},
+		{Acp: &acp.McpServerAcpInline{Name: "peer", Type: "acp"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := res.Meta["nexus"].(map[string]any); fmt.Sprint(n["mcpServers"]) != "map[notConnected:[web] why:not connected: nexus connects an editor's stdio MCP servers only (mcpCapabilities: no http, sse or acp)]" {
+	if n, _ := res.Meta["nexus"].(map[string]any); fmt.Sprint(n["mcpServers"]) != "map[notConnected:[peer] why:not connected: nexus connects an editor's stdio, http and sse MCP servers (not acp)]" {
 		t.Errorf("meta %v", res.Meta)
 	}
 	// A new mode reopens the session with the editor's servers again.
@@ -88,7 +90,9 @@ func TestOpenOptions(t *testing.T) {
 	if _, err := a.NewSession(ctx, acp.NewSessionRequest{Cwd: "relative/dir"}); err == nil {
 		t.Error("a relative cwd was taken")
 	}
-	fs := []abi.AIMCPServer{{Name: "fs", Command: "/usr/bin/mcp-fs", Args: []string{"--root", "/src"}, Env: map[string]string{"TOKEN": "t"}}}
+	fs := []abi.AIMCPServer{{Name: "fs", Command: "/usr/bin/mcp-fs", Args: []string{"--root", "/src"}, Env: map[string]string{"TOKEN": "t"}},
+		{Name: "web", Type: abi.MCPHTTP, URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer t"}},
+		{Name: "old", Type: abi.MCPSSE, URL: "http://127.0.0.1:9/sse"}}
 	want := []abi.AIChatOptions{
 		{Agent: "shell", Backend: "local", Level: "trusted", Workspace: "/src/app", MCPServers: fs},
 		{Backend: "local", Level: "yolo", Workspace: "/src/app", MCPServers: fs},
@@ -103,5 +107,18 @@ func TestOpenOptions(t *testing.T) {
 		if !reflect.DeepEqual(f.creates[i], want[i]) {
 			t.Errorf("create %d: %+v, want %+v", i, f.creates[i], want[i])
 		}
+	}
+}
+
+// initialize advertises the MCP transports clientMCP passes on: an editor sends HTTP and SSE
+// servers only to an agent that says it takes them (before: none advertised).
+func TestInitializeMCPCapabilities(t *testing.T) {
+	a, _ := fakeAgent(t, abi.AIChatOptions{})
+	res, err := a.Initialize(t.Context(), acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.AgentCapabilities.McpCapabilities; !got.Http || !got.Sse {
+		t.Fatalf("mcpCapabilities %+v, want http and sse", got)
 	}
 }

@@ -115,7 +115,7 @@ run_qwen() {
 run_gemini() {
 	local proj home v
 	proj=$(project gemini) home="$WORK/gemini/home"
-	node "$here/gemini-shim.mjs" "$((PORT + 1))" "$base/v1" >&2 &
+	node "$repo/tools/llm/gemini-shim.mjs" "$((PORT + 1))" "$base/v1" >&2 &
 	shim_pid=$!
 	mkdir -p "$home/.gemini"
 	echo '{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"disableAutoUpdate":true},"privacy":{"usageStatisticsEnabled":false}}' \
@@ -133,7 +133,7 @@ run_gemini() {
 	v=$(npm_version @google/gemini-cli)
 	rm -rf "$out/gemini" && mkdir -p "$out/gemini"
 	cp -r "$home/.gemini/tmp" "$out/gemini/"
-	version gemini "$out/gemini" "$v" "gemini -p, then --resume it, through gemini-shim.mjs (GOOGLE_GEMINI_BASE_URL; Gemini API to chat completions)"
+	version gemini "$out/gemini" "$v" "gemini -p, then --resume it, through tools/llm/gemini-shim.mjs (GOOGLE_GEMINI_BASE_URL; Gemini API to chat completions)"
 }
 
 run_crush() {

@@ -13,7 +13,7 @@ import (
 )
 
 // MCPConnect says how to reach an MCP server: a command to start (stdio) or a URL
-// (Streamable HTTP).
+// (Streamable HTTP, or HTTP+SSE when SSE is set).
 type MCPConnect struct {
 	Command string
 	Args    []string
@@ -21,6 +21,24 @@ type MCPConnect struct {
 	Env []string
 	Dir string
 	URL string
+	SSE bool
+	// Headers are set on every request to URL (a client's tokens).
+	Headers map[string]string
+}
+
+// headerTransport sets a server's headers on each of its requests.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+}
+
+func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// A RoundTripper must not change the request it is given.
+	req = req.Clone(req.Context())
+	for k, v := range h.headers {
+		req.Header.Set(k, v)
+	}
+	return h.base.RoundTrip(req)
 }
 
 // ConnectMCP starts or dials the server and returns the connected client; Close ends the
@@ -28,7 +46,15 @@ type MCPConnect struct {
 func ConnectMCP(ctx context.Context, name, version string, c MCPConnect) (*MCPClient, error) {
 	var t sdk.Transport
 	if c.URL != "" {
-		t = &sdk.StreamableClientTransport{Endpoint: c.URL, HTTPClient: &http.Client{}, MaxRetries: -1}
+		hc := &http.Client{}
+		if len(c.Headers) > 0 {
+			hc.Transport = headerTransport{base: http.DefaultTransport, headers: c.Headers}
+		}
+		if c.SSE {
+			t = &sdk.SSEClientTransport{Endpoint: c.URL, HTTPClient: hc}
+		} else {
+			t = &sdk.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: -1}
+		}
 	} else {
 		// The server lives as long as the client session, not as long as ctx (the connect).
 		cmd := exec.CommandContext(context.WithoutCancel(ctx), c.Command, c.Args...) //nolint:gosec // G204: the operator's config names the server

@@ -54,9 +54,9 @@ type preset struct {
 	// mayNotAsk, when set, says why the agent may run the tiny model's call without asking
 	// in every one of the three conversations the test gives it.
 	mayNotAsk string
-	// offline, when set, says why the agent cannot answer a turn here: the test checks that
-	// its turn ends in a clear error instead.
-	offline string
+	// gemini says the agent speaks only Google's Gemini API: it reaches the model server
+	// through tools/llm/gemini-shim.mjs, started for the test (llmserver.GeminiShim).
+	gemini bool
 }
 
 func presets() []preset {
@@ -97,14 +97,18 @@ wire_api = "responses"
 goals = false
 `, url))
 			}},
-		{name: "gemini-cli", bin: "gemini", args: []string{"--acp"},
+		{name: "gemini-cli", bin: "gemini", args: []string{"--acp"}, gemini: true,
 			env: func(url, _ string) map[string]string {
-				return map[string]string{"GOOGLE_GEMINI_BASE_URL": url}
+				return map[string]string{"GOOGLE_GEMINI_BASE_URL": url, "GEMINI_CLI_TRUST_WORKSPACE": "true"}
 			},
-			keys:    map[string]string{"GEMINI_API_KEY": "test"},
-			offline: "Gemini CLI speaks only Google's Gemini API (generateContent); llama-server serves the OpenAI and Anthropic routes, so nothing here can answer it",
+			keys: map[string]string{"GEMINI_API_KEY": "test"},
+			// Only write_file is offered (tools.core, which also allows it), and it asks
+			// (tools.confirmationRequired ranks above). Not the shell tool: Gemini CLI runs a
+			// command it deems safe (the tiny model's pwd) without asking, whatever the rules say.
+			// The model is named (no router's classifying request) and loop detection (another
+			// model request each turn) is off.
 			setup: func(t *testing.T, _, home string) {
-				writeFile(t, filepath.Join(home, ".gemini", "settings.json"), `{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false},"general":{"disableAutoUpdate":true}}`)
+				writeFile(t, filepath.Join(home, ".gemini", "settings.json"), `{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false},"general":{"disableAutoUpdate":true},"tools":{"core":["write_file"],"confirmationRequired":["write_file"]},"model":{"name":"gemini-2.5-flash","disableLoopDetection":true}}`)
 			}},
 		{name: "qwen-code", bin: "qwen", args: []string{"--acp"},
 			env: func(url, _ string) map[string]string {
@@ -138,6 +142,9 @@ func TestACPPresets(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			bin := agentBin(t, p.bin)
 			url := llm.URL(t)
+			if p.gemini {
+				url = llmserver.GeminiShim(t, url)
+			}
 			home := t.TempDir()
 			if p.setup != nil {
 				p.setup(t, url, home)
@@ -203,15 +210,6 @@ func TestACPPresets(t *testing.T) {
 			// (a confirmation request, answered as nexus ai confirm does), runs it, and the
 			// model's answer streams as tokens.
 			open(1)
-			if p.offline != "" {
-				// The agent runs and speaks ACP; its model cannot be reached: a clear error.
-				end := w.turnEnded(t)
-				t.Logf("%s: %s; its turn: %+v", p.name, p.offline, end)
-				if end.End != abi.TurnError || end.Reason == "" {
-					t.Fatalf("turn %+v: %s\nstderr: %s", end, describe(w.seen), logs())
-				}
-				t.Skipf("%s cannot run offline: %s", p.name, p.offline)
-			}
 			// The model's arguments are junk, and whether an agent asks about a call can depend
 			// on them (OpenCode runs a bash "command" it cannot parse without asking): up to
 			// three conversations, each with its one call, unless the preset says why it cannot.
@@ -222,7 +220,7 @@ func TestACPPresets(t *testing.T) {
 					first = "user"
 					break
 				}
-				t.Logf("conversation %d: the agent ran its call without asking: %s", n, describe(w.seen))
+				t.Logf("conversation %d: the agent ran its call without asking: %s%s", n, describe(w.seen), calls(w.seen))
 				if n == 3 && p.mayNotAsk != "" {
 					t.Logf("%s: no permission request in %d conversations: %s", p.name, n, p.mayNotAsk)
 					first = "user"
@@ -306,4 +304,16 @@ func asks(t *testing.T, r *live.Registry, w *watcher, logs func() string) bool {
 	}
 	t.Fatalf("no ai-tool completion of the confirmed call %s: %s", c.ToolCallID, describe(w.seen))
 	return false
+}
+
+// calls names the tool calls a turn's events show, with their arguments and results: what the
+// agent did with the tiny model's call when it did not ask.
+func calls(seen []*live.Event) string {
+	var b strings.Builder
+	for _, ev := range seen {
+		if p, ok := ev.Payload.(abi.AITool); ok && p.Phase == abi.PhaseCompleted {
+			fmt.Fprintf(&b, "\n  %s %s -> error=%v %.300q", p.Name, p.Arguments, p.IsError, p.Output)
+		}
+	}
+	return b.String()
 }

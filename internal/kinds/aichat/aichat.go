@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -590,6 +591,9 @@ func (c *chat) connectMCP(ctx context.Context, servers map[string]provider.MCPSe
 // clientMCPName is the form of a client's MCP server name (its tools are mcp_<name>_<tool>).
 var clientMCPName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// headerName is an HTTP header's name (RFC 9110's token).
+var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
 // checkClientMCP refuses a client's MCP servers that cannot be started as named.
 func checkClientMCP(servers []abi.AIMCPServer) error {
 	seen := map[string]bool{}
@@ -599,8 +603,23 @@ func checkClientMCP(servers []abi.AIMCPServer) error {
 			return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server name %q: use letters, digits, '.', '_' and '-' (at most 64)", m.Name)
 		case seen[m.Name]:
 			return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: two MCP servers are named %s", m.Name)
-		case m.Command == "":
-			return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server %s has no command", m.Name)
+		}
+		switch m.Type {
+		case "", abi.MCPStdio:
+			if m.Command == "" {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server %s has no command", m.Name)
+			}
+		case abi.MCPHTTP, abi.MCPSSE:
+			if u, err := url.Parse(m.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server %s: url %q is not an http(s) URL", m.Name, m.URL)
+			}
+			for k, v := range m.Headers {
+				if !headerName.MatchString(k) || strings.ContainsAny(v, "\r\n\x00") {
+					return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server %s: %q is not a valid header", m.Name, k)
+				}
+			}
+		default:
+			return abi.Errorf(abi.CodeInvalidArgument, "", "ai-chat options: MCP server %s: type %q (use stdio, http or sse)", m.Name, m.Type)
 		}
 		seen[m.Name] = true
 		for k := range m.Env {
@@ -614,8 +633,8 @@ func checkClientMCP(servers []abi.AIMCPServer) error {
 
 // connectClientMCP starts the MCP servers the session's client named, as connectMCP starts
 // config.toml's (a process group of its own, stopped with the session, run in the workspace,
-// nothing started at level sandboxed), with PATH, HOME, LANG and the client's variables. A
-// name config.toml already has keeps config.toml's server.
+// nothing started at level sandboxed), with PATH, HOME, LANG and the client's variables, or
+// dials its URLs with its headers. A name config.toml already has keeps config.toml's server.
 func (c *chat) connectClientMCP(ctx context.Context, servers []abi.AIMCPServer, configured map[string]provider.MCPServer) map[string]any {
 	status := map[string]any{}
 	for _, m := range servers {
@@ -625,6 +644,10 @@ func (c *chat) connectClientMCP(ctx context.Context, servers []abi.AIMCPServer, 
 		}
 		if c.level == permission.Sandboxed {
 			status[m.Name] = map[string]any{"skipped": "MCP tools are not offered at level sandboxed"}
+			continue
+		}
+		if m.Type == abi.MCPHTTP || m.Type == abi.MCPSSE {
+			status[m.Name] = c.addMCP(ctx, m.Name, tools.MCPConnect{URL: m.URL, SSE: m.Type == abi.MCPSSE, Headers: m.Headers})
 			continue
 		}
 		env := []string{}

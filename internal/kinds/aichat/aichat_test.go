@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -926,6 +929,108 @@ func TestClientMCPServers(t *testing.T) {
 		{{Name: "x", Command: ""}},
 		{{Name: "x", Command: "y"}, {Name: "x", Command: "z"}},
 		{{Name: "x", Command: "y", Env: map[string]string{"A=B": "c"}}},
+	} {
+		if _, err := open("", bad); !isCode(err, abi.CodeInvalidArgument) {
+			t.Errorf("servers %+v: %v, want INVALID_ARGUMENT", bad, err)
+		}
+	}
+}
+
+// TestClientHTTPMCPServers: a client's MCP servers reached over HTTP (Streamable HTTP, and
+// the older HTTP+SSE) are dialled for the session with the headers it gives on every request
+// (an editor's token), and the model calls their tools; a bad URL or header is refused.
+func TestClientHTTPMCPServers(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		auth = map[string][]string{} // the Authorization headers each server saw
+	)
+	server := func(name string) *sdk.Server {
+		srv := sdk.NewServer(&sdk.Implementation{Name: name, Version: "1"}, nil)
+		sdk.AddTool(srv, &sdk.Tool{Name: "echo", Description: "echoes text"}, func(_ context.Context, _ *sdk.CallToolRequest, in struct {
+			Text string `json:"text"`
+		}) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: name + " echo: " + in.Text}}}, nil, nil
+		})
+		return srv
+	}
+	serve := func(name string, h http.Handler) string {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			auth[name] = append(auth[name], r.Header.Get("Authorization"))
+			mu.Unlock()
+			h.ServeHTTP(w, r)
+		}))
+		t.Cleanup(hs.Close)
+		return hs.URL
+	}
+	web, old := server("web"), server("old")
+	webURL := serve("web", sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return web }, nil))
+	oldURL := serve("old", sdk.NewSSEHandler(func(*http.Request) *sdk.Server { return old }, nil))
+
+	tool := "mcp_web_echo"
+	e := newEnv(t, func(req chatRequest, w *sse) {
+		if req.last().Role == "tool" {
+			w.text("got " + req.last().text())
+			return
+		}
+		w.call("call_h", tool, map[string]any{"text": "hi"})
+	})
+	r := e.gateway(t)
+	open := func(key string, servers []abi.AIMCPServer) (abi.Session, error) {
+		opts, _ := json.Marshal(abi.AIChatOptions{Backend: "fake", Level: "yolo", Workspace: e.ws, MCPServers: servers})
+		return r.Create(context.Background(), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key}, Options: opts})
+	}
+	servers := []abi.AIMCPServer{
+		{Name: "web", Type: abi.MCPHTTP, URL: webURL, Headers: map[string]string{"Authorization": "Bearer web-token"}},
+		{Name: "old", Type: abi.MCPSSE, URL: oldURL, Headers: map[string]string{"Authorization": "Bearer old-token"}},
+	}
+	for _, tl := range []string{"mcp_web_echo", "mcp_old_echo"} {
+		tool = tl
+		key := "agent:main:test:" + strings.ReplaceAll(tl, "_", "-")
+		s, err := open(key, servers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fmt.Sprint(s.Metadata["mcpServers"]); !strings.Contains(st, "web:map[connected:true]") || !strings.Contains(st, "old:map[connected:true]") {
+			t.Fatalf("mcpServers %s", st)
+		}
+		w := &watcher{r: r, id: s.SessionID}
+		send(t, r, s.SessionID, "use "+tl)
+		if end := w.turnEnded(t); end.End != abi.TurnCompleted {
+			t.Fatalf("turn %+v: %s", end, describe(w.seen))
+		}
+		res := e.history(t, key)[2]
+		if want := strings.Split(tl, "_")[1] + " echo: hi"; res.ToolName != tl || res.IsError || res.Content[0].Text != want {
+			t.Fatalf("result %+v, want %q", res, want)
+		}
+		// The headers (tokens) are never recorded with the conversation.
+		sh, err := e.chats.Show(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := string(sh.Entry.Extra[aichat.OptionsField]); rec == "" || strings.Contains(rec, "-token") {
+			t.Fatalf("recorded options %s: the client's headers must not be kept", rec)
+		}
+	}
+	mu.Lock()
+	for name, got := range auth {
+		for _, a := range got {
+			if a != "Bearer "+name+"-token" {
+				t.Errorf("server %s saw Authorization %q in %q", name, a, got)
+			}
+		}
+	}
+	if len(auth["web"]) == 0 || len(auth["old"]) == 0 {
+		t.Errorf("requests seen %v", auth)
+	}
+	mu.Unlock()
+
+	for _, bad := range [][]abi.AIMCPServer{
+		{{Name: "x", Type: abi.MCPHTTP, URL: "ftp://host/mcp"}},
+		{{Name: "x", Type: abi.MCPSSE, URL: "/relative"}},
+		{{Name: "x", Type: abi.MCPHTTP, URL: webURL, Headers: map[string]string{"Bad Name": "v"}}},
+		{{Name: "x", Type: abi.MCPHTTP, URL: webURL, Headers: map[string]string{"X": "a\r\nInjected: b"}}},
+		{{Name: "x", Type: "ws", URL: webURL}},
 	} {
 		if _, err := open("", bad); !isCode(err, abi.CodeInvalidArgument) {
 			t.Errorf("servers %+v: %v, want INVALID_ARGUMENT", bad, err)

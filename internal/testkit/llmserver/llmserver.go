@@ -5,6 +5,7 @@
 package llmserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -210,3 +211,45 @@ func (o *Once) URL(t testing.TB) string {
 
 // Stop stops the server if it was started.
 func (o *Once) Stop() { o.srv.Stop() }
+
+// GeminiShim starts tools/llm/gemini-shim.mjs on a free port in front of the server at url (a
+// Server's URL): the Gemini API (generateContent, streamGenerateContent, countTokens)
+// translated to the server's chat completions, for Gemini CLI, which speaks nothing else
+// (GOOGLE_GEMINI_BASE_URL). It returns the shim's base URL; the test's cleanup stops it (its
+// PID) and waits for it, and the shim exits by itself when this process ends (its stdin closes).
+func GeminiShim(t testing.TB, url string) string {
+	t.Helper()
+	shim := filepath.Join(Dir(), "gemini-shim.mjs")
+	if _, err := os.Stat(shim); err != nil {
+		t.Fatalf("gemini shim: %v", err)
+	}
+	cmd := exec.CommandContext(context.Background(), "node", shim, "0", url+"/v1", "--watch-stdin") //nolint:gosec // the repository's own script
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatalf("gemini shim: %v", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("gemini shim: %v", err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("gemini shim: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	// Its first line names the port it listens on: "gemini-shim on PORT -> UPSTREAM".
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	var port int
+	if _, serr := fmt.Sscanf(line, "gemini-shim on %d ->", &port); err != nil || serr != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("gemini shim printed %q (%v): %s", line, err, tail(stderr.Bytes()))
+	}
+	// Nothing else is read from stdout: the shim prints no more, and a closed reader is fine.
+	return "http://127.0.0.1:" + strconv.Itoa(port)
+}

@@ -20,7 +20,7 @@ func TestDirIsTheRepositorys(t *testing.T) {
 	if got, want := Dir(), filepath.Join(root, "tools", "llm"); got != want {
 		t.Fatalf("Dir() = %s, want %s", got, want)
 	}
-	for _, f := range []string{"setup.sh", "serve.sh", "lib.sh", "make-model.mjs", "package.json", "package-lock.json"} {
+	for _, f := range []string{"setup.sh", "serve.sh", "lib.sh", "make-model.mjs", "gemini-shim.mjs", "package.json", "package-lock.json"} {
 		if _, err := os.Stat(filepath.Join(Dir(), f)); err != nil {
 			t.Errorf("the repository lacks tools/llm/%s: %v", f, err)
 		}

@@ -1,13 +1,18 @@
-// gemini-shim.mjs PORT UPSTREAM — the Gemini API's generateContent, streamGenerateContent and
+// gemini-shim.mjs PORT UPSTREAM [--watch-stdin] — the Gemini API's generateContent, streamGenerateContent and
 // countTokens on 127.0.0.1:PORT, answered by an OpenAI-compatible chat completions server at
 // UPSTREAM (tools/llm's llama-server, e.g. http://127.0.0.1:8011/v1). Gemini CLI speaks only the
 // Gemini API (its custom endpoint, GOOGLE_GEMINI_BASE_URL, keeps that wire protocol), and
 // llama-server does not: this translates, so that the real CLI runs offline against the tests'
 // model and writes its real chat recordings. Requests and answers are translated, nothing else
 // is made up: the text, the tool calls and the token counts are the model's.
+//
+// Used by tools/history-samples/refresh.sh and by the gemini-cli ACP preset's test
+// (internal/testkit/llmserver.GeminiShim). PORT 0 takes a free port; the first line on stdout
+// names the one it listens on ("gemini-shim on PORT -> UPSTREAM"). With --watch-stdin it exits
+// when its stdin ends: a test holds the other end, so the shim never outlives it.
 import http from "node:http";
 
-const [port, upstream] = process.argv.slice(2);
+const [port, upstream, watch] = process.argv.slice(2);
 if (!port || !upstream) {
   console.error("usage: node gemini-shim.mjs PORT UPSTREAM");
   process.exit(2);
@@ -123,4 +128,8 @@ const server = http.createServer(async (req, res) => {
     res.end(JSON.stringify({ error: { code: 500, message: String(err), status: "INTERNAL" } }));
   }
 });
-server.listen(Number(port), "127.0.0.1", () => console.log(`gemini-shim on ${port} -> ${upstream}`));
+server.listen(Number(port), "127.0.0.1", () => console.log(`gemini-shim on ${server.address().port} -> ${upstream}`));
+if (watch === "--watch-stdin") {
+  process.stdin.on("end", () => process.exit(0));
+  process.stdin.resume();
+}
