@@ -70,7 +70,7 @@ func main() {
 	}
 	fmt.Printf("nexus / ttyd per terminal: %.2f×\n", rows[0].PerTermKiB/rows[1].PerTermKiB)
 	b, _ := json.MarshalIndent(rows, "", "  ")
-	_ = os.MkdirAll(filepath.Join("bench", "results"), 0o755)
+	_ = os.MkdirAll(filepath.Join("bench", "results"), 0o750)
 	_ = os.WriteFile(filepath.Join("bench", "results", "ttyd.json"), b, 0o644) //nolint:gosec // a results file
 }
 
@@ -151,7 +151,7 @@ func measureTTYD(ctx context.Context, cfg config) (row, error) {
 	if err != nil {
 		return row{}, fmt.Errorf("ttyd: %w (build it from github.com/tsl0922/ttyd, see docs/BENCHMARKS.md)", err)
 	}
-	port, err := freePort()
+	port, err := freePort(ctx)
 	if err != nil {
 		return row{}, err
 	}
@@ -186,7 +186,10 @@ func measureTTYD(ctx context.Context, cfg config) (row, error) {
 		}
 	}()
 	for i := 0; i < cfg.n; i++ {
-		ws, _, err := websocket.Dial(ctx, "ws://"+base+"/ws", &websocket.DialOptions{Subprotocols: []string{"tty"}})
+		ws, resp, err := websocket.Dial(ctx, "ws://"+base+"/ws", &websocket.DialOptions{Subprotocols: []string{"tty"}})
+		if resp != nil && resp.Body != nil {
+			_ = resp.Body.Close()
+		}
 		if err != nil {
 			return row{}, fmt.Errorf("ttyd viewer %d: %w", i, err)
 		}
@@ -268,8 +271,8 @@ func waitFor(ctx context.Context, f func() error) error {
 	return err
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
