@@ -177,14 +177,32 @@ func TestTwoAppenders(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range per {
+			// An append refused because the other node wrote first comes back as a
+			// NotStoredError (to this Append or a later one): those numbers are not this
+			// node's, and the appender appends again until per of its events are stored.
+			j := 0
+			for len(seen[i]) < per || j == 0 {
 				text := fmt.Sprintf("%d/%d", i, j)
+				j++
 				res, err := l.Append(ctx, event(text))
-				if err != nil {
+				if err == nil {
+					seen[i][res.First] = text
+					if len(seen[i]) < per {
+						continue
+					}
+					err = l.Flush(ctx)
+					if err == nil {
+						break
+					}
+				}
+				var ns *jetstore.NotStoredError
+				if !errors.As(err, &ns) {
 					t.Error(err)
 					return
 				}
-				seen[i][res.First] = text
+				for seq := ns.First; seq <= ns.Last; seq++ {
+					delete(seen[i], seq)
+				}
 			}
 		}()
 	}
@@ -212,6 +230,20 @@ func TestTwoAppenders(t *testing.T) {
 				t.Fatalf("event %d: seq %d %q, appended as %q", k, e.Seq, e.Payload, want)
 			}
 		}
+	}
+}
+
+// forgetNotStored drops from acked the numbers an append's failure says were not acknowledged
+// (an Append that returned before they were published gave them out); any other failure
+// fails the test.
+func forgetNotStored(t *testing.T, err error, acked map[uint64]string) {
+	t.Helper()
+	var ns *jetstore.NotStoredError
+	if !errors.As(err, &ns) {
+		t.Fatalf("append: %v", err)
+	}
+	for seq := ns.First; seq <= ns.Last; seq++ {
+		delete(acked, seq)
 	}
 }
 
@@ -247,13 +279,20 @@ func TestServerLost(t *testing.T) {
 		// An append that fails (a leader moving) may or may not have been stored: the log
 		// numbers the next one after whatever the stream holds.
 		res, err := l.Append(ctx, event(text))
+		if err == nil {
+			acked[res.First] = text
+			if i%10 == 9 {
+				// Wait for the stream now and then, so publishes are in flight when the server
+				// goes.
+				err = l.Flush(ctx)
+			}
+		}
 		if err != nil {
 			if failed++; failed <= 5 {
 				t.Logf("append %d: %v", i, err)
 			}
-			return
+			forgetNotStored(t, err, acked)
 		}
-		acked[res.First] = text
 	}
 	for i := range 200 {
 		appendOne(i)
@@ -295,6 +334,9 @@ func TestServerLost(t *testing.T) {
 	}
 	if len(acked) < before+100 {
 		t.Fatalf("only %d appends acknowledged after the loss (%d failed): the log did not go on", len(acked)-before, failed)
+	}
+	if err := l.Flush(ctx); err != nil {
+		forgetNotStored(t, err, acked)
 	}
 	t.Logf("%d appends acknowledged, %d failed across the loss of %s", len(acked), failed, leader)
 
@@ -423,6 +465,68 @@ func TestDialUnreachable(t *testing.T) {
 		_, err := jetstore.Dial(testCtx(t), jetstore.DialOptions{URLs: []string{url}})
 		if err == nil || !strings.Contains(err.Error(), addr) || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("dial %s: %v", url, err)
+		}
+	}
+}
+
+// TestAppendRefused: an append this node numbered on a stale view of the subject (another node
+// appended since) is refused by the stream; Append had already returned, so the failure comes
+// back from Flush (or the next Append) as a NotStoredError naming the numbers given out, and
+// the log numbers its next append after what the stream holds: no gap, no duplicate.
+func TestAppendRefused(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	ctx := testCtx(t)
+	limits := live.LogLimits{Events: 100, Bytes: 1 << 20, Pinned: 10}
+	var logs []*jetstore.Log
+	for _, node := range []string{"a", "b"} {
+		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		l, err := st.OpenLog(ctx, "s1", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		logs = append(logs, l)
+	}
+	a, b := logs[0], logs[1]
+	if _, err := a.Append(ctx, event("a1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b opened before a's append: it numbers its own 1 and 2.
+	for _, text := range []string{"b1", "b2"} {
+		if _, err := b.Append(ctx, event(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := b.Flush(ctx)
+	var ns *jetstore.NotStoredError
+	if !errors.As(err, &ns) || ns.First != 1 || ns.Last != 2 {
+		t.Fatalf("flush after a refused append: %v, want events 1..2 not stored", err)
+	}
+	res, err := b.Append(ctx, event("b3"))
+	if err != nil || res.First != 2 {
+		t.Fatalf("append after the refusal: %+v, %v; want number 2", res, err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range logs {
+		if err := catchUp(ctx, l, 2); err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.Read(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range p.Events {
+			got = append(got, fmt.Sprint(e.Seq, string(e.Payload.(live.Output))))
+		}
+		if fmt.Sprint(got) != "[1a1 2b3]" {
+			t.Errorf("log reads %v, want [1a1 2b3]", got)
 		}
 	}
 }
