@@ -530,3 +530,59 @@ func TestAppendRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestListEveryNode: two registries (two nodes) on one cluster's store each list both nodes'
+// sessions, each with the node that owns it; a node's closed session is listed with all only.
+func TestListEveryNode(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	ctx := testCtx(t)
+	regs := map[string]*live.Registry{}
+	ids := map[string]string{}
+	for _, node := range []string{"a", "b"} {
+		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		r, err := live.New(ctx, live.Config{Node: node, Store: st}, livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		s, err := r.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs[node], ids[node] = r, s.SessionID
+	}
+	for node, r := range regs {
+		got, err := r.List(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners := map[string]string{}
+		for _, s := range got {
+			owners[s.SessionID] = s.Node
+		}
+		if len(got) != 2 || owners[ids["a"]] != "a" || owners[ids["b"]] != "b" {
+			t.Errorf("node %s lists %v, want %s on a and %s on b", node, owners, ids["a"], ids["b"])
+		}
+		for _, owner := range []string{"a", "b"} {
+			if s, err := r.Get(ctx, ids[owner]); err != nil || s.Node != owner {
+				t.Errorf("node %s gets %s's session: %+v, %v", node, owner, s, err)
+			}
+		}
+	}
+	if _, err := regs["a"].Get(ctx, "no-such-session"); err == nil {
+		t.Error("a session no node has is found")
+	}
+	if _, err := regs["b"].Close(ctx, ids["b"], abi.CloseRequested); err != nil {
+		t.Fatal(err)
+	}
+	for _, all := range []bool{false, true} {
+		got, err := regs["a"].List(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 1, true: 2}[all]; len(got) != want {
+			t.Errorf("node a lists %d sessions (all=%v), want %d: %+v", len(got), all, want, got)
+		}
+	}
+}

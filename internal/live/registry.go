@@ -500,9 +500,16 @@ func (r *Registry) Moved(ctx context.Context, id, to string) error {
 }
 
 // Get returns the session object, whatever its status (closed sessions stay visible for the
-// retention period). An expired session is closed first.
+// retention period). An expired session is closed first. A node of a cluster answers for the
+// other nodes' sessions too, from their records.
 func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	s, err := r.lookup(id)
+	if err != nil && r.cfg.Node != "" {
+		// Another node's session, as its record in the cluster's store says.
+		if rec, rerr := r.cfg.Store.Get(ctx, id); rerr == nil && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
+			return rec.Session, nil
+		}
+	}
 	if err != nil {
 		return abi.Session{}, err
 	}
@@ -532,9 +539,31 @@ func (r *Registry) Check(ctx context.Context, id string) error {
 }
 
 // List returns live sessions (active, paused), and with all also the retained closed ones,
-// oldest first.
-func (r *Registry) List(_ context.Context, all bool) ([]abi.Session, error) {
-	return r.list(all), nil
+// oldest first. A registry that is a node of a cluster (Config.Node) lists the other nodes'
+// sessions too, from the records they keep in the shared store, each with its node.
+func (r *Registry) List(ctx context.Context, all bool) ([]abi.Session, error) {
+	out := r.list(all)
+	if r.cfg.Node == "" {
+		return out, nil
+	}
+	recs, err := r.cfg.Store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the cluster's sessions: %w", err)
+	}
+	r.mu.Lock()
+	for _, rec := range recs {
+		o := rec.Session
+		// This node's own sessions are the registry's objects, fresher than their records.
+		if _, mine := r.sessions[o.SessionID]; mine || o.Node == "" || o.Node == r.cfg.Node {
+			continue
+		}
+		if all || !o.Status.Final() {
+			out = append(out, o)
+		}
+	}
+	r.mu.Unlock()
+	sortSessions(out)
+	return out, nil
 }
 
 func (r *Registry) list(all bool) []abi.Session {
@@ -551,6 +580,12 @@ func (r *Registry) list(all bool) []abi.Session {
 			out = append(out, o)
 		}
 	}
+	sortSessions(out)
+	return out
+}
+
+// sortSessions orders sessions oldest first.
+func sortSessions(out []abi.Session) {
 	slices.SortFunc(out, func(a, b abi.Session) int {
 		if a.CreatedAt != b.CreatedAt {
 			if a.CreatedAt < b.CreatedAt {
@@ -563,7 +598,6 @@ func (r *Registry) list(all bool) []abi.Session {
 		}
 		return 1
 	})
-	return out
 }
 
 // Send delivers input to a session.
