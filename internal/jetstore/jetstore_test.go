@@ -576,6 +576,28 @@ func TestListEveryNode(t *testing.T) {
 	if _, err := regs["b"].Close(ctx, ids["b"], abi.CloseRequested); err != nil {
 		t.Fatal(err)
 	}
+	// Node a reads b's session's events from the shared stream, after any sequence, as b
+	// does, and learns the session is done.
+	own, err := regs["b"].Read(ctx, ids["b"], 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(own.Events) < 2 || !own.Done {
+		t.Fatalf("node b reads its closed session: %d events, done %v", len(own.Events), own.Done)
+	}
+	last, err := regs["a"].LastSeq(ctx, ids["b"])
+	if err != nil || last != own.Next {
+		t.Errorf("node a: b's session's last sequence %d, %v; want %d", last, err, own.Next)
+	}
+	for after := uint64(0); after <= own.Next; after++ {
+		b, err := regs["a"].Read(ctx, ids["b"], after, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := own.Events[after:]; fmt.Sprint(seqTypes(b.Events)) != fmt.Sprint(seqTypes(want)) || b.Next != own.Next || !b.Done {
+			t.Errorf("node a reads b's session after %d: %v next %d done %v; want %v next %d done", after, seqTypes(b.Events), b.Next, b.Done, seqTypes(want), own.Next)
+		}
+	}
 	for _, all := range []bool{false, true} {
 		got, err := regs["a"].List(ctx, all)
 		if err != nil {
@@ -585,4 +607,12 @@ func TestListEveryNode(t *testing.T) {
 			t.Errorf("node a lists %d sessions (all=%v), want %d: %+v", len(got), all, want, got)
 		}
 	}
+}
+
+func seqTypes(events []*live.Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, fmt.Sprint(e.Seq, e.Type))
+	}
+	return out
 }

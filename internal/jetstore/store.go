@@ -345,6 +345,12 @@ func (s *Store) CreateLog(ctx context.Context, id string, limits live.LogLimits)
 	return s.OpenLog(ctx, id, limits)
 }
 
+// OpenEventLog implements live.LogOpener: OpenLog as a live.EventLog, for a node that reads
+// another node's session.
+func (s *Store) OpenEventLog(ctx context.Context, id string, limits live.LogLimits) (live.EventLog, error) {
+	return s.OpenLog(ctx, id, limits)
+}
+
 // OpenLog opens session id's log, as it stands on the stream.
 func (s *Store) OpenLog(ctx context.Context, id string, limits live.LogLimits) (*Log, error) {
 	k, err := key(id)
