@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -615,4 +616,77 @@ func seqTypes(events []*live.Event) []string {
 		out = append(out, fmt.Sprint(e.Seq, e.Type))
 	}
 	return out
+}
+
+// TestNodeLost: three nodes heartbeat on their sweeps (a clock the test sets); node a's
+// connection goes without a clean close. Within the bound nothing happens; past it the two
+// survivors, sweeping at once, mark a's live session error with reason node-lost: one of them
+// wins, so its log gets one close event, which both read.
+func TestNodeLost(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	ctx := testCtx(t)
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	regs := map[string]*live.Registry{}
+	var conns []*nats.Conn
+	for _, node := range []string{"a", "b", "c"} {
+		nc := c.connect(t)
+		conns = append(conns, nc)
+		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The sweeper's own ticks are an hour apart: the test sweeps with its own times.
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }},
+			livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		regs[node] = r
+	}
+	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"a", "b", "c"} {
+		regs[node].Sweep(ctx, t0)
+	}
+	conns[0].Close() // node a is gone: no more heartbeats, no clean close
+
+	sweep := func(at time.Time) {
+		var wg sync.WaitGroup
+		for _, node := range []string{"b", "c"} {
+			wg.Add(1)
+			go func() { defer wg.Done(); regs[node].Sweep(ctx, at) }()
+		}
+		wg.Wait()
+	}
+	sweep(t0.Add(live.DefaultNodeLost))
+	if got, err := regs["b"].Get(ctx, s.SessionID); err != nil || got.Status != abi.StatusActive {
+		t.Fatalf("within the bound: %+v, %v; want active", got, err)
+	}
+	sweep(t0.Add(live.DefaultNodeLost + time.Second))
+	for _, node := range []string{"b", "c"} {
+		got, err := regs[node].Get(ctx, s.SessionID)
+		if err != nil || got.Status != abi.StatusError || got.Metadata["closeReason"] != live.CloseNodeLost || got.Node != "a" {
+			t.Fatalf("node %s: past the bound: %+v, %v; want error, node-lost, on a", node, got, err)
+		}
+		b, err := regs[node].Read(ctx, s.SessionID, 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closes := 0
+		for _, e := range b.Events {
+			if p, ok := e.Payload.(abi.ClosePayload); ok {
+				closes++
+				if p.Reason != live.CloseNodeLost || p.Status != abi.StatusError {
+					t.Errorf("node %s reads close %+v", node, p)
+				}
+			}
+		}
+		if closes != 1 || !b.Done {
+			t.Errorf("node %s reads %d close events (done %v), want 1: %v", node, closes, b.Done, seqTypes(b.Events))
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -29,6 +30,9 @@ type Config struct {
 	IdleTimeout time.Duration // close sessions idle this long; default 30m, negative disables
 	Retention   time.Duration // keep closed sessions visible this long; default 1h
 	Sweep       time.Duration // how often expiry and idleness are checked; default 1s
+	// NodeLost is how long a node of a cluster may miss its heartbeats before the others
+	// mark its sessions error with reason node-lost; default 10s.
+	NodeLost time.Duration
 	// EphemeralGrace is how long an ephemeral session may wait for its owner; default 30s.
 	EphemeralGrace time.Duration
 	Log            LogLimits
@@ -44,6 +48,7 @@ const (
 	DefaultMaxSessions = 64
 	DefaultIdleTimeout = 30 * time.Minute
 	DefaultRetention   = time.Hour
+	DefaultNodeLost    = 10 * time.Second
 )
 
 func (c *Config) fill() {
@@ -55,6 +60,9 @@ func (c *Config) fill() {
 	}
 	if c.Retention <= 0 {
 		c.Retention = DefaultRetention
+	}
+	if c.NodeLost <= 0 {
+		c.NodeLost = DefaultNodeLost
 	}
 	if c.Sweep <= 0 {
 		c.Sweep = time.Second
@@ -912,6 +920,7 @@ func (r *Registry) Watch(_ context.Context, id string) (unwatch func(), err erro
 // Sweep closes expired, idle and abandoned ephemeral sessions and forgets closed sessions past
 // retention. The sweeper calls it on a timer; tests call it with a chosen time.
 func (r *Registry) Sweep(ctx context.Context, now time.Time) {
+	r.checkNodes(ctx, now)
 	r.mu.Lock()
 	ss := make([]*session, 0, len(r.sessions))
 	for _, s := range r.sessions {
@@ -951,6 +960,88 @@ func (r *Registry) forget(ctx context.Context, id string) {
 	if err := r.cfg.Store.Remove(ctx, id); err != nil {
 		r.cfg.Logger.Warn("forget a session", "id", id, "err", err)
 	}
+}
+
+// Liveness is a cluster's store that keeps each node's heartbeat.
+type Liveness interface {
+	// Beat records that this node was alive at at.
+	Beat(ctx context.Context, at time.Time) error
+	// Beats returns every node's last heartbeat.
+	Beats(ctx context.Context) (map[string]time.Time, error)
+}
+
+// CloseNodeLost is the close reason of a session whose node stopped heartbeating.
+const CloseNodeLost = "node-lost"
+
+// checkNodes heartbeats for this node and marks the live sessions of a node whose heartbeat
+// is older than Config.NodeLost error with reason node-lost: by compare-and-set on each
+// record, so of the nodes that notice, one marks a session and announces it on its log.
+func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
+	lv, ok := r.cfg.Store.(Liveness)
+	if r.cfg.Node == "" || !ok {
+		return
+	}
+	if err := lv.Beat(ctx, now); err != nil {
+		r.cfg.Logger.Warn("heartbeat", "node", r.cfg.Node, "err", err)
+		return
+	}
+	beats, err := lv.Beats(ctx)
+	if err != nil {
+		r.cfg.Logger.Warn("read the nodes' heartbeats", "err", err)
+		return
+	}
+	lost := map[string]bool{}
+	for node, at := range beats {
+		if node != r.cfg.Node && now.Sub(at) > r.cfg.NodeLost {
+			lost[node] = true
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	recs, err := r.cfg.Store.List(ctx)
+	if err != nil {
+		r.cfg.Logger.Warn("list sessions of lost nodes", "err", err)
+		return
+	}
+	for _, rec := range recs {
+		if lost[rec.Session.Node] && !rec.Session.Status.Final() {
+			if err := r.markLost(ctx, rec, now); err != nil {
+				r.cfg.Logger.Warn("mark a lost node's session", "id", rec.Session.SessionID, "node", rec.Session.Node, "err", err)
+			}
+		}
+	}
+}
+
+// markLost writes a lost node's session as error, node-lost, and, if this node's write won,
+// appends its status and close events to its log.
+func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) error {
+	obj := rec.Session
+	obj.Status = abi.StatusError
+	md := make(map[string]any, len(obj.Metadata)+1)
+	maps.Copy(md, obj.Metadata)
+	md["closeReason"] = CloseNodeLost
+	obj.Metadata = md
+	if _, err := r.cfg.Store.Put(ctx, obj, rec.Revision); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return nil // another node marked it, or its owner wrote since
+		}
+		return err
+	}
+	opener, ok := r.cfg.Store.(LogOpener)
+	if !ok {
+		return nil
+	}
+	log, err := opener.OpenEventLog(ctx, obj.SessionID, r.cfg.Log)
+	if err != nil {
+		return err
+	}
+	id := obj.SessionID
+	_, err = log.Append(ctx,
+		&Event{Type: abi.EventStatus, Time: now, SessionID: id, Payload: abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + CloseNodeLost, SessionStatus: abi.StatusError}},
+		&Event{Type: abi.EventClose, Time: now, SessionID: id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: CloseNodeLost, Status: abi.StatusError}},
+	)
+	return errors.Join(err, log.Close(ctx))
 }
 
 func (r *Registry) sweeper(ctx context.Context) {
