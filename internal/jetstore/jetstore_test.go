@@ -689,4 +689,14 @@ func TestNodeLost(t *testing.T) {
 			t.Errorf("node %s reads %d close events (done %v), want 1: %v", node, closes, b.Done, seqTypes(b.Events))
 		}
 	}
+	// Later sweeps leave it be; a session b makes is not c's to mark while b heartbeats.
+	sb, err := regs["b"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweep(t0.Add(time.Minute))
+	sweep(t0.Add(2 * time.Minute))
+	if got, err := regs["c"].Get(ctx, sb.SessionID); err != nil || got.Status != abi.StatusActive {
+		t.Errorf("b's session seen from c: %+v, %v; want active", got, err)
+	}
 }

@@ -116,6 +116,12 @@ type Registry struct {
 	// without its cancellation.
 	base context.Context
 
+	// lostMu serializes the checks of the nodes' heartbeats (Sweep may be called beside the
+	// sweeper) and guards lostSeen: for each node found lost, the heartbeat whose sessions
+	// this node has marked, so the sweeps after do not list the store again for it.
+	lostMu   sync.Mutex
+	lostSeen map[string]time.Time
+
 	mu       sync.Mutex
 	kinds    map[abi.SessionType]Kind
 	sessions map[string]*session
@@ -981,6 +987,8 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 	if r.cfg.Node == "" || !ok {
 		return
 	}
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
 	if err := lv.Beat(ctx, now); err != nil {
 		r.cfg.Logger.Warn("heartbeat", "node", r.cfg.Node, "err", err)
 		return
@@ -992,7 +1000,7 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 	}
 	lost := map[string]bool{}
 	for node, at := range beats {
-		if node != r.cfg.Node && now.Sub(at) > r.cfg.NodeLost {
+		if seen, ok := r.lostSeen[node]; node != r.cfg.Node && now.Sub(at) > r.cfg.NodeLost && (!ok || !seen.Equal(at)) {
 			lost[node] = true
 		}
 	}
@@ -1004,11 +1012,21 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 		r.cfg.Logger.Warn("list sessions of lost nodes", "err", err)
 		return
 	}
+	failed := map[string]bool{}
 	for _, rec := range recs {
 		if lost[rec.Session.Node] && !rec.Session.Status.Final() {
 			if err := r.markLost(ctx, rec, now); err != nil {
+				failed[rec.Session.Node] = true
 				r.cfg.Logger.Warn("mark a lost node's session", "id", rec.Session.SessionID, "node", rec.Session.Node, "err", err)
 			}
+		}
+	}
+	if r.lostSeen == nil {
+		r.lostSeen = map[string]time.Time{}
+	}
+	for node := range lost {
+		if !failed[node] {
+			r.lostSeen[node] = beats[node]
 		}
 	}
 }
