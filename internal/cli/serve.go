@@ -192,6 +192,7 @@ type clusterFlags struct {
 	routes                []string
 	replicas              int
 	node, name            string
+	nodeLost              time.Duration
 }
 
 func (c *clusterFlags) bind(f *pflag.FlagSet) {
@@ -205,13 +206,14 @@ func (c *clusterFlags) bind(f *pflag.FlagSet) {
 	f.StringSliceVar(&c.routes, "nats-routes", nil, "the other embedded NATS servers' route URLs (nats-route://host:port,...; this server's own may be listed)")
 	f.IntVar(&c.replicas, "nats-replicas", 1, "replicas of the cluster's stream and bucket: 1 or 3")
 	f.StringVar(&c.node, "node", "", "this node's name in the cluster (default the host name)")
+	f.DurationVar(&c.nodeLost, "node-lost", live.DefaultNodeLost, "how long a node may miss its heartbeats (one a second) before the others mark its sessions error, node-lost")
 	f.StringVar(&c.name, "cluster", "nexus", "the cluster's name: its subjects, stream and bucket are named after it, so clusters sharing a NATS never mix")
 }
 
 // config returns the gateway's cluster settings; nil without --nats or --nats-embedded.
 func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) {
 	if len(c.urls) == 0 && !c.embedded {
-		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "cluster"} {
+		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "node-lost", "cluster"} {
 			if f.Changed(name) {
 				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--%s needs --nats or --nats-embedded", name)
 			}
@@ -234,7 +236,7 @@ func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) 
 	return &gateway.ClusterConfig{
 		Name: c.name, Node: c.node, URLs: c.urls, Creds: c.creds, NKey: c.nkey, CA: c.ca,
 		Embedded: c.embedded, Listen: c.listen, ClusterListen: c.clusterListen, Routes: c.routes,
-		Replicas: c.replicas,
+		Replicas: c.replicas, NodeLost: c.nodeLost,
 	}, nil
 }
 

@@ -310,7 +310,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	o.Open = func(ctx context.Context) (live.Backend, error) {
 		store := cfg.Store
 		var node string
+		var nodeLost time.Duration
 		if cfg.Cluster != nil {
+			nodeLost = cfg.Cluster.NodeLost
 			c := *cfg.Cluster
 			if c.Node == "" {
 				host, err := os.Hostname()
@@ -340,7 +342,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		reg, err := live.New(ctx, live.Config{
 			MaxSessions: cfg.MaxSessions, IdleTimeout: cfg.IdleTimeout, Retention: cfg.Retention,
-			Log: cfg.Log, Store: store, Now: cfg.Now, Logger: cfg.Logger, Node: node,
+			Log: cfg.Log, Store: store, Now: cfg.Now, Logger: cfg.Logger, Node: node, NodeLost: nodeLost,
 		}, d.kinds...)
 		if err != nil {
 			_ = store.Close()
@@ -408,6 +410,9 @@ type ClusterConfig struct {
 	Routes        []string
 	// Replicas of the stream and the bucket: 1 or 3 (default 1).
 	Replicas int
+	// NodeLost is how long a node may miss its heartbeats before the others mark its
+	// sessions node-lost (default live.DefaultNodeLost).
+	NodeLost time.Duration
 }
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -177,14 +178,32 @@ func TestTwoAppenders(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range per {
+			// An append refused because the other node wrote first comes back as a
+			// NotStoredError (to this Append or a later one): those numbers are not this
+			// node's, and the appender appends again until per of its events are stored.
+			j := 0
+			for len(seen[i]) < per || j == 0 {
 				text := fmt.Sprintf("%d/%d", i, j)
+				j++
 				res, err := l.Append(ctx, event(text))
-				if err != nil {
+				if err == nil {
+					seen[i][res.First] = text
+					if len(seen[i]) < per {
+						continue
+					}
+					err = l.Flush(ctx)
+					if err == nil {
+						break
+					}
+				}
+				var ns *jetstore.NotStoredError
+				if !errors.As(err, &ns) {
 					t.Error(err)
 					return
 				}
-				seen[i][res.First] = text
+				for seq := ns.First; seq <= ns.Last; seq++ {
+					delete(seen[i], seq)
+				}
 			}
 		}()
 	}
@@ -212,6 +231,20 @@ func TestTwoAppenders(t *testing.T) {
 				t.Fatalf("event %d: seq %d %q, appended as %q", k, e.Seq, e.Payload, want)
 			}
 		}
+	}
+}
+
+// forgetNotStored drops from acked the numbers an append's failure says were not acknowledged
+// (an Append that returned before they were published gave them out); any other failure
+// fails the test.
+func forgetNotStored(t *testing.T, err error, acked map[uint64]string) {
+	t.Helper()
+	var ns *jetstore.NotStoredError
+	if !errors.As(err, &ns) {
+		t.Fatalf("append: %v", err)
+	}
+	for seq := ns.First; seq <= ns.Last; seq++ {
+		delete(acked, seq)
 	}
 }
 
@@ -247,13 +280,20 @@ func TestServerLost(t *testing.T) {
 		// An append that fails (a leader moving) may or may not have been stored: the log
 		// numbers the next one after whatever the stream holds.
 		res, err := l.Append(ctx, event(text))
+		if err == nil {
+			acked[res.First] = text
+			if i%10 == 9 {
+				// Wait for the stream now and then, so publishes are in flight when the server
+				// goes.
+				err = l.Flush(ctx)
+			}
+		}
 		if err != nil {
 			if failed++; failed <= 5 {
 				t.Logf("append %d: %v", i, err)
 			}
-			return
+			forgetNotStored(t, err, acked)
 		}
-		acked[res.First] = text
 	}
 	for i := range 200 {
 		appendOne(i)
@@ -295,6 +335,9 @@ func TestServerLost(t *testing.T) {
 	}
 	if len(acked) < before+100 {
 		t.Fatalf("only %d appends acknowledged after the loss (%d failed): the log did not go on", len(acked)-before, failed)
+	}
+	if err := l.Flush(ctx); err != nil {
+		forgetNotStored(t, err, acked)
 	}
 	t.Logf("%d appends acknowledged, %d failed across the loss of %s", len(acked), failed, leader)
 
@@ -424,5 +467,236 @@ func TestDialUnreachable(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), addr) || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("dial %s: %v", url, err)
 		}
+	}
+}
+
+// TestAppendRefused: an append this node numbered on a stale view of the subject (another node
+// appended since) is refused by the stream; Append had already returned, so the failure comes
+// back from Flush (or the next Append) as a NotStoredError naming the numbers given out, and
+// the log numbers its next append after what the stream holds: no gap, no duplicate.
+func TestAppendRefused(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	ctx := testCtx(t)
+	limits := live.LogLimits{Events: 100, Bytes: 1 << 20, Pinned: 10}
+	var logs []*jetstore.Log
+	for _, node := range []string{"a", "b"} {
+		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		l, err := st.OpenLog(ctx, "s1", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		logs = append(logs, l)
+	}
+	a, b := logs[0], logs[1]
+	if _, err := a.Append(ctx, event("a1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b opened before a's append: it numbers its own 1 and 2.
+	for _, text := range []string{"b1", "b2"} {
+		if _, err := b.Append(ctx, event(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := b.Flush(ctx)
+	var ns *jetstore.NotStoredError
+	if !errors.As(err, &ns) || ns.First != 1 || ns.Last != 2 {
+		t.Fatalf("flush after a refused append: %v, want events 1..2 not stored", err)
+	}
+	res, err := b.Append(ctx, event("b3"))
+	if err != nil || res.First != 2 {
+		t.Fatalf("append after the refusal: %+v, %v; want number 2", res, err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range logs {
+		if err := catchUp(ctx, l, 2); err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.Read(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range p.Events {
+			got = append(got, fmt.Sprint(e.Seq, string(e.Payload.(live.Output))))
+		}
+		if fmt.Sprint(got) != "[1a1 2b3]" {
+			t.Errorf("log reads %v, want [1a1 2b3]", got)
+		}
+	}
+}
+
+// TestListEveryNode: two registries (two nodes) on one cluster's store each list both nodes'
+// sessions, each with the node that owns it; a node's closed session is listed with all only.
+func TestListEveryNode(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	ctx := testCtx(t)
+	regs := map[string]*live.Registry{}
+	ids := map[string]string{}
+	for _, node := range []string{"a", "b"} {
+		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		r, err := live.New(ctx, live.Config{Node: node, Store: st}, livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		s, err := r.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs[node], ids[node] = r, s.SessionID
+	}
+	for node, r := range regs {
+		got, err := r.List(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners := map[string]string{}
+		for _, s := range got {
+			owners[s.SessionID] = s.Node
+		}
+		if len(got) != 2 || owners[ids["a"]] != "a" || owners[ids["b"]] != "b" {
+			t.Errorf("node %s lists %v, want %s on a and %s on b", node, owners, ids["a"], ids["b"])
+		}
+		for _, owner := range []string{"a", "b"} {
+			if s, err := r.Get(ctx, ids[owner]); err != nil || s.Node != owner {
+				t.Errorf("node %s gets %s's session: %+v, %v", node, owner, s, err)
+			}
+		}
+	}
+	if _, err := regs["a"].Get(ctx, "no-such-session"); err == nil {
+		t.Error("a session no node has is found")
+	}
+	if _, err := regs["b"].Close(ctx, ids["b"], abi.CloseRequested); err != nil {
+		t.Fatal(err)
+	}
+	// Node a reads b's session's events from the shared stream, after any sequence, as b
+	// does, and learns the session is done.
+	own, err := regs["b"].Read(ctx, ids["b"], 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(own.Events) < 2 || !own.Done {
+		t.Fatalf("node b reads its closed session: %d events, done %v", len(own.Events), own.Done)
+	}
+	last, err := regs["a"].LastSeq(ctx, ids["b"])
+	if err != nil || last != own.Next {
+		t.Errorf("node a: b's session's last sequence %d, %v; want %d", last, err, own.Next)
+	}
+	for after := uint64(0); after <= own.Next; after++ {
+		b, err := regs["a"].Read(ctx, ids["b"], after, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := own.Events[after:]; fmt.Sprint(seqTypes(b.Events)) != fmt.Sprint(seqTypes(want)) || b.Next != own.Next || !b.Done {
+			t.Errorf("node a reads b's session after %d: %v next %d done %v; want %v next %d done", after, seqTypes(b.Events), b.Next, b.Done, seqTypes(want), own.Next)
+		}
+	}
+	for _, all := range []bool{false, true} {
+		got, err := regs["a"].List(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 1, true: 2}[all]; len(got) != want {
+			t.Errorf("node a lists %d sessions (all=%v), want %d: %+v", len(got), all, want, got)
+		}
+	}
+}
+
+func seqTypes(events []*live.Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, fmt.Sprint(e.Seq, e.Type))
+	}
+	return out
+}
+
+// TestNodeLost: three nodes heartbeat on their sweeps (a clock the test sets); node a's
+// connection goes without a clean close. Within the bound nothing happens; past it the two
+// survivors, sweeping at once, mark a's live session error with reason node-lost: one of them
+// wins, so its log gets one close event, which both read.
+func TestNodeLost(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	ctx := testCtx(t)
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	regs := map[string]*live.Registry{}
+	var conns []*nats.Conn
+	for _, node := range []string{"a", "b", "c"} {
+		nc := c.connect(t)
+		conns = append(conns, nc)
+		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The sweeper's own ticks are an hour apart: the test sweeps with its own times.
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }},
+			livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		regs[node] = r
+	}
+	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"a", "b", "c"} {
+		regs[node].Sweep(ctx, t0)
+	}
+	conns[0].Close() // node a is gone: no more heartbeats, no clean close
+
+	sweep := func(at time.Time) {
+		var wg sync.WaitGroup
+		for _, node := range []string{"b", "c"} {
+			wg.Add(1)
+			go func() { defer wg.Done(); regs[node].Sweep(ctx, at) }()
+		}
+		wg.Wait()
+	}
+	sweep(t0.Add(live.DefaultNodeLost))
+	if got, err := regs["b"].Get(ctx, s.SessionID); err != nil || got.Status != abi.StatusActive {
+		t.Fatalf("within the bound: %+v, %v; want active", got, err)
+	}
+	sweep(t0.Add(live.DefaultNodeLost + time.Second))
+	for _, node := range []string{"b", "c"} {
+		got, err := regs[node].Get(ctx, s.SessionID)
+		if err != nil || got.Status != abi.StatusError || got.Metadata["closeReason"] != live.CloseNodeLost || got.Node != "a" {
+			t.Fatalf("node %s: past the bound: %+v, %v; want error, node-lost, on a", node, got, err)
+		}
+		b, err := regs[node].Read(ctx, s.SessionID, 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closes := 0
+		for _, e := range b.Events {
+			if p, ok := e.Payload.(abi.ClosePayload); ok {
+				closes++
+				if p.Reason != live.CloseNodeLost || p.Status != abi.StatusError {
+					t.Errorf("node %s reads close %+v", node, p)
+				}
+			}
+		}
+		if closes != 1 || !b.Done {
+			t.Errorf("node %s reads %d close events (done %v), want 1: %v", node, closes, b.Done, seqTypes(b.Events))
+		}
+	}
+	// Later sweeps leave it be; a session b makes is not c's to mark while b heartbeats.
+	sb, err := regs["b"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweep(t0.Add(time.Minute))
+	sweep(t0.Add(2 * time.Minute))
+	if got, err := regs["c"].Get(ctx, sb.SessionID); err != nil || got.Status != abi.StatusActive {
+		t.Errorf("b's session seen from c: %+v, %v; want active", got, err)
 	}
 }

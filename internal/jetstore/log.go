@@ -32,8 +32,13 @@ var errPartial = errors.New("append stored in part")
 // ackWait bounds one publish's wait for its acknowledgement.
 const ackWait = 5 * time.Second
 
-// maxChunk bounds an event message's body, under NATS's default max_payload (1 MiB).
+// maxChunk bounds an event message's body, under NATS's default max_payload (1 MiB). Bigger
+// messages (8 MiB on a server that allows them) measured no faster: a flood is bounded by the
+// servers' writes, not by round trips.
 const maxChunk = 512 << 10
+
+// maxQueued bounds the bytes appended and not yet acknowledged; an Append past it waits.
+const maxQueued = 8 << 20
 
 // Log is a session's EventLog on the cluster's event stream: one subject per session, each
 // message one append (or a chunk of one), its events in their canonical form. Appends are
@@ -50,12 +55,21 @@ type Log struct {
 	logger  *slog.Logger
 	mem     *live.MemoryLog
 
-	// appendMu serializes this node's appends, so an append's chunks are consecutive on the
-	// subject. It guards lastStream and lastSeq: the subject's newest message as this
-	// appender last knew it (a stale value costs one refused publish and a refresh).
-	appendMu   sync.Mutex
-	lastStream uint64
-	lastSeq    uint64
+	// appendMu guards the queue of numbered events the flusher publishes and what goes with
+	// it; lastStream and lastSeq are the subject's newest message as this appender last knew
+	// it (a stale value costs one refused publish and a refresh).
+	appendMu    sync.Mutex
+	lastStream  uint64
+	lastSeq     uint64
+	nextSeq     uint64 // the number the next Append gives out
+	queue       []queued
+	queuedBytes int // of the queue and the batch in flight
+	flushing    bool
+	closing     bool
+	failed      error         // a publish's failure, for the next Append
+	enqueued    uint64        // events ever queued
+	resolved    uint64        // of those, stored or dropped
+	progress    chan struct{} // closed (and replaced) when the flusher ends a batch
 
 	// applyMu orders what reaches mem (the consumer's messages and this node's appends) and
 	// guards the rest.
@@ -71,10 +85,11 @@ var _ live.EventLog = (*Log)(nil)
 // consumer from the subject's first, and returns once the projection holds everything the
 // stream held when it was opened.
 func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id string, limits live.LogLimits, logger *slog.Logger) (*Log, error) {
-	l := &Log{js: js, stream: stream, subject: subject, id: id, logger: logger, mem: live.NewMemoryLog(limits)}
+	l := &Log{js: js, stream: stream, subject: subject, id: id, logger: logger, mem: live.NewMemoryLog(limits), progress: make(chan struct{})}
 	if err := l.refresh(ctx); err != nil {
 		return nil, err
 	}
+	l.nextSeq = l.lastSeq + 1
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return nil, fmt.Errorf("session %s: follow its events: %w", id, err)
@@ -134,9 +149,19 @@ func (l *Log) catchUp(ctx context.Context, seq uint64) error {
 	}
 }
 
-// Append implements live.EventLog: the stream numbers nothing itself, so each message carries
-// the session sequence numbers of its events, and the compare-and-set on the subject's last
-// stream sequence is what makes those numbers the stream's truth.
+// Append implements live.EventLog, asynchronously: it numbers events after the newest this
+// node has given out, queues them and returns; a flusher publishes what is queued as one
+// append (a message, or chunks of one), chained on the subject's last stream sequence
+// (Nats-Expected-Last-Subject-Sequence), one in flight at a time, so appends are stored in
+// the order they were numbered and a sequential appender waits for no round trip. Readers are
+// shown events only once the stream has acknowledged them, and Read and LastSeq first wait
+// for what was appended before them, so what a reader saw is stored.
+//
+// When a publish fails (another appender wrote first, or the acknowledgement never came),
+// the events of that publish and everything queued after it are dropped, the log reads the
+// subject's newest message again, and the next Append returns a *NotStoredError naming the
+// numbers that were given out but not acknowledged (and stores nothing of its own); later
+// appends number after what the stream holds, so there is still no gap and no duplicate.
 func (l *Log) Append(ctx context.Context, events ...*live.Event) (live.Appended, error) {
 	l.applyMu.Lock()
 	closed := l.closed
@@ -146,93 +171,247 @@ func (l *Log) Append(ctx context.Context, events ...*live.Event) (live.Appended,
 	}
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()
-	if len(events) == 0 {
-		last, _ := l.mem.LastSeq(ctx)
-		return live.Appended{First: last + 1, Last: last}, nil
-	}
 	for {
-		res, err := l.publish(ctx, events)
-		if err == nil {
-			return res, l.applyOwn(ctx, res, events)
-		}
-		if errors.Is(err, errPartial) || !conflict(err) {
-			// The outcome is unknown (a timeout may follow a stored message): the next append
-			// learns the subject's newest message first.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackWait)
-			rerr := l.refresh(rctx)
-			cancel()
-			if rerr != nil {
-				l.logger.Debug("refresh an event subject", "id", l.id, "err", rerr)
-			}
-			return live.Appended{}, fmt.Errorf("session %s: append %d events: %w", l.id, len(events), err)
-		}
-		// Another appender got there first: number after what it stored.
-		if err := l.refresh(ctx); err != nil {
+		if l.failed != nil {
+			err := l.failed
+			l.failed = nil
 			return live.Appended{}, err
 		}
+		if l.closing {
+			return live.Appended{}, live.ErrLogClosed
+		}
+		// Backpressure: an appender faster than the stream waits for it here, not in memory.
+		if l.queuedBytes < maxQueued {
+			break
+		}
+		if err := l.waitProgress(ctx); err != nil {
+			return live.Appended{}, err
+		}
+	}
+	if len(events) == 0 {
+		return live.Appended{First: l.nextSeq, Last: l.nextSeq - 1}, nil
+	}
+	res := live.Appended{First: l.nextSeq, Last: l.nextSeq + uint64(len(events)) - 1}
+	size := 0
+	for i, e := range events {
+		e.Seq = res.First + uint64(i)
+		b, err := e.AppendBinary(nil)
+		if err != nil {
+			return live.Appended{}, fmt.Errorf("session %s: append: %w", l.id, err)
+		}
+		l.queue = append(l.queue, queued{e: e, body: b})
+		size += len(b)
+	}
+	l.nextSeq = res.Last + 1
+	l.queuedBytes += size
+	l.enqueued += uint64(len(events))
+	if !l.flushing {
+		l.flushing = true
+		// The flusher outlives this Append: it publishes later appends too.
+		go l.flush(context.WithoutCancel(ctx))
+	}
+	return res, nil
+}
+
+// waitProgress waits, with appendMu held, for the flusher to finish a publish.
+func (l *Log) waitProgress(ctx context.Context) error {
+	ch := l.progress
+	l.appendMu.Unlock()
+	defer l.appendMu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
-// publish numbers events after the subject's newest and publishes them, in chunks.
-func (l *Log) publish(ctx context.Context, events []*live.Event) (live.Appended, error) {
-	first := l.lastSeq + 1
-	res := live.Appended{First: first, Last: first + uint64(len(events)) - 1}
-	for i, e := range events {
-		e.Seq = first + uint64(i)
-	}
-	var body []byte
-	start := 0
-	flush := func(end int) error {
-		m := nats.NewMsg(l.subject)
-		m.Data = body
-		m.Header.Set(hdrFirst, strconv.FormatUint(events[start].Seq, 10))
-		m.Header.Set(hdrLast, strconv.FormatUint(events[end-1].Seq, 10))
-		m.Header.Set(hdrBatch, strconv.FormatUint(res.Last, 10))
-		// An ack lost with a server (the stream's leader moving) never comes: the attempt ends
-		// and the caller learns its outcome is unknown.
-		pctx, cancel := context.WithTimeout(ctx, ackWait)
-		ack, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(l.lastStream))
-		cancel()
-		if err != nil && start > 0 {
-			// Numbering it again would store the chunks already acknowledged twice.
-			return fmt.Errorf("%w: %w", errPartial, err)
-		}
-		if err != nil {
+// settle waits until every event appended before it is stored (or dropped).
+func (l *Log) settle(ctx context.Context) error {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	target := l.enqueued
+	for l.resolved < target {
+		if err := l.waitProgress(ctx); err != nil {
 			return err
 		}
-		l.lastStream, l.lastSeq = ack.Sequence, events[end-1].Seq
-		body, start = nil, end
-		return nil
 	}
-	for i, e := range events {
-		b, err := e.AppendBinary(nil)
-		if err != nil {
-			return live.Appended{}, err
+	return nil
+}
+
+// Flush waits until everything appended before it is acknowledged by the stream, and returns
+// the failure of what was not (a *NotStoredError), which the next Append then does not return.
+func (l *Log) Flush(ctx context.Context) error {
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	err := l.failed
+	l.failed = nil
+	return err
+}
+
+// flush publishes what is queued, a batch at a time, until the queue is empty.
+func (l *Log) flush(ctx context.Context) {
+	for {
+		l.appendMu.Lock()
+		batch := l.queue
+		l.queue = nil
+		if len(batch) == 0 {
+			l.flushing = false
+			l.signalLocked()
+			l.appendMu.Unlock()
+			return
 		}
-		if len(body) > 0 && len(body)+len(b)+binary.MaxVarintLen64 > maxChunk {
-			if err := flush(i); err != nil {
-				return live.Appended{}, err
+		l.appendMu.Unlock()
+
+		err := l.publish(ctx, batch)
+		if err == nil {
+			// Copies: the projection numbers what it takes, and the appender owns its events.
+			events := make([]*live.Event, len(batch))
+			for i, q := range batch {
+				e := q.e
+				events[i] = &live.Event{Seq: e.Seq, Type: e.Type, Time: e.Time, SessionID: e.SessionID, Payload: e.Payload}
+			}
+			err = l.applyOwn(ctx, events)
+		}
+		l.appendMu.Lock()
+		n := uint64(len(batch))
+		for _, q := range batch {
+			l.queuedBytes -= len(q.body)
+		}
+		if err != nil && !errors.Is(err, live.ErrLogClosed) {
+			// The chain is broken: what is queued was numbered after the batch, so it goes too.
+			for _, q := range l.queue {
+				l.queuedBytes -= len(q.body)
+			}
+			n += uint64(len(l.queue))
+			nerr := &NotStoredError{Session: l.id, First: batch[0].e.Seq, Last: l.nextSeq - 1, Err: err}
+			l.queue = nil
+			rctx, cancel := context.WithTimeout(ctx, ackWait)
+			if rerr := l.refresh(rctx); rerr != nil {
+				l.logger.Debug("refresh an event subject", "id", l.id, "err", rerr)
+			}
+			cancel()
+			l.nextSeq = l.lastSeq + 1
+			if l.failed == nil {
+				l.failed = nerr
 			}
 		}
-		body = binary.AppendUvarint(body, uint64(len(b)))
-		body = append(body, b...)
+		l.resolved += n
+		l.signalLocked()
+		l.appendMu.Unlock()
 	}
-	return res, flush(len(events))
 }
+
+// signalLocked wakes whoever waits for the flusher's progress.
+func (l *Log) signalLocked() {
+	close(l.progress)
+	l.progress = make(chan struct{})
+}
+
+// NotStoredError is what an Append returns after an earlier append's publish failed: the
+// numbers First..Last were given out (by Appends that returned) but not acknowledged by the
+// stream. A refused compare-and-set stored none of them; a lost acknowledgement may have
+// stored some, and the log numbers after whatever the stream holds.
+type NotStoredError struct {
+	Session     string
+	First, Last uint64
+	Err         error
+}
+
+func (e *NotStoredError) Error() string {
+	return fmt.Sprintf("session %s: events %d..%d not acknowledged: %v", e.Session, e.First, e.Last, e.Err)
+}
+
+func (e *NotStoredError) Unwrap() error { return e.Err }
+
+// queued is an event numbered and waiting for the flusher, with its canonical form.
+type queued struct {
+	e    *live.Event
+	body []byte
+}
+
+// publish publishes a batch (numbered, contiguous) as one append, in chunks, each chained on
+// the subject's last stream sequence. A chunk refused or unanswered is published again while
+// the subject's newest message is still the one before it: the compare-and-set makes that
+// safe (a first attempt stored late refuses the second), and a replicated stream refuses a
+// publish now and then while the one before is still being applied.
+func (l *Log) publish(ctx context.Context, batch []queued) error {
+	last := batch[len(batch)-1].e.Seq
+	var chunks [][2]int // [start, end) in batch
+	size, start := 0, 0
+	for i, q := range batch {
+		if i > start && size+len(q.body)+binary.MaxVarintLen64 > maxChunk {
+			chunks = append(chunks, [2]int{start, i})
+			start, size = i, 0
+		}
+		size += len(q.body) + binary.MaxVarintLen64
+	}
+	chunks = append(chunks, [2]int{start, len(batch)})
+	for k, c := range chunks {
+		var body []byte
+		for _, q := range batch[c[0]:c[1]] {
+			body = binary.AppendUvarint(body, uint64(len(q.body)))
+			body = append(body, q.body...)
+		}
+		first, end := batch[c[0]].e.Seq, batch[c[1]-1].e.Seq
+		for attempt := 1; ; attempt++ {
+			m := nats.NewMsg(l.subject)
+			m.Data = body
+			m.Header.Set(hdrFirst, strconv.FormatUint(first, 10))
+			m.Header.Set(hdrLast, strconv.FormatUint(end, 10))
+			m.Header.Set(hdrBatch, strconv.FormatUint(last, 10))
+			// An ack lost with a server (the stream's leader moving) never comes: the attempt
+			// ends and its outcome is unknown.
+			pctx, cancel := context.WithTimeout(ctx, ackWait)
+			ack, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(l.lastStream))
+			cancel()
+			if err == nil {
+				l.appendMu.Lock()
+				l.lastStream, l.lastSeq = ack.Sequence, end
+				l.appendMu.Unlock()
+				break
+			}
+			if attempt < maxAttempts {
+				rctx, cancel := context.WithTimeout(ctx, ackWait)
+				l.appendMu.Lock()
+				rerr := l.refresh(rctx)
+				again := rerr == nil && l.lastSeq+1 == first
+				l.appendMu.Unlock()
+				cancel()
+				if again {
+					continue
+				}
+			}
+			if k > 0 {
+				// Numbering it again would store the chunks already acknowledged twice.
+				return fmt.Errorf("%w: %w", errPartial, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// maxAttempts bounds the publishes of one chunk.
+const maxAttempts = 3
 
 // applyOwn puts an append this node made into the projection: at once when it follows what the
 // projection holds (nobody else appended in between), else once the consumer has delivered
 // what came before.
-func (l *Log) applyOwn(ctx context.Context, res live.Appended, events []*live.Event) error {
+func (l *Log) applyOwn(ctx context.Context, events []*live.Event) error {
+	first, last := events[0].Seq, events[len(events)-1].Seq
 	l.applyMu.Lock()
-	last, _ := l.mem.LastSeq(ctx)
-	if last+1 == res.First {
+	have, _ := l.mem.LastSeq(ctx)
+	if have+1 == first {
 		_, err := l.mem.Append(ctx, events...)
 		l.applyMu.Unlock()
 		return err
 	}
 	l.applyMu.Unlock()
-	return l.catchUp(ctx, res.Last)
+	return l.catchUp(ctx, last)
 }
 
 // deliver is the consumer's handler: it decodes a message's events and applies them, a chunked
@@ -290,6 +469,9 @@ func (l *Log) applyLocked(ctx context.Context) {
 
 // Read implements live.EventLog.
 func (l *Log) Read(ctx context.Context, after uint64, limit int) (live.Page, error) {
+	if err := l.settle(ctx); err != nil {
+		return live.Page{}, err
+	}
 	return l.mem.Read(ctx, after, limit)
 }
 
@@ -297,11 +479,25 @@ func (l *Log) Read(ctx context.Context, after uint64, limit int) (live.Page, err
 func (l *Log) Wait(ctx context.Context, after uint64) error { return l.mem.Wait(ctx, after) }
 
 // LastSeq implements live.EventLog.
-func (l *Log) LastSeq(ctx context.Context) (uint64, error) { return l.mem.LastSeq(ctx) }
+func (l *Log) LastSeq(ctx context.Context) (uint64, error) {
+	if err := l.settle(ctx); err != nil {
+		return 0, err
+	}
+	return l.mem.LastSeq(ctx)
+}
 
-// Close implements live.EventLog: this node stops following the subject; what the stream
-// holds stays.
+// Close implements live.EventLog: it waits for what was appended to be published (or to
+// fail, which it returns), then this node stops following the subject; what the stream holds
+// stays.
 func (l *Log) Close(ctx context.Context) error {
+	l.appendMu.Lock()
+	l.closing = true
+	l.appendMu.Unlock()
+	settled := l.settle(ctx)
+	l.appendMu.Lock()
+	failed := l.failed
+	l.failed = nil
+	l.appendMu.Unlock()
 	l.applyMu.Lock()
 	defer l.applyMu.Unlock()
 	if l.closed {
@@ -311,7 +507,7 @@ func (l *Log) Close(ctx context.Context) error {
 	if l.cc != nil {
 		l.cc.Stop()
 	}
-	return l.mem.Close(ctx)
+	return errors.Join(settled, failed, l.mem.Close(ctx))
 }
 
 func seqHeaders(h nats.Header) (first, last, batch uint64, err error) {

@@ -42,6 +42,7 @@ type Options struct {
 type Store struct {
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
+	nodes   jetstream.KeyValue // each node's last heartbeat
 	opt     Options
 	stream  string
 	subject string // the events' subject prefix, without the trailing '.'
@@ -108,6 +109,9 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 	if s.kv, err = s.openBucket(ctx); err != nil {
 		return nil, err
 	}
+	if s.nodes, err = s.openNodes(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.startWatch(ctx); err != nil {
 		return nil, err
 	}
@@ -144,6 +148,49 @@ func (s *Store) openBucket(ctx context.Context) (jetstream.KeyValue, error) {
 		}
 	}
 	return kv, nil
+}
+
+// openNodes opens the bucket of node heartbeats, NEXUS_<cluster>_NODES, creating it.
+func (s *Store) openNodes(ctx context.Context) (jetstream.KeyValue, error) {
+	name := s.bucket + "_NODES"
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1, Storage: jetstream.FileStorage, Replicas: s.opt.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("node bucket %s: %w", name, err)
+	}
+	return kv, nil
+}
+
+// Beat implements live.Liveness: this node's heartbeat, the time it was at.
+func (s *Store) Beat(ctx context.Context, at time.Time) error {
+	if _, err := s.nodes.Put(ctx, s.opt.Node, []byte(at.UTC().Format(time.RFC3339Nano))); err != nil {
+		return fmt.Errorf("node %s: heartbeat: %w", s.opt.Node, err)
+	}
+	return nil
+}
+
+// Beats implements live.Liveness: every node's last heartbeat.
+func (s *Store) Beats(ctx context.Context) (map[string]time.Time, error) {
+	keys, err := s.nodes.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list node heartbeats: %w", err)
+	}
+	defer func() { _ = keys.Stop() }()
+	out := map[string]time.Time{}
+	for k := range keys.Keys() {
+		e, err := s.nodes.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node %s: read its heartbeat: %w", k, err)
+		}
+		at, err := time.Parse(time.RFC3339Nano, string(e.Value()))
+		if err != nil {
+			return nil, fmt.Errorf("node %s: heartbeat %q: %w", k, e.Value(), err)
+		}
+		out[k] = at
+	}
+	return out, nil
 }
 
 // startWatch follows the bucket's changes, which move the store's version on.
@@ -342,6 +389,12 @@ func (s *Store) Watch(ctx context.Context, after uint64) (live.Records, error) {
 
 // CreateLog implements live.Store.
 func (s *Store) CreateLog(ctx context.Context, id string, limits live.LogLimits) (live.EventLog, error) {
+	return s.OpenLog(ctx, id, limits)
+}
+
+// OpenEventLog implements live.LogOpener: OpenLog as a live.EventLog, for a node that reads
+// another node's session.
+func (s *Store) OpenEventLog(ctx context.Context, id string, limits live.LogLimits) (live.EventLog, error) {
 	return s.OpenLog(ctx, id, limits)
 }
 

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -24,6 +25,10 @@ type Batch struct {
 func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (Batch, error) {
 	s, err := r.lookup(id)
 	if err != nil {
+		if rec, log, ferr := r.foreign(ctx, id); ferr == nil {
+			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
+			return r.readForeign(ctx, rec, log, after, limit, wait)
+		}
 		return Batch{}, err
 	}
 	var waitCtx context.Context
@@ -33,7 +38,7 @@ func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int,
 			return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read events", Err: err}
 		}
 		if len(res.Events) > 0 || res.Missed > 0 || res.Done || wait <= 0 {
-			return r.batch(s, res), nil
+			return r.batch(s.id, res), nil
 		}
 		if waitCtx == nil {
 			var cancel context.CancelFunc
@@ -44,15 +49,76 @@ func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int,
 			if ctx.Err() != nil {
 				return Batch{}, ctx.Err()
 			}
-			return r.batch(s, res), nil // the wait elapsed
+			return r.batch(s.id, res), nil // the wait elapsed
 		}
 	}
 }
 
-func (r *Registry) batch(s *session, res readResult) Batch {
+// LogOpener is a Store that opens any session's log for reading, another node's included (a
+// cluster's shared store).
+type LogOpener interface {
+	OpenEventLog(ctx context.Context, id string, limits LogLimits) (EventLog, error)
+}
+
+// foreign returns another node's session record and its log, opened for reading, when this
+// registry is a node of a cluster whose store holds it.
+func (r *Registry) foreign(ctx context.Context, id string) (Record, EventLog, error) {
+	opener, ok := r.cfg.Store.(LogOpener)
+	if r.cfg.Node == "" || !ok {
+		return Record{}, nil, ErrNoRecord
+	}
+	rec, err := r.cfg.Store.Get(ctx, id)
+	if err != nil {
+		return Record{}, nil, err
+	}
+	if rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
+		return Record{}, nil, ErrNoRecord
+	}
+	log, err := opener.OpenEventLog(ctx, id, r.cfg.Log)
+	if err != nil {
+		return Record{}, nil, fmt.Errorf("session %s: open its log on node %s's behalf: %w", id, rec.Session.Node, err)
+	}
+	return rec, log, nil
+}
+
+// readForeign is Read for another node's session, from its log in the shared store.
+func (r *Registry) readForeign(ctx context.Context, rec Record, log EventLog, after uint64, limit int, wait time.Duration) (Batch, error) {
+	id := rec.Session.SessionID
+	var waitCtx context.Context
+	for {
+		p, err := log.Read(ctx, after, limit)
+		if err != nil {
+			return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read events", Err: err}
+		}
+		res := readResult{Page: p}
+		if rec.Session.Status.Final() {
+			last, err := log.LastSeq(ctx)
+			if err != nil {
+				return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read events", Err: err}
+			}
+			res.Done = p.Next >= last
+		}
+		if len(res.Events) > 0 || res.Missed > 0 || res.Done || wait <= 0 {
+			return r.batch(id, res), nil
+		}
+		if waitCtx == nil {
+			var cancel context.CancelFunc
+			waitCtx, cancel = context.WithTimeout(ctx, wait)
+			defer cancel()
+		}
+		if err := log.Wait(waitCtx, after); err != nil {
+			if ctx.Err() != nil {
+				return Batch{}, ctx.Err()
+			}
+			return r.batch(id, res), nil // the wait elapsed
+		}
+	}
+}
+
+func (r *Registry) batch(id string, res readResult) Batch {
 	b := Batch{Events: res.Events, Next: res.Next, Done: res.Done}
 	if res.Missed > 0 {
-		gap := &Event{Type: abi.EventError, Time: r.now(), SessionID: s.id, Payload: abi.ErrorPayload{
+		gap := &Event{Type: abi.EventError, Time: r.now(), SessionID: id, Payload: abi.ErrorPayload{
 			Type: abi.PayloadError,
 			Error: abi.ErrorDetail{
 				Code:    abi.CodeEventsMissed,
@@ -69,6 +135,14 @@ func (r *Registry) batch(s *session, res readResult) Batch {
 func (r *Registry) LastSeq(ctx context.Context, id string) (uint64, error) {
 	s, err := r.lookup(id)
 	if err != nil {
+		if _, log, ferr := r.foreign(ctx, id); ferr == nil {
+			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
+			last, lerr := log.LastSeq(ctx)
+			if lerr != nil {
+				return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: lerr}
+			}
+			return last, nil
+		}
 		return 0, err
 	}
 	last, err := s.log.lastSeq(ctx)

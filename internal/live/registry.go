@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -29,6 +30,9 @@ type Config struct {
 	IdleTimeout time.Duration // close sessions idle this long; default 30m, negative disables
 	Retention   time.Duration // keep closed sessions visible this long; default 1h
 	Sweep       time.Duration // how often expiry and idleness are checked; default 1s
+	// NodeLost is how long a node of a cluster may miss its heartbeats before the others
+	// mark its sessions error with reason node-lost; default 10s.
+	NodeLost time.Duration
 	// EphemeralGrace is how long an ephemeral session may wait for its owner; default 30s.
 	EphemeralGrace time.Duration
 	Log            LogLimits
@@ -44,6 +48,7 @@ const (
 	DefaultMaxSessions = 64
 	DefaultIdleTimeout = 30 * time.Minute
 	DefaultRetention   = time.Hour
+	DefaultNodeLost    = 10 * time.Second
 )
 
 func (c *Config) fill() {
@@ -55,6 +60,9 @@ func (c *Config) fill() {
 	}
 	if c.Retention <= 0 {
 		c.Retention = DefaultRetention
+	}
+	if c.NodeLost <= 0 {
+		c.NodeLost = DefaultNodeLost
 	}
 	if c.Sweep <= 0 {
 		c.Sweep = time.Second
@@ -107,6 +115,12 @@ type Registry struct {
 	// base is the context of what the registry does on its own behalf (appends, closes): New's,
 	// without its cancellation.
 	base context.Context
+
+	// lostMu serializes the checks of the nodes' heartbeats (Sweep may be called beside the
+	// sweeper) and guards lostSeen: for each node found lost, the heartbeat whose sessions
+	// this node has marked, so the sweeps after do not list the store again for it.
+	lostMu   sync.Mutex
+	lostSeen map[string]time.Time
 
 	mu       sync.Mutex
 	kinds    map[abi.SessionType]Kind
@@ -500,9 +514,16 @@ func (r *Registry) Moved(ctx context.Context, id, to string) error {
 }
 
 // Get returns the session object, whatever its status (closed sessions stay visible for the
-// retention period). An expired session is closed first.
+// retention period). An expired session is closed first. A node of a cluster answers for the
+// other nodes' sessions too, from their records.
 func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	s, err := r.lookup(id)
+	if err != nil && r.cfg.Node != "" {
+		// Another node's session, as its record in the cluster's store says.
+		if rec, rerr := r.cfg.Store.Get(ctx, id); rerr == nil && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
+			return rec.Session, nil
+		}
+	}
 	if err != nil {
 		return abi.Session{}, err
 	}
@@ -532,9 +553,31 @@ func (r *Registry) Check(ctx context.Context, id string) error {
 }
 
 // List returns live sessions (active, paused), and with all also the retained closed ones,
-// oldest first.
-func (r *Registry) List(_ context.Context, all bool) ([]abi.Session, error) {
-	return r.list(all), nil
+// oldest first. A registry that is a node of a cluster (Config.Node) lists the other nodes'
+// sessions too, from the records they keep in the shared store, each with its node.
+func (r *Registry) List(ctx context.Context, all bool) ([]abi.Session, error) {
+	out := r.list(all)
+	if r.cfg.Node == "" {
+		return out, nil
+	}
+	recs, err := r.cfg.Store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the cluster's sessions: %w", err)
+	}
+	r.mu.Lock()
+	for _, rec := range recs {
+		o := rec.Session
+		// This node's own sessions are the registry's objects, fresher than their records.
+		if _, mine := r.sessions[o.SessionID]; mine || o.Node == "" || o.Node == r.cfg.Node {
+			continue
+		}
+		if all || !o.Status.Final() {
+			out = append(out, o)
+		}
+	}
+	r.mu.Unlock()
+	sortSessions(out)
+	return out, nil
 }
 
 func (r *Registry) list(all bool) []abi.Session {
@@ -551,6 +594,12 @@ func (r *Registry) list(all bool) []abi.Session {
 			out = append(out, o)
 		}
 	}
+	sortSessions(out)
+	return out
+}
+
+// sortSessions orders sessions oldest first.
+func sortSessions(out []abi.Session) {
 	slices.SortFunc(out, func(a, b abi.Session) int {
 		if a.CreatedAt != b.CreatedAt {
 			if a.CreatedAt < b.CreatedAt {
@@ -563,7 +612,6 @@ func (r *Registry) list(all bool) []abi.Session {
 		}
 		return 1
 	})
-	return out
 }
 
 // Send delivers input to a session.
@@ -878,6 +926,7 @@ func (r *Registry) Watch(_ context.Context, id string) (unwatch func(), err erro
 // Sweep closes expired, idle and abandoned ephemeral sessions and forgets closed sessions past
 // retention. The sweeper calls it on a timer; tests call it with a chosen time.
 func (r *Registry) Sweep(ctx context.Context, now time.Time) {
+	r.checkNodes(ctx, now)
 	r.mu.Lock()
 	ss := make([]*session, 0, len(r.sessions))
 	for _, s := range r.sessions {
@@ -917,6 +966,100 @@ func (r *Registry) forget(ctx context.Context, id string) {
 	if err := r.cfg.Store.Remove(ctx, id); err != nil {
 		r.cfg.Logger.Warn("forget a session", "id", id, "err", err)
 	}
+}
+
+// Liveness is a cluster's store that keeps each node's heartbeat.
+type Liveness interface {
+	// Beat records that this node was alive at at.
+	Beat(ctx context.Context, at time.Time) error
+	// Beats returns every node's last heartbeat.
+	Beats(ctx context.Context) (map[string]time.Time, error)
+}
+
+// CloseNodeLost is the close reason of a session whose node stopped heartbeating.
+const CloseNodeLost = "node-lost"
+
+// checkNodes heartbeats for this node and marks the live sessions of a node whose heartbeat
+// is older than Config.NodeLost error with reason node-lost: by compare-and-set on each
+// record, so of the nodes that notice, one marks a session and announces it on its log.
+func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
+	lv, ok := r.cfg.Store.(Liveness)
+	if r.cfg.Node == "" || !ok {
+		return
+	}
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
+	if err := lv.Beat(ctx, now); err != nil {
+		r.cfg.Logger.Warn("heartbeat", "node", r.cfg.Node, "err", err)
+		return
+	}
+	beats, err := lv.Beats(ctx)
+	if err != nil {
+		r.cfg.Logger.Warn("read the nodes' heartbeats", "err", err)
+		return
+	}
+	lost := map[string]bool{}
+	for node, at := range beats {
+		if seen, ok := r.lostSeen[node]; node != r.cfg.Node && now.Sub(at) > r.cfg.NodeLost && (!ok || !seen.Equal(at)) {
+			lost[node] = true
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	recs, err := r.cfg.Store.List(ctx)
+	if err != nil {
+		r.cfg.Logger.Warn("list sessions of lost nodes", "err", err)
+		return
+	}
+	failed := map[string]bool{}
+	for _, rec := range recs {
+		if lost[rec.Session.Node] && !rec.Session.Status.Final() {
+			if err := r.markLost(ctx, rec, now); err != nil {
+				failed[rec.Session.Node] = true
+				r.cfg.Logger.Warn("mark a lost node's session", "id", rec.Session.SessionID, "node", rec.Session.Node, "err", err)
+			}
+		}
+	}
+	if r.lostSeen == nil {
+		r.lostSeen = map[string]time.Time{}
+	}
+	for node := range lost {
+		if !failed[node] {
+			r.lostSeen[node] = beats[node]
+		}
+	}
+}
+
+// markLost writes a lost node's session as error, node-lost, and, if this node's write won,
+// appends its status and close events to its log.
+func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) error {
+	obj := rec.Session
+	obj.Status = abi.StatusError
+	md := make(map[string]any, len(obj.Metadata)+1)
+	maps.Copy(md, obj.Metadata)
+	md["closeReason"] = CloseNodeLost
+	obj.Metadata = md
+	if _, err := r.cfg.Store.Put(ctx, obj, rec.Revision); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return nil // another node marked it, or its owner wrote since
+		}
+		return err
+	}
+	opener, ok := r.cfg.Store.(LogOpener)
+	if !ok {
+		return nil
+	}
+	log, err := opener.OpenEventLog(ctx, obj.SessionID, r.cfg.Log)
+	if err != nil {
+		return err
+	}
+	id := obj.SessionID
+	_, err = log.Append(ctx,
+		&Event{Type: abi.EventStatus, Time: now, SessionID: id, Payload: abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + CloseNodeLost, SessionStatus: abi.StatusError}},
+		&Event{Type: abi.EventClose, Time: now, SessionID: id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: CloseNodeLost, Status: abi.StatusError}},
+	)
+	return errors.Join(err, log.Close(ctx))
 }
 
 func (r *Registry) sweeper(ctx context.Context) {
