@@ -49,12 +49,7 @@ func TestAssembleClusterUnreachable(t *testing.T) {
 func TestAssembleClusterEmbedded(t *testing.T) {
 	state := testkit.ShortTempDir(t)
 	work := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := testkit.FreeAddr(t)
 	cfg := gateway.Config{
 		StateDir: state, Shell: "sh", IdleTimeout: -1, Types: []abi.SessionType{abi.TypeTerminal},
 		Projects: func(string) (string, error) { return work, nil },

@@ -38,13 +38,9 @@ func startCluster(t *testing.T) *natsCluster {
 	// first; each server lists all three (its own route is recognised and skipped).
 	var addrs, routes []string
 	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		routes = append(routes, "nats-route://"+ln.Addr().String())
-		_ = ln.Close()
+		addr := testkit.FreeAddr(t)
+		addrs = append(addrs, addr)
+		routes = append(routes, "nats-route://"+addr)
 	}
 	for i := range 3 {
 		o := jetstore.EmbeddedOptions{

@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 )
@@ -35,4 +37,22 @@ func TestInCI(t *testing.T) {
 			t.Errorf("CI=%q: InCI()=%v", v, !want)
 		}
 	}
+}
+
+// TestFreeAddr: the address is free and below the ephemeral range, where no ":0" listen or
+// outgoing connection is given it.
+func TestFreeAddr(t *testing.T) {
+	addr := FreeAddr(t)
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port, _ := strconv.Atoi(p); port >= ephemeralLow() || port < 10000 {
+		t.Errorf("port %d: want 10000 up to %d", port, ephemeralLow())
+	}
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on the free address %s: %v", addr, err)
+	}
+	_ = ln.Close()
 }
