@@ -321,8 +321,8 @@ func (m *meta) follow(id, chatKey string, fromNow bool) {
 }
 
 // Send implements live.Instance.
-func (m *meta) Send(context.Context, []byte) error {
-	return abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions take no input")
+func (m *meta) Send(context.Context, live.SendRequest) (live.SendResult, error) {
+	return live.SendResult{}, abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions take no input")
 }
 
 // Control implements live.Instance: interrupt stops the updates; the session stays open.

@@ -649,8 +649,8 @@ func conn(action string, s sockdiag.Socket) abi.Connection {
 func addr(a netip.AddrPort) string { return a.String() }
 
 // Send implements live.Instance.
-func (w *watch) Send(context.Context, []byte) error {
-	return abi.Errorf(abi.CodeCapabilityUnsupported, w.sink.SessionID(), "network-stream sessions take no input")
+func (w *watch) Send(context.Context, live.SendRequest) (live.SendResult, error) {
+	return live.SendResult{}, abi.Errorf(abi.CodeCapabilityUnsupported, w.sink.SessionID(), "network-stream sessions take no input")
 }
 
 // Control implements live.Instance: interrupt stops the reports; the session stays open.
