@@ -215,7 +215,10 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	close(c.idle)
 	c.compaction = cfg.Compaction
 	c.subagents = cfg.Subagents
-	c.base, c.stop = context.WithCancel(context.WithoutCancel(ctx))
+	// The session's turns, its queue's pump and its background work live as long as the
+	// session (its sink's lifetime), or until Close stops them first; Start's ctx bounds the
+	// start only.
+	c.base, c.stop = context.WithCancel(sink.Context())
 	if k.Logs != nil {
 		c.logs, err = openLogs(filepath.Join(k.StateDir, "logs", sink.SessionID()), *k.Logs, k.now)
 		if err != nil {
