@@ -119,7 +119,7 @@ func (k *regSink) SessionID() string { return k.s.id }
 // Output blocks while a follower is far behind (see flow.go), which pushes back on the producer;
 // a backend must call it from the goroutine that reads its output, never holding a lock.
 func (k *regSink) Output(b []byte) {
-	k.s.log.waitRoom()
+	k.s.log.flow().WaitRoom()
 	k.s.publish(k.r.now(), abi.EventData, Output(b))
 }
 
@@ -128,7 +128,7 @@ func (k *regSink) Output(b []byte) {
 // (an AI reply's tokens) pushes back on its producer instead of lapping a slow reader. Call it
 // as Output: from the producing goroutine, holding no lock.
 func (k *regSink) PublishFlow(payload any) {
-	k.s.log.waitRoom()
+	k.s.log.flow().WaitRoom()
 	k.s.publish(k.r.now(), abi.EventData, payload)
 }
 
@@ -140,7 +140,7 @@ func (k *regSink) PublishFlowAll(payloads []any) {
 	step := max(1, k.s.log.limits.Events/8)
 	for len(payloads) > 0 {
 		n := min(len(payloads), step)
-		k.s.log.waitRoom()
+		k.s.log.flow().WaitRoom()
 		k.s.publishAll(k.r.now(), abi.EventData, payloads[:n])
 		payloads = payloads[n:]
 	}

@@ -757,7 +757,7 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	s.closeReason = reason
 	inst := s.inst
 	s.mu.Unlock()
-	s.log.stopFlow() // the backend's output must not wait on followers while it is stopped
+	s.log.flow().Stop() // the backend's output must not wait on followers while it is stopped
 
 	if reason == abi.CloseTimeout || reason == abi.CloseIdle {
 		s.publish(r.now(), abi.EventInterrupt, abi.InterruptPayload{Type: abi.PayloadInterrupt, Reason: abi.ReasonTimeout})
@@ -857,9 +857,7 @@ func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Followe
 	if err != nil {
 		return nil, err
 	}
-	f := s.log.follow(after)
-	f.unwatch = unwatch
-	return f, nil
+	return s.log.flow().Follow(after, unwatch), nil
 }
 
 // Watch registers a subscriber; a watched session is never idle.
