@@ -66,59 +66,59 @@ var _ Flow = (*flowControl)(nil)
 
 // init readies the flow control of a log with limits whose newest sequence number is last. A
 // sessionLog holds its flowControl by value (one allocation less for every session kept).
-func (f *flowControl) init(limits *LogLimits, last uint64) {
-	f.limits, f.last = limits, last
-	f.room = make(chan struct{})
-	f.followers = map[*follower]struct{}{}
+func (fc *flowControl) init(limits *LogLimits, last uint64) {
+	fc.limits, fc.last = limits, last
+	fc.room = make(chan struct{})
+	fc.followers = map[*follower]struct{}{}
 }
 
 // Appended implements Flow.
-func (f *flowControl) Appended(events []*Event, last uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (fc *flowControl) Appended(events []*Event, last uint64) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
 	for _, e := range events {
-		f.appendedLocked(e, f.limits.Events)
+		fc.appendedLocked(e, fc.limits.Events)
 	}
-	f.last = last
+	fc.last = last
 }
 
 // Finish implements Flow. Nothing is appended any more, so there is nothing to pace: the record
 // of the ring (8 bytes an event, up to 64 KiB) would otherwise stay with every closed session.
-func (f *flowControl) Finish() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	f.before, f.beforeHead, f.beforeFirst = nil, 0, 0
+func (fc *flowControl) Finish() {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.closed = true
+	fc.before, fc.beforeHead, fc.beforeFirst = nil, 0, 0
 }
 
 // appendedLocked records e, whose sequence number is assigned, for the lag computations;
 // window is how many events the record covers.
-func (f *flowControl) appendedLocked(e *Event, window int) {
-	if len(f.before) == f.beforeHead {
-		f.beforeFirst = e.Seq
+func (fc *flowControl) appendedLocked(e *Event, window int) {
+	if len(fc.before) == fc.beforeHead {
+		fc.beforeFirst = e.Seq
 	}
-	f.before = append(f.before, f.total)
-	f.total += e.outputBytes()
-	if len(f.before)-f.beforeHead > window {
-		f.beforeHead++
-		f.beforeFirst++
+	fc.before = append(fc.before, fc.total)
+	fc.total += e.outputBytes()
+	if len(fc.before)-fc.beforeHead > window {
+		fc.beforeHead++
+		fc.beforeFirst++
 	}
-	if f.beforeHead > len(f.before)/2 && f.beforeHead > 64 {
-		n := copy(f.before, f.before[f.beforeHead:])
-		f.before = f.before[:n]
-		f.beforeHead = 0
+	if fc.beforeHead > len(fc.before)/2 && fc.beforeHead > 64 {
+		n := copy(fc.before, fc.before[fc.beforeHead:])
+		fc.before = fc.before[:n]
+		fc.beforeHead = 0
 	}
 }
 
 // lagBytes is the output a reader that has everything up to seq c has not had yet; false when
 // c is older than the record.
-func (f *flowControl) lagBytes(c uint64) (uint64, bool) {
+func (fc *flowControl) lagBytes(c uint64) (uint64, bool) {
 	next := c + 1
-	n := uint64(len(f.before) - f.beforeHead)
-	if next < f.beforeFirst || next >= f.beforeFirst+n {
+	n := uint64(len(fc.before) - fc.beforeHead)
+	if next < fc.beforeFirst || next >= fc.beforeFirst+n {
 		return 0, false
 	}
-	return f.total - f.before[f.beforeHead+int(next-f.beforeFirst)], true
+	return fc.total - fc.before[fc.beforeHead+int(next-fc.beforeFirst)], true
 }
 
 // Follower is a reader whose progress a session's output waits for (see Registry.Follow).
@@ -150,12 +150,12 @@ type Windowed interface {
 func (f *follower) SetWindow(bytes int) { f.window.Store(int64(bytes)) }
 
 // Follow implements Flow.
-func (l *flowControl) Follow(after uint64, onClose func()) Follower {
-	f := &follower{flow: l, unwatch: onClose}
+func (fc *flowControl) Follow(after uint64, onClose func()) Follower {
+	f := &follower{flow: fc, unwatch: onClose}
 	f.seq.Store(after)
-	l.mu.Lock()
-	l.followers[f] = struct{}{}
-	l.mu.Unlock()
+	fc.mu.Lock()
+	fc.followers[f] = struct{}{}
+	fc.mu.Unlock()
 	return f
 }
 
@@ -197,20 +197,20 @@ func (f *follower) Close() {
 
 // behindLocked reports whether f is more than half a ring behind the head. A follower already
 // lapped by the ring has lost events anyway and does not count.
-func (l *flowControl) behindLocked(f *follower) bool {
+func (fc *flowControl) behindLocked(f *follower) bool {
 	c := f.seq.Load()
-	if c >= l.last {
+	if c >= fc.last {
 		return false
 	}
-	lagBytes, ok := l.lagBytes(c)
-	if !ok || lagBytes > uint64(l.limits.Bytes) {
+	lagBytes, ok := fc.lagBytes(c)
+	if !ok || lagBytes > uint64(fc.limits.Bytes) {
 		return false
 	}
-	limit := uint64(l.limits.Bytes / 2)
+	limit := uint64(fc.limits.Bytes / 2)
 	if w := f.window.Load(); w > 0 && uint64(w) < limit {
 		limit = uint64(w)
 	}
-	return l.last-c > uint64(l.limits.Events/2) || lagBytes > limit
+	return fc.last-c > uint64(fc.limits.Events/2) || lagBytes > limit
 }
 
 // stall is a follower the producer waits for: where it was and since when it has not moved.
@@ -224,7 +224,7 @@ type stall struct {
 // moved: one that makes no progress for MaxStall is released, however the others progress
 // (a stream that stopped reading must not hold the session while the rest catch up). It
 // returns once no engaged follower is too far behind.
-func (l *flowControl) WaitRoom() {
+func (fc *flowControl) WaitRoom() {
 	var (
 		timer  *time.Timer
 		clocks map[*follower]stall
@@ -235,15 +235,15 @@ func (l *flowControl) WaitRoom() {
 		}
 	}()
 	for {
-		l.mu.Lock()
-		if l.off || l.closed || len(l.followers) == 0 {
-			l.mu.Unlock()
+		fc.mu.Lock()
+		if fc.off || fc.closed || len(fc.followers) == 0 {
+			fc.mu.Unlock()
 			return
 		}
 		now := time.Now()
 		var next time.Time // the earliest release to come
-		for f := range l.followers {
-			if f.released.Load() || !l.behindLocked(f) {
+		for f := range fc.followers {
+			if f.released.Load() || !fc.behindLocked(f) {
 				continue
 			}
 			if clocks == nil {
@@ -254,7 +254,7 @@ func (l *flowControl) WaitRoom() {
 				c = stall{seq: seq, since: now} // new to this wait, or it moved
 				clocks[f] = c
 			}
-			at := c.since.Add(l.limits.MaxStall)
+			at := c.since.Add(fc.limits.MaxStall)
 			if !now.Before(at) {
 				f.released.Store(true) // it no longer holds output back
 				continue
@@ -264,13 +264,13 @@ func (l *flowControl) WaitRoom() {
 			}
 		}
 		if next.IsZero() {
-			l.waiting.Store(false)
-			l.mu.Unlock()
+			fc.waiting.Store(false)
+			fc.mu.Unlock()
 			return
 		}
-		l.waiting.Store(true)
-		room := l.room
-		l.mu.Unlock()
+		fc.waiting.Store(true)
+		room := fc.room
+		fc.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(next.Sub(now))
 		} else {
@@ -284,10 +284,10 @@ func (l *flowControl) WaitRoom() {
 }
 
 // Stop implements Flow: the producer stops waiting for good (the session is closing).
-func (l *flowControl) Stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.off = true
-	close(l.room)
-	l.room = make(chan struct{})
+func (fc *flowControl) Stop() {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.off = true
+	close(fc.room)
+	fc.room = make(chan struct{})
 }
