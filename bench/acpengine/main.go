@@ -323,7 +323,7 @@ func viaNexus(a agent, home, ws, state string, n int) ([]float64, error) {
 	var times []float64
 	for i := 0; i < n; i++ {
 		start := time.Now()
-		if err := r.Send(ctx, s.SessionID, fmt.Appendf(nil, "Say hello (%d).", i)); err != nil {
+		if _, err := r.Send(ctx, s.SessionID, live.SendRequest{Data: fmt.Appendf(nil, "Say hello (%d).", i)}); err != nil {
 			return nil, err
 		}
 		var first time.Time

@@ -254,7 +254,7 @@ func throughputRuntime(ctx context.Context, cfg config) (ThroughputRow, error) {
 	rctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	start := time.Now()
-	if err := h.reg.Send(rctx, s.SessionID, []byte(outputCommand(cfg.bytes))); err != nil {
+	if _, err := h.reg.Send(rctx, s.SessionID, live.SendRequest{Data: []byte(outputCommand(cfg.bytes))}); err != nil {
 		return ThroughputRow{}, err
 	}
 	sc, missed, reports, at, err := producerWatch(rctx, h.reg, s.SessionID, after)

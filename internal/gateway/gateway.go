@@ -437,23 +437,19 @@ func (s *server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data, err := decodeInput(id, req.Data, req.Encoding)
-	var after uint64
+	var res live.SendResult
 	if err == nil {
-		// afterSeq: the events this input causes come after it (an ai-chat client follows its
-		// turn from there).
-		after, err = s.opt.Registry.LastSeq(r.Context(), id)
-	}
-	so := &live.SendOptions{Mode: req.Mode, Origin: sendOrigin(r.Context())}
-	if err == nil {
-		err = s.opt.Registry.Send(live.WithSendOptions(r.Context(), so), id, data)
+		// afterSeq (the registry's): the events this input causes come after it (an ai-chat
+		// client follows its turn from there).
+		res, err = s.opt.Registry.Send(r.Context(), id, live.SendRequest{Data: data, Mode: req.Mode, Origin: sendOrigin(r.Context())})
 	}
 	if err != nil {
 		s.fail(w, err, 0)
 		return
 	}
-	out := map[string]any{"status": abi.ResponseOK, "sessionId": id, "bytes": len(data), "afterSeq": after}
-	if so.MessageID != "" {
-		out["messageId"] = so.MessageID
+	out := map[string]any{"status": abi.ResponseOK, "sessionId": id, "bytes": len(data), "afterSeq": res.AfterSeq}
+	if res.MessageID != "" {
+		out["messageId"] = res.MessageID
 	}
 	s.writeJSON(w, http.StatusOK, out)
 }
@@ -927,7 +923,7 @@ func (s *server) readClient(ctx context.Context, cancel context.CancelFunc, c *w
 		case "send":
 			b, err := decodeInput(id, m.Data, m.Encoding)
 			if err == nil {
-				err = s.opt.Registry.Send(live.WithSendOptions(ctx, &live.SendOptions{Origin: sendOrigin(ctx)}), id, b)
+				_, err = s.opt.Registry.Send(ctx, id, live.SendRequest{Data: b, Origin: sendOrigin(ctx)})
 			}
 			if err != nil {
 				s.notify(ctx, c, id, err)

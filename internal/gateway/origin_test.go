@@ -35,15 +35,11 @@ type originInstance struct {
 	k *originKind
 }
 
-func (i originInstance) Send(ctx context.Context, data []byte) error {
-	var o abi.Origin
-	if so := live.SendOptionsFrom(ctx); so != nil {
-		o = so.Origin
-	}
+func (i originInstance) Send(ctx context.Context, req live.SendRequest) (live.SendResult, error) {
 	i.k.mu.Lock()
-	i.k.seen = append(i.k.seen, o)
+	i.k.seen = append(i.k.seen, req.Origin)
 	i.k.mu.Unlock()
-	return i.Instance.Send(ctx, data)
+	return i.Instance.Send(ctx, req)
 }
 
 func (k *originKind) last() abi.Origin {

@@ -40,8 +40,9 @@ type Backend interface {
 	View
 	// Create validates req, starts a session and returns its object.
 	Create(ctx context.Context, req abi.CreateRequest) (abi.Session, error)
-	// Send delivers input to a session.
-	Send(ctx context.Context, id string, data []byte) error
+	// Send delivers input to a session and returns what it did: the sequence number the
+	// events it causes follow, and the message id a kind that queues input gave it.
+	Send(ctx context.Context, id string, req SendRequest) (SendResult, error)
 	// Control runs a control command and returns the ABI's control response data.
 	Control(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error)
 	// Run runs one command in a session that supports it and returns its structured result.

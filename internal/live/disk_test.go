@@ -759,7 +759,7 @@ func TestDiskMoved(t *testing.T) {
 		if s.Metadata[live.MovedToField] != neu || s.Metadata["closeReason"] != abi.CloseGatewayRestart {
 			t.Fatalf("the old session: %+v", s.Metadata)
 		}
-		err = r.Send(context.Background(), old, []byte("x"))
+		_, err = r.Send(context.Background(), old, live.SendRequest{Data: []byte("x")})
 		at, _ := s.Metadata["closedAt"].(string)
 		if abi.CodeOf(err) != abi.CodeSessionClosed || at == "" || !strings.Contains(err.Error(), "closed (gateway-restart) at "+at+"; it moved to session "+neu) {
 			t.Fatalf("send to the old session: %v (closed at %q)", err, at)

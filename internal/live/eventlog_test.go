@@ -91,8 +91,9 @@ func TestSessionLog(t *testing.T) {
 		if res := mustRead(t, l, 990, 0); fmt.Sprint(seqsOf(res.Events)) != "[991 992 993 994 995 996 997 998 999 1000]" {
 			t.Errorf("read = %v", seqsOf(res.Events))
 		}
-		if n := len(l.flow.before) - l.flow.beforeHead; n != 10 || len(l.flow.before) > 200 {
-			t.Errorf("flow record holds %d of %d slots", n, len(l.flow.before))
+		fl := &l.fc
+		if n := len(fl.before) - fl.beforeHead; n != 10 || len(fl.before) > 200 {
+			t.Errorf("flow record holds %d of %d slots", n, len(fl.before))
 		}
 	})
 	t.Run("finish", func(t *testing.T) {
@@ -360,7 +361,7 @@ func TestSlowAppendHoldsNoReader(t *testing.T) {
 	mustOK(t, err)
 	g := gatedLog{MemoryLog: mem, entered: make(chan struct{}), gate: make(chan struct{})}
 	l := newSessionLog(ctx, g, limits, nil)
-	f := l.follow(0)
+	f := l.flow().Follow(0, nil)
 	appended := make(chan bool)
 	go func() { appended <- l.append(&Event{Type: abi.EventData, Payload: Output("slow")}) }()
 	<-g.entered // the append is in the log now, and stays there until the gate opens

@@ -4,7 +4,7 @@ package live
 // whether a follower has been left behind.
 
 // FlowWaiting reports whether the output of f's session is waiting for a follower.
-func FlowWaiting(f Follower) bool { return f.(*follower).log.flow.waiting.Load() }
+func FlowWaiting(f Follower) bool { return f.(*follower).flow.waiting.Load() }
 
 // FlowReleased reports whether f was left behind after MaxStall.
 func FlowReleased(f Follower) bool { return f.(*follower).released.Load() }

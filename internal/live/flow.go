@@ -1,6 +1,7 @@
 package live
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,7 +18,37 @@ import (
 // DefaultMaxStall is how long output waits for a follower that makes no progress.
 const DefaultMaxStall = time.Second
 
-type flowState struct {
+// Flow paces one session's output for the readers that follow it, by the rules above. The
+// registry calls it: the session's log reports each append, Registry.Follow registers readers,
+// and the sink's Output waits in WaitRoom. It is per node by design: a producer waits only for
+// the streams its own node serves, so a registry shared by several nodes still gives each
+// session's producer the Flow of the node that runs it. flowControl is the implementation.
+type Flow interface {
+	// Appended records events the log stored, their sequence numbers assigned, in order; last
+	// is the log's newest sequence number.
+	Appended(events []*Event, last uint64)
+	// Follow registers a reader positioned after seq whose progress output waits for;
+	// onClose (may be nil) runs when the follower closes.
+	Follow(after uint64, onClose func()) Follower
+	// WaitRoom blocks the producer while a reader it waits for is too far behind.
+	WaitRoom()
+	// Stop makes WaitRoom return at once from now on (the session is closing).
+	Stop()
+	// Finish says nothing more is appended (the log ended): WaitRoom returns at once, and the
+	// record of appends is let go.
+	Finish()
+}
+
+// flowControl is the Flow of this process: followers in memory, a record of the ring's
+// output sizes, and a channel the producer waits on.
+type flowControl struct {
+	limits *LogLimits // its log's: Events, Bytes and MaxStall
+
+	mu sync.Mutex
+	// last is the newest sequence number appended (or known when the log was opened): what
+	// lag is measured against. It stays 0 for a log restored closed, which nothing paces.
+	last      uint64
+	closed    bool
 	total     uint64 // output bytes appended so far
 	followers map[*follower]struct{}
 	room      chan struct{} // closed when a follower advances while output waits
@@ -31,34 +62,63 @@ type flowState struct {
 	beforeFirst uint64
 }
 
-// appended records e, whose sequence number is assigned, for the lag computations; window is
-// how many events the record covers.
-func (f *flowState) appended(e *Event, window int) {
-	if len(f.before) == f.beforeHead {
-		f.beforeFirst = e.Seq
+var _ Flow = (*flowControl)(nil)
+
+// init readies the flow control of a log with limits whose newest sequence number is last. A
+// sessionLog holds its flowControl by value (one allocation less for every session kept).
+func (fc *flowControl) init(limits *LogLimits, last uint64) {
+	fc.limits, fc.last = limits, last
+	fc.room = make(chan struct{})
+	fc.followers = map[*follower]struct{}{}
+}
+
+// Appended implements Flow.
+func (fc *flowControl) Appended(events []*Event, last uint64) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for _, e := range events {
+		fc.appendedLocked(e, fc.limits.Events)
 	}
-	f.before = append(f.before, f.total)
-	f.total += e.outputBytes()
-	if len(f.before)-f.beforeHead > window {
-		f.beforeHead++
-		f.beforeFirst++
+	fc.last = last
+}
+
+// Finish implements Flow. Nothing is appended any more, so there is nothing to pace: the record
+// of the ring (8 bytes an event, up to 64 KiB) would otherwise stay with every closed session.
+func (fc *flowControl) Finish() {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.closed = true
+	fc.before, fc.beforeHead, fc.beforeFirst = nil, 0, 0
+}
+
+// appendedLocked records e, whose sequence number is assigned, for the lag computations;
+// window is how many events the record covers.
+func (fc *flowControl) appendedLocked(e *Event, window int) {
+	if len(fc.before) == fc.beforeHead {
+		fc.beforeFirst = e.Seq
 	}
-	if f.beforeHead > len(f.before)/2 && f.beforeHead > 64 {
-		n := copy(f.before, f.before[f.beforeHead:])
-		f.before = f.before[:n]
-		f.beforeHead = 0
+	fc.before = append(fc.before, fc.total)
+	fc.total += e.outputBytes()
+	if len(fc.before)-fc.beforeHead > window {
+		fc.beforeHead++
+		fc.beforeFirst++
+	}
+	if fc.beforeHead > len(fc.before)/2 && fc.beforeHead > 64 {
+		n := copy(fc.before, fc.before[fc.beforeHead:])
+		fc.before = fc.before[:n]
+		fc.beforeHead = 0
 	}
 }
 
 // lagBytes is the output a reader that has everything up to seq c has not had yet; false when
 // c is older than the record.
-func (f *flowState) lagBytes(c uint64) (uint64, bool) {
+func (fc *flowControl) lagBytes(c uint64) (uint64, bool) {
 	next := c + 1
-	n := uint64(len(f.before) - f.beforeHead)
-	if next < f.beforeFirst || next >= f.beforeFirst+n {
+	n := uint64(len(fc.before) - fc.beforeHead)
+	if next < fc.beforeFirst || next >= fc.beforeFirst+n {
 		return 0, false
 	}
-	return f.total - f.before[f.beforeHead+int(next-f.beforeFirst)], true
+	return fc.total - fc.before[fc.beforeHead+int(next-fc.beforeFirst)], true
 }
 
 // Follower is a reader whose progress a session's output waits for (see Registry.Follow).
@@ -70,7 +130,7 @@ type Follower interface {
 }
 
 type follower struct {
-	log      *sessionLog
+	flow     *flowControl
 	seq      atomic.Uint64
 	released atomic.Bool
 	unwatch  func()
@@ -89,13 +149,13 @@ type Windowed interface {
 // SetWindow implements Windowed.
 func (f *follower) SetWindow(bytes int) { f.window.Store(int64(bytes)) }
 
-// follow registers a follower positioned after seq.
-func (l *sessionLog) follow(after uint64) *follower {
-	f := &follower{log: l}
+// Follow implements Flow.
+func (fc *flowControl) Follow(after uint64, onClose func()) Follower {
+	f := &follower{flow: fc, unwatch: onClose}
 	f.seq.Store(after)
-	l.mu.Lock()
-	l.flow.followers[f] = struct{}{}
-	l.mu.Unlock()
+	fc.mu.Lock()
+	fc.followers[f] = struct{}{}
+	fc.mu.Unlock()
 	return f
 }
 
@@ -105,8 +165,8 @@ func (f *follower) Ack(seq uint64) {
 		return
 	}
 	f.seq.Store(seq)
-	l := f.log
-	if !l.flow.waiting.Load() && !f.released.Load() {
+	l := f.flow
+	if !l.waiting.Load() && !f.released.Load() {
 		return
 	}
 	l.mu.Lock()
@@ -114,9 +174,9 @@ func (f *follower) Ack(seq uint64) {
 	if f.released.Load() && !l.behindLocked(f) {
 		f.released.Store(false) // caught up: it holds output back again
 	}
-	if l.flow.waiting.Load() {
-		close(l.flow.room)
-		l.flow.room = make(chan struct{})
+	if l.waiting.Load() {
+		close(l.room)
+		l.room = make(chan struct{})
 	}
 }
 
@@ -125,32 +185,32 @@ func (f *follower) Close() {
 	if f.unwatch != nil {
 		f.unwatch()
 	}
-	l := f.log
+	l := f.flow
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.flow.followers, f)
-	if l.flow.waiting.Load() {
-		close(l.flow.room)
-		l.flow.room = make(chan struct{})
+	delete(l.followers, f)
+	if l.waiting.Load() {
+		close(l.room)
+		l.room = make(chan struct{})
 	}
 }
 
 // behindLocked reports whether f is more than half a ring behind the head. A follower already
 // lapped by the ring has lost events anyway and does not count.
-func (l *sessionLog) behindLocked(f *follower) bool {
+func (fc *flowControl) behindLocked(f *follower) bool {
 	c := f.seq.Load()
-	if c >= l.last {
+	if c >= fc.last {
 		return false
 	}
-	lagBytes, ok := l.flow.lagBytes(c)
-	if !ok || lagBytes > uint64(l.limits.Bytes) {
+	lagBytes, ok := fc.lagBytes(c)
+	if !ok || lagBytes > uint64(fc.limits.Bytes) {
 		return false
 	}
-	limit := uint64(l.limits.Bytes / 2)
+	limit := uint64(fc.limits.Bytes / 2)
 	if w := f.window.Load(); w > 0 && uint64(w) < limit {
 		limit = uint64(w)
 	}
-	return l.last-c > uint64(l.limits.Events/2) || lagBytes > limit
+	return fc.last-c > uint64(fc.limits.Events/2) || lagBytes > limit
 }
 
 // stall is a follower the producer waits for: where it was and since when it has not moved.
@@ -159,12 +219,12 @@ type stall struct {
 	since time.Time
 }
 
-// waitRoom blocks the producer while an engaged follower is too far behind. Each follower it
+// WaitRoom implements Flow: it blocks the producer while an engaged follower is too far behind. Each follower it
 // waits for has a clock of its own, started when the wait began or when that follower last
 // moved: one that makes no progress for MaxStall is released, however the others progress
 // (a stream that stopped reading must not hold the session while the rest catch up). It
 // returns once no engaged follower is too far behind.
-func (l *sessionLog) waitRoom() {
+func (fc *flowControl) WaitRoom() {
 	var (
 		timer  *time.Timer
 		clocks map[*follower]stall
@@ -175,15 +235,15 @@ func (l *sessionLog) waitRoom() {
 		}
 	}()
 	for {
-		l.mu.Lock()
-		if l.flow.off || l.closed || len(l.flow.followers) == 0 {
-			l.mu.Unlock()
+		fc.mu.Lock()
+		if fc.off || fc.closed || len(fc.followers) == 0 {
+			fc.mu.Unlock()
 			return
 		}
 		now := time.Now()
 		var next time.Time // the earliest release to come
-		for f := range l.flow.followers {
-			if f.released.Load() || !l.behindLocked(f) {
+		for f := range fc.followers {
+			if f.released.Load() || !fc.behindLocked(f) {
 				continue
 			}
 			if clocks == nil {
@@ -194,7 +254,7 @@ func (l *sessionLog) waitRoom() {
 				c = stall{seq: seq, since: now} // new to this wait, or it moved
 				clocks[f] = c
 			}
-			at := c.since.Add(l.limits.MaxStall)
+			at := c.since.Add(fc.limits.MaxStall)
 			if !now.Before(at) {
 				f.released.Store(true) // it no longer holds output back
 				continue
@@ -204,13 +264,13 @@ func (l *sessionLog) waitRoom() {
 			}
 		}
 		if next.IsZero() {
-			l.flow.waiting.Store(false)
-			l.mu.Unlock()
+			fc.waiting.Store(false)
+			fc.mu.Unlock()
 			return
 		}
-		l.flow.waiting.Store(true)
-		room := l.flow.room
-		l.mu.Unlock()
+		fc.waiting.Store(true)
+		room := fc.room
+		fc.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(next.Sub(now))
 		} else {
@@ -223,11 +283,11 @@ func (l *sessionLog) waitRoom() {
 	}
 }
 
-// stopFlow makes the producer stop waiting for good (the session is closing).
-func (l *sessionLog) stopFlow() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.flow.off = true
-	close(l.flow.room)
-	l.flow.room = make(chan struct{})
+// Stop implements Flow: the producer stops waiting for good (the session is closing).
+func (fc *flowControl) Stop() {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.off = true
+	close(fc.room)
+	fc.room = make(chan struct{})
 }

@@ -29,7 +29,9 @@ func (k *heavyKind) Start(context.Context, live.Sink, abi.CreateRequest) (live.I
 	k.started = append(k.started, weak.Make(inst))
 	return inst, nil
 }
-func (*heavyInstance) Send(context.Context, []byte) error { return nil }
+func (*heavyInstance) Send(context.Context, live.SendRequest) (live.SendResult, error) {
+	return live.SendResult{}, nil
+}
 func (*heavyInstance) Control(context.Context, abi.ControlRequest) (any, error) {
 	return nil, nil //nolint:nilnil // the test kind has no control results
 }
@@ -50,7 +52,7 @@ func TestRegistryLetsGoOfClosedInstances(t *testing.T) {
 		runtime.GC()
 		return k.started[0].Value() == nil
 	})
-	if err := reg.Send(ctx, s.SessionID, []byte("hi")); abi.CodeOf(err) != abi.CodeSessionClosed {
+	if _, err := reg.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("hi")}); abi.CodeOf(err) != abi.CodeSessionClosed {
 		t.Errorf("send to the closed session: %v", err)
 	}
 	if got, err := reg.Get(ctx, s.SessionID); err != nil || got.Status != abi.StatusClosed {

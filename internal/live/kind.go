@@ -27,8 +27,9 @@ type Observer interface {
 
 // Instance is one running session backend.
 type Instance interface {
-	// Send delivers input.
-	Send(ctx context.Context, data []byte) error
+	// Send delivers input and returns what it did (SendResult.MessageID; the registry sets
+	// AfterSeq).
+	Send(ctx context.Context, req SendRequest) (SendResult, error)
 	// Control runs interrupt, resize or restart and returns the command's result object.
 	Control(ctx context.Context, req abi.ControlRequest) (any, error)
 	// Close stops the backend and releases every resource (processes reaped). It must be idempotent.
@@ -118,7 +119,7 @@ func (k *regSink) SessionID() string { return k.s.id }
 // Output blocks while a follower is far behind (see flow.go), which pushes back on the producer;
 // a backend must call it from the goroutine that reads its output, never holding a lock.
 func (k *regSink) Output(b []byte) {
-	k.s.log.waitRoom()
+	k.s.log.flow().WaitRoom()
 	k.s.publish(k.r.now(), abi.EventData, Output(b))
 }
 
@@ -127,7 +128,7 @@ func (k *regSink) Output(b []byte) {
 // (an AI reply's tokens) pushes back on its producer instead of lapping a slow reader. Call it
 // as Output: from the producing goroutine, holding no lock.
 func (k *regSink) PublishFlow(payload any) {
-	k.s.log.waitRoom()
+	k.s.log.flow().WaitRoom()
 	k.s.publish(k.r.now(), abi.EventData, payload)
 }
 
@@ -139,7 +140,7 @@ func (k *regSink) PublishFlowAll(payloads []any) {
 	step := max(1, k.s.log.limits.Events/8)
 	for len(payloads) > 0 {
 		n := min(len(payloads), step)
-		k.s.log.waitRoom()
+		k.s.log.flow().WaitRoom()
 		k.s.publishAll(k.r.now(), abi.EventData, payloads[:n])
 		payloads = payloads[n:]
 	}
@@ -176,27 +177,24 @@ func (k *regSink) LastSeq() uint64 {
 // Now is the runtime's clock.
 func (k *regSink) Now() time.Time { return k.r.now() }
 
-// SendOptions are a send's options besides its data (an ai-chat message's queue mode), and
-// what the kind answers (the message's id once it is stored). The gateway passes them in the
-// context of Registry.Send; a kind that has no use for them ignores them.
-type SendOptions struct {
+// SendRequest is one input to a session: its bytes and what the caller says of them. It is
+// a plain value, not something carried in a context, so it can cross a network to a registry
+// (or an instance) elsewhere.
+type SendRequest struct {
+	Data []byte
+	// Mode is an ai-chat message's queue mode ("" for the session's own); other kinds ignore it.
 	Mode string
 	// Origin is where the input came from (the CLI, the console, another agent); the gateway
-	// sets it from how the request was authenticated.
+	// sets it from how the request was authenticated. Zero means unknown.
 	Origin abi.Origin
-	// MessageID is set by a kind that queued the input durably.
+}
+
+// SendResult is what a send did.
+type SendResult struct {
+	// AfterSeq is the sequence number of the session's newest event before the input was
+	// delivered: the events it causes come after it. The registry sets it (a kind's value is
+	// replaced), since only the registry reads the log before the instance sees the input.
+	AfterSeq uint64
+	// MessageID is set by a kind that queued the input durably (ai-chat with its broker).
 	MessageID string
-}
-
-type sendOptionsKey struct{}
-
-// WithSendOptions returns ctx carrying o for the Send it is given to.
-func WithSendOptions(ctx context.Context, o *SendOptions) context.Context {
-	return context.WithValue(ctx, sendOptionsKey{}, o)
-}
-
-// SendOptionsFrom returns the options ctx carries, nil when none.
-func SendOptionsFrom(ctx context.Context) *SendOptions {
-	o, _ := ctx.Value(sendOptionsKey{}).(*SendOptions)
-	return o
 }

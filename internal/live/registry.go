@@ -614,23 +614,30 @@ func sortSessions(out []abi.Session) {
 	})
 }
 
-// Send delivers input to a session.
-func (r *Registry) Send(ctx context.Context, id string, data []byte) error {
+// Send delivers input to a session and returns what it did (see SendResult).
+func (r *Registry) Send(ctx context.Context, id string, req SendRequest) (SendResult, error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {
-		return err
+		return SendResult{}, err
 	}
 	if !s.obj.Capabilities.Send {
-		return abi.Errorf(abi.CodeCapabilityUnsupported, id, "%s sessions do not accept input", s.obj.Type)
+		return SendResult{}, abi.Errorf(abi.CodeCapabilityUnsupported, id, "%s sessions do not accept input", s.obj.Type)
 	}
 	inst, err := s.instance()
 	if err != nil {
-		return err
+		return SendResult{}, err
 	}
-	if err := inst.Send(ctx, data); err != nil {
-		return wrapKindErr(id, "send", err)
+	// Read before the instance sees the input, so every event the input causes is after it.
+	after, err := s.log.lastSeq(ctx)
+	if err != nil {
+		return SendResult{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: err}
 	}
-	return nil
+	res, err := inst.Send(ctx, req)
+	if err != nil {
+		return SendResult{}, wrapKindErr(id, "send", err)
+	}
+	res.AfterSeq = after
+	return res, nil
 }
 
 // Run runs one command in a session that supports it and returns its structured result.
@@ -798,7 +805,7 @@ func (r *Registry) finish(ctx context.Context, s *session, reason string, exitCo
 	s.closeReason = reason
 	inst := s.inst
 	s.mu.Unlock()
-	s.log.stopFlow() // the backend's output must not wait on followers while it is stopped
+	s.log.flow().Stop() // the backend's output must not wait on followers while it is stopped
 
 	if reason == abi.CloseTimeout || reason == abi.CloseIdle {
 		s.publish(r.now(), abi.EventInterrupt, abi.InterruptPayload{Type: abi.PayloadInterrupt, Reason: abi.ReasonTimeout})
@@ -898,9 +905,7 @@ func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Followe
 	if err != nil {
 		return nil, err
 	}
-	f := s.log.follow(after)
-	f.unwatch = unwatch
-	return f, nil
+	return s.log.flow().Follow(after, unwatch), nil
 }
 
 // Watch registers a subscriber; a watched session is never idle.

@@ -20,31 +20,30 @@ type sessionLog struct {
 	mu     sync.Mutex
 	log    EventLog
 	limits LogLimits
-	// last is the newest sequence number appended through this sessionLog (or known when it
-	// was opened): what flow control measures lag against. It stays 0 for a log restored
-	// closed, which nothing paces.
-	last   uint64
 	closed bool
 	// failed reports an EventLog error: the first one of the session (a log that cannot write
 	// fails the same way every time).
 	failed   func(error)
 	reported bool
 
-	flow flowState
+	// fc paces output for followers (flow); it has a lock of its own.
+	fc flowControl
 }
 
+// flow is the session's flow control.
+func (l *sessionLog) flow() Flow { return &l.fc }
+
 func newSessionLog(ctx context.Context, log EventLog, l LogLimits, failed func(error)) *sessionLog {
-	sl := &sessionLog{
-		ctx: ctx, log: log, limits: l, failed: failed,
-		flow: flowState{room: make(chan struct{}), followers: map[*follower]struct{}{}},
-	}
+	sl := &sessionLog{ctx: ctx, log: log, limits: l, failed: failed}
 	// A closed session restored from disk answers LastSeq only by reading its files, which a
-	// restart must not do for every closed session it keeps.
+	// restart must not do for every closed session it keeps: its flow measures from 0.
+	var last uint64
 	if k, ok := log.(interface{ lastKnown() bool }); !ok || k.lastKnown() {
-		if last, err := log.LastSeq(ctx); err == nil {
-			sl.last = last
+		if n, err := log.LastSeq(ctx); err == nil {
+			last = n
 		}
 	}
+	sl.fc.init(&sl.limits, last)
 	return sl
 }
 
@@ -72,12 +71,7 @@ func (l *sessionLog) appendAll(events ...*Event) bool {
 			return false
 		}
 	}
-	l.mu.Lock()
-	for _, e := range events {
-		l.flow.appended(e, l.limits.Events)
-	}
-	l.last = res.Last
-	l.mu.Unlock()
+	l.fc.Appended(events, res.Last)
 	return true
 }
 
@@ -102,10 +96,8 @@ func (l *sessionLog) finish() {
 		return
 	}
 	l.closed = true
-	// Nothing is appended any more, so flow control has nothing to pace: its record of the
-	// ring (8 bytes an event, up to 64 KiB) would otherwise stay with every closed session.
-	l.flow.before, l.flow.beforeHead, l.flow.beforeFirst = nil, 0, 0
 	l.mu.Unlock()
+	l.fc.Finish()
 	if err := l.log.Close(l.ctx); err != nil {
 		l.report(err)
 	}

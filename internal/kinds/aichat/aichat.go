@@ -216,7 +216,10 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	close(c.idle)
 	c.compaction = cfg.Compaction
 	c.subagents = cfg.Subagents
-	c.base, c.stop = context.WithCancel(context.WithoutCancel(ctx))
+	// The session's turns, its queue's pump and its background work live as long as the
+	// session (its sink's lifetime), or until Close stops them first; Start's ctx bounds the
+	// start only.
+	c.base, c.stop = context.WithCancel(sink.Context())
 	if k.Logs != nil {
 		c.logs, err = openLogs(filepath.Join(k.StateDir, "logs", sink.SessionID()), *k.Logs, k.now)
 		if err != nil {
@@ -714,27 +717,28 @@ func (c *chat) release() {
 	}
 }
 
-// Send implements live.Instance: data is the user's message. With the broker, the message is
-// stored durably (its id goes back in the send's options) and delivered by the queue's mode
-// (queue.go); without it one turn runs at a time and a message during a turn is refused.
-func (c *chat) Send(ctx context.Context, data []byte) error {
-	text := strings.TrimSpace(string(data))
+// Send implements live.Instance: req.Data is the user's message. With the broker, the message
+// is stored durably (its id is the result's MessageID) and delivered by req.Mode, else the
+// session's queue mode (queue.go); without it one turn runs at a time and a message during a
+// turn is refused.
+func (c *chat) Send(ctx context.Context, req live.SendRequest) (live.SendResult, error) {
+	text := strings.TrimSpace(string(req.Data))
 	if text == "" {
-		return abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "an empty message")
+		return live.SendResult{}, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "an empty message")
 	}
 	if c.k.Broker != nil {
-		return c.enqueue(ctx, string(data))
+		return c.enqueue(ctx, req)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
+		return live.SendResult{}, abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
 	}
 	if c.running {
-		return abi.Errorf(abi.CodeResourceUnavailable, c.sink.SessionID(), "a turn is running: wait for it to end or interrupt it (nexus ai message interrupt)")
+		return live.SendResult{}, abi.Errorf(abi.CodeResourceUnavailable, c.sink.SessionID(), "a turn is running: wait for it to end or interrupt it (nexus ai message interrupt)")
 	}
-	c.startLocked(string(data), nil)
-	return nil
+	c.startLocked(string(req.Data), nil)
+	return live.SendResult{}, nil
 }
 
 // startLocked starts a turn on text (ids: the queued messages it delivers). c.mu is held and

@@ -257,7 +257,7 @@ func roles(msgs []provider.Message) string {
 
 func send(t *testing.T, r *live.Registry, id, text string) {
 	t.Helper()
-	if err := r.Send(context.Background(), id, []byte(text)); err != nil {
+	if _, err := r.Send(context.Background(), id, live.SendRequest{Data: []byte(text)}); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 }
@@ -312,7 +312,7 @@ func sayAndWait(t *testing.T, r live.Backend, id, text string) {
 	// A turn the suite started with its own input may still run: wait for events until the
 	// session takes the message.
 	for {
-		err := r.Send(ctx, id, []byte(text))
+		_, err := r.Send(ctx, id, live.SendRequest{Data: []byte(text)})
 		if err == nil {
 			break
 		}
@@ -524,7 +524,7 @@ func TestInterruptMidStream(t *testing.T) {
 		return ok && p.Content == "Hel"
 	})
 	// One turn at a time.
-	if err := r.Send(context.Background(), s.SessionID, []byte("meanwhile")); abi.CodeOf(err) != abi.CodeResourceUnavailable {
+	if _, err := r.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("meanwhile")}); abi.CodeOf(err) != abi.CodeResourceUnavailable {
 		t.Fatalf("a second message during a turn: %v", err)
 	}
 	if st := e.chatState(t, key); st != "running" {
@@ -612,7 +612,7 @@ func TestBadInput(t *testing.T) {
 	e := newEnv(t, echo)
 	r := e.gateway(t)
 	s := e.open(t, r, "", "yolo")
-	if err := r.Send(context.Background(), s.SessionID, []byte("  \n")); abi.CodeOf(err) != abi.CodeInvalidArgument {
+	if _, err := r.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("  \n")}); abi.CodeOf(err) != abi.CodeInvalidArgument {
 		t.Errorf("empty message: %v", err)
 	}
 	if _, err := r.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandResize, Width: 80, Height: 24}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {

@@ -53,7 +53,7 @@ func TestResumeFigure(t *testing.T) {
 			for i := range n {
 				keys[i] = fmt.Sprintf("agent:main:test:fig%d", i)
 				s := e.open(t, r, keys[i], "yolo")
-				if err := r.Send(context.Background(), s.SessionID, []byte("the question")); err != nil {
+				if _, err := r.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("the question")}); err != nil {
 					t.Fatal(err)
 				}
 				(&watcher{r: r, id: s.SessionID}).started(t)

@@ -148,7 +148,7 @@ func TestCrashMidTurn(t *testing.T) {
 			r := e.diskGateway(t)
 			s := e.open(t, r, key, tc.level)
 			w := &watcher{r: r, id: s.SessionID}
-			if err := r.Send(context.Background(), s.SessionID, []byte("the question")); err != nil {
+			if _, err := r.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("the question")}); err != nil {
 				t.Fatal(err)
 			}
 			w.until(t, "the moment of the crash", tc.crashAt)
@@ -177,7 +177,7 @@ func TestCrashMidTurn(t *testing.T) {
 			if err != nil || old.Metadata["movedTo"] != now.SessionID {
 				t.Fatalf("the old session: %+v %v", old.Metadata, err)
 			}
-			if err := r2.Send(context.Background(), s.SessionID, []byte("x")); !isCode(err, abi.CodeSessionClosed) || !strings.Contains(err.Error(), "moved to session "+now.SessionID) {
+			if _, err := r2.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("x")}); !isCode(err, abi.CodeSessionClosed) || !strings.Contains(err.Error(), "moved to session "+now.SessionID) {
 				t.Fatalf("send to the old id: %v", err)
 			}
 
@@ -271,7 +271,7 @@ func TestCrashNoContinue(t *testing.T) {
 	r := e.diskGateway(t)
 	s := e.open(t, r, key, "yolo")
 	w := &watcher{r: r, id: s.SessionID}
-	if err := r.Send(context.Background(), s.SessionID, []byte("the question")); err != nil {
+	if _, err := r.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("the question")}); err != nil {
 		t.Fatal(err)
 	}
 	w.started(t)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/chatstore"
-	"github.com/nexus-run/nexus/internal/live"
 )
 
 // OriginField is the user message entry's field saying where its message came from (an
@@ -23,9 +22,9 @@ const RequesterOriginField = "requesterOrigin"
 
 // sendOrigin is where a message sent to a session came from: what the gateway said, else the
 // CLI (an in-process send has no gateway in between).
-func sendOrigin(so *live.SendOptions) abi.Origin {
-	if so != nil && !so.Origin.IsZero() {
-		return so.Origin
+func sendOrigin(o abi.Origin) abi.Origin {
+	if !o.IsZero() {
+		return o
 	}
 	return abi.Origin{Kind: abi.OriginCLI}
 }

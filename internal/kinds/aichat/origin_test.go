@@ -116,15 +116,14 @@ func TestOriginRecorded(t *testing.T) {
 		{"cli", func(t *testing.T, e *env, r *live.Registry) []sent {
 			s := e.open(t, r, "agent:main:test:cli", "yolo")
 			// A send with no gateway in between (the local transport) is the CLI's.
-			if err := r.Send(ctx, s.SessionID, []byte("hello")); err != nil {
+			if _, err := r.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("hello")}); err != nil {
 				t.Fatal(err)
 			}
 			return []sent{{"agent:main:test:cli", abi.Origin{Kind: abi.OriginCLI}}}
 		}},
 		{"console", func(t *testing.T, e *env, r *live.Registry) []sent {
 			s := e.open(t, r, "agent:main:test:console", "yolo")
-			so := &live.SendOptions{Origin: abi.Origin{Kind: abi.OriginConsole}}
-			if err := r.Send(live.WithSendOptions(ctx, so), s.SessionID, []byte("hello")); err != nil {
+			if _, err := r.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("hello"), Origin: abi.Origin{Kind: abi.OriginConsole}}); err != nil {
 				t.Fatal(err)
 			}
 			return []sent{{"agent:main:test:console", abi.Origin{Kind: abi.OriginConsole}}}
@@ -335,11 +334,11 @@ func TestOriginsOfACollectedTurn(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for _, kind := range []string{abi.OriginConsole, abi.OriginCLI} {
-		so := &live.SendOptions{Mode: "collect", Origin: abi.Origin{Kind: kind}}
-		if err := r.Send(live.WithSendOptions(ctx, so), s.SessionID, []byte("from "+kind)); err != nil {
+		res, err := r.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("from " + kind), Mode: "collect", Origin: abi.Origin{Kind: kind}})
+		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, so.MessageID)
+		ids = append(ids, res.MessageID)
 	}
 	if _, err := r.Control(ctx, s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err != nil {
 		t.Fatal(err)

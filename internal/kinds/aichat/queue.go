@@ -54,13 +54,12 @@ func (o CollectOptions) withDefaults() CollectOptions {
 
 // enqueue stores a message durably, then wakes the pump; a steering mode aborts the running
 // turn first (its unrun calls are answered, so the transcript stays paired).
-func (c *chat) enqueue(ctx context.Context, text string) error {
+func (c *chat) enqueue(ctx context.Context, req live.SendRequest) (live.SendResult, error) {
 	mode := c.queueMode
-	so := live.SendOptionsFrom(ctx)
-	if so != nil && so.Mode != "" {
-		m, err := broker.ParseMode(so.Mode)
+	if req.Mode != "" {
+		m, err := broker.ParseMode(req.Mode)
 		if err != nil {
-			return err
+			return live.SendResult{}, err
 		}
 		mode = m
 	}
@@ -68,18 +67,15 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
+		return live.SendResult{}, abi.Errorf(abi.CodeSessionClosed, c.sink.SessionID(), "the session is closing")
 	}
-	m, err := c.k.store(ctx, "", c.key, mode, text, "", sendOrigin(so))
+	m, err := c.k.store(ctx, "", c.key, mode, string(req.Data), "", sendOrigin(req.Origin))
 	if err != nil {
 		var ae *abi.Error
 		if errors.As(err, &ae) && ae.SessionID == "" {
-			return &abi.Error{Code: ae.Code, SessionID: c.sink.SessionID(), Message: ae.Message, Err: ae.Err}
+			return live.SendResult{}, &abi.Error{Code: ae.Code, SessionID: c.sink.SessionID(), Message: ae.Message, Err: ae.Err}
 		}
-		return err
-	}
-	if so != nil {
-		so.MessageID = m.ID
+		return live.SendResult{}, err
 	}
 	c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueQueued, MessageIDs: []string{m.ID}, Mode: string(mode)})
 	if len(m.Cleared) > 0 {
@@ -87,7 +83,7 @@ func (c *chat) enqueue(ctx context.Context, text string) error {
 	}
 	// The key's deliverer (this session, or the newest other one on the key) takes it.
 	c.k.notify(c.key)
-	return nil
+	return live.SendResult{MessageID: m.ID}, nil
 }
 
 // store puts a message of the mode in key's queue (once under id, when set), as the mode says

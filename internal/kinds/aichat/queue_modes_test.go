@@ -76,7 +76,7 @@ func TestQueueReject(t *testing.T) {
 	ctx := context.Background()
 	sendMode(t, r, s.SessionID, "hang", "")
 	w.started(t)
-	err := r.Send(live.WithSendOptions(ctx, &live.SendOptions{Mode: "reject"}), s.SessionID, []byte("refused"))
+	_, err := r.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("refused"), Mode: "reject"})
 	if abi.CodeOf(err) != abi.CodeBusy || !strings.Contains(err.Error(), "busy") {
 		t.Fatalf("a reject message during a turn: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestQueueReject(t *testing.T) {
 	}
 	// A message waiting in the queue (a collect batch in its debounce) makes it busy too.
 	sendMode(t, r, s.SessionID, "waiting", "collect")
-	if err := r.Send(live.WithSendOptions(ctx, &live.SendOptions{Mode: "reject"}), s.SessionID, []byte("refused too")); abi.CodeOf(err) != abi.CodeBusy {
+	if _, err := r.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("refused too"), Mode: "reject"}); abi.CodeOf(err) != abi.CodeBusy {
 		t.Fatalf("a reject message with one waiting: %v", err)
 	}
 	if got := userTexts(t, e, key); got != "hang|free" {

@@ -21,14 +21,14 @@ import (
 // sendMode sends text with a queue mode and returns the stored message's id.
 func sendMode(t *testing.T, r *live.Registry, id, text, mode string) string {
 	t.Helper()
-	so := &live.SendOptions{Mode: mode}
-	if err := r.Send(live.WithSendOptions(context.Background(), so), id, []byte(text)); err != nil {
+	res, err := r.Send(context.Background(), id, live.SendRequest{Data: []byte(text), Mode: mode})
+	if err != nil {
 		t.Fatalf("send %q (%s): %v", text, mode, err)
 	}
-	if so.MessageID == "" {
+	if res.MessageID == "" {
 		t.Fatal("no message id")
 	}
-	return so.MessageID
+	return res.MessageID
 }
 
 // userTexts are the user messages of the conversation's context, in order.
@@ -65,7 +65,7 @@ func TestQueueSteerAndFollowup(t *testing.T) {
 	key := "agent:main:test:queue"
 	s := e.open(t, r, key, "yolo")
 	w := &watcher{r: r, id: s.SessionID}
-	if err := r.Send(live.WithSendOptions(context.Background(), &live.SendOptions{Mode: "shout"}), s.SessionID, []byte("x")); abi.CodeOf(err) != abi.CodeInvalidArgument {
+	if _, err := r.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("x"), Mode: "shout"}); abi.CodeOf(err) != abi.CodeInvalidArgument {
 		t.Fatalf("an unknown mode: %v", err)
 	}
 	sendMode(t, r, s.SessionID, "hang", "")

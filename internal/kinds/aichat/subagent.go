@@ -317,7 +317,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		Workspace: c.workspace, Temperature: c.temperature})
 	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey, RoadmapID: c.roadmap}, Options: opts})
 	if err == nil {
-		err = k.Sessions.Send(live.WithSendOptions(context.WithoutCancel(ctx), &live.SendOptions{Mode: "followup", Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.key}}), s.SessionID, []byte(a.Task))
+		_, err = k.Sessions.Send(context.WithoutCancel(ctx), s.SessionID, live.SendRequest{Data: []byte(a.Task), Mode: "followup", Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.key}})
 	}
 	if err != nil {
 		return fail(err)

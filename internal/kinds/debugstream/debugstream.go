@@ -489,8 +489,8 @@ func (s *stream) deliver() bool {
 }
 
 // Send implements live.Instance: a debug stream takes no input (the registry refuses it first).
-func (s *stream) Send(context.Context, []byte) error {
-	return abi.Errorf(abi.CodeCapabilityUnsupported, s.sink.SessionID(), "debug-stream sessions take no input")
+func (s *stream) Send(context.Context, live.SendRequest) (live.SendResult, error) {
+	return live.SendResult{}, abi.Errorf(abi.CodeCapabilityUnsupported, s.sink.SessionID(), "debug-stream sessions take no input")
 }
 
 // Control implements live.Instance: interrupt stops the delivery; the session stays open.

@@ -492,7 +492,7 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	id := e.open(t, abi.Context{ServerID: "gateway"}, abi.DebugStreamOptions{})
-	if err := e.reg.Send(context.Background(), id, []byte("x")); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
+	if _, err := e.reg.Send(context.Background(), id, live.SendRequest{Data: []byte("x")}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
 		t.Errorf("send: %v", err)
 	}
 	for _, c := range []abi.Command{abi.CommandResize, abi.CommandRestart} {

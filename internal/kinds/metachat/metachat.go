@@ -32,7 +32,7 @@ type Kind struct {
 
 // register adds m to the watcher's sessions (starting the watcher) and offers it the present.
 func (k *Kind) register(m *meta) {
-	snap, err := k.view.WatchSessions(context.Background(), 0, 0)
+	snap, err := k.view.WatchSessions(m.ctx, 0, 0)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.metas == nil {
@@ -49,15 +49,23 @@ func (k *Kind) register(m *meta) {
 		m.offer(present)
 	}
 	if k.stopWatch == nil {
-		ctx, cancel := context.WithCancel(context.Background())
+		// The watcher serves every meta-chat, so it lives while any of them does: it takes
+		// the first one's lifetime without its end (that session may close before the others)
+		// and stops when the last one leaves, at its Close or when its lifetime ends without
+		// one (below).
+		ctx, cancel := context.WithCancel(context.WithoutCancel(m.ctx))
 		k.stopWatch = cancel
 		go k.watch(ctx, snap.Version)
 	}
+	m.unlife = context.AfterFunc(m.ctx, func() { k.unregister(m) })
 }
 
 func (k *Kind) unregister(m *meta) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if m.unlife != nil {
+		m.unlife()
+	}
 	delete(k.metas, m)
 	if len(k.metas) == 0 && k.stopWatch != nil {
 		k.stopWatch()
@@ -148,9 +156,10 @@ type meta struct {
 	view live.View
 	id   string
 
-	ctx  context.Context
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	ctx    context.Context
+	stop   context.CancelFunc
+	unlife func() bool // stops the unregister at the end of ctx (Kind.register); under k.mu
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex
 	gate     live.Gate              // interrupt and pause hold the updates
@@ -321,8 +330,8 @@ func (m *meta) follow(id, chatKey string, fromNow bool) {
 }
 
 // Send implements live.Instance.
-func (m *meta) Send(context.Context, []byte) error {
-	return abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions take no input")
+func (m *meta) Send(context.Context, live.SendRequest) (live.SendResult, error) {
+	return live.SendResult{}, abi.Errorf(abi.CodeCapabilityUnsupported, m.sink.SessionID(), "meta-chat sessions take no input")
 }
 
 // Control implements live.Instance: interrupt stops the updates; the session stays open.

@@ -183,7 +183,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.reg.Send(ctx, s.SessionID, []byte("x")); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
+	if _, err := e.reg.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("x")}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
 		t.Errorf("send: %v", err)
 	}
 	for name, f := range map[string]func() error{

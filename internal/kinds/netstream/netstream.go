@@ -154,6 +154,7 @@ type watch struct {
 
 	key     string // its poller's: server and interval
 	poller  *poller
+	unlife  func() bool   // stops the unsubscribe at the end of ctx (Kind.subscribe)
 	offered chan struct{} // a new listing is there
 }
 
@@ -224,12 +225,17 @@ func (k *Kind) subscribe(w *watch) {
 	}
 	p := k.pollers[w.key]
 	if p == nil {
-		ctx, cancel := context.WithCancel(context.Background())
+		// The poller serves every session on its server, so it lives while any of them does:
+		// it takes the first one's lifetime without its end (that session may close before
+		// the others) and stops when the last one leaves, at its Close or when its lifetime
+		// ends without one (below).
+		ctx, cancel := context.WithCancel(context.WithoutCancel(w.ctx))
 		p = &poller{k: k, interval: w.interval, pids: w.pids, port: w.port, stop: cancel, subs: map[*watch]struct{}{}}
 		k.pollers[w.key] = p
 		go p.run(ctx)
 	}
 	w.poller = p
+	w.unlife = context.AfterFunc(w.ctx, func() { k.unsubscribe(w) })
 	p.mu.Lock()
 	p.subs[w] = struct{}{}
 	w.endCur = p.endSeq // the ends before it are not this session's
@@ -247,6 +253,7 @@ func (k *Kind) unsubscribe(w *watch) {
 	if p == nil {
 		return
 	}
+	w.unlife()
 	p.mu.Lock()
 	delete(p.subs, w)
 	empty := len(p.subs) == 0
@@ -649,8 +656,8 @@ func conn(action string, s sockdiag.Socket) abi.Connection {
 func addr(a netip.AddrPort) string { return a.String() }
 
 // Send implements live.Instance.
-func (w *watch) Send(context.Context, []byte) error {
-	return abi.Errorf(abi.CodeCapabilityUnsupported, w.sink.SessionID(), "network-stream sessions take no input")
+func (w *watch) Send(context.Context, live.SendRequest) (live.SendResult, error) {
+	return live.SendResult{}, abi.Errorf(abi.CodeCapabilityUnsupported, w.sink.SessionID(), "network-stream sessions take no input")
 }
 
 // Control implements live.Instance: interrupt stops the reports; the session stays open.

@@ -413,7 +413,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Send(context.Background(), s.SessionID, []byte("x")); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
+	if _, err := reg.Send(context.Background(), s.SessionID, live.SendRequest{Data: []byte("x")}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {
 		t.Errorf("send: %v", err)
 	}
 	if _, err := reg.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandRestart}); abi.CodeOf(err) != abi.CodeCapabilityUnsupported {

@@ -51,13 +51,13 @@ func TestKindContract(t *testing.T) {
 			t.Helper()
 			half := len(text) / 2
 			cmd := fmt.Sprintf("printf '%%s%%s\\n' '%s' '%s'\n", text[:half], text[half:])
-			if err := r.Send(context.Background(), id, []byte(cmd)); err != nil {
+			if _, err := r.Send(context.Background(), id, live.SendRequest{Data: []byte(cmd)}); err != nil {
 				t.Fatalf("send: %v", err)
 			}
 		},
 		Exit: func(t *testing.T, r live.Backend, id string, code int) {
 			t.Helper()
-			if err := r.Send(context.Background(), id, fmt.Appendf(nil, "exit %d\n", code)); err != nil {
+			if _, err := r.Send(context.Background(), id, live.SendRequest{Data: fmt.Appendf(nil, "exit %d\n", code)}); err != nil {
 				t.Fatalf("send: %v", err)
 			}
 		},

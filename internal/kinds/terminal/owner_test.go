@@ -84,7 +84,7 @@ func TestShutdownOfManyTerminalsReapsEveryJob(t *testing.T) {
 			var all []job
 			for range n {
 				s := e.open(t, "")
-				if err := reg.Send(context.Background(), s.id, []byte(`nohup sleep 301 >/dev/null 2>&1 & echo "JOB $!"; (trap '' HUP; exec sleep 302) & echo "JOB $!"`+"\n")); err != nil {
+				if _, err := reg.Send(context.Background(), s.id, live.SendRequest{Data: []byte(`nohup sleep 301 >/dev/null 2>&1 & echo "JOB $!"; (trap '' HUP; exec sleep 302) & echo "JOB $!"` + "\n")}); err != nil {
 					t.Fatal(err)
 				}
 				all = append(all, jobsOf(t, s, 2)...)
@@ -131,7 +131,7 @@ func TestCgroupCatchesADaemonizedJob(t *testing.T) {
 	defer func() { _ = reg.Shutdown(context.Background()) }()
 	e := &env{reg: reg, dir: dir}
 	s := e.open(t, "")
-	if err := reg.Send(context.Background(), s.id, []byte("setsid sh -c 'echo JOB $$; exec sleep 303' & disown\n")); err != nil {
+	if _, err := reg.Send(context.Background(), s.id, live.SendRequest{Data: []byte("setsid sh -c 'echo JOB $$; exec sleep 303' & disown\n")}); err != nil {
 		t.Fatal(err)
 	}
 	j := jobsOf(t, s, 1)[0]

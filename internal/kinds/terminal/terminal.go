@@ -455,7 +455,7 @@ func (t *term) stop(ctx context.Context, p *proc) error {
 }
 
 // Send implements live.Instance.
-func (t *term) Send(ctx context.Context, data []byte) error {
+func (t *term) Send(ctx context.Context, req live.SendRequest) (live.SendResult, error) {
 	t.mu.Lock()
 	p := t.cur
 	t.mu.Unlock()
@@ -464,13 +464,13 @@ func (t *term) Send(ctx context.Context, data []byte) error {
 		deadline = time.Now().Add(10 * time.Second)
 	}
 	_ = p.ptm.SetWriteDeadline(deadline)
-	if _, err := p.ptm.Write(data); err != nil {
+	if _, err := p.ptm.Write(req.Data); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return abi.Errorf(abi.CodeResourceUnavailable, t.sink.SessionID(), "terminal input buffer is full: the program is not reading its input")
+			return live.SendResult{}, abi.Errorf(abi.CodeResourceUnavailable, t.sink.SessionID(), "terminal input buffer is full: the program is not reading its input")
 		}
-		return fmt.Errorf("write to terminal: %w", err)
+		return live.SendResult{}, fmt.Errorf("write to terminal: %w", err)
 	}
-	return nil
+	return live.SendResult{}, nil
 }
 
 // Control implements live.Instance.

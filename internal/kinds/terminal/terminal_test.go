@@ -178,7 +178,7 @@ func tail(s string) string {
 
 func (s *sess) send(in string) {
 	s.t.Helper()
-	if err := s.reg.Send(context.Background(), s.id, []byte(in)); err != nil {
+	if _, err := s.reg.Send(context.Background(), s.id, live.SendRequest{Data: []byte(in)}); err != nil {
 		s.t.Fatalf("send %q: %v", in, err)
 	}
 }
@@ -390,7 +390,7 @@ func TestCloseReapsEverything(t *testing.T) {
 	if _, err := s.reg.Close(context.Background(), s.id, abi.CloseRequested); abi.CodeOf(err) != abi.CodeSessionClosed {
 		t.Fatalf("second close: %v", err)
 	}
-	if err := s.reg.Send(context.Background(), s.id, []byte("x")); abi.CodeOf(err) != abi.CodeSessionClosed {
+	if _, err := s.reg.Send(context.Background(), s.id, live.SendRequest{Data: []byte("x")}); abi.CodeOf(err) != abi.CodeSessionClosed {
 		t.Fatalf("send after close: %v", err)
 	}
 }

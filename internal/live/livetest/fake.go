@@ -73,6 +73,7 @@ type Probe interface {
 	End(reason string, exitCode *int)
 	SetMetadata(md map[string]any)
 	Sends() []string
+	Requests() []live.SendRequest
 	Controls() []abi.ControlRequest
 	Closes() int
 	// Paused lists the SetPaused calls; nil when the backend is not a Pauser.
@@ -177,21 +178,28 @@ type FakeInstance struct {
 
 	mu                            sync.Mutex
 	sends                         []string
+	requests                      []live.SendRequest
 	controls                      []abi.ControlRequest
 	closes                        int
 	paused                        []bool
 	sendErr, controlErr, closeErr error
 }
 
-// Send implements live.Instance.
-func (f *FakeInstance) Send(_ context.Context, data []byte) error {
+// Send implements live.Instance. An ai-chat fake reports a MessageID as the real one does
+// with its queue: it numbers the sends the instance took (fake-1, fake-2, ...), so a caller
+// can see that what a kind reports reaches it.
+func (f *FakeInstance) Send(_ context.Context, req live.SendRequest) (live.SendResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sendErr != nil {
-		return f.sendErr
+		return live.SendResult{}, f.sendErr
 	}
-	f.sends = append(f.sends, string(data))
-	return nil
+	f.sends = append(f.sends, string(req.Data))
+	f.requests = append(f.requests, req)
+	if f.req.Type != abi.TypeAIChat {
+		return live.SendResult{}, nil
+	}
+	return live.SendResult{MessageID: fmt.Sprintf("fake-%d", len(f.sends))}, nil
 }
 
 // Control implements live.Instance; its result is {"done": command}.
@@ -245,6 +253,13 @@ func (f *FakeInstance) Sends() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.sends...)
+}
+
+// Requests lists the send requests received (data, mode, origin), one entry per Send.
+func (f *FakeInstance) Requests() []live.SendRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]live.SendRequest(nil), f.requests...)
 }
 
 // Closes counts the Close calls.

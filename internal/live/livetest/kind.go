@@ -218,9 +218,18 @@ func testKindCapabilities(t *testing.T, h KindHarness) {
 	if in == nil {
 		in = []byte("\n")
 	}
-	err = r.Send(ctx, s.SessionID, in)
+	before, err := r.LastSeq(ctx, s.SessionID)
+	mustOK(t, err)
+	res, err := r.Send(ctx, s.SessionID, live.SendRequest{Data: in})
 	if caps.Send {
 		mustOK(t, err)
+		// The send says where the events it causes start: no earlier than the log's end when
+		// it was sent, no later than the log's end now.
+		now, err := r.LastSeq(ctx, s.SessionID)
+		mustOK(t, err)
+		if res.AfterSeq < before || res.AfterSeq > now {
+			t.Errorf("send afterSeq %d, want within [%d, %d]", res.AfterSeq, before, now)
+		}
 	} else {
 		WantCode(t, err, abi.CodeCapabilityUnsupported)
 	}

@@ -188,7 +188,7 @@ func testConcurrent(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 			for i := range chunks {
 				p.Emit(fmt.Appendf(nil, "%d ", i))
 				if i%50 == 0 {
-					if err := r.Send(ctx, s.SessionID, []byte("x")); err != nil {
+					if err := Send(ctx, r, s.SessionID, []byte("x")); err != nil {
 						errs <- err
 						return
 					}

@@ -197,6 +197,12 @@ func WantCode(t testing.TB, err error, code abi.Code) {
 	}
 }
 
+// Send sends data to session id with no mode or origin, for a test that wants only the error.
+func Send(ctx context.Context, r live.Backend, id string, data []byte) error {
+	_, err := r.Send(ctx, id, live.SendRequest{Data: data})
+	return err
+}
+
 func mustOK(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

@@ -230,7 +230,7 @@ func testClosedIsFinal(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 	ops := map[string]func() error{
 		"close again":       func() error { _, err := r.Close(ctx, s.SessionID, abi.CloseRequested); return err },
 		"control close":     func() error { return control(r, s.SessionID, abi.CommandClose) },
-		"send":              func() error { return r.Send(ctx, s.SessionID, []byte("x")) },
+		"send":              func() error { return Send(ctx, r, s.SessionID, []byte("x")) },
 		"interrupt":         func() error { return control(r, s.SessionID, abi.CommandInterrupt) },
 		"resize":            func() error { return control(r, s.SessionID, abi.CommandResize) },
 		"restart":           func() error { return control(r, s.SessionID, abi.CommandRestart) },
@@ -295,7 +295,7 @@ func testErrorIsFinal(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 	for _, cmd := range []abi.Command{abi.CommandPause, abi.CommandResume, abi.CommandInterrupt, abi.CommandClose} {
 		WantCode(t, control(r, s.SessionID, cmd), abi.CodeSessionClosed)
 	}
-	WantCode(t, r.Send(ctx, s.SessionID, []byte("x")), abi.CodeSessionClosed)
+	WantCode(t, Send(ctx, r, s.SessionID, []byte("x")), abi.CodeSessionClosed)
 	if got, _ := r.Get(ctx, s.SessionID); got.Status != abi.StatusError {
 		t.Errorf("status moved out of error to %s", got.Status)
 	}
@@ -322,7 +322,7 @@ func testBackendEnded(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 	if got.Status != abi.StatusClosed || got.Metadata["closeReason"] != abi.CloseExited || got.Metadata["exitCode"] != 3 {
 		t.Errorf("session after exit = %+v", got)
 	}
-	WantCode(t, r.Send(ctx, s.SessionID, []byte("x")), abi.CodeSessionClosed)
+	WantCode(t, Send(ctx, r, s.SessionID, []byte("x")), abi.CodeSessionClosed)
 	if r.LiveCount() != 0 {
 		t.Errorf("LiveCount = %d", r.LiveCount())
 	}
@@ -358,8 +358,8 @@ func testSendAndControl(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 	s := mustCreate(t, r, termReq)
 	p := k.Probe(t, s.SessionID)
 
-	mustOK(t, r.Send(ctx, s.SessionID, []byte("echo hi\n")))
-	mustOK(t, r.Send(ctx, s.SessionID, []byte{0x03}))
+	mustOK(t, Send(ctx, r, s.SessionID, []byte("echo hi\n")))
+	mustOK(t, Send(ctx, r, s.SessionID, []byte{0x03}))
 	if got := p.Sends(); fmt.Sprintf("%q", got) != `["echo hi\n" "\x03"]` {
 		t.Errorf("sends = %q", got)
 	}
@@ -404,13 +404,13 @@ func testKindErrors(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 	p := k.Probe(t, s.SessionID)
 
 	p.FailSend(errors.New("write /dev/ptmx: EIO"))
-	err := r.Send(ctx, s.SessionID, []byte("x"))
+	err := Send(ctx, r, s.SessionID, []byte("x"))
 	WantCode(t, err, abi.CodeResourceUnavailable)
 	if !abi.CodeOf(err).Retriable() {
 		t.Error("a backend failure is retriable")
 	}
 	p.FailSend(abi.Errorf(abi.CodeInvalidArgument, s.SessionID, "bad input"))
-	WantCode(t, r.Send(ctx, s.SessionID, []byte("x")), abi.CodeInvalidArgument)
+	WantCode(t, Send(ctx, r, s.SessionID, []byte("x")), abi.CodeInvalidArgument)
 
 	p.FailControl(errors.New("kill: ESRCH"))
 	WantCode(t, control(r, s.SessionID, abi.CommandInterrupt), abi.CodeResourceUnavailable)
@@ -421,7 +421,7 @@ func testKindErrors(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 	p.FailControl(nil)
 	p.FailSend(nil)
 	mustOK(t, r.Check(ctx, s.SessionID))
-	mustOK(t, r.Send(ctx, s.SessionID, []byte("ok")))
+	mustOK(t, Send(ctx, r, s.SessionID, []byte("ok")))
 }
 
 func testCapabilities(t *testing.T, se *suiteEnv, newKind newKindFunc) {
@@ -449,9 +449,24 @@ func testCapabilities(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 		}
 		t.Run(string(typ)+"/send", func(t *testing.T) {
 			s := mustCreate(t, r, abi.CreateRequest{Type: typ})
-			err := r.Send(ctx, s.SessionID, []byte("x"))
+			before, err := r.LastSeq(ctx, s.SessionID)
+			mustOK(t, err)
+			req := live.SendRequest{Data: []byte("x"), Mode: "followup", Origin: abi.Origin{Kind: abi.OriginConsole}}
+			res, err := r.Send(ctx, s.SessionID, req)
 			if caps.Send {
 				mustOK(t, err)
+				// What the kind reported comes back, the registry's afterSeq with it, and the
+				// request reaches the instance whole.
+				want := live.SendResult{AfterSeq: before}
+				if typ == abi.TypeAIChat {
+					want.MessageID = "fake-1"
+				}
+				if res != want {
+					t.Errorf("send result %+v, want %+v", res, want)
+				}
+				if got := kinds[typ].Probe(t, s.SessionID).Requests(); len(got) != 1 || got[0].Mode != req.Mode || got[0].Origin != req.Origin || string(got[0].Data) != "x" {
+					t.Errorf("the instance got %+v, want one %+v", got, req)
+				}
 			} else {
 				WantCode(t, err, abi.CodeCapabilityUnsupported)
 				if got := kinds[typ].Probe(t, s.SessionID).Sends(); len(got) != 0 {
@@ -470,7 +485,7 @@ func testUnknownID(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 	ops := map[string]func() error{
 		"get":           func() error { _, err := r.Get(ctx, id); return err },
 		"check":         func() error { return r.Check(ctx, id) },
-		"send":          func() error { return r.Send(ctx, id, []byte("x")) },
+		"send":          func() error { return Send(ctx, r, id, []byte("x")) },
 		"interrupt":     func() error { return control(r, id, abi.CommandInterrupt) },
 		"control close": func() error { return control(r, id, abi.CommandClose) },
 		"close":         func() error { _, err := r.Close(ctx, id, abi.CloseRequested); return err },
@@ -496,7 +511,7 @@ func testExpiryLazy(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 		name string
 		use  func(r Backend, id string) error
 	}{
-		{"send", func(r Backend, id string) error { return r.Send(context.Background(), id, []byte("x")) }},
+		{"send", func(r Backend, id string) error { return Send(context.Background(), r, id, []byte("x")) }},
 		{"interrupt", func(r Backend, id string) error { return control(r, id, abi.CommandInterrupt) }},
 		{"pause", func(r Backend, id string) error { return control(r, id, abi.CommandPause) }},
 		{"close", func(r Backend, id string) error {
@@ -528,7 +543,7 @@ func testExpiryLazy(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 				t.Error("SESSION_EXPIRED must not be retriable")
 			}
 			// Stays expired on every later use; the backend was stopped once.
-			WantCode(t, r.Send(context.Background(), s.SessionID, []byte("x")), abi.CodeSessionExpired)
+			WantCode(t, Send(context.Background(), r, s.SessionID, []byte("x")), abi.CodeSessionExpired)
 			p := k.Probe(t, s.SessionID)
 			if p.Closes() != 1 || len(p.Sends()) != 0 || len(p.Controls()) != 0 {
 				t.Errorf("backend: closes=%d sends=%q controls=%v", p.Closes(), p.Sends(), p.Controls())
@@ -606,7 +621,7 @@ func testIdleReaping(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 		{"untouched", live.Config{IdleTimeout: idle}, func(*testing.T, Backend, *FakeClock, Probe, string) time.Time { return T0 }},
 		{"send is activity", live.Config{IdleTimeout: idle}, func(t *testing.T, r Backend, clk *FakeClock, _ Probe, id string) time.Time {
 			at := clk.Advance(4 * time.Minute)
-			mustOK(t, r.Send(context.Background(), id, []byte("x")))
+			mustOK(t, Send(context.Background(), r, id, []byte("x")))
 			return at
 		}},
 		{"output is activity", live.Config{IdleTimeout: idle}, func(_ *testing.T, _ Backend, clk *FakeClock, p Probe, _ string) time.Time {

@@ -141,7 +141,7 @@ func testRestartAfterKill(t *testing.T, se *suiteEnv, newKind newKindFunc) {
 		if !tl[1].Time.Equal(restartAt) {
 			t.Errorf("%s: close stamped %v, want the restart's %v", id, tl[1].Time, restartAt)
 		}
-		WantCode(t, r2.Send(ctx, id, []byte("x")), abi.CodeSessionClosed)
+		WantCode(t, Send(ctx, r2, id, []byte("x")), abi.CodeSessionClosed)
 		WantCode(t, control(r2, id, abi.CommandInterrupt), abi.CodeSessionClosed)
 	}
 	// Watchers and pollers of a restored session: it is finished.
