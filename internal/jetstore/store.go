@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,15 +169,35 @@ func (s *Store) Beat(ctx context.Context, at time.Time) error {
 	return nil
 }
 
+// keys are the keys of bucket (deleted ones too: a Get tells), from its stream's leader (the
+// stream's subjects), not from ListKeys: that reads through an ephemeral consumer, which on a
+// replicated bucket may sit on a follower that has not yet seen a write this node made (an R3
+// List missed a record just put).
+func (s *Store) keys(ctx context.Context, bucket string) ([]string, error) {
+	st, err := s.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		out = append(out, strings.TrimPrefix(subj, prefix))
+	}
+	return out, nil
+}
+
 // Beats implements live.Liveness: every node's last heartbeat.
 func (s *Store) Beats(ctx context.Context) (map[string]time.Time, error) {
-	keys, err := s.nodes.ListKeys(ctx)
+	keys, err := s.keys(ctx, s.nodes.Bucket())
 	if err != nil {
 		return nil, fmt.Errorf("list node heartbeats: %w", err)
 	}
-	defer func() { _ = keys.Stop() }()
 	out := map[string]time.Time{}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := s.nodes.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
@@ -289,14 +310,13 @@ func (s *Store) List(ctx context.Context) ([]live.Record, error) {
 
 // list returns every record, with the node that wrote each.
 func (s *Store) list(ctx context.Context) ([]live.Record, map[string]string, error) {
-	keys, err := s.kv.ListKeys(ctx)
+	keys, err := s.keys(ctx, s.bucket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list session records: %w", err)
 	}
-	defer func() { _ = keys.Stop() }()
 	var out []live.Record
 	nodes := map[string]string{}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := s.kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // deleted since it was listed

@@ -26,7 +26,10 @@ type EventLog interface {
 	// implementation that persists must have handed them to the operating system by then, or
 	// write them before its next Read or LastSeq answers (a process kill loses nothing a reader
 	// saw). An error means the events were not stored, except one that wraps ErrNotDurable:
-	// then they are stored (and numbered) in memory but will not survive a restart.
+	// then they are stored (and numbered) in memory but will not survive a restart. A log on a
+	// replicated stream may acknowledge asynchronously (jetstore): readers are shown only what
+	// the stream confirmed, and numbers it handed out that the stream then refused come back
+	// from the next Append as an error naming them (jetstore.NotStoredError).
 	Append(ctx context.Context, events ...*Event) (Appended, error)
 	// Read returns up to limit events (0: every one it holds) after sequence number after,
 	// and the range between after and the first of them that it no longer holds.
