@@ -173,15 +173,31 @@ func (s *Store) Beat(ctx context.Context, at time.Time) error {
 // stream's subjects), not from ListKeys: that reads through an ephemeral consumer, which on a
 // replicated bucket may sit on a follower that has not yet seen a write this node made (an R3
 // List missed a record just put).
-func (s *Store) keys(ctx context.Context, bucket string) ([]string, error) {
+//
+// With atLeast > 0 it waits until the leader holds the bucket's sequence atLeast: a leader
+// elected a moment ago may answer before it has applied every write the old one acknowledged,
+// and this node has seen writes up to there (its own, or the watcher's): a List after an
+// update read the record as it was before (TestContracts/R3/StateStore/Watch, under load).
+func (s *Store) keys(ctx context.Context, bucket string, atLeast uint64) ([]string, error) {
 	st, err := s.js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return nil, err
 	}
 	prefix := "$KV." + bucket + "."
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
-	if err != nil {
-		return nil, err
+	var info *jetstream.StreamInfo
+	for {
+		info, err = st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+		if err != nil {
+			return nil, err
+		}
+		if info.State.LastSeq >= atLeast {
+			break
+		}
+		select { // the leader catches up on its own; nothing here is told when
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	out := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
@@ -192,7 +208,7 @@ func (s *Store) keys(ctx context.Context, bucket string) ([]string, error) {
 
 // Beats implements live.Liveness: every node's last heartbeat.
 func (s *Store) Beats(ctx context.Context) (map[string]time.Time, error) {
-	keys, err := s.keys(ctx, s.nodes.Bucket())
+	keys, err := s.keys(ctx, s.nodes.Bucket(), 0)
 	if err != nil {
 		return nil, fmt.Errorf("list node heartbeats: %w", err)
 	}
@@ -310,7 +326,13 @@ func (s *Store) List(ctx context.Context) ([]live.Record, error) {
 
 // list returns every record, with the node that wrote each.
 func (s *Store) list(ctx context.Context) ([]live.Record, map[string]string, error) {
-	keys, err := s.keys(ctx, s.bucket)
+	s.mu.Lock()
+	var seen uint64 // the bucket's last sequence this node has seen
+	if s.version > 0 {
+		seen = s.version - 1
+	}
+	s.mu.Unlock()
+	keys, err := s.keys(ctx, s.bucket, seen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list session records: %w", err)
 	}
