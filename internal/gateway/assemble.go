@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
@@ -35,6 +37,7 @@ import (
 	"github.com/nexus-run/nexus/internal/roadmap"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/trigger"
+	"github.com/nexus-run/nexus/internal/triggerkv"
 )
 
 // Config is everything a gateway daemon is made of, as plain values: what `nexus serve` parses
@@ -324,12 +327,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 			node, cfg.Cluster = c.Node, &c
 		}
 		if store == nil && cfg.Cluster != nil {
-			st, stop, err := openCluster(ctx, cfg)
+			st, nc, stop, err := openCluster(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}
 			d.stopLast = append(d.stopLast, stop)
 			store = st
+			if o.Triggers != nil {
+				// The cluster's jobs and hooks, shared by every node, and each firing claimed
+				// by one node (docs/cluster.md); state/triggers/triggers.db is not read.
+				tk, err := triggerkv.Open(ctx, nc, triggerkv.Options{Cluster: cfg.Cluster.Name, Replicas: cfg.Cluster.Replicas, Now: cfg.Now})
+				if err != nil {
+					_ = st.Close()
+					return nil, fmt.Errorf("cluster triggers: %w", err)
+				}
+				o.Triggers.Store, o.Triggers.Claims = tk, tk
+			}
 		}
 		if store == nil {
 			// Sessions and their events live in state/live, so the next gateway still answers
@@ -417,7 +430,7 @@ type ClusterConfig struct {
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the
 // JetStream store; stop releases all of it once the registry has closed the store.
-func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Context), error) {
+func openCluster(ctx context.Context, cfg Config) (*jetstore.Store, *nats.Conn, func(context.Context), error) {
 	c := *cfg.Cluster // its Node is set
 	var stops []func()
 	stop := func(context.Context) {
@@ -429,14 +442,14 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 	if c.Embedded {
 		var err error
 		if token, err = natsToken(filepath.Join(cfg.StateDir, "nats")); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		srv, err := jetstore.StartEmbedded(ctx, jetstore.EmbeddedOptions{
 			Name: c.Node, Dir: filepath.Join(cfg.StateDir, "nats"), Listen: c.Listen,
 			Cluster: c.Name, ClusterListen: c.ClusterListen, Routes: c.Routes, Token: token,
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		stops = append(stops, func() { srv.Shutdown(); srv.WaitForShutdown() })
 		c.URLs = append([]string{srv.ClientURL()}, c.URLs...)
@@ -444,20 +457,20 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 	}
 	if len(c.URLs) == 0 {
 		stop(ctx)
-		return nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
+		return nil, nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
 	}
 	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: c.URLs, Creds: c.Creds, NKey: c.NKey, CA: c.CA, Name: c.Node, Token: token})
 	if err != nil {
 		stop(ctx)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stops = append(stops, nc.Close)
 	st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: c.Name, Node: c.Node, Replicas: c.Replicas, Logger: cfg.Logger})
 	if err != nil {
 		stop(ctx)
-		return nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
+		return nil, nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
 	}
-	return st, stop, nil
+	return st, nc, stop, nil
 }
 
 // NATSTokenFile (in state/nats) holds the embedded nats-server's client token: its client port

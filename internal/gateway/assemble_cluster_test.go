@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/testkit"
+	"github.com/nexus-run/nexus/internal/triggerkv"
 )
 
 // TestAssembleClusterUnreachable: a node whose NATS cannot be reached fails to start, naming
@@ -91,5 +92,41 @@ func TestAssembleClusterEmbedded(t *testing.T) {
 	ev, err := b.d.Registry.Read(ctx, s.SessionID, 0, 0, 0)
 	if err != nil || len(ev.Events) == 0 {
 		t.Fatalf("restored events: %d, %v", len(ev.Events), err)
+	}
+}
+
+// TestAssembleClusterTriggers: a cluster node keeps its cron jobs in the cluster's trigger
+// bucket (every node sees them; state/triggers/triggers.db is not read), and its firings are
+// claimed in the cluster's firings bucket.
+func TestAssembleClusterTriggers(t *testing.T) {
+	state := testkit.ShortTempDir(t)
+	addr := testkit.FreeAddr(t)
+	a := runAssembled(t, gateway.Config{
+		StateDir: state, IdleTimeout: -1, Types: []abi.SessionType{abi.TypeAIChat},
+		Cluster: &gateway.ClusterConfig{Embedded: true, Node: "n1", Name: "trig", Listen: addr},
+	})
+	ctx := testCtx(t)
+	if _, err := a.cl.CronAdd(ctx, abi.CronJob{ID: "nightly", Schedule: "0 3 * * *", Message: "check the build"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join(state, "nats", gateway.NATSTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+addr, nats.Token(string(tok)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	other, err := triggerkv.Open(ctx, nc, triggerkv.Options{Cluster: "trig"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := other.Jobs(ctx)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "nightly" {
+		t.Fatalf("the cluster's jobs, read by another node: %+v %v", jobs, err)
+	}
+	if won, err := other.Claim(ctx, "cron_nightly_1"); err != nil || !won {
+		t.Fatalf("the firings bucket: %v %v", won, err)
 	}
 }
