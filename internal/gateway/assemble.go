@@ -30,6 +30,7 @@ import (
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/placement"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/project"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -155,6 +156,11 @@ func Assemble(ctx context.Context, cfg Config) (d *Daemon, err error) {
 	}
 	if cfg.Console && cfg.Listen == "" {
 		return nil, errors.New("the web console is served on the TCP listener: it needs Listen")
+	}
+	if cfg.Cluster != nil {
+		if err := placement.CheckPolicy(cfg.Cluster.Placement); err != nil {
+			return nil, err
+		}
 	}
 	if err := fsutil.MkdirPrivate(cfg.StateDir); err != nil {
 		return nil, err
@@ -326,6 +332,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			node, cfg.Cluster = c.Node, &c
 		}
+		var place placement.Config // a gateway alone refuses a create that names another node
 		if store == nil && cfg.Cluster != nil {
 			st, nc, stop, err := openCluster(ctx, cfg)
 			if err != nil {
@@ -333,6 +340,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			d.stopLast = append(d.stopLast, stop)
 			store = st
+			name := cfg.Cluster.Name
+			if name == "" {
+				name = "nexus" // jetstore's default
+			}
+			place = placement.Config{Conn: nc, Cluster: name, Node: node, Loads: st,
+				Policy: cfg.Cluster.Placement, NodeLost: nodeLost, Now: cfg.Now}
 			if o.Triggers != nil {
 				// The cluster's jobs and hooks, shared by every node, and each firing claimed
 				// by one node (docs/cluster.md); state/triggers/triggers.db is not read.
@@ -362,6 +375,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return nil, err
 		}
 		d.Registry = reg
+		// A create goes where the placement says: here, or forwarded to the node chosen,
+		// which answers the creates forwarded to it (docs/cluster.md).
+		placed, err := placement.New(reg, place)
+		if err != nil {
+			_ = reg.Shutdown(ctx)
+			return nil, err
+		}
+		if place.Conn != nil {
+			stop, err := placement.ServeCreates(ctx, place.Conn, place.Cluster, node, reg, cfg.Logger)
+			if err != nil {
+				_ = reg.Shutdown(ctx)
+				return nil, err
+			}
+			d.stopFirst = append(d.stopFirst, func(context.Context) { stop() })
+		}
 		if d.AIChat != nil {
 			d.AIChat.Sessions = reg // subagents are sessions of this registry
 			// What a stopped gateway left queued is delivered without waiting for someone
@@ -371,7 +399,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if o.Triggers != nil {
 			go o.Triggers.Run(ctx)
 		}
-		return reg, nil
+		return placed, nil
 	}
 	if cfg.Ready != nil {
 		o.Ready = func(in Info) { cfg.Ready(in, o.Console) }
@@ -426,6 +454,9 @@ type ClusterConfig struct {
 	// NodeLost is how long a node may miss its heartbeats before the others mark its
 	// sessions node-lost (default live.DefaultNodeLost).
 	NodeLost time.Duration
+	// Placement is where a create that names no node is created: placement.Local (or "",
+	// this node) or placement.LeastSessions.
+	Placement string
 }
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the
