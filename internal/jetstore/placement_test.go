@@ -1,6 +1,7 @@
 package jetstore_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/jetstore"
+	"github.com/nexus-run/nexus/internal/live"
 )
 
 // TestLoads: a node's heartbeat carries its count of live sessions (those whose record it
@@ -85,5 +87,22 @@ func TestLoads(t *testing.T) {
 	beats, err := a.Beats(ctx)
 	if err != nil || len(beats) != 3 || !beats["a"].Equal(at.Add(2*time.Second)) {
 		t.Fatalf("beats %v %v", beats, err)
+	}
+}
+
+// TestManyLogs: more session logs open at once than nats-server's default of 1,000
+// consumers per stream (each follows its subject with an ordered consumer); the 1,001st was
+// refused with "maximum consumers limit reached" before the embedded server lifted it.
+func TestManyLogs(t *testing.T) {
+	c := startCluster(t)
+	ctx := testCtx(t)
+	st := c.open(t, jetstore.Options{Cluster: clusterName(), Node: "a"})
+	const n = 1100
+	for i := range n {
+		l, err := st.OpenLog(ctx, fmt.Sprint("s", i), live.LogLimits{})
+		if err != nil {
+			t.Fatalf("log %d of %d: %v", i+1, n, err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
 	}
 }
