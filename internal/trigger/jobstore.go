@@ -44,6 +44,14 @@ type JobStore interface {
 
 var _ JobStore = (*Store)(nil)
 
+// JobWatcher is a JobStore whose jobs other writers change (a cluster's, where a job is added
+// through any node): WatchJobs returns once it watches, then calls changed after each change
+// to a job, from its own goroutine, until ctx ends. A Service's Run looks at the jobs again
+// then, as Wake does for the jobs added through it.
+type JobWatcher interface {
+	WatchJobs(ctx context.Context, changed func()) error
+}
+
 // Claimer decides which node of a cluster delivers a job's firing: Claim answers true to
 // exactly one caller per firing id, whichever node calls and however many at once. A
 // Service without one (a single node) delivers every firing it finds due.

@@ -81,6 +81,14 @@ func (s *Service) Wake() {
 // Run fires the jobs at their times until ctx ends, beginning with the runs a stopped
 // gateway missed.
 func (s *Service) Run(ctx context.Context) {
+	if w, ok := s.Store.(JobWatcher); ok {
+		// A job added through another node is looked at now, not when this node's timer,
+		// set for the jobs it knew, runs out (up to an hour). Watching before the first look,
+		// no job falls between the two.
+		if err := w.WatchJobs(ctx, s.Wake); err != nil {
+			s.logger().Warn("triggers: watch the jobs", "err", err)
+		}
+	}
 	for {
 		next, err := s.Tick(ctx, s.now())
 		if err != nil {

@@ -54,8 +54,9 @@ type Store struct {
 }
 
 var (
-	_ trigger.JobStore = (*Store)(nil)
-	_ trigger.Claimer  = (*Store)(nil)
+	_ trigger.JobStore   = (*Store)(nil)
+	_ trigger.Claimer    = (*Store)(nil)
+	_ trigger.JobWatcher = (*Store)(nil)
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -271,6 +272,32 @@ func (s *Store) job(ctx context.Context, id string) (trigger.Job, uint64, error)
 
 // validID says id can be a key token (an id that cannot names nothing stored).
 func validID(id string) bool { return id != "" && nameRE.MatchString(id) }
+
+// WatchJobs implements trigger.JobWatcher: the bucket's watcher on the jobs' keys, every
+// node's writes (runs recorded included: a wake finds nothing due and sleeps again).
+func (s *Store) WatchJobs(ctx context.Context, changed func()) error {
+	w, err := s.defs.Watch(ctx, "job.>", jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	if err != nil {
+		return fmt.Errorf("triggers: watch the jobs: %w", err)
+	}
+	go func() {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil {
+					changed()
+				}
+			}
+		}
+	}()
+	return nil
+}
 
 // RemoveJob implements trigger.JobStore.
 func (s *Store) RemoveJob(ctx context.Context, id string) error {

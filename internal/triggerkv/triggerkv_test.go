@@ -244,3 +244,51 @@ func TestFiresOnce(t *testing.T) {
 		t.Fatalf("the heartbeat's record after 4 firings: %+v %v", hb, err)
 	}
 }
+
+// looks counts the times a scheduler read the jobs.
+type looks struct {
+	*triggerkv.Store
+	n atomic.Int64
+}
+
+func (l *looks) Jobs(ctx context.Context) ([]trigger.Job, error) {
+	defer l.n.Add(1)
+	return l.Store.Jobs(ctx)
+}
+
+// TestRunSeesOtherNodesJobs: a node's scheduler, asleep with no job (it would look again in
+// an hour), fires a job added through another node once it is due: the bucket's watcher wakes
+// it. B's clock is a minute ahead of A's, so the job A adds is due at B's first look.
+func TestRunSeesOtherNodesJobs(t *testing.T) {
+	servers := startCluster(t)
+	t0 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	a := &clock{t: t0}
+	b := &clock{t: t0.Add(61 * time.Second)}
+	name := clusterName()
+	open := func(i int, now func() time.Time) *triggerkv.Store {
+		st, err := triggerkv.Open(testCtx(t), connect(t, servers, i), triggerkv.Options{Cluster: name, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	sa, sb := open(0, a.now), open(1, b.now)
+	got := &deliveries{count: map[string]int{}, by: map[string][]int{}}
+	looked := &looks{Store: sb}
+	svcB := &trigger.Service{Store: looked, Claims: sb, Deliver: got.deliver(1), Now: b.now}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan struct{})
+	go func() { defer close(done); svcB.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testkit.Eventually(t, "B looked at its jobs (none) and went to sleep", func() bool { return looked.n.Load() > 0 })
+	svcA := &trigger.Service{Store: sa, Claims: sa, Deliver: got.deliver(0), Now: a.now}
+	if _, err := svcA.AddJob(testCtx(t), trigger.Job{ID: "pulse", EveryMs: time.Minute.Milliseconds(), Message: "m", TriggerTarget: trigger.Target{SessionKey: "agent:main:main"}}); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("heartbeat_pulse_%d", t0.Add(time.Minute).UnixMilli())
+	testkit.Eventually(t, "B delivers the job A added", func() bool {
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		return got.count[id] == 1
+	})
+}
