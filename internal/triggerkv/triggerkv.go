@@ -380,7 +380,7 @@ func (s *Store) AddHook(ctx context.Context, h trigger.Hook) (trigger.Hook, erro
 	if err != nil {
 		return trigger.Hook{}, err
 	}
-	b, err := json.Marshal(hookDoc{Hook: h, Secret: secret})
+	b, err := json.Marshal(hookDoc{Hook: h, Secret: secret}) //nolint:gosec // the bucket is where the secret is kept (as triggers.db's secret column); Hooks never answers it
 	if err != nil {
 		return trigger.Hook{}, fmt.Errorf("triggers: %w", err)
 	}
@@ -435,7 +435,7 @@ func (s *Store) HookCalled(ctx context.Context, id string) error {
 		}
 		d.Hook.LastCalledAt = s.now().UnixMilli()
 		d.Hook.Calls++
-		return json.Marshal(d)
+		return json.Marshal(d) //nolint:gosec // the stored secret, kept as it was
 	})
 	return err
 }
