@@ -16,6 +16,9 @@ type CreateRequest struct {
 	Ephemeral bool `json:"ephemeral,omitempty"`
 	// Options are type-specific creation options (terminal: shell, cols, rows, env).
 	Options json.RawMessage `json:"options,omitempty"`
+	// Node names the cluster node the session is created on (a gateway that is a node of a
+	// cluster; default: as the cluster's placement says). A nexus addition.
+	Node string `json:"node,omitempty"`
 }
 
 // TerminalOptions are the creation options of a terminal session.

@@ -18,6 +18,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/placement"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/trigger"
@@ -193,6 +194,7 @@ type clusterFlags struct {
 	replicas              int
 	node, name            string
 	nodeLost              time.Duration
+	placement             string
 }
 
 func (c *clusterFlags) bind(f *pflag.FlagSet) {
@@ -208,12 +210,13 @@ func (c *clusterFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&c.node, "node", "", "this node's name in the cluster (default the host name)")
 	f.DurationVar(&c.nodeLost, "node-lost", live.DefaultNodeLost, "how long a node may miss its heartbeats (one a second) before the others mark its sessions error, node-lost")
 	f.StringVar(&c.name, "cluster", "nexus", "the cluster's name: its subjects, stream and bucket are named after it, so clusters sharing a NATS never mix")
+	f.StringVar(&c.placement, "placement", placement.Local, "where a session whose create names no node is created: local (the node that got the request) or least-sessions (the live node with the fewest live sessions)")
 }
 
 // config returns the gateway's cluster settings; nil without --nats or --nats-embedded.
 func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) {
 	if len(c.urls) == 0 && !c.embedded {
-		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "node-lost", "cluster"} {
+		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "node-lost", "cluster", "placement"} {
 			if f.Changed(name) {
 				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--%s needs --nats or --nats-embedded", name)
 			}
@@ -230,13 +233,16 @@ func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) 
 			}
 		}
 	}
+	if err := placement.CheckPolicy(c.placement); err != nil {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--placement %q: want local or least-sessions", c.placement)
+	}
 	if len(c.routes) > 0 && c.clusterListen == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--nats-routes needs --nats-cluster-listen (the address the other servers route to)")
 	}
 	return &gateway.ClusterConfig{
 		Name: c.name, Node: c.node, URLs: c.urls, Creds: c.creds, NKey: c.nkey, CA: c.ca,
 		Embedded: c.embedded, Listen: c.listen, ClusterListen: c.clusterListen, Routes: c.routes,
-		Replicas: c.replicas, NodeLost: c.nodeLost,
+		Replicas: c.replicas, NodeLost: c.nodeLost, Placement: c.placement,
 	}, nil
 }
 

@@ -42,6 +42,7 @@ type openOptions struct {
 	cols, rows int
 	transport  string
 	ephemeral  bool
+	node       string
 }
 
 func (a *app) openFlags(cmd *cobra.Command, o *openOptions, full bool) {
@@ -58,6 +59,7 @@ func (a *app) openFlags(cmd *cobra.Command, o *openOptions, full bool) {
 	enumFlag(cmd, &o.transport, "transport", string(abi.TransportWebSocket), "how clients will stream it: websocket, polling or hybrid",
 		string(abi.TransportWebSocket), string(abi.TransportPolling), string(abi.TransportHybrid))
 	f.BoolVar(&o.ephemeral, "ephemeral", false, "the session lives only as long as this command")
+	f.StringVar(&o.node, "node", "", "in a cluster: the node to open the terminal on (default: as the cluster's --placement says)")
 }
 
 func (a *app) openTerminal(ctx context.Context, o openOptions) (abi.Session, error) {
@@ -81,6 +83,7 @@ func (a *app) openTerminal(ctx context.Context, o openOptions) (abi.Session, err
 		TTLSeconds: int64(math.Ceil(o.ttl.Seconds())),
 		Ephemeral:  o.ephemeral,
 		Options:    opts,
+		Node:       o.node,
 	}
 	s, err := a.client().Create(ctx, req)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
@@ -28,6 +30,7 @@ import (
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/placement"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/project"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -35,6 +38,7 @@ import (
 	"github.com/nexus-run/nexus/internal/roadmap"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/trigger"
+	"github.com/nexus-run/nexus/internal/triggerkv"
 )
 
 // Config is everything a gateway daemon is made of, as plain values: what `nexus serve` parses
@@ -152,6 +156,11 @@ func Assemble(ctx context.Context, cfg Config) (d *Daemon, err error) {
 	}
 	if cfg.Console && cfg.Listen == "" {
 		return nil, errors.New("the web console is served on the TCP listener: it needs Listen")
+	}
+	if cfg.Cluster != nil {
+		if err := placement.CheckPolicy(cfg.Cluster.Placement); err != nil {
+			return nil, err
+		}
 	}
 	if err := fsutil.MkdirPrivate(cfg.StateDir); err != nil {
 		return nil, err
@@ -323,13 +332,30 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			node, cfg.Cluster = c.Node, &c
 		}
+		var place placement.Config // a gateway alone refuses a create that names another node
 		if store == nil && cfg.Cluster != nil {
-			st, stop, err := openCluster(ctx, cfg)
+			st, nc, stop, err := openCluster(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}
 			d.stopLast = append(d.stopLast, stop)
 			store = st
+			name := cfg.Cluster.Name
+			if name == "" {
+				name = "nexus" // jetstore's default
+			}
+			place = placement.Config{Conn: nc, Cluster: name, Node: node, Loads: st,
+				Policy: cfg.Cluster.Placement, NodeLost: nodeLost, Now: cfg.Now}
+			if o.Triggers != nil {
+				// The cluster's jobs and hooks, shared by every node, and each firing claimed
+				// by one node (docs/cluster.md); state/triggers/triggers.db is not read.
+				tk, err := triggerkv.Open(ctx, nc, triggerkv.Options{Cluster: cfg.Cluster.Name, Replicas: cfg.Cluster.Replicas, Now: cfg.Now})
+				if err != nil {
+					_ = st.Close()
+					return nil, fmt.Errorf("cluster triggers: %w", err)
+				}
+				o.Triggers.Store, o.Triggers.Claims = tk, tk
+			}
 		}
 		if store == nil {
 			// Sessions and their events live in state/live, so the next gateway still answers
@@ -349,6 +375,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return nil, err
 		}
 		d.Registry = reg
+		// A create goes where the placement says: here, or forwarded to the node chosen,
+		// which answers the creates forwarded to it (docs/cluster.md).
+		placed, err := placement.New(reg, place)
+		if err != nil {
+			_ = reg.Shutdown(ctx)
+			return nil, err
+		}
+		if place.Conn != nil {
+			stop, err := placement.ServeCreates(ctx, place.Conn, place.Cluster, node, reg, cfg.Logger)
+			if err != nil {
+				_ = reg.Shutdown(ctx)
+				return nil, err
+			}
+			d.stopFirst = append(d.stopFirst, func(context.Context) { stop() })
+		}
 		if d.AIChat != nil {
 			d.AIChat.Sessions = reg // subagents are sessions of this registry
 			// What a stopped gateway left queued is delivered without waiting for someone
@@ -358,7 +399,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if o.Triggers != nil {
 			go o.Triggers.Run(ctx)
 		}
-		return reg, nil
+		return placed, nil
 	}
 	if cfg.Ready != nil {
 		o.Ready = func(in Info) { cfg.Ready(in, o.Console) }
@@ -413,11 +454,14 @@ type ClusterConfig struct {
 	// NodeLost is how long a node may miss its heartbeats before the others mark its
 	// sessions node-lost (default live.DefaultNodeLost).
 	NodeLost time.Duration
+	// Placement is where a create that names no node is created: placement.Local (or "",
+	// this node) or placement.LeastSessions.
+	Placement string
 }
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the
 // JetStream store; stop releases all of it once the registry has closed the store.
-func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Context), error) {
+func openCluster(ctx context.Context, cfg Config) (*jetstore.Store, *nats.Conn, func(context.Context), error) {
 	c := *cfg.Cluster // its Node is set
 	var stops []func()
 	stop := func(context.Context) {
@@ -429,14 +473,14 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 	if c.Embedded {
 		var err error
 		if token, err = natsToken(filepath.Join(cfg.StateDir, "nats")); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		srv, err := jetstore.StartEmbedded(ctx, jetstore.EmbeddedOptions{
 			Name: c.Node, Dir: filepath.Join(cfg.StateDir, "nats"), Listen: c.Listen,
 			Cluster: c.Name, ClusterListen: c.ClusterListen, Routes: c.Routes, Token: token,
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		stops = append(stops, func() { srv.Shutdown(); srv.WaitForShutdown() })
 		c.URLs = append([]string{srv.ClientURL()}, c.URLs...)
@@ -444,20 +488,20 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 	}
 	if len(c.URLs) == 0 {
 		stop(ctx)
-		return nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
+		return nil, nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
 	}
 	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: c.URLs, Creds: c.Creds, NKey: c.NKey, CA: c.CA, Name: c.Node, Token: token})
 	if err != nil {
 		stop(ctx)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stops = append(stops, nc.Close)
 	st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: c.Name, Node: c.Node, Replicas: c.Replicas, Logger: cfg.Logger})
 	if err != nil {
 		stop(ctx)
-		return nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
+		return nil, nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
 	}
-	return st, stop, nil
+	return st, nc, stop, nil
 }
 
 // NATSTokenFile (in state/nats) holds the embedded nats-server's client token: its client port

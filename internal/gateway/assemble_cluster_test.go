@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/testkit"
+	"github.com/nexus-run/nexus/internal/triggerkv"
 )
 
 // TestAssembleClusterUnreachable: a node whose NATS cannot be reached fails to start, naming
@@ -91,5 +92,89 @@ func TestAssembleClusterEmbedded(t *testing.T) {
 	ev, err := b.d.Registry.Read(ctx, s.SessionID, 0, 0, 0)
 	if err != nil || len(ev.Events) == 0 {
 		t.Fatalf("restored events: %d, %v", len(ev.Events), err)
+	}
+}
+
+// TestAssembleClusterTriggers: a cluster node keeps its cron jobs in the cluster's trigger
+// bucket (every node sees them; state/triggers/triggers.db is not read), and its firings are
+// claimed in the cluster's firings bucket.
+func TestAssembleClusterTriggers(t *testing.T) {
+	state := testkit.ShortTempDir(t)
+	addr := testkit.FreeAddr(t)
+	a := runAssembled(t, gateway.Config{
+		StateDir: state, IdleTimeout: -1, Types: []abi.SessionType{abi.TypeAIChat},
+		Cluster: &gateway.ClusterConfig{Embedded: true, Node: "n1", Name: "trig", Listen: addr},
+	})
+	ctx := testCtx(t)
+	if _, err := a.cl.CronAdd(ctx, abi.CronJob{ID: "nightly", Schedule: "0 3 * * *", Message: "check the build"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join(state, "nats", gateway.NATSTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+addr, nats.Token(string(tok)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	other, err := triggerkv.Open(ctx, nc, triggerkv.Options{Cluster: "trig"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := other.Jobs(ctx)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "nightly" {
+		t.Fatalf("the cluster's jobs, read by another node: %+v %v", jobs, err)
+	}
+	if won, err := other.Claim(ctx, "cron_nightly_1"); err != nil || !won {
+		t.Fatalf("the firings bucket: %v %v", won, err)
+	}
+}
+
+// TestAssembleClusterPlacement: two nodes on one NATS (b on a's embedded server): a create on
+// a that names b is created on b, answered by b through a; one that names no node stays on a;
+// one naming a node the cluster does not have is INVALID_ARGUMENT.
+func TestAssembleClusterPlacement(t *testing.T) {
+	work := t.TempDir()
+	projects := func(string) (string, error) { return work, nil }
+	addr := testkit.FreeAddr(t)
+	stateA := testkit.ShortTempDir(t)
+	a := runAssembled(t, gateway.Config{
+		StateDir: stateA, Shell: "sh", IdleTimeout: -1, Types: []abi.SessionType{abi.TypeTerminal}, Projects: projects,
+		Cluster: &gateway.ClusterConfig{Embedded: true, Node: "a", Name: "pl", Listen: addr},
+	})
+	tok, err := os.ReadFile(filepath.Join(stateA, "nats", gateway.NATSTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := runAssembled(t, gateway.Config{
+		StateDir: testkit.ShortTempDir(t), Shell: "sh", IdleTimeout: -1, Types: []abi.SessionType{abi.TypeTerminal}, Projects: projects,
+		Cluster: &gateway.ClusterConfig{URLs: []string{"nats://" + string(tok) + "@" + addr}, Node: "b", Name: "pl"},
+	})
+	ctx := testCtx(t)
+	req := abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ProjectID: "p"}}
+	onB := req
+	onB.Node = "b"
+	// b's heartbeat (its first sweep) is what makes it known to a.
+	var s abi.Session
+	testkit.Eventually(t, "a create on a naming b", func() bool {
+		s, err = a.cl.Create(ctx, onB)
+		return err == nil
+	})
+	if s.Node != "b" {
+		t.Fatalf("created on %q, want b: %+v", s.Node, s)
+	}
+	if got, err := b.d.Registry.Get(ctx, s.SessionID); err != nil || got.Node != "b" || got.Status != abi.StatusActive {
+		t.Fatalf("b's own session: %+v %v", got, err)
+	}
+	if s, err := a.cl.Create(ctx, req); err != nil || s.Node != "a" {
+		t.Fatalf("a create naming no node: %+v %v", s, err)
+	}
+	nowhere := req
+	nowhere.Node = "nowhere"
+	_, err = a.cl.Create(ctx, nowhere)
+	var ae *abi.Error
+	if !errors.As(err, &ae) || ae.Code != abi.CodeInvalidArgument {
+		t.Fatalf("a create naming no node of the cluster: %v", err)
 	}
 }

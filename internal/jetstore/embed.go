@@ -43,6 +43,11 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*server.Server, erro
 		ServerName: o.Name, Host: host, Port: port, JetStream: true, StoreDir: o.Dir,
 		NoSigs: true, NoLog: true, MaxPayload: 1 << 20, Authorization: o.Token,
 	}
+	// Every open session log follows its subject with an ordered consumer on the one events
+	// stream: nats-server 2.15's default of 1,000 consumers per stream refused the 1,001st
+	// (TestManyLogs). Unlimited here; an external deployment sets default_max_consumers: -1
+	// (docs/cluster.md, capacity).
+	opts.JetStreamLimits.DefaultMaxConsumers = -1
 	if len(o.Routes) > 0 || o.ClusterListen != "" {
 		ch, cp, err := hostPort(o.ClusterListen, "127.0.0.1", -1)
 		if err != nil {

@@ -56,6 +56,7 @@ type Store struct {
 	changes chan struct{}
 	stop    context.CancelFunc
 	done    chan struct{}
+	own     owned // this node's live sessions, counted in its heartbeat
 }
 
 var _ live.Store = (*Store)(nil)
@@ -161,9 +162,14 @@ func (s *Store) openNodes(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
-// Beat implements live.Liveness: this node's heartbeat, the time it was at.
+// Beat implements live.Liveness: this node's heartbeat, the time it was at and its count of
+// live sessions (placement.go).
 func (s *Store) Beat(ctx context.Context, at time.Time) error {
-	if _, err := s.nodes.Put(ctx, s.opt.Node, []byte(at.UTC().Format(time.RFC3339Nano))); err != nil {
+	b, err := s.encodeBeat(at)
+	if err != nil {
+		return fmt.Errorf("node %s: heartbeat: %w", s.opt.Node, err)
+	}
+	if _, err := s.nodes.Put(ctx, s.opt.Node, b); err != nil {
 		return fmt.Errorf("node %s: heartbeat: %w", s.opt.Node, err)
 	}
 	return nil
@@ -208,24 +214,13 @@ func (s *Store) keys(ctx context.Context, bucket string, atLeast uint64) ([]stri
 
 // Beats implements live.Liveness: every node's last heartbeat.
 func (s *Store) Beats(ctx context.Context) (map[string]time.Time, error) {
-	keys, err := s.keys(ctx, s.nodes.Bucket(), 0)
+	loads, err := s.Loads(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list node heartbeats: %w", err)
+		return nil, err
 	}
-	out := map[string]time.Time{}
-	for _, k := range keys {
-		e, err := s.nodes.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("node %s: read its heartbeat: %w", k, err)
-		}
-		at, err := time.Parse(time.RFC3339Nano, string(e.Value()))
-		if err != nil {
-			return nil, fmt.Errorf("node %s: heartbeat %q: %w", k, e.Value(), err)
-		}
-		out[k] = at
+	out := make(map[string]time.Time, len(loads))
+	for k, l := range loads {
+		out[k] = l.At
 	}
 	return out, nil
 }
@@ -386,6 +381,7 @@ func (s *Store) Put(ctx context.Context, rec abi.Session, revision uint64) (uint
 		return 0, fmt.Errorf("session %s: write its record: %w", rec.SessionID, err)
 	}
 	s.bump(rev + 1)
+	s.own.put(rec)
 	return rev, nil
 }
 
@@ -408,6 +404,7 @@ func (s *Store) Delete(ctx context.Context, id string, revision uint64) error {
 	if err != nil {
 		return fmt.Errorf("session %s: delete its record: %w", id, err)
 	}
+	s.own.drop(id)
 	return nil
 }
 
@@ -489,6 +486,7 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 	if err := st.Purge(ctx, jetstream.WithPurgeSubject(s.subject+"."+k)); err != nil {
 		return fmt.Errorf("session %s: forget its events: %w", id, err)
 	}
+	s.own.drop(id)
 	return nil
 }
 

@@ -35,10 +35,13 @@ type Deliver func(ctx context.Context, d Delivery) (messageID, key string, err e
 
 // Service fires the jobs of a store and answers its webhooks.
 type Service struct {
-	Store   *Store
+	Store   JobStore
 	Deliver Deliver
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// Claims, in a cluster, picks the one node that delivers each firing of a job; nil: this
+	// node delivers every firing it finds due.
+	Claims Claimer
+	Now    func() time.Time
+	Logger *slog.Logger
 	// MinInterval is the operator's floor: no job may fire more often (a heartbeat's
 	// interval, the shortest gap of a cron schedule); default DefaultMinInterval. It is the
 	// gateway's setting (nexus serve --min-trigger-interval), not the API's.
@@ -78,6 +81,14 @@ func (s *Service) Wake() {
 // Run fires the jobs at their times until ctx ends, beginning with the runs a stopped
 // gateway missed.
 func (s *Service) Run(ctx context.Context) {
+	if w, ok := s.Store.(JobWatcher); ok {
+		// A job added through another node is looked at now, not when this node's timer,
+		// set for the jobs it knew, runs out (up to an hour). Watching before the first look,
+		// no job falls between the two.
+		if err := w.WatchJobs(ctx, s.Wake); err != nil {
+			s.logger().Warn("triggers: watch the jobs", "err", err)
+		}
+	}
 	for {
 		next, err := s.Tick(ctx, s.now())
 		if err != nil {
@@ -231,12 +242,26 @@ const Grace = time.Minute
 func (s *Service) fire(ctx context.Context, j Job, at time.Time, missed int, onTime bool) error {
 	if !onTime && j.Missed == MissedSkip {
 		s.logger().Info("trigger skipped missed runs", "job", j.ID, "missed", missed)
-		return s.Store.recordRun(ctx, j.ID, at.UnixMilli(), false, "", fmt.Sprintf("skipped %d missed runs (policy skip)", missed))
+		return s.Store.RecordRun(ctx, j.ID, Run{At: at.UnixMilli(), Error: fmt.Sprintf("skipped %d missed runs (policy skip)", missed)})
 	}
 	if onTime && j.Missed == MissedSkip {
 		missed = 0 // skipped silently: this run is the schedule's, not a catch-up
 	}
 	id := fmt.Sprintf("%s_%s_%d", j.Kind, j.ID, at.UnixMilli())
+	if s.Claims != nil {
+		won, err := s.Claims.Claim(ctx, id)
+		if err != nil {
+			// Unclaimed, it is not delivered: another node may hold it, and a firing
+			// delivered twice is worse than one late (the next tick tries again).
+			return fmt.Errorf("claim firing %s: %w", id, err)
+		}
+		if !won {
+			// Another node delivers it; the job's schedule moves on here too, so that this
+			// firing is not found due again should that node stop before it records it.
+			s.logger().Debug("trigger fired elsewhere", "job", j.ID, "firing", id)
+			return s.Store.RecordRun(ctx, j.ID, Run{At: at.UnixMilli(), Elsewhere: true})
+		}
+	}
 	text := s.jobText(j, at, missed)
 	msgID, _, err := s.Deliver(ctx, Delivery{ID: id, Key: jobKey(j), Text: text, Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.TriggerTarget, Origin: jobOrigin(j)})
 	errText := ""
@@ -245,7 +270,7 @@ func (s *Service) fire(ctx context.Context, j Job, at time.Time, missed int, onT
 	}
 	// A failed delivery whose message is stored (no session could open) still counts as
 	// fired: the message waits in the queue for the conversation.
-	if rerr := s.Store.recordRun(ctx, j.ID, at.UnixMilli(), msgID != "", msgID, errText); rerr != nil {
+	if rerr := s.Store.RecordRun(ctx, j.ID, Run{At: at.UnixMilli(), Fired: msgID != "", MessageID: msgID, Error: errText}); rerr != nil {
 		return rerr
 	}
 	return err
@@ -261,7 +286,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (string, string, error)
 	msgID, key, err := s.Deliver(ctx, Delivery{ID: fmt.Sprintf("%s_%s_manual_%d", j.Kind, j.ID, now.UnixNano()), Key: jobKey(j),
 		Text: s.jobText(j, now, 0), Mode: j.Mode, From: j.Kind + ":" + j.ID, Target: j.TriggerTarget, Origin: jobOrigin(j)})
 	if msgID != "" {
-		if rerr := s.Store.recordRun(ctx, j.ID, 0, true, msgID, ""); rerr != nil && err == nil {
+		if rerr := s.Store.RecordRun(ctx, j.ID, Run{Fired: true, MessageID: msgID}); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -341,7 +366,7 @@ type hookBody struct {
 // CallHook authenticates a webhook request by its hook's secret (compared in constant time;
 // an unknown hook and a wrong secret get the same answer) and delivers its body.
 func (s *Service) CallHook(ctx context.Context, c HookCall) (HookResult, error) {
-	h, secret, ok, err := s.Store.hook(ctx, c.ID)
+	h, secret, ok, err := s.Store.Hook(ctx, c.ID)
 	if err != nil {
 		return HookResult{}, err
 	}
@@ -374,7 +399,7 @@ func (s *Service) CallHook(ctx context.Context, c HookCall) (HookResult, error) 
 	if sig != "" {
 		// Claimed before the delivery, so that two copies sent at once are not both taken;
 		// given back when nothing was delivered, so that the sender's retry works.
-		fresh, err := s.Store.claim(ctx, h.ID, sig, remember)
+		fresh, err := s.Store.ClaimSignature(ctx, h.ID, sig, remember)
 		if err != nil {
 			return HookResult{}, err
 		}
@@ -384,7 +409,7 @@ func (s *Service) CallHook(ctx context.Context, c HookCall) (HookResult, error) 
 	}
 	res, err := s.deliverHook(ctx, h, c)
 	if res.MessageID == "" && sig != "" {
-		if uerr := s.Store.unclaim(ctx, h.ID, sig); uerr != nil {
+		if uerr := s.Store.UnclaimSignature(ctx, h.ID, sig); uerr != nil {
 			s.logger().Warn("webhook", "hook", h.ID, "err", uerr)
 		}
 	}
@@ -426,7 +451,7 @@ func (s *Service) deliverHook(ctx context.Context, h Hook, c HookCall) (HookResu
 	if msgID == "" {
 		return HookResult{}, err
 	}
-	if rerr := s.Store.hookCalled(ctx, h); rerr != nil {
+	if rerr := s.Store.HookCalled(ctx, h.ID); rerr != nil {
 		s.logger().Warn("webhook", "hook", h.ID, "err", rerr)
 	}
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package trigger runs what starts a conversation's turn without anyone typing
 // (docs/triggers.md): cron jobs (a cron expression), heartbeats (every N minutes into a
-// session) and webhooks (POST /v1/hooks/{id} with the hook's own secret). They are stored in
-// state/triggers/triggers.db (SQLite, synchronous=FULL), fired by the gateway, and each firing
+// session) and webhooks (POST /v1/hooks/{id} with the hook's own secret). They are kept in a
+// JobStore: on one node state/triggers/triggers.db (SQLite, synchronous=FULL), in a cluster a
+// store every node shares (internal/triggerkv). They are fired by the gateway, and each firing
 // is a message with an id derived from its job and scheduled time, so a firing retried after a
 // crash is stored once. What a stopped gateway missed is handled by the job's missed-run policy.
 package trigger
@@ -137,9 +138,11 @@ func checkKey(key string) error {
 	return nil
 }
 
-// AddJob validates and stores a job; an empty id gets a generated one. floor is the shortest
-// interval between two firings the job may have (DefaultMinInterval when 0).
-func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, error) {
+// PrepareJob validates a job about to be stored at now, as every JobStore's AddJob does: an
+// empty id gets a generated one, its kind and defaults are set and its record of runs cleared.
+// floor is the shortest interval between two firings the job may have (DefaultMinInterval
+// when 0).
+func PrepareJob(j Job, floor time.Duration, now time.Time) (Job, error) {
 	if floor <= 0 {
 		floor = DefaultMinInterval
 	}
@@ -169,7 +172,7 @@ func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, er
 		if err != nil {
 			return Job{}, err
 		}
-		if gap, at, ok := shortestGap(sch, s.now(), floor); !ok {
+		if gap, at, ok := shortestGap(sch, now, floor); !ok {
 			return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a cron job must fire at least %s apart (the gateway's floor, nexus serve --min-trigger-interval); %q fires %s apart at %s",
 				floor, j.Schedule, gap, abi.FormatTime(at))
 		}
@@ -188,8 +191,17 @@ func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, er
 	if err := checkKey(jobKey(j)); err != nil { // a cron job's own conversation, from its agent
 		return Job{}, err
 	}
-	j.CreatedAt = s.now().UnixMilli()
+	j.CreatedAt = now.UnixMilli()
 	j.LastRunAt, j.LastFiredAt, j.LastMessageID, j.LastError, j.Runs, j.NextRunAt = 0, 0, "", "", 0, 0
+	return j, nil
+}
+
+// AddJob validates and stores a job (PrepareJob).
+func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, error) {
+	j, err := PrepareJob(j, floor, s.now())
+	if err != nil {
+		return Job{}, err
+	}
 	doc, err := json.Marshal(j)
 	if err != nil {
 		return Job{}, fmt.Errorf("triggers: %w", err)
@@ -199,7 +211,7 @@ func (s *Store) AddJob(ctx context.Context, j Job, floor time.Duration) (Job, er
 		return Job{}, fmt.Errorf("triggers: add job: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "a job %q exists: remove it first or choose another id", j.ID)
+		return Job{}, JobExists(j.ID)
 	}
 	return j, nil
 }
@@ -239,7 +251,7 @@ func (s *Store) Job(ctx context.Context, id string) (Job, error) {
 	var doc string
 	err := s.db.QueryRowContext(ctx, `SELECT doc FROM jobs WHERE id = ?`, id).Scan(&doc)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Job{}, abi.Errorf(abi.CodeInvalidArgument, "", "no job %q (nexus cron list)", id)
+		return Job{}, NoJob(id)
 	}
 	if err != nil {
 		return Job{}, fmt.Errorf("triggers: %w", err)
@@ -258,54 +270,81 @@ func (s *Store) RemoveJob(ctx context.Context, id string) error {
 		return fmt.Errorf("triggers: remove job: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return abi.Errorf(abi.CodeInvalidArgument, "", "no job %q (nexus cron list)", id)
+		return NoJob(id)
 	}
 	return nil
 }
 
-// recordRun stores the outcome of a job's run at the scheduled time at (fired or not).
-func (s *Store) recordRun(ctx context.Context, id string, at int64, fired bool, msgID, errText string) error {
-	j, err := s.Job(ctx, id)
-	if err != nil {
-		return err
-	}
-	if at > j.LastRunAt {
-		j.LastRunAt = at
-	}
-	if fired {
-		j.LastFiredAt = s.now().UnixMilli()
-		j.LastMessageID = msgID
-		j.Runs++
-	}
-	j.LastError = errText
-	doc, err := json.Marshal(j)
+// RecordRun stores the outcome of one of a job's runs. The job is read and written in one
+// transaction (begun immediate: it holds the write lock), so that runs recorded at once — the
+// scheduler's and nexus cron run's, or two gateways' on one file — are all counted.
+func (s *Store) RecordRun(ctx context.Context, id string, r Run) error {
+	return s.update(ctx, `SELECT doc FROM jobs WHERE id = ?`, `UPDATE jobs SET doc = ? WHERE id = ?`, id, func(doc []byte) ([]byte, error) {
+		var j Job
+		if err := json.Unmarshal(doc, &j); err != nil {
+			return nil, fmt.Errorf("triggers: job %s: %w", id, err)
+		}
+		return json.Marshal(r.Apply(j, s.now()))
+	}, NoJob(id))
+}
+
+// update rewrites the document that sel reads for id with change, in one transaction; none
+// is missing.
+func (s *Store) update(ctx context.Context, sel, upd, id string, change func([]byte) ([]byte, error), none error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("triggers: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, `UPDATE jobs SET doc = ? WHERE id = ?`, string(doc), id); err != nil {
-		return fmt.Errorf("triggers: record run: %w", err)
+	defer func() { _ = tx.Rollback() }()
+	var doc string
+	err = tx.QueryRowContext(ctx, sel, id).Scan(&doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return none
+	}
+	if err != nil {
+		return fmt.Errorf("triggers: %w", err)
+	}
+	b, err := change([]byte(doc))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, upd, string(b), id); err != nil {
+		return fmt.Errorf("triggers: update %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("triggers: update %s: %w", id, err)
 	}
 	return nil
 }
 
-// AddHook stores a webhook with a new secret, returned once in the answer's Secret.
-func (s *Store) AddHook(ctx context.Context, h Hook) (Hook, error) {
+// PrepareHook validates a hook about to be stored at now, as every JobStore's AddHook does,
+// and makes its secret: an empty id gets a generated one; the hook comes back without its
+// secret, its record of calls cleared.
+func PrepareHook(h Hook, now time.Time) (Hook, string, error) {
 	if h.ID != "" && !idPattern.MatchString(h.ID) {
-		return Hook{}, abi.Errorf(abi.CodeInvalidArgument, "", "hook id %q: use 1 to 64 of a-z, 0-9, - and _", h.ID)
+		return Hook{}, "", abi.Errorf(abi.CodeInvalidArgument, "", "hook id %q: use 1 to 64 of a-z, 0-9, - and _", h.ID)
 	}
 	if err := checkTarget(h.TriggerTarget); err != nil {
-		return Hook{}, err
+		return Hook{}, "", err
 	}
 	if _, err := chatstore.ParseDMScope(h.DMScope); err != nil {
-		return Hook{}, abi.Errorf(abi.CodeInvalidArgument, "", "--dm-scope: %v", err)
+		return Hook{}, "", abi.Errorf(abi.CodeInvalidArgument, "", "--dm-scope: %v", err)
 	}
 	if h.ID == "" {
 		h.ID = newID("")
 	}
 	var b [32]byte
 	_, _ = rand.Read(b[:])
-	secret := "whsec_" + hex.EncodeToString(b[:])
-	h.CreatedAt, h.LastCalledAt, h.Calls, h.Secret = s.now().UnixMilli(), 0, 0, ""
+	h.CreatedAt, h.LastCalledAt, h.Calls, h.Secret = now.UnixMilli(), 0, 0, ""
+	return h, "whsec_" + hex.EncodeToString(b[:]), nil
+}
+
+// AddHook stores a webhook with a new secret, returned once in the answer's Secret.
+func (s *Store) AddHook(ctx context.Context, h Hook) (Hook, error) {
+	h, secret, err := PrepareHook(h, s.now())
+	if err != nil {
+		return Hook{}, err
+	}
 	doc, err := json.Marshal(h) //nolint:gosec // Secret was just cleared: the secret has its own column, never the document
 	if err != nil {
 		return Hook{}, fmt.Errorf("triggers: %w", err)
@@ -315,7 +354,7 @@ func (s *Store) AddHook(ctx context.Context, h Hook) (Hook, error) {
 		return Hook{}, fmt.Errorf("triggers: add hook: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return Hook{}, abi.Errorf(abi.CodeInvalidArgument, "", "a hook %q exists: remove it first or choose another id", h.ID)
+		return Hook{}, HookExists(h.ID)
 	}
 	h.Secret = secret
 	return h, nil
@@ -326,8 +365,8 @@ func (s *Store) Hooks(ctx context.Context) ([]Hook, error) {
 	return listDocs[Hook](ctx, s.db, `SELECT doc FROM hooks ORDER BY id`, "hook")
 }
 
-// hook returns a hook with its secret; ok is false when there is none.
-func (s *Store) hook(ctx context.Context, id string) (Hook, string, bool, error) {
+// Hook returns a hook with its secret; ok is false when there is none.
+func (s *Store) Hook(ctx context.Context, id string) (Hook, string, bool, error) {
 	var doc, secret string
 	err := s.db.QueryRowContext(ctx, `SELECT doc, secret FROM hooks WHERE id = ?`, id).Scan(&doc, &secret)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -343,18 +382,18 @@ func (s *Store) hook(ctx context.Context, id string) (Hook, string, bool, error)
 	return h, secret, true, nil
 }
 
-func (s *Store) hookCalled(ctx context.Context, h Hook) error {
-	h.LastCalledAt = s.now().UnixMilli()
-	h.Calls++
-	h.Secret = ""
-	doc, err := json.Marshal(h) //nolint:gosec // Secret was just cleared: the secret has its own column, never the document
-	if err != nil {
-		return fmt.Errorf("triggers: %w", err)
-	}
-	if _, err := s.db.ExecContext(ctx, `UPDATE hooks SET doc = ? WHERE id = ?`, string(doc), h.ID); err != nil {
-		return fmt.Errorf("triggers: %w", err)
-	}
-	return nil
+// HookCalled counts a call of hook id (in one transaction, as RecordRun).
+func (s *Store) HookCalled(ctx context.Context, id string) error {
+	return s.update(ctx, `SELECT doc FROM hooks WHERE id = ?`, `UPDATE hooks SET doc = ? WHERE id = ?`, id, func(doc []byte) ([]byte, error) {
+		var h Hook
+		if err := json.Unmarshal(doc, &h); err != nil {
+			return nil, fmt.Errorf("triggers: hook %s: %w", id, err)
+		}
+		h.LastCalledAt = s.now().UnixMilli()
+		h.Calls++
+		h.Secret = ""
+		return json.Marshal(h) //nolint:gosec // Secret was just cleared: the secret has its own column, never the document
+	}, nil)
 }
 
 // RemoveHook deletes a hook: its secret stops working at once.
@@ -364,7 +403,7 @@ func (s *Store) RemoveHook(ctx context.Context, id string) error {
 		return fmt.Errorf("triggers: remove hook: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return abi.Errorf(abi.CodeInvalidArgument, "", "no hook %q (nexus hook list)", id)
+		return NoHook(id)
 	}
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM seen WHERE hook = ?`, id); err != nil {
 		return fmt.Errorf("triggers: remove hook: %w", err)
@@ -372,10 +411,10 @@ func (s *Store) RemoveHook(ctx context.Context, id string) error {
 	return nil
 }
 
-// claim records the signature sig of a call to hook until expires; false when it was
+// ClaimSignature records the signature sig of a call to hook until expires; false when it was
 // recorded already (the request is a replay). What has expired is dropped first, so the
 // table holds only what a replay could still use.
-func (s *Store) claim(ctx context.Context, hook, sig string, expires time.Time) (bool, error) {
+func (s *Store) ClaimSignature(ctx context.Context, hook, sig string, expires time.Time) (bool, error) {
 	now := s.now().UnixMilli()
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM seen WHERE expires <= ?`, now); err != nil {
 		return false, fmt.Errorf("triggers: %w", err)
@@ -391,8 +430,8 @@ func (s *Store) claim(ctx context.Context, hook, sig string, expires time.Time) 
 	return n == 1, nil
 }
 
-// unclaim forgets a signature whose call delivered nothing, so the sender's retry works.
-func (s *Store) unclaim(ctx context.Context, hook, sig string) error {
+// UnclaimSignature forgets a signature whose call delivered nothing, so the sender's retry works.
+func (s *Store) UnclaimSignature(ctx context.Context, hook, sig string) error {
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM seen WHERE hook = ? AND sig = ?`, hook, sig); err != nil {
 		return fmt.Errorf("triggers: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/trigger"
+	"github.com/nexus-run/nexus/internal/trigger/triggertest"
 )
 
 // clock is an injected clock.
@@ -421,5 +422,23 @@ func TestRunFiresOnTime(t *testing.T) {
 		}
 		cancel()
 		<-done
+	})
+}
+
+// TestStoreContract: the SQLite store passes the JobStore contract, several gateways' handles
+// on one file standing for the nodes.
+func TestStoreContract(t *testing.T) {
+	triggertest.Run(t, func(t *testing.T, now func() time.Time, n int) []trigger.JobStore {
+		path := trigger.Path(t.TempDir())
+		var out []trigger.JobStore
+		for range n {
+			st, err := trigger.OpenStore(context.Background(), path, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			out = append(out, st)
+		}
+		return out
 	})
 }
