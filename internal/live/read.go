@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -25,9 +24,11 @@ type Batch struct {
 func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (Batch, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if rec, log, ferr := r.foreign(ctx, id); ferr == nil {
-			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
+		if rec, log, release, ferr := r.foreign(ctx, id); ferr == nil {
+			defer release()
 			return r.readForeign(ctx, rec, log, after, limit, wait)
+		} else if abi.CodeOf(ferr) != abi.CodeInternal {
+			return Batch{}, ferr
 		}
 		return Batch{}, err
 	}
@@ -58,27 +59,6 @@ func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int,
 // cluster's shared store).
 type LogOpener interface {
 	OpenEventLog(ctx context.Context, id string, limits LogLimits) (EventLog, error)
-}
-
-// foreign returns another node's session record and its log, opened for reading, when this
-// registry is a node of a cluster whose store holds it.
-func (r *Registry) foreign(ctx context.Context, id string) (Record, EventLog, error) {
-	opener, ok := r.cfg.Store.(LogOpener)
-	if r.cfg.Node == "" || !ok {
-		return Record{}, nil, ErrNoRecord
-	}
-	rec, err := r.cfg.Store.Get(ctx, id)
-	if err != nil {
-		return Record{}, nil, err
-	}
-	if rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
-		return Record{}, nil, ErrNoRecord
-	}
-	log, err := opener.OpenEventLog(ctx, id, r.cfg.Log)
-	if err != nil {
-		return Record{}, nil, fmt.Errorf("session %s: open its log on node %s's behalf: %w", id, rec.Session.Node, err)
-	}
-	return rec, log, nil
 }
 
 // readForeign is Read for another node's session, from its log in the shared store.
@@ -135,8 +115,8 @@ func (r *Registry) batch(id string, res readResult) Batch {
 func (r *Registry) LastSeq(ctx context.Context, id string) (uint64, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if _, log, ferr := r.foreign(ctx, id); ferr == nil {
-			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
+		if _, log, release, ferr := r.foreign(ctx, id); ferr == nil {
+			defer release()
 			last, lerr := log.LastSeq(ctx)
 			if lerr != nil {
 				return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: lerr}
