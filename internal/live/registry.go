@@ -125,9 +125,11 @@ type Registry struct {
 	lostMu   sync.Mutex
 	lostSeen map[string]time.Time
 
-	// foreignLogs are other nodes' sessions' logs this node's readers hold open (foreign).
+	// foreignLogs are other nodes' sessions' logs this node's readers hold open (foreign);
+	// owners the nodes of other nodes' sessions this node has sent commands to (route).
 	foreignMu   sync.Mutex
 	foreignLogs map[string]*sharedLog
+	owners      map[string]string
 
 	mu       sync.Mutex
 	kinds    map[abi.SessionType]Kind
@@ -624,11 +626,8 @@ func sortSessions(out []abi.Session) {
 // Send delivers input to a session and returns what it did (see SendResult). Another node's
 // session's input goes to its node (Config.Router).
 func (r *Registry) Send(ctx context.Context, id string, req SendRequest) (SendResult, error) {
-	if node, err := r.route(ctx, id); err != nil || node != "" {
-		if err != nil {
-			return SendResult{}, err
-		}
-		return r.cfg.Router.Send(ctx, node, id, req)
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (SendResult, error) { return rt.Send(ctx, node, id, req) }); handled {
+		return res, err
 	}
 	return r.sendLocal(ctx, id, req)
 }
@@ -661,11 +660,8 @@ func (r *Registry) sendLocal(ctx context.Context, id string, req SendRequest) (S
 // Run runs one command in a session that supports it and returns its structured result, on
 // the session's node.
 func (r *Registry) Run(ctx context.Context, id string, req abi.RunRequest) (any, error) {
-	if node, err := r.route(ctx, id); err != nil || node != "" {
-		if err != nil {
-			return nil, err
-		}
-		return r.cfg.Router.Run(ctx, node, id, req)
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (any, error) { return rt.Run(ctx, node, id, req) }); handled {
+		return res, err
 	}
 	return r.runLocal(ctx, id, req)
 }
@@ -709,11 +705,8 @@ func (r *Registry) Control(ctx context.Context, id string, req abi.ControlReques
 	if !req.Command.Valid() {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact or spawn)", req.Command)
 	}
-	if node, err := r.route(ctx, id); err != nil || node != "" {
-		if err != nil {
-			return nil, err
-		}
-		return r.cfg.Router.Control(ctx, node, id, req)
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (*abi.ControlData, error) { return rt.Control(ctx, node, id, req) }); handled {
+		return res, err
 	}
 	return r.controlLocal(ctx, id, req)
 }
@@ -820,11 +813,8 @@ func validTransition(from, to abi.Status) bool {
 // Close closes a session on request and returns the session object with its final status.
 // Another node's session is closed by its node.
 func (r *Registry) Close(ctx context.Context, id string, reason string) (abi.Session, error) {
-	if node, err := r.route(ctx, id); err != nil || node != "" {
-		if err != nil {
-			return abi.Session{}, err
-		}
-		return r.cfg.Router.Close(ctx, node, id, reason)
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (abi.Session, error) { return rt.Close(ctx, node, id, reason) }); handled {
+		return res, err
 	}
 	return r.closeLocal(ctx, id, reason)
 }
@@ -927,8 +917,7 @@ func (r *Registry) putRecord(ctx context.Context, s *session) error {
 func (r *Registry) Hold(ctx context.Context, id string) (release func(), err error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {
-		if rec, _, rel, ferr := r.foreign(ctx, id); ferr == nil {
-			rel()
+		if rec, ferr := r.cfg.Store.Get(ctx, id); ferr == nil && r.cfg.Node != "" && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
 			// Holders are counted by the owner, which cannot see this node's connections
 			// end: another node's ephemeral session is held on its own node only.
 			if ep, _ := rec.Session.Metadata["ephemeral"].(bool); ep {
@@ -968,7 +957,7 @@ func (r *Registry) Hold(ctx context.Context, id string) (release func(), err err
 func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Follower, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if _, _, release, ferr := r.foreign(ctx, id); ferr == nil {
+		if _, release, ferr := r.foreign(ctx, id); ferr == nil {
 			return remoteFollower{release: release}, nil
 		} else if abi.CodeOf(ferr) != abi.CodeInternal {
 			return nil, ferr
@@ -987,7 +976,7 @@ func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Followe
 func (r *Registry) Watch(ctx context.Context, id string) (unwatch func(), err error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if _, _, release, ferr := r.foreign(ctx, id); ferr == nil {
+		if _, release, ferr := r.foreign(ctx, id); ferr == nil {
 			return release, nil
 		} else if abi.CodeOf(ferr) != abi.CodeInternal {
 			return nil, ferr

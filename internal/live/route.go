@@ -81,6 +81,12 @@ func (r *Registry) route(ctx context.Context, id string) (string, error) {
 	if _, err := r.lookup(id); err == nil {
 		return "", nil
 	}
+	r.foreignMu.Lock()
+	node := r.owners[id]
+	r.foreignMu.Unlock()
+	if node != "" {
+		return node, nil
+	}
 	rec, err := r.cfg.Store.Get(ctx, id)
 	if err != nil || rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
 		return "", nil
@@ -88,7 +94,40 @@ func (r *Registry) route(ctx context.Context, id string) (string, error) {
 	if rec.Session.Status.Final() {
 		return "", recordFinalError(rec.Session)
 	}
+	// A session never changes node: the next command for it (a keystroke) skips the store.
+	r.foreignMu.Lock()
+	if len(r.owners) >= maxOwners {
+		clear(r.owners)
+	}
+	if r.owners == nil {
+		r.owners = map[string]string{}
+	}
+	r.owners[id] = rec.Session.Node
+	r.foreignMu.Unlock()
 	return rec.Session.Node, nil
+}
+
+// maxOwners bounds the nodes of other nodes' sessions a registry remembers (route).
+const maxOwners = 4096
+
+// remote runs call on the node of another node's session; handled is false when the session
+// is this node's (or no node's). An owner that cannot be reached may be one the cluster has
+// found lost since: then the session's record, which says so, answers.
+func remote[T any](ctx context.Context, r *Registry, id string, call func(Router, string) (T, error)) (res T, handled bool, err error) {
+	node, err := r.route(ctx, id)
+	if err != nil {
+		return res, true, err
+	}
+	if node == "" {
+		return res, false, nil
+	}
+	res, err = call(r.cfg.Router, node)
+	if err != nil && abi.CodeOf(err) == abi.CodeResourceUnavailable {
+		if rec, gerr := r.cfg.Store.Get(ctx, id); gerr == nil && rec.Session.Status.Final() {
+			return res, true, recordFinalError(rec.Session)
+		}
+	}
+	return res, true, err
 }
 
 // recordFinalError is finalError for a session known by its record only.
@@ -116,20 +155,14 @@ type sharedLog struct {
 	refs int
 }
 
-// foreign returns another node's session record and its log, opened for reading, when this
-// registry is a node of a cluster whose store holds it; release lets go of the log (closed
-// when no reader of this node holds it).
-func (r *Registry) foreign(ctx context.Context, id string) (Record, EventLog, func(), error) {
+// foreign returns another node's session's log, opened for reading, when this registry is a
+// node of a cluster whose store holds it; release lets go of the log (closed once no reader of
+// this node holds it). A log this node's readers hold already is shared without asking the
+// store.
+func (r *Registry) foreign(ctx context.Context, id string) (EventLog, func(), error) {
 	opener, ok := r.cfg.Store.(LogOpener)
 	if r.cfg.Node == "" || !ok {
-		return Record{}, nil, nil, ErrNoRecord
-	}
-	rec, err := r.cfg.Store.Get(ctx, id)
-	if err != nil {
-		return Record{}, nil, nil, err
-	}
-	if rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
-		return Record{}, nil, nil, ErrNoRecord
+		return nil, nil, ErrNoRecord
 	}
 	r.foreignMu.Lock()
 	sl := r.foreignLogs[id]
@@ -138,9 +171,16 @@ func (r *Registry) foreign(ctx context.Context, id string) (Record, EventLog, fu
 	}
 	r.foreignMu.Unlock()
 	if sl == nil {
+		rec, err := r.cfg.Store.Get(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
+			return nil, nil, ErrNoRecord
+		}
 		log, err := opener.OpenEventLog(ctx, id, r.cfg.Log)
 		if err != nil {
-			return Record{}, nil, nil, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id,
+			return nil, nil, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id,
 				Message: "open the events of node " + rec.Session.Node + "'s session", Err: err}
 		}
 		r.foreignMu.Lock()
@@ -174,7 +214,7 @@ func (r *Registry) foreign(ctx context.Context, id string) (Record, EventLog, fu
 			}
 		})
 	}
-	return rec, sl.log, release, nil
+	return sl.log, release, nil
 }
 
 // remoteFollower follows another node's session from this node: it holds the session's log

@@ -193,6 +193,8 @@ func TestOwnerGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t0 := time.Now()
+	n["a"].reg.Sweep(ctx, t0) // a's heartbeat
 	n["a"].nc.Close()
 	// The timeout is an hour: an answer now is the missing responder's, not a timeout's.
 	for _, op := range []func() error{
@@ -211,6 +213,13 @@ func TestOwnerGone(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "node a") {
 			t.Errorf("the error does not name the node: %v", err)
 		}
+	}
+	// Once b finds a lost (past the bound), a's session's record says so, and answers.
+	n["b"].reg.Sweep(ctx, t0.Add(live.DefaultNodeLost+time.Second))
+	_, err = n["b"].reg.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("x")})
+	livetest.WantCode(t, err, abi.CodeSessionClosed)
+	if err == nil || !strings.Contains(err.Error(), "lost with its node a") {
+		t.Errorf("error: %v", err)
 	}
 }
 
