@@ -18,6 +18,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/noderpc"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
 	"github.com/nexus-run/nexus/internal/trigger"
@@ -193,6 +194,7 @@ type clusterFlags struct {
 	replicas              int
 	node, name            string
 	nodeLost              time.Duration
+	rpcTimeout            time.Duration
 }
 
 func (c *clusterFlags) bind(f *pflag.FlagSet) {
@@ -207,13 +209,14 @@ func (c *clusterFlags) bind(f *pflag.FlagSet) {
 	f.IntVar(&c.replicas, "nats-replicas", 1, "replicas of the cluster's stream and bucket: 1 or 3")
 	f.StringVar(&c.node, "node", "", "this node's name in the cluster (default the host name)")
 	f.DurationVar(&c.nodeLost, "node-lost", live.DefaultNodeLost, "how long a node may miss its heartbeats (one a second) before the others mark its sessions error, node-lost")
+	f.DurationVar(&c.rpcTimeout, "node-timeout", noderpc.DefaultTimeout, "how long a node waits for another's answer to a send, control or close of that node's session")
 	f.StringVar(&c.name, "cluster", "nexus", "the cluster's name: its subjects, stream and bucket are named after it, so clusters sharing a NATS never mix")
 }
 
 // config returns the gateway's cluster settings; nil without --nats or --nats-embedded.
 func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) {
 	if len(c.urls) == 0 && !c.embedded {
-		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "node-lost", "cluster"} {
+		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "node-lost", "node-timeout", "cluster"} {
 			if f.Changed(name) {
 				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--%s needs --nats or --nats-embedded", name)
 			}
@@ -236,7 +239,7 @@ func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) 
 	return &gateway.ClusterConfig{
 		Name: c.name, Node: c.node, URLs: c.urls, Creds: c.creds, NKey: c.nkey, CA: c.ca,
 		Embedded: c.embedded, Listen: c.listen, ClusterListen: c.clusterListen, Routes: c.routes,
-		Replicas: c.replicas, NodeLost: c.nodeLost,
+		Replicas: c.replicas, NodeLost: c.nodeLost, RPCTimeout: c.rpcTimeout,
 	}, nil
 }
 

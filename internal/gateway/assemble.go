@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
@@ -28,6 +30,7 @@ import (
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/noderpc"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/project"
 	"github.com/nexus-run/nexus/internal/provider"
@@ -311,6 +314,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		store := cfg.Store
 		var node string
 		var nodeLost time.Duration
+		var nc *nats.Conn
 		if cfg.Cluster != nil {
 			nodeLost = cfg.Cluster.NodeLost
 			c := *cfg.Cluster
@@ -324,12 +328,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 			node, cfg.Cluster = c.Node, &c
 		}
 		if store == nil && cfg.Cluster != nil {
-			st, stop, err := openCluster(ctx, cfg)
+			st, conn, stop, err := openCluster(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}
 			d.stopLast = append(d.stopLast, stop)
-			store = st
+			store, nc = st, conn
 		}
 		if store == nil {
 			// Sessions and their events live in state/live, so the next gateway still answers
@@ -340,13 +344,28 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			store = st
 		}
+		var router live.Router
+		if nc != nil {
+			// Send, control, run and close of another node's session go to its node.
+			router = noderpc.NewClient(nc, noderpc.ClientOptions{Cluster: cfg.Cluster.Name, Timeout: cfg.Cluster.RPCTimeout})
+		}
 		reg, err := live.New(ctx, live.Config{
 			MaxSessions: cfg.MaxSessions, IdleTimeout: cfg.IdleTimeout, Retention: cfg.Retention,
 			Log: cfg.Log, Store: store, Now: cfg.Now, Logger: cfg.Logger, Node: node, NodeLost: nodeLost,
+			Router: router,
 		}, d.kinds...)
 		if err != nil {
 			_ = store.Close()
 			return nil, err
+		}
+		if nc != nil {
+			srv, err := noderpc.Serve(nc, noderpc.ServerOptions{Cluster: cfg.Cluster.Name, Node: node, Local: reg.Local(), Logger: cfg.Logger})
+			if err != nil {
+				_ = reg.Shutdown(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			// It stops answering before the connection it answers on is closed.
+			d.stopLast = append([]func(context.Context){func(context.Context) { srv.Close() }}, d.stopLast...)
 		}
 		d.Registry = reg
 		if d.AIChat != nil {
@@ -413,11 +432,14 @@ type ClusterConfig struct {
 	// NodeLost is how long a node may miss its heartbeats before the others mark its
 	// sessions node-lost (default live.DefaultNodeLost).
 	NodeLost time.Duration
+	// RPCTimeout bounds the wait for another node's answer to a send, control command or
+	// close of its session (default noderpc.DefaultTimeout).
+	RPCTimeout time.Duration
 }
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the
 // JetStream store; stop releases all of it once the registry has closed the store.
-func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Context), error) {
+func openCluster(ctx context.Context, cfg Config) (live.Store, *nats.Conn, func(context.Context), error) {
 	c := *cfg.Cluster // its Node is set
 	var stops []func()
 	stop := func(context.Context) {
@@ -429,14 +451,14 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 	if c.Embedded {
 		var err error
 		if token, err = natsToken(filepath.Join(cfg.StateDir, "nats")); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		srv, err := jetstore.StartEmbedded(ctx, jetstore.EmbeddedOptions{
 			Name: c.Node, Dir: filepath.Join(cfg.StateDir, "nats"), Listen: c.Listen,
 			Cluster: c.Name, ClusterListen: c.ClusterListen, Routes: c.Routes, Token: token,
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		stops = append(stops, func() { srv.Shutdown(); srv.WaitForShutdown() })
 		c.URLs = append([]string{srv.ClientURL()}, c.URLs...)
@@ -444,20 +466,20 @@ func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Cont
 	}
 	if len(c.URLs) == 0 {
 		stop(ctx)
-		return nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
+		return nil, nil, nil, abi.Errorf(abi.CodeInvalidArgument, "", "a cluster node needs --nats URL or --nats-embedded")
 	}
 	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: c.URLs, Creds: c.Creds, NKey: c.NKey, CA: c.CA, Name: c.Node, Token: token})
 	if err != nil {
 		stop(ctx)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stops = append(stops, nc.Close)
 	st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: c.Name, Node: c.Node, Replicas: c.Replicas, Logger: cfg.Logger})
 	if err != nil {
 		stop(ctx)
-		return nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
+		return nil, nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
 	}
-	return st, stop, nil
+	return st, nc, stop, nil
 }
 
 // NATSTokenFile (in state/nats) holds the embedded nats-server's client token: its client port
