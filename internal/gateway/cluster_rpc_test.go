@@ -146,6 +146,10 @@ func TestClusterTerminal(t *testing.T) {
 		t.Errorf("resumed on b after %d: %+v, %v", first, e, err)
 	}
 
+	// Input the gateway takes (under its 1 MiB body) but one NATS message cannot carry to a
+	// (base64 in JSON) is refused with the ABI's code, not sent in part.
+	livetest.WantCode(t, b.cl.Send(ctx, id, []byte(strings.Repeat("#", 800<<10))), abi.CodeInvalidArgument)
+
 	got, err := b.cl.Control(ctx, id, abi.ControlRequest{Command: abi.CommandClose})
 	if err != nil {
 		t.Fatal(err)
