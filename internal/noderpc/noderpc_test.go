@@ -54,7 +54,7 @@ var clusterSeq atomic.Int64
 // node is one node of a cluster: its registry on the shared store, forwarding through a
 // Client, and the Server answering for its sessions, all on one NATS connection.
 type node struct {
-	name string
+	name, cluster string
 	reg  *live.Registry
 	nc   *nats.Conn
 	srv  *noderpc.Server
@@ -83,7 +83,7 @@ func newCluster(t *testing.T, url string, timeout time.Duration, names ...string
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { srv.Close(); _ = r.Shutdown(context.Background()) })
-		out[name] = &node{name: name, reg: r, nc: nc, srv: srv, kind: kind}
+		out[name] = &node{name: name, cluster: cluster, reg: r, nc: nc, srv: srv, kind: kind}
 	}
 	return out
 }
@@ -196,7 +196,15 @@ func TestOwnerGone(t *testing.T) {
 	t0 := time.Now()
 	n["a"].reg.Sweep(ctx, t0) // a's heartbeat
 	n["a"].nc.Close()
-	// The timeout is an hour: an answer now is the missing responder's, not a timeout's.
+	// The server drops a's subscription once it has seen a's connection go; a request before
+	// that is delivered to the closed connection and waits for the timeout. The probe's short
+	// wait is its poll interval: it is asked again until the server says no one listens. Then
+	// the timeout is an hour, so an answer is the missing responder's, not a timeout's.
+	subject := noderpc.Subject(n["a"].cluster, "a")
+	testkit.Eventually(t, "no responder on a's subject", func() bool {
+		_, err := n["b"].nc.Request(subject, []byte("{}"), 100*time.Millisecond)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
 	for _, op := range []func() error{
 		func() error {
 			_, err := n["b"].reg.Send(ctx, s.SessionID, live.SendRequest{Data: []byte("x")})
