@@ -130,6 +130,7 @@ type Registry struct {
 	foreignMu   sync.Mutex
 	foreignLogs map[string]*sharedLog
 	owners      map[string]string
+	touched     time.Time // when the owners of foreignLogs were last told (touchRemote)
 
 	mu       sync.Mutex
 	kinds    map[abi.SessionType]Kind
@@ -1001,6 +1002,7 @@ func (r *Registry) Watch(ctx context.Context, id string) (unwatch func(), err er
 // retention. The sweeper calls it on a timer; tests call it with a chosen time.
 func (r *Registry) Sweep(ctx context.Context, now time.Time) {
 	r.checkNodes(ctx, now)
+	r.touchRemote(ctx, now)
 	r.mu.Lock()
 	ss := make([]*session, 0, len(r.sessions))
 	for _, s := range r.sessions {

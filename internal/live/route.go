@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 )
@@ -16,6 +17,8 @@ type Router interface {
 	Control(ctx context.Context, node, id string, req abi.ControlRequest) (*abi.ControlData, error)
 	Run(ctx context.Context, node, id string, req abi.RunRequest) (any, error)
 	Close(ctx context.Context, node, id, reason string) (abi.Session, error)
+	// Touch tells node that this node's readers follow its sessions ids: they are not idle.
+	Touch(ctx context.Context, node string, ids []string) error
 }
 
 // Local is what a node serves to the others (the far end of a Router): the commands of a
@@ -26,6 +29,9 @@ type Local interface {
 	Control(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error)
 	Run(ctx context.Context, id string, req abi.RunRequest) (any, error)
 	Close(ctx context.Context, id, reason string) (abi.Session, error)
+	// Touch marks the live sessions of ids this registry holds active now (another node's
+	// readers follow them); the others are skipped.
+	Touch(ctx context.Context, ids []string) error
 }
 
 // Local returns the registry's own sessions' commands, for the node's Router's server.
@@ -67,6 +73,45 @@ func (l local) Close(ctx context.Context, id, reason string) (abi.Session, error
 		return abi.Session{}, err
 	}
 	return l.r.closeLocal(ctx, id, reason)
+}
+
+func (l local) Touch(_ context.Context, ids []string) error {
+	now := l.r.now()
+	for _, id := range ids {
+		if s, err := l.r.lookup(id); err == nil {
+			s.mu.Lock()
+			if !s.obj.Status.Final() && now.After(s.lastActive) {
+				s.lastActive = now
+			}
+			s.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// touchRemote tells the owners of the other nodes' sessions this node's readers hold open
+// (a WebSocket attached here) that they are followed, so the owners' idle timers do not close
+// them: at most every third of the idle timeout, from the sweep.
+func (r *Registry) touchRemote(ctx context.Context, now time.Time) {
+	if r.cfg.Router == nil || r.cfg.IdleTimeout <= 0 {
+		return
+	}
+	r.foreignMu.Lock()
+	if now.Sub(r.touched) < r.cfg.IdleTimeout/3 {
+		r.foreignMu.Unlock()
+		return
+	}
+	byNode := map[string][]string{}
+	for id, sl := range r.foreignLogs {
+		byNode[sl.node] = append(byNode[sl.node], id)
+	}
+	r.touched = now
+	r.foreignMu.Unlock()
+	for node, ids := range byNode {
+		if err := r.cfg.Router.Touch(ctx, node, ids); err != nil {
+			r.cfg.Logger.Warn("tell a node its sessions are followed here", "node", node, "sessions", len(ids), "err", err)
+		}
+	}
 }
 
 // route says where a command for session id goes: "" (and nil) for this registry (its own
@@ -152,6 +197,7 @@ func recordFinalError(obj abi.Session) error {
 // this node's readers of it (a WebSocket attached here, a long poll) until the last lets go.
 type sharedLog struct {
 	log  EventLog
+	node string // the session's
 	refs int
 }
 
@@ -187,7 +233,7 @@ func (r *Registry) foreign(ctx context.Context, id string) (EventLog, func(), er
 		if sl = r.foreignLogs[id]; sl != nil { // another reader opened it meanwhile
 			sl.refs++
 		} else {
-			sl = &sharedLog{log: log, refs: 1}
+			sl = &sharedLog{log: log, node: rec.Session.Node, refs: 1}
 			if r.foreignLogs == nil {
 				r.foreignLogs = map[string]*sharedLog{}
 			}

@@ -36,6 +36,11 @@ func (p *inProcess) Close(ctx context.Context, node, id, reason string) (abi.Ses
 	return p.nodes[node].Close(ctx, id, reason)
 }
 
+func (p *inProcess) Touch(ctx context.Context, node string, ids []string) error {
+	p.calls.Add(1)
+	return p.nodes[node].Touch(ctx, ids)
+}
+
 // countingStore counts the records read.
 type countingStore struct {
 	*live.MemoryStore

@@ -39,6 +39,7 @@ const (
 	OpControl = "control"
 	OpRun     = "run"
 	OpClose   = "close"
+	OpTouch   = "touch"
 )
 
 // Request is one command for a session, sent to its node.
@@ -51,6 +52,8 @@ type Request struct {
 	Control   *abi.ControlRequest `json:"control,omitempty"`
 	Run       *abi.RunRequest     `json:"run,omitempty"`
 	Reason    string              `json:"reason,omitempty"` // close's
+	// SessionIDs are touch's: sessions another node's readers follow.
+	SessionIDs []string `json:"sessionIds,omitempty"`
 }
 
 // SendBody is live.SendRequest on the wire.
@@ -66,6 +69,7 @@ type Response struct {
 	Control *abi.ControlData `json:"control,omitempty"`
 	Run     json.RawMessage  `json:"run,omitempty"`
 	Session *abi.Session     `json:"session,omitempty"`
+	Touched bool             `json:"touched,omitempty"`
 	Error   *ErrorReply      `json:"error,omitempty"`
 }
 
@@ -196,6 +200,15 @@ func (c *Client) Close(ctx context.Context, node, id, reason string) (abi.Sessio
 		return abi.Session{}, bad(node, id, OpClose)
 	}
 	return *res.Session, nil
+}
+
+// Touch implements live.Router.
+func (c *Client) Touch(ctx context.Context, node string, ids []string) error {
+	res, err := c.call(ctx, node, c.opt.Timeout, Request{Op: OpTouch, SessionIDs: ids})
+	if err == nil && !res.Touched {
+		err = bad(node, "", OpTouch)
+	}
+	return err
 }
 
 func bad(node, id, op string) error {
@@ -366,6 +379,10 @@ func (s *Server) do(req Request) (res Response) {
 		var obj abi.Session
 		if obj, err = l.Close(ctx, id, req.Reason); err == nil {
 			res.Session = &obj
+		}
+	case req.Op == OpTouch:
+		if err = l.Touch(ctx, req.SessionIDs); err == nil {
+			res.Touched = true
 		}
 	default:
 		err = abi.Errorf(abi.CodeInvalidArgument, id, "node %s: unknown request %q", s.opt.Node, req.Op)

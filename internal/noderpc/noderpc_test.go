@@ -55,13 +55,19 @@ var clusterSeq atomic.Int64
 // Client, and the Server answering for its sessions, all on one NATS connection.
 type node struct {
 	name, cluster string
-	reg  *live.Registry
-	nc   *nats.Conn
-	srv  *noderpc.Server
-	kind *livetest.FakeKind
+	reg           *live.Registry
+	nc            *nats.Conn
+	srv           *noderpc.Server
+	kind          *livetest.FakeKind
 }
 
 func newCluster(t *testing.T, url string, timeout time.Duration, names ...string) map[string]*node {
+	t.Helper()
+	return newClusterWith(t, url, timeout, nil, names...)
+}
+
+// newClusterWith is newCluster with each registry's configuration tuned by tune.
+func newClusterWith(t *testing.T, url string, timeout time.Duration, tune func(*live.Config), names ...string) map[string]*node {
 	t.Helper()
 	ctx := testCtx(t)
 	cluster := fmt.Sprint("c", clusterSeq.Add(1))
@@ -73,8 +79,12 @@ func newCluster(t *testing.T, url string, timeout time.Duration, names ...string
 			t.Fatal(err)
 		}
 		kind := livetest.NewFakeKind(abi.TypeTerminal, false)
-		r, err := live.New(ctx, live.Config{Node: name, Store: st, Sweep: time.Hour, IdleTimeout: -1,
-			Router: noderpc.NewClient(nc, noderpc.ClientOptions{Cluster: cluster, Timeout: timeout})}, kind, livetest.NewFakeKind(abi.TypeAIChat, false))
+		cfg := live.Config{Node: name, Store: st, Sweep: time.Hour, IdleTimeout: -1,
+			Router: noderpc.NewClient(nc, noderpc.ClientOptions{Cluster: cluster, Timeout: timeout})}
+		if tune != nil {
+			tune(&cfg)
+		}
+		r, err := live.New(ctx, cfg, kind, livetest.NewFakeKind(abi.TypeAIChat, false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,6 +262,8 @@ func (blocking) Close(context.Context, string, string) (abi.Session, error) {
 	return abi.Session{}, errors.New("unused")
 }
 
+func (blocking) Touch(context.Context, []string) error { return errors.New("unused") }
+
 // TestTimeout: a node that does not answer within the timeout is RESOURCE_UNAVAILABLE after
 // the timeout, not a hang, and its own work on the request is cancelled then too.
 func TestTimeout(t *testing.T) {
@@ -394,6 +406,36 @@ func TestForeignFollow(t *testing.T) {
 		after = b.Next
 		if b.Done {
 			break
+		}
+	}
+}
+
+// TestRemoteFollowerKeepsAlive: a session followed from another node (a WebSocket attached
+// there) is not idle on its owner: the follower's node tells the owner on its sweeps; a
+// session no one follows is closed as idle. Times are the test's.
+func TestRemoteFollowerKeepsAlive(t *testing.T) {
+	clock := livetest.NewFakeClock()
+	const idle = 10 * time.Minute
+	n := newClusterWith(t, startNATS(t), 0, func(c *live.Config) { c.Now, c.IdleTimeout = clock.Now, idle }, "a", "b")
+	ctx := testCtx(t)
+	var ids []string
+	for range 2 {
+		s, err := n["a"].reg.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.SessionID)
+	}
+	fl, err := n["b"].reg.Follow(ctx, ids[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	n["b"].reg.Sweep(ctx, clock.Advance(4*time.Minute))
+	n["a"].reg.Sweep(ctx, clock.Advance(6*time.Minute+time.Second))
+	for i, want := range []abi.Status{abi.StatusActive, abi.StatusClosed} {
+		if got, err := n["a"].reg.Get(ctx, ids[i]); err != nil || got.Status != want {
+			t.Errorf("session %d (followed from b: %v): %s, %v; want %s", i, i == 0, got.Status, err, want)
 		}
 	}
 }
