@@ -211,6 +211,14 @@ func (c *Client) Touch(ctx context.Context, node string, ids []string) error {
 	return err
 }
 
+// whose names node for a message, with the session it was asked about.
+func whose(id, node string) string {
+	if id == "" {
+		return "node " + node
+	}
+	return "session " + id + "'s node " + node
+}
+
 func bad(node, id, op string) error {
 	return abi.Errorf(abi.CodeInternal, id, "node %s answered %s with no result", node, op)
 }
@@ -237,13 +245,13 @@ func (c *Client) call(ctx context.Context, node string, wait time.Duration, req 
 			return Response{}, ctx.Err() // the caller went away
 		case errors.Is(err, nats.ErrNoResponders):
 			return Response{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id,
-				Message: fmt.Sprintf("session %s's node %s does not answer (it is stopped or cut off from NATS)", id, node)}
+				Message: fmt.Sprintf("%s does not answer (it is stopped or cut off from NATS)", whose(id, node))}
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			return Response{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id,
-				Message: fmt.Sprintf("session %s's node %s did not answer the %s within %s", id, node, req.Op, wait)}
+				Message: fmt.Sprintf("%s did not answer the %s within %s", whose(id, node), req.Op, wait)}
 		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
 			return Response{}, &abi.Error{Code: abi.CodeConnectionLost, SessionID: id,
-				Message: fmt.Sprintf("this node's connection to NATS is down: cannot reach session %s's node %s", id, node), Err: err}
+				Message: fmt.Sprintf("this node's connection to NATS is down: cannot reach %s", whose(id, node)), Err: err}
 		}
 		return Response{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "reach node " + node, Err: err}
 	}
@@ -390,7 +398,7 @@ func (s *Server) do(req Request) (res Response) {
 	if err != nil && ctx.Err() != nil && abi.CodeOf(err) == abi.CodeInternal {
 		// The requester stops waiting now too: say so as the requester would.
 		err = &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id,
-			Message: fmt.Sprintf("session %s's node %s did not finish the %s within %s", id, s.opt.Node, req.Op, wait), Err: err}
+			Message: fmt.Sprintf("%s did not finish the %s within %s", whose(id, s.opt.Node), req.Op, wait), Err: err}
 	}
 	if err != nil {
 		return Response{Error: errorReply(err)}
