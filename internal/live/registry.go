@@ -918,7 +918,7 @@ func (r *Registry) putRecord(ctx context.Context, s *session) error {
 func (r *Registry) Hold(ctx context.Context, id string) (release func(), err error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {
-		if rec, ferr := r.cfg.Store.Get(ctx, id); ferr == nil && r.cfg.Node != "" && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
+		if rec, ferr := r.otherNodes(ctx, id); ferr == nil {
 			// Holders are counted by the owner, which cannot see this node's connections
 			// end: another node's ephemeral session is held on its own node only.
 			if ep, _ := rec.Session.Metadata["ephemeral"].(bool); ep {
@@ -973,7 +973,8 @@ func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Followe
 }
 
 // Watch registers a subscriber; a watched session is never idle. Another node's session's log
-// is held open for this node's reads until unwatch (its owner's idle timer does not see it).
+// is held open for this node's reads until unwatch, and its owner told it is watched (on the
+// sweeps: touchRemote).
 func (r *Registry) Watch(ctx context.Context, id string) (unwatch func(), err error) {
 	s, err := r.lookup(id)
 	if err != nil {

@@ -175,6 +175,22 @@ func remote[T any](ctx context.Context, r *Registry, id string, call func(Router
 	return res, true, err
 }
 
+// otherNodes returns the record of session id when it is another node's of this registry's
+// cluster.
+func (r *Registry) otherNodes(ctx context.Context, id string) (Record, error) {
+	if r.cfg.Node == "" {
+		return Record{}, ErrNoRecord
+	}
+	rec, err := r.cfg.Store.Get(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
+		return Record{}, ErrNoRecord
+	}
+	return rec, nil
+}
+
 // recordFinalError is finalError for a session known by its record only.
 func recordFinalError(obj abi.Session) error {
 	id := obj.SessionID

@@ -386,6 +386,13 @@ func TestForeignFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
+	// An ephemeral session is held on its own node only: its holders are counted there.
+	eph, err := n["a"].reg.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal, Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n["b"].reg.Hold(ctx, eph.SessionID)
+	livetest.WantCode(t, err, abi.CodeCapabilityUnsupported)
 	n["a"].kind.Instance(s.SessionID).Emit([]byte("after attach"))
 	b, err := n["b"].reg.Read(ctx, s.SessionID, last, 0, testkit.Patience())
 	if err != nil {
