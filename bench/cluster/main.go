@@ -2,9 +2,11 @@
 // event logs in (docs/BENCHMARKS.md, "Cluster: event log throughput"): one session's log takes
 // appends of one output event each (what a terminal flood appends per PTY read), on the disk
 // store, then on JetStream with one and three replicas on three nats-servers clustered over
-// loopback in this process. It prints events and MiB per second and the append latency.
+// loopback in this process. It prints events and MiB per second and the append latency. Then
+// it measures keystroke to echo on a terminal of one node, typed on that node and through
+// another (echo.go).
 //
-//	go run ./bench/cluster [-n 5000] [-size 4096]
+//	go run ./bench/cluster [-n 5000] [-size 4096] [-keys 200] [-flood=false]
 package main
 
 import (
@@ -34,6 +36,8 @@ func main() {
 func run() error {
 	n := flag.Int("n", 5000, "appends per store")
 	size := flag.Int("size", 4096, "bytes of output per event")
+	keys := flag.Int("keys", 200, "keystrokes per node for keystroke to echo (0: none)")
+	flood := flag.Bool("flood", true, "measure the event log's throughput")
 	flag.Parse()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "nexus-bench-cluster")
@@ -42,13 +46,15 @@ func run() error {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 
-	disk, err := live.OpenDiskStore(filepath.Join(dir, "live"), live.DiskOptions{})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = disk.Close() }()
-	if err := measure(ctx, "disk store", disk, *n, *size); err != nil {
-		return err
+	if *flood {
+		disk, err := live.OpenDiskStore(filepath.Join(dir, "live"), live.DiskOptions{})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = disk.Close() }()
+		if err := measure(ctx, "disk store", disk, *n, *size); err != nil {
+			return err
+		}
 	}
 
 	servers, err := startCluster(ctx, filepath.Join(dir, "nats"))
@@ -66,6 +72,9 @@ func run() error {
 		urls = append(urls, s.ClientURL())
 	}
 	for _, replicas := range []int{1, 3} {
+		if !*flood {
+			break
+		}
 		nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: urls, Name: "bench"})
 		if err != nil {
 			return err
@@ -78,6 +87,14 @@ func run() error {
 		_ = st.Close()
 		nc.Close()
 		if err != nil {
+			return err
+		}
+	}
+	for _, replicas := range []int{1, 3} {
+		if *keys <= 0 {
+			break
+		}
+		if err := echo(ctx, urls, *keys, replicas); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/kinds/aichat"
 	"github.com/nexus-run/nexus/internal/live"
+	"github.com/nexus-run/nexus/internal/noderpc"
 	"github.com/nexus-run/nexus/internal/placement"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/shell/agentshell"
@@ -195,6 +196,7 @@ type clusterFlags struct {
 	node, name            string
 	nodeLost              time.Duration
 	placement             string
+	rpcTimeout            time.Duration
 }
 
 func (c *clusterFlags) bind(f *pflag.FlagSet) {
@@ -209,6 +211,7 @@ func (c *clusterFlags) bind(f *pflag.FlagSet) {
 	f.IntVar(&c.replicas, "nats-replicas", 1, "replicas of the cluster's stream and bucket: 1 or 3")
 	f.StringVar(&c.node, "node", "", "this node's name in the cluster (default the host name)")
 	f.DurationVar(&c.nodeLost, "node-lost", live.DefaultNodeLost, "how long a node may miss its heartbeats (one a second) before the others mark its sessions error, node-lost")
+	f.DurationVar(&c.rpcTimeout, "node-timeout", noderpc.DefaultTimeout, "how long a node waits for another's answer to a send, control or close of that node's session")
 	f.StringVar(&c.name, "cluster", "nexus", "the cluster's name: its subjects, stream and bucket are named after it, so clusters sharing a NATS never mix")
 	f.StringVar(&c.placement, "placement", placement.Local, "where a session whose create names no node is created: local (the node that got the request) or least-sessions (the live node with the fewest live sessions)")
 }
@@ -216,7 +219,7 @@ func (c *clusterFlags) bind(f *pflag.FlagSet) {
 // config returns the gateway's cluster settings; nil without --nats or --nats-embedded.
 func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) {
 	if len(c.urls) == 0 && !c.embedded {
-		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "node-lost", "cluster", "placement"} {
+		for _, name := range []string{"nats-creds", "nats-nkey", "nats-ca", "nats-listen", "nats-cluster-listen", "nats-routes", "nats-replicas", "node", "node-lost", "node-timeout", "cluster", "placement"} {
 			if f.Changed(name) {
 				return nil, abi.Errorf(abi.CodeInvalidArgument, "", "--%s needs --nats or --nats-embedded", name)
 			}
@@ -242,7 +245,7 @@ func (c *clusterFlags) config(f *pflag.FlagSet) (*gateway.ClusterConfig, error) 
 	return &gateway.ClusterConfig{
 		Name: c.name, Node: c.node, URLs: c.urls, Creds: c.creds, NKey: c.nkey, CA: c.ca,
 		Embedded: c.embedded, Listen: c.listen, ClusterListen: c.clusterListen, Routes: c.routes,
-		Replicas: c.replicas, NodeLost: c.nodeLost, Placement: c.placement,
+		Replicas: c.replicas, NodeLost: c.nodeLost, Placement: c.placement, RPCTimeout: c.rpcTimeout,
 	}, nil
 }
 

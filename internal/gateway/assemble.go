@@ -30,6 +30,7 @@ import (
 	"github.com/nexus-run/nexus/internal/kinds/terminal"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/mcp"
+	"github.com/nexus-run/nexus/internal/noderpc"
 	"github.com/nexus-run/nexus/internal/placement"
 	"github.com/nexus-run/nexus/internal/process"
 	"github.com/nexus-run/nexus/internal/project"
@@ -320,6 +321,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		store := cfg.Store
 		var node string
 		var nodeLost time.Duration
+		var nc *nats.Conn
 		if cfg.Cluster != nil {
 			nodeLost = cfg.Cluster.NodeLost
 			c := *cfg.Cluster
@@ -334,22 +336,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		var place placement.Config // a gateway alone refuses a create that names another node
 		if store == nil && cfg.Cluster != nil {
-			st, nc, stop, err := openCluster(ctx, cfg)
+			st, conn, stop, err := openCluster(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}
 			d.stopLast = append(d.stopLast, stop)
-			store = st
+			store, nc = st, conn
 			name := cfg.Cluster.Name
 			if name == "" {
 				name = "nexus" // jetstore's default
 			}
-			place = placement.Config{Conn: nc, Cluster: name, Node: node, Loads: st,
+			place = placement.Config{Conn: conn, Cluster: name, Node: node, Loads: st,
 				Policy: cfg.Cluster.Placement, NodeLost: nodeLost, Now: cfg.Now}
 			if o.Triggers != nil {
 				// The cluster's jobs and hooks, shared by every node, and each firing claimed
 				// by one node (docs/cluster.md); state/triggers/triggers.db is not read.
-				tk, err := triggerkv.Open(ctx, nc, triggerkv.Options{Cluster: cfg.Cluster.Name, Replicas: cfg.Cluster.Replicas, Now: cfg.Now})
+				tk, err := triggerkv.Open(ctx, conn, triggerkv.Options{Cluster: cfg.Cluster.Name, Replicas: cfg.Cluster.Replicas, Now: cfg.Now})
 				if err != nil {
 					_ = st.Close()
 					return nil, fmt.Errorf("cluster triggers: %w", err)
@@ -366,13 +368,28 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			store = st
 		}
+		var router live.Router
+		if nc != nil {
+			// Send, control, run and close of another node's session go to its node.
+			router = noderpc.NewClient(nc, noderpc.ClientOptions{Cluster: cfg.Cluster.Name, Timeout: cfg.Cluster.RPCTimeout})
+		}
 		reg, err := live.New(ctx, live.Config{
 			MaxSessions: cfg.MaxSessions, IdleTimeout: cfg.IdleTimeout, Retention: cfg.Retention,
 			Log: cfg.Log, Store: store, Now: cfg.Now, Logger: cfg.Logger, Node: node, NodeLost: nodeLost,
+			Router: router,
 		}, d.kinds...)
 		if err != nil {
 			_ = store.Close()
 			return nil, err
+		}
+		if nc != nil {
+			srv, err := noderpc.Serve(nc, noderpc.ServerOptions{Cluster: cfg.Cluster.Name, Node: node, Local: reg.Local(), Logger: cfg.Logger})
+			if err != nil {
+				_ = reg.Shutdown(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			// It stops answering before the connection it answers on is closed.
+			d.stopLast = append([]func(context.Context){func(context.Context) { srv.Close() }}, d.stopLast...)
 		}
 		d.Registry = reg
 		// A create goes where the placement says: here, or forwarded to the node chosen,
@@ -457,6 +474,9 @@ type ClusterConfig struct {
 	// Placement is where a create that names no node is created: placement.Local (or "",
 	// this node) or placement.LeastSessions.
 	Placement string
+	// RPCTimeout bounds the wait for another node's answer to a send, control command or
+	// close of its session (default noderpc.DefaultTimeout).
+	RPCTimeout time.Duration
 }
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the

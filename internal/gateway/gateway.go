@@ -617,10 +617,15 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, abi.Errorf(abi.CodeInvalidArgument, id, "a shared view does not pace the session: open it without ack=client"), 0)
 		return
 	}
-	if _, err := s.opt.Registry.LastSeq(r.Context(), id); err != nil {
+	// A follower: the session's output waits (boundedly) for this stream to keep up, so a
+	// client that reads as fast as it can loses nothing. Made first, it is also the check that
+	// the session exists; another node's session's log is opened once, for the stream's life.
+	fl, err := s.opt.Registry.Follow(r.Context(), id, p.after)
+	if err != nil {
 		s.fail(w, err, 0)
 		return
 	}
+	defer fl.Close()
 	// A plain GET would get websocket.Accept's text/plain answer; give it the ABI's error instead,
 	// and before Hold, whose release would close an ephemeral session.
 	if !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", "websocket") {
@@ -636,14 +641,6 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 	}
-	// A follower: the session's output waits (boundedly) for this stream to keep up, so a
-	// client that reads as fast as it can loses nothing.
-	fl, err := s.opt.Registry.Follow(r.Context(), id, p.after)
-	if err != nil {
-		s.fail(w, err, 0)
-		return
-	}
-	defer fl.Close()
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept has answered the client

@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -25,9 +24,11 @@ type Batch struct {
 func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (Batch, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if rec, log, ferr := r.foreign(ctx, id); ferr == nil {
-			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
-			return r.readForeign(ctx, rec, log, after, limit, wait)
+		if log, release, ferr := r.foreign(ctx, id); ferr == nil {
+			defer release()
+			return r.readForeign(ctx, id, log, after, limit, wait)
+		} else if abi.CodeOf(ferr) != abi.CodeInternal {
+			return Batch{}, ferr
 		}
 		return Batch{}, err
 	}
@@ -60,30 +61,11 @@ type LogOpener interface {
 	OpenEventLog(ctx context.Context, id string, limits LogLimits) (EventLog, error)
 }
 
-// foreign returns another node's session record and its log, opened for reading, when this
-// registry is a node of a cluster whose store holds it.
-func (r *Registry) foreign(ctx context.Context, id string) (Record, EventLog, error) {
-	opener, ok := r.cfg.Store.(LogOpener)
-	if r.cfg.Node == "" || !ok {
-		return Record{}, nil, ErrNoRecord
-	}
-	rec, err := r.cfg.Store.Get(ctx, id)
-	if err != nil {
-		return Record{}, nil, err
-	}
-	if rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
-		return Record{}, nil, ErrNoRecord
-	}
-	log, err := opener.OpenEventLog(ctx, id, r.cfg.Log)
-	if err != nil {
-		return Record{}, nil, fmt.Errorf("session %s: open its log on node %s's behalf: %w", id, rec.Session.Node, err)
-	}
-	return rec, log, nil
-}
-
-// readForeign is Read for another node's session, from its log in the shared store.
-func (r *Registry) readForeign(ctx context.Context, rec Record, log EventLog, after uint64, limit int, wait time.Duration) (Batch, error) {
-	id := rec.Session.SessionID
+// readForeign is Read for another node's session, from its log in the shared store. Whether
+// the session has ended is its record's to say, read only when it may matter: when there is
+// nothing to return, or the page ends with the close (a read that returns output goes without
+// a round trip to the store; the one after it learns the end).
+func (r *Registry) readForeign(ctx context.Context, id string, log EventLog, after uint64, limit int, wait time.Duration) (Batch, error) {
 	var waitCtx context.Context
 	for {
 		p, err := log.Read(ctx, after, limit)
@@ -91,7 +73,15 @@ func (r *Registry) readForeign(ctx context.Context, rec Record, log EventLog, af
 			return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read events", Err: err}
 		}
 		res := readResult{Page: p}
-		if rec.Session.Status.Final() {
+		var final bool
+		if n := len(p.Events); n == 0 || p.Events[n-1].Type == abi.EventClose {
+			rec, err := r.cfg.Store.Get(ctx, id)
+			if err != nil {
+				return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the session's record", Err: err}
+			}
+			final = rec.Session.Status.Final()
+		}
+		if final {
 			last, err := log.LastSeq(ctx)
 			if err != nil {
 				return Batch{}, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read events", Err: err}
@@ -135,8 +125,8 @@ func (r *Registry) batch(id string, res readResult) Batch {
 func (r *Registry) LastSeq(ctx context.Context, id string) (uint64, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if _, log, ferr := r.foreign(ctx, id); ferr == nil {
-			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
+		if log, release, ferr := r.foreign(ctx, id); ferr == nil {
+			defer release()
 			last, lerr := log.LastSeq(ctx)
 			if lerr != nil {
 				return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: lerr}

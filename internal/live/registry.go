@@ -37,7 +37,10 @@ type Config struct {
 	EphemeralGrace time.Duration
 	Log            LogLimits
 	// Store keeps records and event logs; nil keeps them in memory (MemoryStore).
-	Store  Store
+	Store Store
+	// Router carries the commands for another node's sessions to their node (a cluster's
+	// request/reply); nil: another node's session is not found here.
+	Router Router
 	Now    func() time.Time
 	NewID  func() string
 	Logger *slog.Logger
@@ -121,6 +124,13 @@ type Registry struct {
 	// this node has marked, so the sweeps after do not list the store again for it.
 	lostMu   sync.Mutex
 	lostSeen map[string]time.Time
+
+	// foreignLogs are other nodes' sessions' logs this node's readers hold open (foreign);
+	// owners the nodes of other nodes' sessions this node has sent commands to (route).
+	foreignMu   sync.Mutex
+	foreignLogs map[string]*sharedLog
+	owners      map[string]string
+	touched     time.Time // when the owners of foreignLogs were last told (touchRemote)
 
 	mu       sync.Mutex
 	kinds    map[abi.SessionType]Kind
@@ -614,8 +624,16 @@ func sortSessions(out []abi.Session) {
 	})
 }
 
-// Send delivers input to a session and returns what it did (see SendResult).
+// Send delivers input to a session and returns what it did (see SendResult). Another node's
+// session's input goes to its node (Config.Router).
 func (r *Registry) Send(ctx context.Context, id string, req SendRequest) (SendResult, error) {
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (SendResult, error) { return rt.Send(ctx, node, id, req) }); handled {
+		return res, err
+	}
+	return r.sendLocal(ctx, id, req)
+}
+
+func (r *Registry) sendLocal(ctx context.Context, id string, req SendRequest) (SendResult, error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {
 		return SendResult{}, err
@@ -640,8 +658,16 @@ func (r *Registry) Send(ctx context.Context, id string, req SendRequest) (SendRe
 	return res, nil
 }
 
-// Run runs one command in a session that supports it and returns its structured result.
+// Run runs one command in a session that supports it and returns its structured result, on
+// the session's node.
 func (r *Registry) Run(ctx context.Context, id string, req abi.RunRequest) (any, error) {
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (any, error) { return rt.Run(ctx, node, id, req) }); handled {
+		return res, err
+	}
+	return r.runLocal(ctx, id, req)
+}
+
+func (r *Registry) runLocal(ctx context.Context, id string, req abi.RunRequest) (any, error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {
 		return nil, err
@@ -674,13 +700,24 @@ func wrapKindErr(id, op string, err error) error {
 	return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: op, Err: err}
 }
 
-// Control runs a control command and returns the ABI's control response data.
+// Control runs a control command and returns the ABI's control response data, on the
+// session's node.
 func (r *Registry) Control(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error) {
 	if !req.Command.Valid() {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact or spawn)", req.Command)
 	}
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (*abi.ControlData, error) { return rt.Control(ctx, node, id, req) }); handled {
+		return res, err
+	}
+	return r.controlLocal(ctx, id, req)
+}
+
+func (r *Registry) controlLocal(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error) {
+	if !req.Command.Valid() {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact or spawn)", req.Command)
+	}
 	if req.Command == abi.CommandClose {
-		obj, err := r.Close(ctx, id, abi.CloseRequested)
+		obj, err := r.closeLocal(ctx, id, abi.CloseRequested)
 		if err != nil {
 			return nil, err
 		}
@@ -775,7 +812,15 @@ func validTransition(from, to abi.Status) bool {
 }
 
 // Close closes a session on request and returns the session object with its final status.
+// Another node's session is closed by its node.
 func (r *Registry) Close(ctx context.Context, id string, reason string) (abi.Session, error) {
+	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (abi.Session, error) { return rt.Close(ctx, node, id, reason) }); handled {
+		return res, err
+	}
+	return r.closeLocal(ctx, id, reason)
+}
+
+func (r *Registry) closeLocal(ctx context.Context, id string, reason string) (abi.Session, error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {
 		return abi.Session{}, err
@@ -873,6 +918,17 @@ func (r *Registry) putRecord(ctx context.Context, s *session) error {
 func (r *Registry) Hold(ctx context.Context, id string) (release func(), err error) {
 	s, err := r.usable(ctx, id)
 	if err != nil {
+		if rec, ferr := r.otherNodes(ctx, id); ferr == nil {
+			// Holders are counted by the owner, which cannot see this node's connections
+			// end: another node's ephemeral session is held on its own node only.
+			if ep, _ := rec.Session.Metadata["ephemeral"].(bool); ep {
+				return nil, abi.Errorf(abi.CodeCapabilityUnsupported, id, "session %s is ephemeral and on node %s: hold it there", id, rec.Session.Node)
+			}
+			if rec.Session.Status.Final() {
+				return nil, recordFinalError(rec.Session)
+			}
+			return func() {}, nil // holding a session that is not ephemeral changes nothing
+		}
 		return nil, err
 	}
 	s.mu.Lock()
@@ -896,9 +952,17 @@ func (r *Registry) Hold(ctx context.Context, id string) (release func(), err err
 // Follow registers a reader positioned after seq whose progress (Follower.Ack) the session's
 // output waits for, within the log's MaxStall. A followed session is never idle. Close the
 // follower when the reader goes.
+//
+// Another node's session is followed from its log in the cluster's store, held open until the
+// follower closes; its output does not wait for this node's readers.
 func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Follower, error) {
 	s, err := r.lookup(id)
 	if err != nil {
+		if _, release, ferr := r.foreign(ctx, id); ferr == nil {
+			return remoteFollower{release: release}, nil
+		} else if abi.CodeOf(ferr) != abi.CodeInternal {
+			return nil, ferr
+		}
 		return nil, err
 	}
 	unwatch, err := r.Watch(ctx, id)
@@ -908,10 +972,17 @@ func (r *Registry) Follow(ctx context.Context, id string, after uint64) (Followe
 	return s.log.flow().Follow(after, unwatch), nil
 }
 
-// Watch registers a subscriber; a watched session is never idle.
-func (r *Registry) Watch(_ context.Context, id string) (unwatch func(), err error) {
+// Watch registers a subscriber; a watched session is never idle. Another node's session's log
+// is held open for this node's reads until unwatch, and its owner told it is watched (on the
+// sweeps: touchRemote).
+func (r *Registry) Watch(ctx context.Context, id string) (unwatch func(), err error) {
 	s, err := r.lookup(id)
 	if err != nil {
+		if _, release, ferr := r.foreign(ctx, id); ferr == nil {
+			return release, nil
+		} else if abi.CodeOf(ferr) != abi.CodeInternal {
+			return nil, ferr
+		}
 		return nil, err
 	}
 	s.mu.Lock()
@@ -932,6 +1003,7 @@ func (r *Registry) Watch(_ context.Context, id string) (unwatch func(), err erro
 // retention. The sweeper calls it on a timer; tests call it with a chosen time.
 func (r *Registry) Sweep(ctx context.Context, now time.Time) {
 	r.checkNodes(ctx, now)
+	r.touchRemote(ctx, now)
 	r.mu.Lock()
 	ss := make([]*session, 0, len(r.sessions))
 	for _, s := range r.sessions {
