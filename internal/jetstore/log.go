@@ -2,7 +2,9 @@ package jetstore
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +25,10 @@ const (
 	hdrFirst = "Nexus-First"
 	hdrLast  = "Nexus-Last"
 	hdrBatch = "Nexus-Batch-Last"
+	// hdrWriter names the Log that published a message, so that a publish whose outcome was
+	// unknown (its acknowledgement lost or late) is recognised as stored when the subject's
+	// newest message turns out to be it, rather than counted as refused.
+	hdrWriter = "Nexus-Writer"
 )
 
 // errPartial is an append whose first chunks were stored and a later one refused: another
@@ -61,6 +67,10 @@ type Log struct {
 	appendMu    sync.Mutex
 	lastStream  uint64
 	lastSeq     uint64
+	lastFirst   uint64 // the newest message's first event number
+	lastWriter  string // and the Log that published it
+	writer      string // this Log's hdrWriter, unique per opened log
+	publishMsg  func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 	nextSeq     uint64 // the number the next Append gives out
 	queue       []queued
 	queuedBytes int // of the queue and the batch in flight
@@ -85,7 +95,12 @@ var _ live.EventLog = (*Log)(nil)
 // consumer from the subject's first, and returns once the projection holds everything the
 // stream held when it was opened.
 func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id string, limits live.LogLimits, logger *slog.Logger) (*Log, error) {
-	l := &Log{js: js, stream: stream, subject: subject, id: id, logger: logger, mem: live.NewMemoryLog(limits), progress: make(chan struct{})}
+	var w [12]byte
+	if _, err := rand.Read(w[:]); err != nil {
+		return nil, fmt.Errorf("session %s: writer id: %w", id, err)
+	}
+	l := &Log{js: js, stream: stream, subject: subject, id: id, logger: logger, mem: live.NewMemoryLog(limits), progress: make(chan struct{}),
+		writer: hex.EncodeToString(w[:]), publishMsg: js.PublishMsg}
 	if err := l.refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -116,17 +131,17 @@ func (l *Log) refresh(ctx context.Context) error {
 	}
 	m, err := st.GetLastMsgForSubject(ctx, l.subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		l.lastStream, l.lastSeq = 0, 0
+		l.lastStream, l.lastSeq, l.lastFirst, l.lastWriter = 0, 0, 0, ""
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("session %s: read its newest event: %w", l.id, err)
 	}
-	_, last, _, err := seqHeaders(m.Header)
+	first, last, _, err := seqHeaders(m.Header)
 	if err != nil {
 		return fmt.Errorf("session %s: stream message %d: %w", l.id, m.Sequence, err)
 	}
-	l.lastStream, l.lastSeq = m.Sequence, last
+	l.lastStream, l.lastSeq, l.lastFirst, l.lastWriter = m.Sequence, last, first, m.Header.Get(hdrWriter)
 	return nil
 }
 
@@ -363,27 +378,33 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 			m.Header.Set(hdrFirst, strconv.FormatUint(first, 10))
 			m.Header.Set(hdrLast, strconv.FormatUint(end, 10))
 			m.Header.Set(hdrBatch, strconv.FormatUint(last, 10))
+			m.Header.Set(hdrWriter, l.writer)
 			// An ack lost with a server (the stream's leader moving) never comes: the attempt
 			// ends and its outcome is unknown.
 			pctx, cancel := context.WithTimeout(ctx, ackWait)
-			ack, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(l.lastStream))
+			ack, err := l.publishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(l.lastStream))
 			cancel()
 			if err == nil {
 				l.appendMu.Lock()
-				l.lastStream, l.lastSeq = ack.Sequence, end
+				l.lastStream, l.lastSeq, l.lastFirst, l.lastWriter = ack.Sequence, end, first, l.writer
 				l.appendMu.Unlock()
 				break
 			}
-			if attempt < maxAttempts {
-				rctx, cancel := context.WithTimeout(ctx, ackWait)
-				l.appendMu.Lock()
-				rerr := l.refresh(rctx)
-				again := rerr == nil && l.lastSeq+1 == first
-				l.appendMu.Unlock()
-				cancel()
-				if again {
-					continue
-				}
+			// The subject's newest message says what happened: this chunk (an earlier attempt
+			// was stored though its answer was lost, or came after a retry was refused
+			// because of it), nothing new (publish again), or another writer's.
+			rctx, rcancel := context.WithTimeout(ctx, ackWait)
+			l.appendMu.Lock()
+			rerr := l.refresh(rctx)
+			stored := rerr == nil && l.lastWriter == l.writer && l.lastFirst == first && l.lastSeq == end
+			again := rerr == nil && l.lastSeq+1 == first
+			l.appendMu.Unlock()
+			rcancel()
+			if stored {
+				break
+			}
+			if again && attempt < maxAttempts {
+				continue
 			}
 			if k > 0 {
 				// Numbering it again would store the chunks already acknowledged twice.
