@@ -142,7 +142,9 @@ func (e entry) seq() uint64 {
 
 var b64 = base64.RawURLEncoding
 
-func (q *Queues) entryKey(key, id string) string { return b64.EncodeToString([]byte(key)) + "." + b64.EncodeToString([]byte(id)) }
+func (q *Queues) entryKey(key, id string) string {
+	return b64.EncodeToString([]byte(key)) + "." + b64.EncodeToString([]byte(id))
+}
 
 func encodeEntry(h header, content []byte) ([]byte, error) {
 	b, err := json.Marshal(h)
