@@ -122,7 +122,9 @@ type Daemon struct {
 
 	// What Assemble opened, for the caller that drives the daemon in process (a benchmark
 	// enqueues into the broker; a test reads the registry).
-	Broker *broker.Store
+	// Broker is set once Run has opened the cluster when the node is one (the cluster's queues
+	// on JetStream); else by Assemble (state/broker/queues.db).
+	Broker broker.Queues
 	AIChat *aichat.Kind
 	// Registry is the live-session registry, set once Run has opened it (before Ready).
 	Registry *live.Registry
@@ -253,12 +255,19 @@ func (d *Daemon) assembleAIChat(ctx context.Context, chats *conversation.Service
 	shells := agentshell.New(agentshell.Config{
 		MaxSessions: maxShells, IdleTimeout: -1, RunPrefix: prefix, AuditDir: audit, Now: cfg.Now, Owner: cfg.Owner,
 	})
-	// Messages are queued durably (state/broker/queues.db) before they are acknowledged.
-	queues, err := broker.Open(ctx, broker.Path(cfg.StateDir), broker.Options{Now: cfg.Now})
-	if err != nil {
-		return err
+	// Messages are queued durably (state/broker/queues.db) before they are acknowledged; a
+	// node of a cluster queues them in the cluster (Run sets the kind's Broker once it has
+	// opened it), so any node delivers what another acknowledged.
+	var queues broker.Queues
+	if cfg.Cluster == nil || cfg.Store != nil {
+		st, err := broker.Open(ctx, broker.Path(cfg.StateDir), broker.Options{Now: cfg.Now})
+		if err != nil {
+			return err
+		}
+		queues = st
+		d.stopLast = append(d.stopLast, func(context.Context) { _ = st.Close() })
 	}
-	d.stopLast = append(d.stopLast, func(context.Context) { _ = queues.Close() }, func(context.Context) { shells.Close() })
+	d.stopLast = append(d.stopLast, func(context.Context) { shells.Close() })
 	runs, err := chatstore.OpenSubagents(filepath.Join(cfg.StateDir, "subagents"), cfg.Now)
 	if err != nil {
 		return err
@@ -330,6 +339,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			d.stopLast = append(d.stopLast, stop)
 			store = st
+			if d.AIChat != nil {
+				// The ai-chat queues of the cluster (docs/cluster.md), before any session
+				// or trigger uses them.
+				q, err := st.Queues(ctx, cfg.Now)
+				if err != nil {
+					_ = st.Close()
+					return nil, fmt.Errorf("cluster queues: %w", err)
+				}
+				d.AIChat.Broker, d.Broker = q, q
+			}
 		}
 		if store == nil {
 			// Sessions and their events live in state/live, so the next gateway still answers
@@ -417,7 +436,7 @@ type ClusterConfig struct {
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the
 // JetStream store; stop releases all of it once the registry has closed the store.
-func openCluster(ctx context.Context, cfg Config) (live.Store, func(context.Context), error) {
+func openCluster(ctx context.Context, cfg Config) (*jetstore.Store, func(context.Context), error) {
 	c := *cfg.Cluster // its Node is set
 	var stops []func()
 	stop := func(context.Context) {

@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/jetstore"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -91,5 +93,38 @@ func TestAssembleClusterEmbedded(t *testing.T) {
 	ev, err := b.d.Registry.Read(ctx, s.SessionID, 0, 0, 0)
 	if err != nil || len(ev.Events) == 0 {
 		t.Fatalf("restored events: %d, %v", len(ev.Events), err)
+	}
+}
+
+// TestAssembleClusterQueues: a cluster node's ai-chat queue is the cluster's (JetStream), not
+// state/broker/queues.db, and what it acknowledged is there for the next daemon.
+func TestAssembleClusterQueues(t *testing.T) {
+	state := testkit.ShortTempDir(t)
+	cfg := gateway.Config{
+		StateDir: state, IdleTimeout: -1, Types: []abi.SessionType{abi.TypeAIChat},
+		Cluster: &gateway.ClusterConfig{Embedded: true, Node: "n1", Name: "test", Listen: testkit.FreeAddr(t)},
+	}
+	a := runAssembled(t, cfg)
+	ctx := testCtx(t)
+	if _, ok := a.d.Broker.(*jetstore.Queues); !ok {
+		t.Fatalf("the queues of a cluster node: %T", a.d.Broker)
+	}
+	if a.d.AIChat.Broker != a.d.Broker {
+		t.Fatal("the ai-chat kind queues elsewhere")
+	}
+	m, err := a.d.Broker.Enqueue(ctx, "cluster-queue-test", broker.Followup, "kept", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(broker.Path(state)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a cluster node wrote %s: %v", broker.Path(state), err)
+	}
+	b := runAssembled(t, cfg)
+	got, err := b.d.Broker.Get(ctx, []string{m.ID})
+	if err != nil || len(got) != 1 || got[0].Content != "kept" {
+		t.Fatalf("after a restart: %+v %v", got, err)
 	}
 }

@@ -56,9 +56,9 @@ type Kind struct {
 	Workspace string
 	// Logs writes state/logs/<session id>/ (context.md, verbose.md, raw.jsonl); nil: none.
 	Logs *LogOptions
-	// Broker is the durable message queue (state/broker/queues.db); nil: no queue, a message
-	// during a turn is refused.
-	Broker *broker.Store
+	// Broker is the durable message queue (state/broker/queues.db, or the cluster's on
+	// JetStream); nil: no queue, a message during a turn is refused.
+	Broker broker.Queues
 	// Collect tunes the collect mode (defaults: 500 ms, 20, old).
 	Collect CollectOptions
 	// Sessions is the registry serving this kind, set once it exists: subagents are ai-chat
