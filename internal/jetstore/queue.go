@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -101,6 +102,30 @@ func openQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, opt 
 	return q, nil
 }
 
+// try runs one request to JetStream, bounded by ackWait: a reply lost with a server (a leader
+// moving) never comes. A request that timed out or found no responder (a leader being
+// elected) is tried again, maxAttempts times in all; a write tried again may have been stored
+// the first time, which its caller tells by the token it wrote.
+func try[T any](ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
+	var v T
+	var err error
+	for attempt := 1; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, ackWait)
+		v, err = f(octx)
+		cancel()
+		retry := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+		if err == nil || !retry || attempt == maxAttempts || ctx.Err() != nil {
+			return v, err
+		}
+		select { // a new leader takes a moment; nothing here is told when it is there
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+}
+
 // Close implements broker.Queues; the connection is the caller's.
 func (q *Queues) Close() error { return nil }
 
@@ -123,6 +148,9 @@ type header struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// Chunks: the content is in this many chunk entries, not after the header.
 	Chunks int `json:"chunks,omitempty"`
+	// By is a token of the write that made this version (a store, a move): a writer whose
+	// acknowledgement was lost finds its own write by it.
+	By string `json:"by"`
 }
 
 // entry is a message as read: its header, where its content is, and its revision.
@@ -141,6 +169,13 @@ func (e entry) seq() uint64 {
 }
 
 var b64 = base64.RawURLEncoding
+
+// token is a write's token (header.By).
+func token() string {
+	var b [9]byte
+	_, _ = rand.Read(b[:])
+	return b64.EncodeToString(b[:])
+}
 
 func (q *Queues) entryKey(key, id string) string {
 	return b64.EncodeToString([]byte(key)) + "." + b64.EncodeToString([]byte(id))
@@ -177,7 +212,8 @@ func (q *Queues) message(ctx context.Context, e entry) (broker.Message, error) {
 	if e.h.Chunks > 0 {
 		var b []byte
 		for i := range e.h.Chunks {
-			c, err := q.kv.Get(ctx, e.key+"."+strconv.Itoa(i))
+			ck := e.key + "." + strconv.Itoa(i)
+			c, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return q.kv.Get(ctx, ck) })
 			if err != nil {
 				return broker.Message{}, fmt.Errorf("queue: message %s: chunk %d: %w", e.h.ID, i, err)
 			}
@@ -257,21 +293,36 @@ func (q *Queues) EnqueueWith(ctx context.Context, key string, mode broker.Mode, 
 		// it died, with no entry, are never read.
 		for i := 0; len(body) > 0; i++ {
 			n := min(q.chunk, len(body))
-			if _, err := q.kv.Put(ctx, ek+"."+strconv.Itoa(i), body[:n]); err != nil {
+			chunk := body[:n]
+			if _, err := try(ctx, func(ctx context.Context) (uint64, error) { return q.kv.Put(ctx, ek+"."+strconv.Itoa(i), chunk) }); err != nil {
 				return broker.Message{}, fmt.Errorf("queue: message %s: store chunk %d: %w", m.ID, i, err)
 			}
 			body = body[n:]
 			h.Chunks++
 		}
 	}
+	h.By = token()
 	val, err := encodeEntry(h, body)
 	if err != nil {
 		return broker.Message{}, err
 	}
-	rev, err := q.kv.Create(ctx, ek, val)
+	rev, err := try(ctx, func(ctx context.Context) (uint64, error) { return q.kv.Create(ctx, ek, val) })
 	if conflict(err) {
-		m.Duplicate = true
-		return m, nil
+		// Another store of the id, or this one's, tried again after its acknowledgement
+		// was lost.
+		cur, gerr := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return q.kv.Get(ctx, ek) })
+		if gerr != nil {
+			return broker.Message{}, fmt.Errorf("queue: store message %s: %w", m.ID, gerr)
+		}
+		e, derr := decodeEntry(ek, cur.Revision(), cur.Value())
+		if derr != nil {
+			return broker.Message{}, derr
+		}
+		if e.h.By != h.By {
+			m.Duplicate = true
+			return m, nil
+		}
+		rev, err = e.seq(), nil
 	}
 	if err != nil {
 		return broker.Message{}, fmt.Errorf("queue: store message %s: %w", m.ID, err)
@@ -298,7 +349,9 @@ func (q *Queues) EnqueueWith(ctx context.Context, key string, mode broker.Mode, 
 
 // lookup reads the entry of message id, under whichever key it is.
 func (q *Queues) lookup(ctx context.Context, id string) (entry, bool, error) {
-	msg, err := q.st.GetLastMsgForSubject(ctx, q.prefix+"*."+b64.EncodeToString([]byte(id)))
+	msg, err := try(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return q.st.GetLastMsgForSubject(ctx, q.prefix+"*."+b64.EncodeToString([]byte(id)))
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return entry{}, false, nil
 	}
@@ -315,26 +368,30 @@ func (q *Queues) lookup(ctx context.Context, id string) (entry, bool, error) {
 // move writes e's state out of queued by compare-and-set from the revision read; it reports
 // false when another writer moved it first.
 func (q *Queues) move(ctx context.Context, e entry, state, reason, entryID string) (bool, error) {
+	by := token()
 	for {
 		if e.h.State != broker.StateQueued {
-			return false, nil
+			// Moved by another writer, or by this one tried again after its
+			// acknowledgement was lost.
+			return e.h.By == by, nil
 		}
 		h := e.h
 		h.Seq = e.seq()
-		h.State, h.Reason, h.EntryID, h.DoneMs = state, reason, entryID, q.now().UnixMilli()
+		h.State, h.Reason, h.EntryID, h.DoneMs, h.By = state, reason, entryID, q.now().UnixMilli(), by
 		val, err := encodeEntry(h, e.content)
 		if err != nil {
 			return false, err
 		}
-		_, err = q.kv.Update(ctx, e.key, val, e.rev)
+		rev := e.rev
+		_, err = try(ctx, func(ctx context.Context) (uint64, error) { return q.kv.Update(ctx, e.key, val, rev) })
 		if err == nil {
 			return true, nil
 		}
 		if !conflict(err) {
 			return false, fmt.Errorf("queue: message %s: mark it %s: %w", e.h.ID, state, err)
 		}
-		// Another writer moved it: read what it wrote.
-		cur, err := q.kv.Get(ctx, e.key)
+		// Another writer moved it (or this one did): read what was written.
+		cur, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return q.kv.Get(ctx, e.key) })
 		if err != nil {
 			return false, fmt.Errorf("queue: message %s: %w", e.h.ID, err)
 		}
@@ -442,7 +499,7 @@ func (q *Queues) clearInterrupted(ctx context.Context, es []entry) ([]entry, err
 			return nil, err
 		}
 		// Whoever moved it, it is no longer queued: read it again.
-		cur, err := q.kv.Get(ctx, e.key)
+		cur, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return q.kv.Get(ctx, e.key) })
 		if err != nil {
 			return nil, fmt.Errorf("queue: message %s: %w", e.h.ID, err)
 		}
@@ -524,59 +581,107 @@ func (q *Queues) Keys(ctx context.Context) ([]string, error) {
 // acknowledged before the call.
 func (q *Queues) list(ctx context.Context, filter string) ([]entry, error) {
 	subj := q.prefix + filter
-	last, err := q.st.GetLastMsgForSubject(ctx, subj)
+	last, err := try(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return q.st.GetLastMsgForSubject(ctx, subj)
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: list %s: %w", filter, err)
 	}
-	cons, err := q.st.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		FilterSubject: subj, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy,
-		MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: list %s: a consumer: %w", filter, err)
-	}
-	defer func() {
-		_ = q.st.DeleteConsumer(context.WithoutCancel(ctx), cons.CachedInfo().Name)
-	}()
-	bySubject := map[string]entry{}
-	var seen uint64
-	for seen < last.Sequence {
-		batch, err := cons.FetchNoWait(1024)
-		if err != nil {
-			return nil, fmt.Errorf("queue: list %s: fetch: %w", filter, err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
+	for attempt := 1; ; attempt++ {
+		es, err := q.listFrom(ctx, subj, last.Sequence)
+		if err == nil || !errors.Is(err, errStalled) || attempt == maxAttempts {
 			if err != nil {
 				return nil, fmt.Errorf("queue: list %s: %w", filter, err)
 			}
-			seen = max(seen, md.Sequence.Stream)
-			if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-				delete(bySubject, msg.Subject())
-				continue
-			}
-			e, err := decodeEntry(strings.TrimPrefix(msg.Subject(), q.prefix), md.Sequence.Stream, msg.Data())
-			if err != nil {
-				return nil, err
-			}
-			bySubject[msg.Subject()] = e
+			return es, nil
 		}
+	}
+}
+
+// errStalled: a consumer gave nothing for ackWait (its server gone): another is made.
+var errStalled = errors.New("the consumer stalled")
+
+// listFrom reads the last entry of each subject under subj through a consumer, until it has
+// given the stream's sequence last.
+func (q *Queues) listFrom(ctx context.Context, subj string, last uint64) ([]entry, error) {
+	cons, err := try(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return q.st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+			FilterSubject: subj, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy,
+			MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("a consumer: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackWait)
+		defer cancel()
+		_ = q.st.DeleteConsumer(dctx, cons.CachedInfo().Name) // else it goes after InactiveThreshold
+	}()
+	bySubject := map[string]entry{}
+	var seen uint64
+	progress := time.Now()
+	for seen < last {
+		batch, err := cons.FetchNoWait(1024)
+		if err != nil {
+			return nil, fmt.Errorf("fetch: %w", err)
+		}
+		n := 0
+		msgs := batch.Messages()
+		stall := time.NewTimer(ackWait)
+	read:
+		for {
+			// A fetch whose server went never ends (its goroutine in nats.go waits on):
+			// it is left after ackWait.
+			select {
+			case <-ctx.Done():
+				stall.Stop()
+				return nil, ctx.Err()
+			case <-stall.C:
+				return nil, errStalled
+			case msg, ok := <-msgs:
+				if !ok {
+					break read
+				}
+				n++
+				md, err := msg.Metadata()
+				if err != nil {
+					stall.Stop()
+					return nil, err
+				}
+				seen = max(seen, md.Sequence.Stream)
+				if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+					delete(bySubject, msg.Subject())
+					continue
+				}
+				e, err := decodeEntry(strings.TrimPrefix(msg.Subject(), q.prefix), md.Sequence.Stream, msg.Data())
+				if err != nil {
+					stall.Stop()
+					return nil, err
+				}
+				bySubject[msg.Subject()] = e
+			}
+		}
+		stall.Stop()
 		// A consumer just made on another server may not have its subscription known here
 		// yet (no responders): it is asked again, like one that has nothing yet.
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("queue: list %s: fetch: %w", filter, err)
+			return nil, fmt.Errorf("fetch: %w", err)
 		}
-		if n == 0 && seen < last.Sequence {
-			select { // a consumer on a follower catches up on its own; nothing here is told when
-			case <-ctx.Done():
-				return nil, fmt.Errorf("queue: list %s: %w", filter, ctx.Err())
-			case <-time.After(5 * time.Millisecond):
-			}
+		if n > 0 {
+			progress = time.Now()
+			continue
+		}
+		if time.Since(progress) > ackWait {
+			return nil, errStalled
+		}
+		select { // a consumer on a follower catches up on its own; nothing here is told when
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	out := make([]entry, 0, len(bySubject))

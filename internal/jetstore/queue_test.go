@@ -2,10 +2,14 @@ package jetstore_test
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/broker/brokertest"
@@ -100,5 +104,87 @@ func TestQueueNodeDies(t *testing.T) {
 		if keys, err := n.Keys(ctx); err != nil || len(keys) != 0 {
 			t.Fatalf("keys after delivery: %v %v", keys, err)
 		}
+	}
+}
+
+// TestQueueServerLost: at R3, the server leading the queue bucket goes while a node enqueues;
+// every message acknowledged before, during and after is queued for another node, once.
+func TestQueueServerLost(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	a := c.queues(t, c.connect(t), name, 3)
+	ctx := testCtx(t)
+	acked := map[string]string{}
+	failed := 0
+	enqueue := func(i int) {
+		// A store that fails (a leader moving) may or may not be kept: it is not counted.
+		m, err := a.Enqueue(ctx, "k", broker.Followup, fmt.Sprint("m", i), "")
+		if err != nil {
+			if failed++; failed <= 5 {
+				t.Logf("enqueue %d: %v", i, err)
+			}
+			return
+		}
+		acked[m.ID] = m.Content
+	}
+	for i := range 50 {
+		enqueue(i)
+	}
+	js, err := jetstream.New(c.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, "KV_"+jetstore.QueueBucket(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	var lost *server.Server
+	for _, s := range c.servers {
+		if s.Name() == leader {
+			lost = s
+		}
+	}
+	if lost == nil {
+		t.Fatalf("no server named %q leads the bucket", leader)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lost.Shutdown()
+		lost.WaitForShutdown()
+	}()
+	for i := 50; i < 100; i++ {
+		enqueue(i)
+	}
+	<-done
+	before := len(acked)
+	for i := 100; len(acked) < before+20 && i < 1000; i++ {
+		enqueue(i)
+	}
+	if len(acked) < before+20 {
+		t.Fatalf("only %d enqueued after the loss (%d failed)", len(acked)-before, failed)
+	}
+	t.Logf("%d acknowledged, %d failed across the loss of %s", len(acked), failed, leader)
+	b := c.queues(t, c.connect(t), name, 3)
+	q, err := b.Queued(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range q {
+		if _, dup := got[m.ID]; dup {
+			t.Fatalf("%s queued twice", m.ID)
+		}
+		got[m.ID] = m.Content
+	}
+	for id, text := range acked {
+		if got[id] != text {
+			t.Errorf("acknowledged %s %q reads as %q", id, text, got[id])
+		}
+	}
+	won, err := b.Deliver(ctx, slices.Collect(maps.Keys(acked)), "e")
+	if err != nil || len(won) != len(acked) {
+		t.Fatalf("delivered %d of %d: %v", len(won), len(acked), err)
 	}
 }
