@@ -268,9 +268,14 @@ func (d *Daemon) assembleAIChat(ctx context.Context, chats *conversation.Service
 		d.stopLast = append(d.stopLast, func(context.Context) { _ = st.Close() })
 	}
 	d.stopLast = append(d.stopLast, func(context.Context) { shells.Close() })
-	runs, err := chatstore.OpenSubagents(filepath.Join(cfg.StateDir, "subagents"), cfg.Now)
-	if err != nil {
-		return err
+	// Subagent runs likewise: state/subagents/runs.json, or the cluster's (set by Run).
+	var runs chatstore.SubagentRuns
+	if cfg.Cluster == nil || cfg.Store != nil {
+		g, err := chatstore.OpenSubagents(filepath.Join(cfg.StateDir, "subagents"), cfg.Now)
+		if err != nil {
+			return err
+		}
+		runs = g
 	}
 	backends := cfg.Backends
 	if backends == nil {
@@ -337,18 +342,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			d.stopLast = append(d.stopLast, stop)
-			store = st
 			if d.AIChat != nil {
-				// The ai-chat queues of the cluster (docs/cluster.md), before any session
-				// or trigger uses them.
+				// The ai-chat queues and subagent runs of the cluster (docs/cluster.md),
+				// before any session or trigger uses them.
 				q, err := st.Queues(ctx, cfg.Now)
+				var runs *jetstore.Runs
+				if err == nil {
+					runs, err = st.Runs(ctx, cfg.Now)
+				}
 				if err != nil {
 					_ = st.Close()
-					return nil, fmt.Errorf("cluster queues: %w", err)
+					stop(ctx)
+					return nil, fmt.Errorf("cluster ai-chat stores: %w", err)
 				}
-				d.AIChat.Broker, d.Broker = q, q
+				d.stopLast = append(d.stopLast, func(context.Context) { _ = runs.Close() })
+				d.AIChat.Broker, d.Broker, d.AIChat.Runs = q, q, runs
 			}
+			d.stopLast = append(d.stopLast, stop)
+			store = st
 		}
 		if store == nil {
 			// Sessions and their events live in state/live, so the next gateway still answers

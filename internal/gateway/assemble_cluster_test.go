@@ -14,6 +14,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/jetstore"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -96,8 +97,9 @@ func TestAssembleClusterEmbedded(t *testing.T) {
 	}
 }
 
-// TestAssembleClusterQueues: a cluster node's ai-chat queue is the cluster's (JetStream), not
-// state/broker/queues.db, and what it acknowledged is there for the next daemon.
+// TestAssembleClusterQueues: a cluster node's ai-chat queue and subagent runs are the
+// cluster's (JetStream), not state/broker/queues.db and state/subagents, and what it
+// acknowledged is there for the next daemon.
 func TestAssembleClusterQueues(t *testing.T) {
 	state := testkit.ShortTempDir(t)
 	cfg := gateway.Config{
@@ -112,6 +114,13 @@ func TestAssembleClusterQueues(t *testing.T) {
 	if a.d.AIChat.Broker != a.d.Broker {
 		t.Fatal("the ai-chat kind queues elsewhere")
 	}
+	if _, ok := a.d.AIChat.Runs.(*jetstore.Runs); !ok {
+		t.Fatalf("the subagent runs of a cluster node: %T", a.d.AIChat.Runs)
+	}
+	run := chatstore.SubagentRunRecord{RunID: "r1", ChildSessionKey: "agent:main:subagent:r1", RequesterSessionKey: "agent:main:main", Task: "t", Cleanup: "keep"}
+	if err := a.d.AIChat.Runs.PutChecked(ctx, run, nil); err != nil {
+		t.Fatal(err)
+	}
 	m, err := a.d.Broker.Enqueue(ctx, "cluster-queue-test", broker.Followup, "kept", "")
 	if err != nil {
 		t.Fatal(err)
@@ -119,12 +128,17 @@ func TestAssembleClusterQueues(t *testing.T) {
 	if err := a.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(broker.Path(state)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a cluster node wrote %s: %v", broker.Path(state), err)
+	for _, p := range []string{broker.Path(state), filepath.Join(state, "subagents")} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a cluster node wrote %s: %v", p, err)
+		}
 	}
 	b := runAssembled(t, cfg)
 	got, err := b.d.Broker.Get(ctx, []string{m.ID})
 	if err != nil || len(got) != 1 || got[0].Content != "kept" {
 		t.Fatalf("after a restart: %+v %v", got, err)
+	}
+	if runs, err := b.d.AIChat.Runs.List(chatstore.SubagentFilter{}); err != nil || len(runs) != 1 || runs[0].RunID != "r1" {
+		t.Fatalf("runs after a restart: %+v %v", runs, err)
 	}
 }
