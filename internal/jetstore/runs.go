@@ -1,6 +1,7 @@
 package jetstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -149,6 +150,24 @@ func (r *Runs) Close() error {
 	return nil
 }
 
+// runValue is a run's entry: a token of the write, a newline, the record (a write tried again
+// after its acknowledgement was lost knows its own by the token).
+func runValue(rec chatstore.SubagentRunRecord) ([]byte, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode subagent run %s: %w", rec.RunID, err)
+	}
+	return append([]byte(token()+"\n"), b...), nil
+}
+
+func decodeRun(v []byte, rec *chatstore.SubagentRunRecord) error {
+	_, b, ok := bytes.Cut(v, []byte{'\n'})
+	if !ok {
+		return errors.New("a subagent run entry without its token")
+	}
+	return json.Unmarshal(b, rec)
+}
+
 func runKey(runID string) string {
 	return "run." + base64.RawURLEncoding.EncodeToString([]byte(runID))
 }
@@ -163,8 +182,8 @@ func (r *Runs) apply(e jetstream.KeyValueEntry) {
 		r.changed = make(chan struct{})
 	}
 	if e.Key() == runsGen {
-		if e.Operation() == jetstream.KeyValuePut {
-			r.confirmed[string(e.Value())] = true
+		if _, id, ok := bytes.Cut(e.Value(), []byte{'\n'}); ok && e.Operation() == jetstream.KeyValuePut {
+			r.confirmed[string(id)] = true
 		}
 		return
 	}
@@ -181,7 +200,7 @@ func (r *Runs) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	var rec chatstore.SubagentRunRecord
-	if json.Unmarshal(e.Value(), &rec) != nil {
+	if decodeRun(e.Value(), &rec) != nil {
 		return // a record that does not decode is skipped, as runs.json's are
 	}
 	if !r.started {
@@ -239,14 +258,14 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 	if err != nil {
 		return err
 	}
-	val, err := json.Marshal(rec)
+	val, err := runValue(rec)
 	if err != nil {
-		return fmt.Errorf("encode subagent run %s: %w", rec.RunID, err)
+		return err
 	}
 	key := runKey(rec.RunID)
 	for {
 		var gen uint64
-		g, err := r.kv.Get(ctx, runsGen)
+		g, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, runsGen) })
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
@@ -262,18 +281,32 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 				return err
 			}
 		}
-		rev, err := r.kv.Create(ctx, key, val)
+		rev, err := try(ctx, func(ctx context.Context) (uint64, error) { return r.kv.Create(ctx, key, val) })
 		if conflict(err) {
-			return fmt.Errorf("put subagent run %s: %w: subagent run %s", rec.RunID, chatstore.ErrExists, rec.RunID)
+			// Another put of the id, or this one tried again after its acknowledgement was
+			// lost: the value with this put's token is this one's.
+			cur, gerr := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, key) })
+			if gerr != nil || !bytes.Equal(cur.Value(), val) {
+				return fmt.Errorf("put subagent run %s: %w: subagent run %s", rec.RunID, chatstore.ErrExists, rec.RunID)
+			}
+			rev, err = cur.Revision(), nil
 		}
 		if err != nil {
 			return fmt.Errorf("put subagent run %s: %w", rec.RunID, err)
 		}
-		stamp := []byte(rec.RunID)
-		if gen == 0 {
-			_, err = r.kv.Create(ctx, runsGen, stamp)
-		} else {
-			_, err = r.kv.Update(ctx, runsGen, stamp, gen)
+		// gen names the run after a token of this put: one tried again after its
+		// acknowledgement was lost knows its own.
+		stamp := []byte(token() + "\n" + rec.RunID)
+		_, err = try(ctx, func(ctx context.Context) (uint64, error) {
+			if gen == 0 {
+				return r.kv.Create(ctx, runsGen, stamp)
+			}
+			return r.kv.Update(ctx, runsGen, stamp, gen)
+		})
+		if conflict(err) {
+			if cur, gerr := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, runsGen) }); gerr == nil && bytes.Equal(cur.Value(), stamp) {
+				err = nil
+			}
 		}
 		if err == nil {
 			r.mu.Lock()
@@ -284,7 +317,10 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 		}
 		// Another put moved gen on since this one checked: its run may be one the check
 		// did not count. This run is taken back and the check made again.
-		if derr := r.kv.Delete(ctx, key, jetstream.LastRevision(rev)); derr != nil {
+		_, derr := try(ctx, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, r.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		})
+		if derr != nil && !conflict(derr) { // a conflict: a try before took it back
 			return fmt.Errorf("put subagent run %s: take it back: %w", rec.RunID, derr)
 		}
 		if !conflict(err) {
@@ -297,7 +333,7 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 func (r *Runs) Patch(ctx context.Context, runID string, patch any) (chatstore.SubagentRunRecord, error) {
 	key := runKey(runID)
 	for {
-		e, err := r.kv.Get(ctx, key)
+		e, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, key) })
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return chatstore.SubagentRunRecord{}, fmt.Errorf("patch subagent run %s: %w: subagent run %s", runID, chatstore.ErrNotFound, runID)
 		}
@@ -305,20 +341,20 @@ func (r *Runs) Patch(ctx context.Context, runID string, patch any) (chatstore.Su
 			return chatstore.SubagentRunRecord{}, fmt.Errorf("patch subagent run %s: %w", runID, err)
 		}
 		var cur chatstore.SubagentRunRecord
-		if err := json.Unmarshal(e.Value(), &cur); err != nil {
+		if err := decodeRun(e.Value(), &cur); err != nil {
 			return chatstore.SubagentRunRecord{}, fmt.Errorf("patch subagent run %s: %w", runID, err)
 		}
 		out, err := chatstore.PatchRun(cur, patch)
 		if err != nil {
 			return chatstore.SubagentRunRecord{}, fmt.Errorf("patch subagent run %s: %w", runID, err)
 		}
-		val, err := json.Marshal(out)
+		val, err := runValue(out)
 		if err != nil {
-			return chatstore.SubagentRunRecord{}, fmt.Errorf("patch subagent run %s: %w", runID, err)
+			return chatstore.SubagentRunRecord{}, err
 		}
-		rev, err := r.kv.Update(ctx, key, val, e.Revision())
+		rev, err := try(ctx, func(ctx context.Context) (uint64, error) { return r.kv.Update(ctx, key, val, e.Revision()) })
 		if conflict(err) {
-			continue // another node patched it first: patch what it wrote
+			continue // another node patched it first (or this one's try did): patch what is there
 		}
 		if err != nil {
 			return chatstore.SubagentRunRecord{}, fmt.Errorf("patch subagent run %s: %w", runID, err)
