@@ -129,8 +129,11 @@ func testOrderAndModes(t *testing.T, open func(t *testing.T) broker.Queues) {
 		}
 	}
 	// Seq is store order: a, b, ... are increasing whatever their priority.
-	if !(ms[2].Seq < ms[3].Seq && ms[3].Seq < ms[0].Seq && ms[0].Seq < ms[4].Seq && ms[4].Seq < ms[1].Seq && ms[1].Seq < ms[5].Seq) {
-		t.Errorf("seqs %d %d %d %d %d %d", ms[0].Seq, ms[1].Seq, ms[2].Seq, ms[3].Seq, ms[4].Seq, ms[5].Seq)
+	byStore := []broker.Message{ms[2], ms[3], ms[0], ms[4], ms[1], ms[5]} // a, b, s, idle-sb, sb, c
+	for i := 1; i < len(byStore); i++ {
+		if byStore[i].Seq <= byStore[i-1].Seq {
+			t.Errorf("%s has seq %d after %s's %d", byStore[i].Content, byStore[i].Seq, byStore[i-1].Content, byStore[i-1].Seq)
+		}
 	}
 }
 

@@ -140,7 +140,7 @@ func testCheckedOnce(t *testing.T, open func(t *testing.T) chatstore.SubagentRun
 			switch {
 			case err == nil:
 				put++
-			case err == errFull: //nolint:errorlint // the check's error, as it is
+			case errors.Is(err, errFull) && err.Error() == errFull.Error(): // the check's error, as it is
 				full++
 			default:
 				t.Errorf("put %s: %v", rec.RunID, err)
