@@ -188,3 +188,50 @@ func TestQueueServerLost(t *testing.T) {
 		t.Fatalf("delivered %d of %d: %v", len(won), len(acked), err)
 	}
 }
+
+// TestQueueInterruptNodeDies: an interrupt stored by a node that died before it cleared the
+// queue clears it all the same: another node reads the messages before it as cleared (and
+// writes them so), and they are never delivered.
+func TestQueueInterruptNodeDies(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	a := c.queues(t, c.connect(t), name, 3)
+	b := c.queues(t, c.connect(t), name, 3)
+	ctx := testCtx(t)
+	var before []string
+	for i := range 3 {
+		m, err := a.Enqueue(ctx, "k", broker.Followup, fmt.Sprint("m", i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, m.ID)
+	}
+	a.StopAfterStore()
+	in, err := a.Enqueue(ctx, "k", broker.Interrupt, "stop", "")
+	if err != nil || len(in.Cleared) != 0 {
+		t.Fatalf("interrupt: %+v %v", in, err)
+	}
+	after, err := b.Enqueue(ctx, "k", broker.Followup, "after", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.Queued(ctx, "k")
+	if err != nil || len(q) != 2 || q[0].ID != in.ID || q[1].ID != after.ID {
+		t.Fatalf("queued on B: %+v %v", q, err)
+	}
+	got, err := a.Get(ctx, before) // written cleared, read from either node
+	if err != nil || len(got) != 3 {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	for _, m := range got {
+		if m.State != broker.StateCleared || m.Reason != broker.ClearedBy(in.ID) {
+			t.Errorf("%s: %s %q", m.Content, m.State, m.Reason)
+		}
+	}
+	if won, err := b.Deliver(ctx, before, "e"); err != nil || len(won) != 0 {
+		t.Fatalf("delivered cleared messages: %v %v", won, err)
+	}
+	if keys, err := b.Keys(ctx); err != nil || len(keys) != 1 {
+		t.Fatalf("keys: %v %v", keys, err)
+	}
+}
