@@ -356,7 +356,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 					return nil, fmt.Errorf("cluster ai-chat stores: %w", err)
 				}
 				d.stopLast = append(d.stopLast, func(context.Context) { _ = runs.Close() })
-				d.AIChat.Broker, d.Broker, d.AIChat.Runs = q, q, runs
+				// Conversations are per node (until a conversation can move): each node
+				// queues under its own name, so two nodes' agent:main:main never deliver
+				// each other's messages; a node taking one over reads the other's scope.
+				scoped := broker.Scoped(q, node)
+				d.AIChat.Broker, d.Broker, d.AIChat.Runs = scoped, scoped, runs
 			}
 			d.stopLast = append(d.stopLast, stop)
 			store = st

@@ -108,9 +108,6 @@ func TestAssembleClusterQueues(t *testing.T) {
 	}
 	a := runAssembled(t, cfg)
 	ctx := testCtx(t)
-	if _, ok := a.d.Broker.(*jetstore.Queues); !ok {
-		t.Fatalf("the queues of a cluster node: %T", a.d.Broker)
-	}
 	if a.d.AIChat.Broker != a.d.Broker {
 		t.Fatal("the ai-chat kind queues elsewhere")
 	}
@@ -125,6 +122,23 @@ func TestAssembleClusterQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// In the cluster's bucket, under the node's name.
+	tok, err := os.ReadFile(filepath.Join(state, "nats", gateway.NATSTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: []string{"nats://" + cfg.Cluster.Listen}, Token: string(tok), Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := jetstore.OpenQueues(ctx, nc, jetstore.QueueOptions{Cluster: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := cq.Queued(ctx, broker.ScopedKey("n1", "cluster-queue-test")); err != nil || len(q) != 1 || q[0].ID != m.ID {
+		t.Fatalf("the cluster's bucket: %+v %v", q, err)
+	}
+	nc.Close()
 	if err := a.stop(); err != nil {
 		t.Fatal(err)
 	}

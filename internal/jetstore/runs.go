@@ -18,22 +18,28 @@ import (
 	"github.com/nexus-run/nexus/internal/chatstore"
 )
 
-// Runs are the subagent run records of a cluster (chatstore.SubagentRuns) in the key-value
-// bucket NEXUS_<cluster>_SUBAGENTS: a run is the entry run.<runId> (base64url), created by
-// the bucket's Create and patched by an Update from the revision read. PutChecked's check and
-// write are one step for the cluster by the entry gen: a put reads gen's revision, checks the
-// runs as of it, creates its run, then moves gen on from that revision; a put that loses that
-// compare-and-set deletes its run and tries again, so two puts checking a cap at once never
-// both pass it. gen's value names the run whose put it confirms: a run counts (for a check and
-// for List) once gen has named it, so a run being taken back is never counted. List answers
-// from this node's copy of the bucket, kept by a watcher: this node's own writes at once,
-// another node's a moment later.
+// Runs are a node's subagent run records (chatstore.SubagentRuns) in the cluster's key-value
+// bucket NEXUS_<cluster>_SUBAGENTS: a run is the entry <node>.run.<runId> (both base64url),
+// created by the bucket's Create and patched by an Update from the revision read. A node has
+// the runs it spawned, as their child conversations are its own (its start ends those still
+// running, its caps count them); another node reads them by opening Runs with that node's
+// name (a takeover).
+//
+// PutChecked's check and write are one step, from any process, by the node's entry gen: a put
+// reads gen's revision, checks the runs as of it, creates its run, then moves gen on from that
+// revision; a put that loses that compare-and-set deletes its run and tries again, so two puts
+// checking a cap at once never both pass it. gen's value names the run whose put it confirms:
+// a run counts (for a check and for List) once gen has named it, so a run being taken back is
+// never counted. List answers from this process's copy of the node's runs, kept by a watcher:
+// its own writes at once, another process's a moment later.
 type Runs struct {
 	kv   jetstream.KeyValue
 	name string
-	now  func() time.Time
-	stop context.CancelFunc
-	done chan struct{}
+	// prefix is the node's part of the bucket, "<node>."; gen its entry gen.
+	prefix, gen string
+	now         func() time.Time
+	stop        context.CancelFunc
+	done        chan struct{}
 
 	mu      sync.Mutex
 	runs    map[string]runEntry // by runId
@@ -53,18 +59,26 @@ type runEntry struct {
 
 var _ chatstore.SubagentRuns = (*Runs)(nil)
 
-const runsGen = "gen"
+// RunsOptions configure OpenRuns.
+type RunsOptions struct {
+	// Cluster and Replicas as in Options; Node names the node whose runs these are.
+	Cluster  string
+	Replicas int
+	Node     string
+	// Now fills a run's createdAt when it has none (nil: time.Now).
+	Now func() time.Time
+}
 
 // RunsBucket is the bucket of cluster's subagent runs.
 func RunsBucket(cluster string) string { return "NEXUS_" + cluster + "_SUBAGENTS" }
 
 // Runs opens the cluster's subagent runs on the store's connection.
 func (s *Store) Runs(ctx context.Context, now func() time.Time) (*Runs, error) {
-	return openRuns(ctx, s.js, QueueOptions{Cluster: s.opt.Cluster, Replicas: s.opt.Replicas, Now: now})
+	return openRuns(ctx, s.js, RunsOptions{Cluster: s.opt.Cluster, Replicas: s.opt.Replicas, Node: s.opt.Node, Now: now})
 }
 
 // OpenRuns opens (creating when needed) the cluster's subagent runs on nc.
-func OpenRuns(ctx context.Context, nc *nats.Conn, opt QueueOptions) (*Runs, error) {
+func OpenRuns(ctx context.Context, nc *nats.Conn, opt RunsOptions) (*Runs, error) {
 	if opt.Cluster == "" {
 		opt.Cluster = "nexus"
 	}
@@ -84,17 +98,21 @@ func OpenRuns(ctx context.Context, nc *nats.Conn, opt QueueOptions) (*Runs, erro
 	return openRuns(ctx, js, opt)
 }
 
-func openRuns(ctx context.Context, js jetstream.JetStream, opt QueueOptions) (*Runs, error) {
+func openRuns(ctx context.Context, js jetstream.JetStream, opt RunsOptions) (*Runs, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	r := &Runs{name: RunsBucket(opt.Cluster), now: opt.Now, runs: map[string]runEntry{}, confirmed: map[string]bool{}, changed: make(chan struct{}), done: make(chan struct{})}
+	if opt.Node == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "subagent runs: no node named")
+	}
+	r := &Runs{name: RunsBucket(opt.Cluster), prefix: base64.RawURLEncoding.EncodeToString([]byte(opt.Node)) + ".", now: opt.Now, runs: map[string]runEntry{}, confirmed: map[string]bool{}, changed: make(chan struct{}), done: make(chan struct{})}
+	r.gen = r.prefix + "gen"
 	var err error
 	if r.kv, err = openLeaderBucket(ctx, js, r.name, opt.Replicas); err != nil {
 		return nil, fmt.Errorf("subagent runs bucket: %w", err)
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := r.kv.WatchAll(wctx)
+	w, err := r.kv.Watch(wctx, r.prefix+">")
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("watch subagent runs bucket %s: %w", r.name, err)
@@ -168,8 +186,8 @@ func decodeRun(v []byte, rec *chatstore.SubagentRunRecord) error {
 	return json.Unmarshal(b, rec)
 }
 
-func runKey(runID string) string {
-	return "run." + base64.RawURLEncoding.EncodeToString([]byte(runID))
+func (r *Runs) runKey(runID string) string {
+	return r.prefix + "run." + base64.RawURLEncoding.EncodeToString([]byte(runID))
 }
 
 // apply puts an entry the watcher delivered into this node's copy.
@@ -181,13 +199,14 @@ func (r *Runs) apply(e jetstream.KeyValueEntry) {
 		close(r.changed)
 		r.changed = make(chan struct{})
 	}
-	if e.Key() == runsGen {
+	k := strings.TrimPrefix(e.Key(), r.prefix)
+	if k == "gen" {
 		if _, id, ok := bytes.Cut(e.Value(), []byte{'\n'}); ok && e.Operation() == jetstream.KeyValuePut {
 			r.confirmed[string(id)] = true
 		}
 		return
 	}
-	id, ok := strings.CutPrefix(e.Key(), "run.")
+	id, ok := strings.CutPrefix(k, "run.")
 	if !ok {
 		return
 	}
@@ -262,10 +281,10 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 	if err != nil {
 		return err
 	}
-	key := runKey(rec.RunID)
+	key := r.runKey(rec.RunID)
 	for {
 		var gen uint64
-		g, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, runsGen) })
+		g, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, r.gen) })
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
@@ -299,12 +318,12 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 		stamp := []byte(token() + "\n" + rec.RunID)
 		_, err = try(ctx, func(ctx context.Context) (uint64, error) {
 			if gen == 0 {
-				return r.kv.Create(ctx, runsGen, stamp)
+				return r.kv.Create(ctx, r.gen, stamp)
 			}
-			return r.kv.Update(ctx, runsGen, stamp, gen)
+			return r.kv.Update(ctx, r.gen, stamp, gen)
 		})
 		if conflict(err) {
-			if cur, gerr := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, runsGen) }); gerr == nil && bytes.Equal(cur.Value(), stamp) {
+			if cur, gerr := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, r.gen) }); gerr == nil && bytes.Equal(cur.Value(), stamp) {
 				err = nil
 			}
 		}
@@ -331,7 +350,7 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 
 // Patch implements chatstore.SubagentRuns.
 func (r *Runs) Patch(ctx context.Context, runID string, patch any) (chatstore.SubagentRunRecord, error) {
-	key := runKey(runID)
+	key := r.runKey(runID)
 	for {
 		e, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, key) })
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
