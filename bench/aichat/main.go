@@ -365,7 +365,7 @@ type harness struct {
 	cl     *client.Client
 	m      *model
 	srv    *httptest.Server
-	queues *broker.Store
+	queues broker.Queues
 	cancel context.CancelFunc
 	done   chan error
 }

@@ -259,30 +259,15 @@ func (s *Store) enqueueOnce(ctx context.Context, id, key string, mode Mode, cont
 // caller's id, unless one with that id exists.
 // Its origin is the subagent run (runID).
 func (s *Store) Announce(ctx context.Context, id, key, content, from, runID string) (fresh bool, err error) {
-	return s.enqueueOnce(ctx, id, key, Followup, content, from, abi.Origin{Kind: abi.OriginSubagent, ID: runID})
+	return s.enqueueOnce(ctx, id, key, Followup, content, from, AnnounceOrigin(runID))
 }
 
 func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, from string, o EnqueueOptions) (Message, bool, error) {
-	switch {
-	case key == "":
-		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a queued message needs a conversation key")
-	case strings.TrimSpace(content) == "":
-		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "an empty message")
-	case len(content) > MaxContent+MaxHeader:
-		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a message of %d bytes is over the limit of %d", len(content), MaxContent+MaxHeader)
-	case len(id) > 200:
-		return Message{}, false, abi.Errorf(abi.CodeInvalidArgument, "", "a message id of %d bytes is over the limit of 200", len(id))
-	}
-	if _, err := ParseMode(string(mode)); err != nil {
-		return Message{}, false, err
-	}
+	o.ID = id
 	now := s.now()
-	if id == "" {
-		id = newID()
-	}
-	m := Message{ID: id, Key: key, Mode: mode, Content: content, From: from, State: StateQueued, CreatedMs: now.UnixMilli(), RollsBack: o.RollsBack, Origin: o.Origin}
-	if mode.Aborts() || (mode == SteerBacklog && o.Steer) {
-		m.Priority = 1
+	m, err := Prepare(key, mode, content, from, o, now)
+	if err != nil {
+		return Message{}, false, err
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -290,7 +275,7 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 	}
 	defer func() { _ = tx.Rollback() }()
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE id = ?`, id).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE id = ?`, m.ID).Scan(&n); err != nil {
 		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 	}
 	if n > 0 {
@@ -301,12 +286,12 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 			return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 		}
 		if n > 0 {
-			return Message{}, false, abi.Errorf(abi.CodeBusy, "", "the conversation is busy: %d message(s) wait to be delivered (queue mode reject refuses a message until it is free)", n)
+			return Message{}, false, ErrBusy(n)
 		}
 	}
 	if mode == Interrupt {
 		rows, err := tx.QueryContext(ctx, `UPDATE messages SET state = ?, reason = ?, done_ms = ? WHERE key = ? AND state = ? RETURNING id`,
-			StateCleared, "cleared by interrupt "+m.ID, now.UnixMilli(), key, StateQueued)
+			StateCleared, ClearedBy(m.ID), now.UnixMilli(), key, StateQueued)
 		if err != nil {
 			return Message{}, false, fmt.Errorf("broker: clear: %w", err)
 		}
@@ -333,7 +318,6 @@ func (s *Store) put(ctx context.Context, id, key string, mode Mode, content, fro
 	if err := tx.Commit(); err != nil {
 		return Message{}, false, fmt.Errorf("broker: enqueue: %w", err)
 	}
-	m.Created = abi.FormatTime(now)
 	return m, true, nil
 }
 
@@ -415,6 +399,12 @@ func (s *Store) Keys(ctx context.Context) ([]string, error) {
 
 // Delivered records that the messages went into the transcript as entry entryID.
 func (s *Store) Delivered(ctx context.Context, ids []string, entryID string) error {
+	_, err := s.finish(ctx, ids, StateDelivered, "", entryID)
+	return err
+}
+
+// Deliver is Delivered, answering which of the ids this call moved out of the queued state.
+func (s *Store) Deliver(ctx context.Context, ids []string, entryID string) ([]string, error) {
 	return s.finish(ctx, ids, StateDelivered, "", entryID)
 }
 
@@ -453,29 +443,38 @@ func (s *Store) Get(ctx context.Context, ids []string) ([]Message, error) {
 
 // Drop records that a collect cap dropped the messages.
 func (s *Store) Drop(ctx context.Context, ids []string, reason string) error {
-	return s.finish(ctx, ids, StateDropped, reason, "")
+	_, err := s.finish(ctx, ids, StateDropped, reason, "")
+	return err
 }
 
-func (s *Store) finish(ctx context.Context, ids []string, state, reason, entryID string) error {
+// finish moves the queued ones of ids to state and returns them.
+func (s *Store) finish(ctx context.Context, ids []string, state, reason, entryID string) ([]string, error) {
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("broker: %w", err)
+		return nil, fmt.Errorf("broker: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	now := s.now().UnixMilli()
+	var moved []string
 	for _, id := range ids {
-		if _, err := tx.ExecContext(ctx, `UPDATE messages SET state = ?, reason = ?, entry_id = ?, done_ms = ? WHERE id = ? AND state = ?`,
-			state, reason, entryID, now, id, StateQueued); err != nil {
-			return fmt.Errorf("broker: %w", err)
+		res, err := tx.ExecContext(ctx, `UPDATE messages SET state = ?, reason = ?, entry_id = ?, done_ms = ? WHERE id = ? AND state = ?`,
+			state, reason, entryID, now, id, StateQueued)
+		if err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		} else if n > 0 {
+			moved = append(moved, id)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("broker: %w", err)
+		return nil, fmt.Errorf("broker: %w", err)
 	}
-	return nil
+	return moved, nil
 }
 
 func newID() string {

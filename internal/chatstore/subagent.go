@@ -304,29 +304,13 @@ func (g *Subagents) List(f SubagentFilter) ([]SubagentRunRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SubagentRunRecord, 0, len(snap.recs))
+	runs := make([]SubagentRunRecord, 0, len(snap.recs))
 	for _, r := range snap.recs {
-		rec, err := decodeSubagent(r)
-		if err != nil {
-			continue
+		if rec, err := decodeSubagent(r); err == nil {
+			runs = append(runs, rec)
 		}
-		if f.RequesterSessionKey != "" && rec.RequesterSessionKey != f.RequesterSessionKey ||
-			f.ChildSessionKey != "" && rec.ChildSessionKey != f.ChildSessionKey ||
-			f.Active && rec.EndedAt != 0 {
-			continue
-		}
-		out = append(out, rec)
 	}
-	slices.SortFunc(out, func(a, b SubagentRunRecord) int {
-		if a.CreatedAt != b.CreatedAt {
-			if a.CreatedAt > b.CreatedAt {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.RunID, b.RunID)
-	})
-	return out, nil
+	return FilterRuns(runs, f), nil
 }
 
 // Delete removes the record of runID (the child session and its transcript are not touched).

@@ -127,7 +127,9 @@ type Daemon struct {
 
 	// What Assemble opened, for the caller that drives the daemon in process (a benchmark
 	// enqueues into the broker; a test reads the registry).
-	Broker *broker.Store
+	// Broker is set once Run has opened the cluster when the node is one (the cluster's queues
+	// on JetStream); else by Assemble (state/broker/queues.db).
+	Broker broker.Queues
 	AIChat *aichat.Kind
 	// Registry is the live-session registry, set once Run has opened it (before Ready).
 	Registry *live.Registry
@@ -263,15 +265,27 @@ func (d *Daemon) assembleAIChat(ctx context.Context, chats *conversation.Service
 	shells := agentshell.New(agentshell.Config{
 		MaxSessions: maxShells, IdleTimeout: -1, RunPrefix: prefix, AuditDir: audit, Now: cfg.Now, Owner: cfg.Owner,
 	})
-	// Messages are queued durably (state/broker/queues.db) before they are acknowledged.
-	queues, err := broker.Open(ctx, broker.Path(cfg.StateDir), broker.Options{Now: cfg.Now})
-	if err != nil {
-		return err
+	// Messages are queued durably (state/broker/queues.db) before they are acknowledged; a
+	// node of a cluster queues them in the cluster (Run sets the kind's Broker once it has
+	// opened it), so any node delivers what another acknowledged.
+	var queues broker.Queues
+	if cfg.Cluster == nil || cfg.Store != nil {
+		st, err := broker.Open(ctx, broker.Path(cfg.StateDir), broker.Options{Now: cfg.Now})
+		if err != nil {
+			return err
+		}
+		queues = st
+		d.stopLast = append(d.stopLast, func(context.Context) { _ = st.Close() })
 	}
-	d.stopLast = append(d.stopLast, func(context.Context) { _ = queues.Close() }, func(context.Context) { shells.Close() })
-	runs, err := chatstore.OpenSubagents(filepath.Join(cfg.StateDir, "subagents"), cfg.Now)
-	if err != nil {
-		return err
+	d.stopLast = append(d.stopLast, func(context.Context) { shells.Close() })
+	// Subagent runs likewise: state/subagents/runs.json, or the cluster's (set by Run).
+	var runs chatstore.SubagentRuns
+	if cfg.Cluster == nil || cfg.Store != nil {
+		g, err := chatstore.OpenSubagents(filepath.Join(cfg.StateDir, "subagents"), cfg.Now)
+		if err != nil {
+			return err
+		}
+		runs = g
 	}
 	backends := cfg.Backends
 	if backends == nil {
@@ -339,6 +353,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 			st, conn, stop, err := openCluster(ctx, cfg)
 			if err != nil {
 				return nil, err
+			}
+			if d.AIChat != nil {
+				// The ai-chat queues and subagent runs of the cluster (docs/cluster.md),
+				// before any session or trigger uses them.
+				q, err := st.Queues(ctx, cfg.Now)
+				var runs *jetstore.Runs
+				if err == nil {
+					runs, err = st.Runs(ctx, cfg.Now)
+				}
+				if err != nil {
+					_ = st.Close()
+					stop(ctx)
+					return nil, fmt.Errorf("cluster ai-chat stores: %w", err)
+				}
+				d.stopLast = append(d.stopLast, func(context.Context) { _ = runs.Close() })
+				// Conversations are per node (until a conversation can move): each node
+				// queues under its own name, so two nodes' agent:main:main never deliver
+				// each other's messages; a node taking one over reads the other's scope.
+				scoped := broker.Scoped(q, node)
+				d.AIChat.Broker, d.Broker, d.AIChat.Runs = scoped, scoped, runs
 			}
 			d.stopLast = append(d.stopLast, stop)
 			store, nc = st, conn

@@ -13,7 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/gateway"
+	"github.com/nexus-run/nexus/internal/jetstore"
 	"github.com/nexus-run/nexus/internal/testkit"
 	"github.com/nexus-run/nexus/internal/triggerkv"
 )
@@ -176,5 +179,65 @@ func TestAssembleClusterPlacement(t *testing.T) {
 	var ae *abi.Error
 	if !errors.As(err, &ae) || ae.Code != abi.CodeInvalidArgument {
 		t.Fatalf("a create naming no node of the cluster: %v", err)
+	}
+}
+
+// TestAssembleClusterQueues: a cluster node's ai-chat queue and subagent runs are the
+// cluster's (JetStream), not state/broker/queues.db and state/subagents, and what it
+// acknowledged is there for the next daemon.
+func TestAssembleClusterQueues(t *testing.T) {
+	state := testkit.ShortTempDir(t)
+	cfg := gateway.Config{
+		StateDir: state, IdleTimeout: -1, Types: []abi.SessionType{abi.TypeAIChat},
+		Cluster: &gateway.ClusterConfig{Embedded: true, Node: "n1", Name: "test", Listen: testkit.FreeAddr(t)},
+	}
+	a := runAssembled(t, cfg)
+	ctx := testCtx(t)
+	if a.d.AIChat.Broker != a.d.Broker {
+		t.Fatal("the ai-chat kind queues elsewhere")
+	}
+	if _, ok := a.d.AIChat.Runs.(*jetstore.Runs); !ok {
+		t.Fatalf("the subagent runs of a cluster node: %T", a.d.AIChat.Runs)
+	}
+	run := chatstore.SubagentRunRecord{RunID: "r1", ChildSessionKey: "agent:main:subagent:r1", RequesterSessionKey: "agent:main:main", Task: "t", Cleanup: "keep"}
+	if err := a.d.AIChat.Runs.PutChecked(ctx, run, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.d.Broker.Enqueue(ctx, "cluster-queue-test", broker.Followup, "kept", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In the cluster's bucket, under the node's name.
+	tok, err := os.ReadFile(filepath.Join(state, "nats", gateway.NATSTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := jetstore.Dial(ctx, jetstore.DialOptions{URLs: []string{"nats://" + cfg.Cluster.Listen}, Token: string(tok), Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := jetstore.OpenQueues(ctx, nc, jetstore.QueueOptions{Cluster: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := cq.Queued(ctx, broker.ScopedKey("n1", "cluster-queue-test")); err != nil || len(q) != 1 || q[0].ID != m.ID {
+		t.Fatalf("the cluster's bucket: %+v %v", q, err)
+	}
+	nc.Close()
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{broker.Path(state), filepath.Join(state, "subagents")} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a cluster node wrote %s: %v", p, err)
+		}
+	}
+	b := runAssembled(t, cfg)
+	got, err := b.d.Broker.Get(ctx, []string{m.ID})
+	if err != nil || len(got) != 1 || got[0].Content != "kept" {
+		t.Fatalf("after a restart: %+v %v", got, err)
+	}
+	if runs, err := b.d.AIChat.Runs.List(chatstore.SubagentFilter{}); err != nil || len(runs) != 1 || runs[0].RunID != "r1" {
+		t.Fatalf("runs after a restart: %+v %v", runs, err)
 	}
 }

@@ -41,6 +41,7 @@ type Options struct {
 
 // Store is a live.Store on JetStream.
 type Store struct {
+	nc      *nats.Conn
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
 	nodes   jetstream.KeyValue // each node's last heartbeat
@@ -92,7 +93,7 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	s := &Store{js: js, opt: opt, changes: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{nc: nc, js: js, opt: opt, changes: make(chan struct{}), done: make(chan struct{})}
 	s.stream, s.subject, s.bucket = Names(opt.Cluster)
 	// Reads go to the stream leader (no direct gets from followers, which may lag a write
 	// this node just made).
@@ -122,31 +123,42 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 
 // openBucket opens the session bucket, creating it with leader-only reads.
 func (s *Store) openBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.KeyValue(ctx, s.bucket)
+	kv, err := openLeaderBucket(ctx, s.js, s.bucket, s.opt.Replicas)
+	if err != nil {
+		return nil, fmt.Errorf("session bucket: %w", err)
+	}
+	return kv, nil
+}
+
+// openLeaderBucket opens the bucket name, creating it (history 1, replicas as asked), with
+// reads from its stream's leader only: direct gets from followers may lag a write this node
+// just made.
+func openLeaderBucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		_, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.bucket, History: 1, Storage: jetstream.FileStorage, Replicas: s.opt.Replicas})
+		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1, Storage: jetstream.FileStorage, Replicas: replicas})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			err = nil // another node made it
 		}
 		if err != nil {
-			return nil, fmt.Errorf("session bucket %s: %w", s.bucket, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		kv, err = s.js.KeyValue(ctx, s.bucket)
+		kv, err = js.KeyValue(ctx, name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("session bucket %s: %w", s.bucket, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	st, err := s.js.Stream(ctx, "KV_"+s.bucket)
+	st, err := js.Stream(ctx, "KV_"+name)
 	if err != nil {
-		return nil, fmt.Errorf("session bucket %s: %w", s.bucket, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if cfg := st.CachedInfo().Config; cfg.AllowDirect {
 		cfg.AllowDirect = false
-		if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("session bucket %s: read from its leader: %w", s.bucket, err)
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("%s: read from its leader: %w", name, err)
 		}
-		if kv, err = s.js.KeyValue(ctx, s.bucket); err != nil {
-			return nil, fmt.Errorf("session bucket %s: %w", s.bucket, err)
+		if kv, err = js.KeyValue(ctx, name); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return kv, nil

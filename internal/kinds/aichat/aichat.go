@@ -56,16 +56,16 @@ type Kind struct {
 	Workspace string
 	// Logs writes state/logs/<session id>/ (context.md, verbose.md, raw.jsonl); nil: none.
 	Logs *LogOptions
-	// Broker is the durable message queue (state/broker/queues.db); nil: no queue, a message
-	// during a turn is refused.
-	Broker *broker.Store
+	// Broker is the durable message queue (state/broker/queues.db, or the cluster's on
+	// JetStream); nil: no queue, a message during a turn is refused.
+	Broker broker.Queues
 	// Collect tunes the collect mode (defaults: 500 ms, 20, old).
 	Collect CollectOptions
 	// Sessions is the registry serving this kind, set once it exists: subagents are ai-chat
-	// sessions it creates (sessions_spawn). Runs is state/subagents/runs.json. Without both
-	// (and Broker) the tool is not offered.
+	// sessions it creates (sessions_spawn). Runs is state/subagents/runs.json (or the
+	// cluster's runs on JetStream). Without both (and Broker) the tool is not offered.
 	Sessions  live.Backend
-	Runs      *chatstore.Subagents
+	Runs      chatstore.SubagentRuns
 	Subagents SubagentLimits
 	// Owner, when set, runs acp backends' agents as process groups of the gateway's (they
 	// never outlive it); nil: each agent gets a process group of its own.

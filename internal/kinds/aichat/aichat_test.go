@@ -41,7 +41,7 @@ type env struct {
 	// extra is appended to config.toml.
 	extra string
 	// queues, when set (withBroker), is the kind's durable queue.
-	queues  *broker.Store
+	queues  broker.Queues
 	collect aichat.CollectOptions
 	// k is the kind of the last gateway; resume: gateways resume what is queued (as nexus
 	// serve does).
