@@ -226,14 +226,10 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 			return nil, err
 		}
 	}
-	transport := k.Transport
-	if c.logs != nil && c.logs.raw != nil {
-		transport = &rawTransport{next: transport, logs: c.logs}
-	}
 	if backend.Kind == provider.KindACP {
 		err = c.openACP() // an external agent instead of the loop (acp.go)
 	} else {
-		c.p, err = provider.Open(backend, provider.Options{Getenv: k.Getenv, Transport: transport})
+		c.p, err = provider.Open(backend, provider.Options{Getenv: k.Getenv, Transport: k.Transport, RawLog: c.logs.rawLog()})
 	}
 	if err != nil {
 		c.release()
