@@ -321,7 +321,7 @@ func (c *chat) attach(ctx context.Context, key, queueMode string) error {
 		if err != nil {
 			return err
 		}
-		c.key, c.chatSession, c.transcript, entry = h.Key, h.SessionID, h.Writer.Path(), h.Entry
+		c.key, c.chatSession, c.transcript, entry = h.Key, h.SessionID, h.Path(), h.Entry
 		// No session of this gateway is on the conversation, so a run its transcript has open
 		// was a killed gateway's: it is closed here if the gateway's start has not yet.
 		r, err := k.recoverHeld(ctx, h, func() *interruption {
@@ -337,7 +337,7 @@ func (c *chat) attach(ctx context.Context, key, queueMode string) error {
 		if r != nil && r.unanswered && k.Broker != nil && !isSubagentKey(r.key) && k.continueTurns() {
 			k.markContinue(r.key)
 		}
-		c.allow, err = allowancesOf(h.Writer.File())
+		c.allow, err = allowancesOf(h.File())
 		if cerr := h.Close(); err == nil {
 			err = cerr
 		}

@@ -66,7 +66,7 @@ func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore
 	if c.acp != nil {
 		return nil, c.acpCompactError()
 	}
-	w := h.Writer
+	var w conversation.TurnWriter = h
 	if w.LeafID() == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "nothing to compact: the conversation is empty")
 	}
@@ -103,13 +103,11 @@ func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore
 	if err != nil {
 		return nil, err
 	}
-	id, err := transcript.Compact(w, summary, keep, cut.Details())
-	if err != nil {
+	id, err := w.Compact(ctx, summary, keep, cut.Details())
+	switch {
+	case id == "" && err != nil:
 		return nil, compactError(c.sink.SessionID(), keep, err)
-	}
-	if err := h.PatchFunc(context.WithoutCancel(ctx), func(cur chatstore.SessionEntry) (any, error) {
-		return map[string]any{"compactionCount": cur.CompactionCount + 1}, nil
-	}); err != nil {
+	case err != nil: // written, not counted in sessions.json
 		return nil, err
 	}
 	cx, err := w.Context()
@@ -333,7 +331,7 @@ func (c *chat) between(ctx context.Context, h *conversation.Held, run *chatstore
 	if !c.thresholdCompact(ctx, h, run, used) {
 		return msgs, nil
 	}
-	return c.contextMessages(h.Writer)
+	return c.contextMessages(h)
 }
 
 // The memory flush (config.toml [compaction] memory_flush): before a threshold compaction,
@@ -350,7 +348,7 @@ const (
 // flushMemory runs the memory flush before a compaction of a context of used tokens, if the
 // window has min_reserve_tokens left for it; its outcome is an ai-compaction event
 // (phase memory-flush). A failure is reported there and the compaction goes on.
-func (c *chat) flushMemory(ctx context.Context, w *transcript.Writer, used int) {
+func (c *chat) flushMemory(ctx context.Context, w conversation.TurnWriter, used int) {
 	reserve := c.compaction.MinReserveTokens
 	if reserve <= 0 {
 		reserve = defaultMinReserve

@@ -295,7 +295,7 @@ func (c *chat) inTranscript(ctx context.Context, queued []string) (map[string]st
 		return nil, err
 	}
 	defer func() { _ = h.Close() }()
-	f := h.Writer.File()
+	f := h.File()
 	found := map[string]string{}
 	// Only the newest entries can hold them: they were appended just before a crash.
 	for i := len(f.Entries) - 1; i >= 0 && i >= len(f.Entries)-256; i-- {
@@ -401,7 +401,7 @@ func (c *chat) rollBack(ctx context.Context, h *conversation.Held, ids []string)
 	if target == "" {
 		return nil // nothing ran when it was sent: it runs where the conversation is
 	}
-	w := h.Writer
+	var w conversation.TurnWriter = h
 	user, err := deliveringEntry(w.File(), target)
 	if err != nil || user == nil {
 		return err // the turn never reached the transcript: nothing to roll back

@@ -487,7 +487,7 @@ func (k *Kind) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord
 	if h.SessionID != rec.ChildSessionID {
 		return // the conversation was reset since: that session is not the run's
 	}
-	if _, err := h.Writer.AppendCustom(RunEndCustomType, map[string]any{"runId": rec.RunID, "outcome": rec.Outcome, "endedAt": rec.EndedAt}); err != nil {
+	if _, err := h.AppendCustom(RunEndCustomType, map[string]any{"runId": rec.RunID, "outcome": rec.Outcome, "endedAt": rec.EndedAt}); err != nil {
 		k.logger().Warn("subagent run: the child's transcript", "run", rec.RunID, "err", err)
 	}
 }
