@@ -63,10 +63,16 @@ type pairing struct {
 	open  []string // call ids, one per unanswered call (ids may repeat)
 }
 
-func (h *Held) Path() string           { return h.w.Path() }
-func (h *Held) File() *transcript.File { return h.w.File() }
-func (h *Held) LeafID() string         { return h.w.LeafID() }
+// Path implements TurnWriter: the transcript file.
+func (h *Held) Path() string { return h.w.Path() }
 
+// File implements TurnWriter: the transcript as held, appends included.
+func (h *Held) File() *transcript.File { return h.w.File() }
+
+// LeafID implements TurnWriter: the entry the next append follows.
+func (h *Held) LeafID() string { return h.w.LeafID() }
+
+// Context implements TurnWriter: the model's context at the leaf.
 func (h *Held) Context() (*transcript.Context, error) {
 	cx, err := h.w.Context()
 	if err != nil {
@@ -75,6 +81,8 @@ func (h *Held) Context() (*transcript.Context, error) {
 	return cx, nil
 }
 
+// AppendMessage implements TurnWriter; a tool result that answers no open call is refused
+// (ErrUnpairedResult) and not written.
 func (h *Held) AppendMessage(msg any, extra map[string]any) (string, error) {
 	raw, err := encodeMessage(msg)
 	if err != nil {
@@ -166,18 +174,24 @@ func (h *Held) openCallsLocked() error {
 	return nil
 }
 
+// AppendModelChange implements TurnWriter.
 func (h *Held) AppendModelChange(provider, model string) (string, error) {
 	return h.w.AppendModelChange(provider, model) //nolint:wrapcheck // the writer names the transcript
 }
 
+// AppendThinkingLevel implements TurnWriter.
 func (h *Held) AppendThinkingLevel(level string) (string, error) {
 	return h.w.AppendThinkingLevel(level) //nolint:wrapcheck // the writer names the transcript
 }
 
+// AppendCustom implements TurnWriter.
 func (h *Held) AppendCustom(customType string, data any) (string, error) {
 	return h.w.AppendCustom(customType, data) //nolint:wrapcheck // the writer names the transcript
 }
 
+// Compact implements TurnWriter: transcript.Compact (ErrToolCallPending while a call is
+// open), then compactionCount is counted; an error after the entry was written comes with
+// its id.
 func (h *Held) Compact(ctx context.Context, summary string, keepTokens int, details any) (string, error) {
 	id, err := transcript.Compact(h.w, summary, keepTokens, details)
 	if err != nil {
@@ -195,11 +209,13 @@ func countCompaction(cur chatstore.SessionEntry) (any, error) {
 	return map[string]any{"compactionCount": cur.CompactionCount + 1}, nil
 }
 
+// Branch implements TurnWriter.
 func (h *Held) Branch(id string) error {
 	defer h.forgetPairing()
 	return h.w.Branch(id) //nolint:wrapcheck // the writer names the entry
 }
 
+// ResetLeaf implements TurnWriter.
 func (h *Held) ResetLeaf() {
 	defer h.forgetPairing()
 	h.w.ResetLeaf()
@@ -211,6 +227,7 @@ func (h *Held) forgetPairing() {
 	h.pair.mu.Unlock()
 }
 
+// Flush implements TurnWriter.
 func (h *Held) Flush() error {
 	return h.w.Flush() //nolint:wrapcheck // the writer names the transcript
 }
