@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/agent"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/kinds/aichat/orchestrate"
 	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
@@ -249,7 +250,7 @@ func renderForSummary(previous string, raw []json.RawMessage, maxChars int) stri
 	}
 	text := body.String()
 	if len(head) > maxChars/2 {
-		head = clipText(head, maxChars/2)
+		head = orchestrate.Clip(head, maxChars/2)
 	}
 	room := maxChars - len(head) - len(intro) - len(cutNote)
 	if len(text) > room {
@@ -288,21 +289,14 @@ func renderMessage(raw json.RawMessage) string {
 		for _, c := range m.Content {
 			switch c.Type {
 			case provider.BlockText:
-				b.WriteString(clipText(c.Text, maxRendered*4))
+				b.WriteString(orchestrate.Clip(c.Text, maxRendered*4))
 			case provider.BlockToolCall:
-				fmt.Fprintf(&b, "[calls %s %s] ", c.Name, clipText(string(c.Arguments), maxRendered))
+				fmt.Fprintf(&b, "[calls %s %s] ", c.Name, orchestrate.Clip(string(c.Arguments), maxRendered))
 			}
 		}
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:abi.ValidUTF8Prefix([]byte(s[:n]))] + " …(cut)"
 }
 
 // between checks the threshold between the iterations of a turn, on the last reply's usage

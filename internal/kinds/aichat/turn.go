@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/kinds/aichat/orchestrate"
 	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
@@ -158,7 +159,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	c.mu.Unlock()
 	ts := &agent.Toolset{Registry: c.reg, Allowances: c.allow, Confirm: c.confirm}
 	em := &emitter{c: c, run: run.ID}
-	ctx, reply := withReplyRef(ctx)
+	ctx, setReply := orchestrate.WithReply(ctx)
 	req := provider.Request{Model: c.backend.Model, System: system, Messages: msgs, Thinking: c.thinking, Temperature: c.temperature}
 	opts := agent.Options{
 		MaxIterations:    c.maxIter,
@@ -179,7 +180,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 				return fmt.Errorf("record a message: %w", err)
 			}
 			if m.Role == provider.RoleAssistant {
-				reply.set(id) // the reply's calls run next (sessions_spawn names it)
+				setReply(id) // the reply's calls run next (sessions_spawn names it)
 			}
 			c.logs.message(m)
 			return nil
