@@ -73,6 +73,8 @@ type Kind struct {
 	Owner *reaper.Owner
 
 	sweepOnce   sync.Once
+	orchMu      sync.Mutex
+	orch        *orchestrate.Orchestrator
 	schemaOnce  sync.Once
 	schemaCache *tools.SchemaCache
 	// chatsMu guards the live chats and who delivers each conversation's queue (delivery.go).

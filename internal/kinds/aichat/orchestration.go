@@ -25,11 +25,18 @@ const (
 	RequesterOriginField = orchestrate.RequesterOriginField
 )
 
-// orchestrator is the orchestration over the kind's stores as they are now (Sessions is set
-// once the registry exists); it holds no state of its own.
+// orchestrator is the orchestration over the kind's stores as they are now: built again when
+// one of them was set since (Sessions is set once the registry exists), else shared, since
+// every conversation's tools hold it.
 func (k *Kind) orchestrator() *orchestrate.Orchestrator {
-	return &orchestrate.Orchestrator{StateDir: k.StateDir, Chats: k.Chats, Sessions: k.Sessions, Runs: k.Runs, Broker: k.Broker,
+	k.orchMu.Lock()
+	defer k.orchMu.Unlock()
+	if o := k.orch; o != nil && o.Chats == k.Chats && o.Sessions == k.Sessions && o.Runs == k.Runs && o.Broker == k.Broker {
+		return o
+	}
+	k.orch = &orchestrate.Orchestrator{StateDir: k.StateDir, Chats: k.Chats, Sessions: k.Sessions, Runs: k.Runs, Broker: k.Broker,
 		Limits: k.Subagents, Host: host{k}, Now: k.Now, Logger: k.Logger}
+	return k.orch
 }
 
 // host is the kind as orchestration sees it: its live sessions by conversation key.

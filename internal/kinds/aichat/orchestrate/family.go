@@ -52,15 +52,15 @@ func isAgentTarget(a string) bool {
 
 // familyTool is one of the inter-session tools.
 type familyTool struct {
-	o    *Orchestrator
-	self func() Self
+	b    *binding
 	name string
 }
 
-func familyTools(o *Orchestrator, self func() Self) []tools.Tool {
-	var out []tools.Tool
-	for _, name := range []string{"sessions_list", "sessions_history", "sessions_send", "nexus_status", "nexus_cancel", "nexus_destroy", "agents_list"} {
-		out = append(out, familyTool{o, self, name})
+func familyTools(b *binding) []tools.Tool {
+	names := []string{"sessions_list", "sessions_history", "sessions_send", "nexus_status", "nexus_cancel", "nexus_destroy", "agents_list"}
+	out := make([]tools.Tool, 0, len(names)+1)
+	for _, name := range names {
+		out = append(out, familyTool{b, name})
 	}
 	return out
 }
@@ -127,7 +127,7 @@ func (t familyTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result,
 }
 
 func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
-	c := &caller{k: t.o, Self: t.self()}
+	c := t.b.caller()
 	switch t.name {
 	case "sessions_list":
 		return c.family(ctx)

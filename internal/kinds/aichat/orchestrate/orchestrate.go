@@ -115,8 +115,18 @@ type caller struct {
 // tools. self is read at each call (a session's key and transcript are known only once it
 // is attached to its conversation).
 func (k *Orchestrator) Tools(self func() Self) []tools.Tool {
-	return append([]tools.Tool{spawnTool{k, self}}, familyTools(k, self)...)
+	b := &binding{k, self}
+	return append([]tools.Tool{spawnTool{b}}, familyTools(b)...)
 }
+
+// binding is what a conversation's tools share (one per conversation: an idle session's
+// memory counts).
+type binding struct {
+	o    *Orchestrator
+	self func() Self
+}
+
+func (b *binding) caller() *caller { return &caller{k: b.o, Self: b.self()} }
 
 // AgentOfKey is the agent id a session key names (agent:<id>:...), "" for other keys.
 func AgentOfKey(key string) string {

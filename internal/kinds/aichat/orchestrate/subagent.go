@@ -144,10 +144,7 @@ func depth(runs []chatstore.SubagentRunRecord, key string, limit int) int {
 
 // spawnTool is sessions_spawn: it starts a child conversation that works on a task in the
 // background and announces its result into this one.
-type spawnTool struct {
-	o    *Orchestrator
-	self func() Self
-}
+type spawnTool struct{ b *binding }
 
 type spawnArgs struct {
 	Task    string `json:"task"`
@@ -221,7 +218,7 @@ func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, 
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return tools.Result{}, fmt.Errorf("arguments: %w", err)
 	}
-	out, err := (&caller{k: t.o, Self: t.self()}).spawn(ctx, a, agent.CallID(ctx))
+	out, err := t.b.caller().spawn(ctx, a, agent.CallID(ctx))
 	if err != nil {
 		return tools.Result{Output: err.Error(), IsError: true}, nil //nolint:nilerr // the model reads why
 	}
