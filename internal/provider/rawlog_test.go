@@ -1,33 +1,15 @@
 package provider
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/nexus-run/nexus/internal/testkit"
 )
-
-// syncBuffer is the raw log's file: the provider writes it from the SDK's reading goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRawLog: a client given a RawLog records every exchange with its backend, a retried
 // one's attempts each, as JSON lines: the request (body whole, credential headers and query
@@ -35,7 +17,7 @@ func (s *syncBuffer) String() string {
 // body passes the caller's redaction.
 func TestRawLog(t *testing.T) {
 	f := newFake(t, testKey, reply{status: 503, body: `{"error":{"message":"busy"}}`}, reply{file: "chat-plain.sse"})
-	var out syncBuffer
+	var out testkit.Buffer // the provider writes it from the SDK's reading goroutine
 	at := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	opts := testOptions(&sleeps{}, map[string]string{"TEST_KEY": testKey})
 	opts.RawLog = NewRawLog(&out, func() time.Time { return at }, func(s string) string {
