@@ -1,14 +1,14 @@
 package acpagent
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+
+	"github.com/nexus-run/nexus/internal/jsonrpcline"
 )
 
 // Limits on one frame (one line) of the client's input. The ACP SDK's reader drops a line it
@@ -23,15 +23,6 @@ const (
 	// MaxFrameDepth bounds how deeply a frame's JSON may nest (encoding/json gives up at
 	// 10000 levels, which the SDK would drop unanswered).
 	MaxFrameDepth = 512
-)
-
-// maxHead bounds what is kept of an over-long line, to find its id.
-const maxHead = 64 << 10
-
-// JSON-RPC error codes of malformed frames.
-const (
-	codeParseError     = -32700
-	codeInvalidRequest = -32600
 )
 
 // lockedWriter serializes the SDK's messages with the guard's answers, so lines never
@@ -152,114 +143,43 @@ type guard struct {
 	pending *pending
 	// notify takes the client's notifications, which are not passed on (see
 	// Agent.notification); nil passes them on.
-	notify   func(method string, params json.RawMessage)
-	br       *bufio.Reader
-	w        io.Writer
-	log      *slog.Logger
-	maxLine  int
-	maxDepth int
-
-	line  []byte
-	over  int    // bytes of the current line past maxLine (0: not too long)
-	ready []byte // a checked frame and its newline, not yet read by the SDK
-	err   error
+	notify func(method string, params json.RawMessage)
+	in     *jsonrpcline.Input
+	w      io.Writer
+	log    *slog.Logger
 }
 
 func newGuard(in io.Reader, w *lockedWriter, stop <-chan struct{}, log *slog.Logger) *guard {
 	if w.pending == nil {
 		w.pending = newPending()
 	}
-	return &guard{start: make(chan struct{}), stop: stop, pending: w.pending, br: bufio.NewReaderSize(in, 64<<10),
-		w: w, log: log, maxLine: MaxFrameBytes, maxDepth: MaxFrameDepth}
+	g := &guard{start: make(chan struct{}), stop: stop, pending: w.pending, w: w, log: log}
+	g.in = jsonrpcline.NewInput(jsonrpcline.NewReader(in, MaxFrameBytes, MaxFrameDepth, "frame"), g.check,
+		func(r jsonrpcline.Refusal) { g.refuse(r.Code, r.ID, r.Message) }, func() { g.pending.wait(g.stop) })
+	return g
 }
 
 func (g *guard) Read(p []byte) (int, error) {
 	<-g.start
-	for len(g.ready) == 0 {
-		if g.err != nil {
-			if errors.Is(g.err, io.EOF) {
-				g.pending.wait(g.stop)
-			}
-			return 0, g.err
-		}
-		g.next()
-	}
-	n := copy(p, g.ready)
-	g.ready = g.ready[n:]
-	return n, nil
+	return g.in.Read(p) //nolint:wrapcheck // the input's own errors (io.EOF)
 }
 
-func (g *guard) next() {
-	for {
-		frag, err := g.br.ReadSlice('\n')
-		if g.over == 0 && len(g.line)+len(frag) <= g.maxLine {
-			g.line = append(g.line, frag...)
-		} else {
-			if g.over == 0 {
-				g.over = len(g.line)
-				g.line = g.line[:min(len(g.line), maxHead)]
-			}
-			g.over += len(frag)
-			if room := maxHead - len(g.line); room > 0 {
-				g.line = append(g.line, frag[:min(room, len(frag))]...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if len(g.line) > 0 || g.over > 0 {
-			g.check()
-		}
-		if err != nil {
-			g.err = err
-		}
-		return
-	}
-}
-
-func (g *guard) check() {
-	line, over := g.line, g.over
-	defer func() {
-		if cap(g.line) > 1<<20 {
-			g.line = nil // a big frame passed: do not keep its buffer
-		} else {
-			g.line = g.line[:0]
-		}
-		g.over = 0
-	}()
-	if over > 0 {
-		g.refuse(codeParseError, idFromHead(line), fmt.Sprintf(
-			"Parse error: a frame of %d bytes is over the limit of %d bytes; it was dropped", over, g.maxLine))
-		return
-	}
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
-		return
-	}
-	if err := checkDepth(line, g.maxDepth); err != nil {
-		g.refuse(codeParseError, nil, "Parse error: "+err.Error())
-		return
-	}
-	if !json.Valid(line) {
-		var v any
-		err := json.Unmarshal(line, &v)
-		g.refuse(codeParseError, nil, fmt.Sprintf(
-			"Parse error: the line is not JSON (%v); send each JSON-RPC message as one line of JSON", err))
-		return
-	}
+// check passes on a line of JSON that is a JSON-RPC message the SDK can handle, and answers
+// the others.
+func (g *guard) check(line []byte) bool {
 	if why, id := invalidMessage(line); why != "" {
-		g.refuse(codeInvalidRequest, id, "Invalid request: "+why)
-		return
+		g.refuse(jsonrpcline.CodeInvalidRequest, id, "Invalid request: "+why)
+		return false
 	}
 	id, method, params := requestOf(line)
 	if method != "" && id == "" && g.notify != nil {
 		g.notify(method, params)
-		return
+		return false
 	}
 	if id != "" && method != "session/prompt" {
 		g.pending.add(id)
 	}
-	g.ready = append(append(g.ready[:0], line...), '\n')
+	return true
 }
 
 // invalidMessage says why a line of valid JSON is not a JSON-RPC 2.0 message the SDK can
@@ -327,79 +247,5 @@ func requestOf(line []byte) (id, method string, params json.RawMessage) {
 
 func (g *guard) refuse(code int, id any, msg string) {
 	g.log.Warn("refused a frame from the client", "code", code, "error", msg)
-	_, _ = g.w.Write(errorLine(code, id, msg))
-}
-
-// errorLine is a JSON-RPC error response (id null when id is nil) with its newline.
-func errorLine(code int, id any, msg string) []byte {
-	type wireErr struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}
-	b, err := json.Marshal(struct {
-		JSONRPC string  `json:"jsonrpc"`
-		ID      any     `json:"id"`
-		Error   wireErr `json:"error"`
-	}{"2.0", id, wireErr{code, msg}})
-	if err != nil {
-		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": wireErr{code, msg}})
-	}
-	return append(b, '\n')
-}
-
-// checkDepth fails when JSON nests deeper than maxDepth, counting brackets outside strings in
-// one loop (no recursion).
-func checkDepth(b []byte, maxDepth int) error {
-	depth, inString, escaped := 0, false, false
-	for _, c := range b {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			depth++
-			if depth > maxDepth {
-				return fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return nil
-}
-
-// idFromHead finds the top-level "id" of a frame cut short, if it comes before the cut.
-func idFromHead(head []byte) any {
-	dec := json.NewDecoder(bytes.NewReader(head))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil
-		}
-		if t == "id" {
-			switch v.(type) {
-			case string, float64:
-				return v
-			}
-			return nil
-		}
-	}
-	return nil
+	_, _ = g.w.Write(jsonrpcline.ErrorLine(code, id, msg))
 }

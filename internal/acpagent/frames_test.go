@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nexus-run/nexus/internal/client"
+	"github.com/nexus-run/nexus/internal/jsonrpcline"
 	"github.com/nexus-run/nexus/internal/testkit"
 )
 
@@ -40,16 +41,16 @@ func TestMalformedFrames(t *testing.T) {
 		id         any
 		msg        string
 	}{
-		{"not JSON", `{"jsonrpc":"2.0","id":1,`, codeParseError, nil, "not JSON"},
-		{"oversized", huge, codeParseError, "big", "over the limit"},
-		{"too deep", deep, codeParseError, nil, "nested deeper"},
-		{"batch", `[{"jsonrpc":"2.0","id":2,"method":"initialize"}]`, codeInvalidRequest, nil, "batches"},
-		{"not an object", `42`, codeInvalidRequest, nil, "JSON object"},
-		{"no jsonrpc", `{"id":3,"method":"initialize","params":{}}`, codeInvalidRequest, float64(3), `"jsonrpc" must be "2.0"`},
-		{"method not a string", `{"jsonrpc":"2.0","id":4,"method":7}`, codeInvalidRequest, float64(4), "method must be"},
-		{"bad id", `{"jsonrpc":"2.0","id":{"a":1},"method":"initialize"}`, codeInvalidRequest, nil, "id must be"},
-		{"neither", `{"jsonrpc":"2.0","params":{}}`, codeInvalidRequest, nil, "needs a method"},
-		{"response without result", `{"jsonrpc":"2.0","id":5}`, codeInvalidRequest, float64(5), "result or an error"},
+		{"not JSON", `{"jsonrpc":"2.0","id":1,`, jsonrpcline.CodeParseError, nil, "not JSON"},
+		{"oversized", huge, jsonrpcline.CodeParseError, "big", "over the limit"},
+		{"too deep", deep, jsonrpcline.CodeParseError, nil, "nested deeper"},
+		{"batch", `[{"jsonrpc":"2.0","id":2,"method":"initialize"}]`, jsonrpcline.CodeInvalidRequest, nil, "batches"},
+		{"not an object", `42`, jsonrpcline.CodeInvalidRequest, nil, "JSON object"},
+		{"no jsonrpc", `{"id":3,"method":"initialize","params":{}}`, jsonrpcline.CodeInvalidRequest, float64(3), `"jsonrpc" must be "2.0"`},
+		{"method not a string", `{"jsonrpc":"2.0","id":4,"method":7}`, jsonrpcline.CodeInvalidRequest, float64(4), "method must be"},
+		{"bad id", `{"jsonrpc":"2.0","id":{"a":1},"method":"initialize"}`, jsonrpcline.CodeInvalidRequest, nil, "id must be"},
+		{"neither", `{"jsonrpc":"2.0","params":{}}`, jsonrpcline.CodeInvalidRequest, nil, "needs a method"},
+		{"response without result", `{"jsonrpc":"2.0","id":5}`, jsonrpcline.CodeInvalidRequest, float64(5), "result or an error"},
 		{"unknown method", `{"jsonrpc":"2.0","id":6,"method":"session/nosuch","params":{}}`, -32601, float64(6), "Method not found"},
 		{"bad params", `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"one"}}`, -32602, float64(7), "Invalid params"},
 	}

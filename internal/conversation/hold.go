@@ -12,17 +12,18 @@ import (
 )
 
 // Held is a chat's transcript held for writing by one owner, the ai-chat kind during a turn:
-// other writers of this Service wait for it, other processes are refused. Close releases it.
+// other writers of this Service wait for it, other processes are refused. It is written
+// through its TurnWriter methods, which apply this package's rules; for a chat whose
+// transcript does not exist yet, the file appears with the first message. Close releases it.
 type Held struct {
 	// Key is the chat's session key and SessionID its current session.
 	Key       string
 	SessionID string
-	// Writer appends to the transcript. For a chat whose transcript does not exist yet, the
-	// file appears with the first message.
-	Writer *transcript.Writer
 	// Entry is the chat's sessions.json entry when it was held.
 	Entry chatstore.SessionEntry
 
+	w      *transcript.Writer
+	pair   pairing
 	st     *chatstore.Store
 	unlock func()
 }
@@ -80,7 +81,7 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 		unlock()
 		return nil, writerError(c, err)
 	}
-	return &Held{Key: k, SessionID: e.SessionID, Writer: w, Entry: e, st: st, unlock: unlock}, nil
+	return &Held{Key: k, SessionID: e.SessionID, w: w, Entry: e, st: st, unlock: unlock}, nil
 }
 
 // Patch merges fields into the chat's sessions.json entry (usage, model, state).
@@ -102,8 +103,8 @@ func (h *Held) PatchFunc(ctx context.Context, fn func(cur chatstore.SessionEntry
 // Close flushes and releases the transcript.
 func (h *Held) Close() error {
 	defer h.unlock()
-	if err := h.Writer.Close(); err != nil {
-		return fmt.Errorf("close transcript %s: %w", h.Writer.Path(), err)
+	if err := h.w.Close(); err != nil {
+		return fmt.Errorf("close transcript %s: %w", h.w.Path(), err)
 	}
 	return nil
 }

@@ -327,9 +327,7 @@ func (s *Service) compactSummary(ctx context.Context, st *chatstore.Store, c cha
 		return nil, writerError(c, err)
 	}
 	ce := w.File().Entry(id)
-	e, err := st.PatchFunc(ctx, c.Key, func(cur chatstore.SessionEntry) (any, error) {
-		return map[string]any{"compactionCount": cur.CompactionCount + 1}, nil
-	})
+	e, err := st.PatchFunc(ctx, c.Key, countCompaction)
 	if err != nil {
 		return nil, storeError(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nexus-run/nexus/internal/jsonrpcline"
 )
 
 // DefaultHTTPSessionTimeout is how long an MCP session over HTTP may go without a request
@@ -96,7 +97,7 @@ func (g *httpGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			g.refuse(w, http.StatusRequestEntityTooLarge, jsonrpc.CodeParseError, idFromHead(body[:min(len(body), maxHead)]),
+			g.refuse(w, http.StatusRequestEntityTooLarge, jsonrpc.CodeParseError, jsonrpcline.IDFromHead(body[:min(len(body), jsonrpcline.MaxHead)]),
 				fmt.Sprintf("Parse error: a message of more than %d bytes is over the limit; it was dropped", g.maxBody))
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			g.refuse(w, http.StatusRequestTimeout, jsonrpc.CodeParseError, nil, "Parse error: the request body did not arrive in time")
@@ -167,7 +168,7 @@ func (j *jsonErrors) finish() {
 	j.Header().Del("X-Content-Type-Options")
 	j.Header().Set("Content-Type", "application/json")
 	j.ResponseWriter.WriteHeader(j.status)
-	_, _ = j.ResponseWriter.Write(errorLine(code, j.id, msg))
+	_, _ = j.ResponseWriter.Write(jsonrpcline.ErrorLine(code, j.id, msg))
 }
 
 // check returns the error code, id and message of a body that cannot be taken, or code 0.
@@ -176,7 +177,7 @@ func (g *httpGuard) check(body []byte) (code int, id any, msg string) {
 	if len(body) == 0 {
 		return jsonrpc.CodeParseError, nil, "Parse error: the body is empty; POST one JSON-RPC message"
 	}
-	if err := checkDepth(body, g.maxDepth); err != nil {
+	if err := jsonrpcline.CheckDepth(body, g.maxDepth); err != nil {
 		return jsonrpc.CodeParseError, nil, "Parse error: " + err.Error()
 	}
 	if !json.Valid(body) {
@@ -210,5 +211,5 @@ func (g *httpGuard) refuse(w http.ResponseWriter, status, code int, id any, msg 
 	g.s.log.Warn("refused a message from an MCP client over HTTP", "code", code, "error", redactFixed(msg))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(errorLine(code, id, msg))
+	_, _ = w.Write(jsonrpcline.ErrorLine(code, id, msg))
 }

@@ -1,11 +1,9 @@
 package mcp
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nexus-run/nexus/internal/jsonrpcline"
 )
 
 // Limits on one line of client input. The SDK's stdio reader ends the connection, and with it
@@ -26,9 +25,6 @@ const (
 	// limit (1000 levels), past which its decoder fails and ends the connection.
 	MaxMessageDepth = 512
 )
-
-// maxHead bounds what is kept of a line over MaxMessageBytes, to find its id.
-const maxHead = 64 << 10
 
 // ServeStdio serves one client over newline-delimited JSON-RPC on in and out (stdin and
 // stdout for `nexus mcp`) until in ends or ctx does, then closes every session.
@@ -44,10 +40,9 @@ const maxHead = 64 << 10
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	st := newStdioState(ctx)
 	w := &stdioWriter{w: out, st: st}
-	g := &guard{
-		src: in, br: bufio.NewReaderSize(in, 64<<10), st: st, w: w, log: s.log,
-		maxLine: MaxMessageBytes, maxDepth: MaxMessageDepth,
-	}
+	g := &guard{src: in, st: st, w: w, log: s.log}
+	g.in = jsonrpcline.NewInput(jsonrpcline.NewReader(in, MaxMessageBytes, MaxMessageDepth, "message"), g.check,
+		func(r jsonrpcline.Refusal) { g.refuse(r.Code, r.ID, r.Message) }, st.wait)
 	// The guard bounds every line, so the SDK's own cap (which would end the connection) is off.
 	return s.Run(ctx, &sdk.IOTransport{Reader: g, Writer: w, MaxLineLength: -1})
 }
@@ -177,33 +172,15 @@ func (d *stdioState) wait() {
 // line, noting the requests) and answers the others itself. It holds back the end of input
 // until every request passed on is answered.
 type guard struct {
-	src      io.Reader
-	br       *bufio.Reader
-	st       *stdioState
-	w        *stdioWriter
-	log      *slog.Logger
-	maxLine  int
-	maxDepth int
-
-	line  []byte // the current line, up to maxLine bytes
-	over  int    // bytes of the current line past maxLine (0: not too long)
-	ready []byte // a checked message and its newline, not yet read by the SDK
-	err   error  // the input's error, returned once ready is empty
+	src io.Reader
+	in  *jsonrpcline.Input
+	st  *stdioState
+	w   *stdioWriter
+	log *slog.Logger
 }
 
 func (g *guard) Read(p []byte) (int, error) {
-	for len(g.ready) == 0 {
-		if g.err != nil {
-			if errors.Is(g.err, io.EOF) {
-				g.st.wait()
-			}
-			return 0, g.err
-		}
-		g.next()
-	}
-	n := copy(p, g.ready)
-	g.ready = g.ready[n:]
-	return n, nil
+	return g.in.Read(p) //nolint:wrapcheck // the input's own errors (io.EOF)
 }
 
 // Close unblocks a Read waiting for answers and closes the input when it can be closed.
@@ -215,89 +192,29 @@ func (g *guard) Close() error {
 	return nil
 }
 
-// next reads one line and either makes it ready or answers it; on an input error it sets err
-// (after handling an unterminated last line).
-func (g *guard) next() {
-	for {
-		frag, err := g.br.ReadSlice('\n')
-		if g.over == 0 && len(g.line)+len(frag) <= g.maxLine {
-			g.line = append(g.line, frag...)
-		} else {
-			if g.over == 0 {
-				g.over = len(g.line)
-				g.line = g.line[:min(len(g.line), maxHead)]
-			}
-			g.over += len(frag)
-			if room := maxHead - len(g.line); room > 0 {
-				g.line = append(g.line, frag[:min(room, len(frag))]...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if len(g.line) > 0 || g.over > 0 {
-			g.check()
-		}
-		if err != nil {
-			g.err = err
-		}
-		return
-	}
-}
-
-// check handles one complete line.
-func (g *guard) check() {
-	line, over := g.line, g.over
-	defer func() {
-		if cap(g.line) > 1<<20 {
-			g.line = nil // a big message passed: do not keep its buffer
-		} else {
-			g.line = g.line[:0]
-		}
-		g.over = 0
-	}()
-	if over > 0 {
-		g.refuse(jsonrpc.CodeParseError, idFromHead(line), fmt.Sprintf(
-			"Parse error: a message of %d bytes is over the limit of %d bytes; it was dropped", over, g.maxLine))
-		return
-	}
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
-		return
-	}
-	if err := checkDepth(line, g.maxDepth); err != nil {
-		g.refuse(jsonrpc.CodeParseError, nil, "Parse error: "+err.Error())
-		return
-	}
-	if !json.Valid(line) {
-		var v any
-		err := json.Unmarshal(line, &v)
-		g.refuse(jsonrpc.CodeParseError, nil, fmt.Sprintf(
-			"Parse error: the line is not JSON (%v); send each JSON-RPC message as one line of JSON", err))
-		return
-	}
+// check handles one line of JSON within the limits: it reports whether the line is passed on.
+func (g *guard) check(line []byte) bool {
 	if line[0] == '[' {
-		g.batch(line)
-		return
+		return g.batch(line)
 	}
 	msg, err := jsonrpc.DecodeMessage(line)
 	if err != nil {
 		g.refuse(jsonrpc.CodeInvalidRequest, idOf(line), fmt.Sprintf("Invalid Request: %v", err))
-		return
+		return false
 	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
 		g.st.add(req.ID, req.Method)
 	}
-	g.pass(line)
+	return true
 }
 
 // batch handles a JSON-RPC batch: passed on whole when the SDK will take it, refused whole
 // (one error per request in it) otherwise.
-func (g *guard) batch(line []byte) {
+func (g *guard) batch(line []byte) bool {
 	var elems []json.RawMessage
 	if err := json.Unmarshal(line, &elems); err != nil || len(elems) == 0 {
 		g.refuse(jsonrpc.CodeInvalidRequest, nil, "Invalid Request: an empty batch")
-		return
+		return false
 	}
 	var reqs []*jsonrpc.Request
 	var ids []jsonrpc.ID
@@ -322,13 +239,12 @@ func (g *guard) batch(line []byte) {
 		for _, r := range reqs {
 			g.st.add(r.ID, r.Method)
 		}
-		g.pass(line)
-		return
+		return true
 	}
 	g.log.Warn("refused a JSON-RPC batch from the client", "reason", redactFixed(why))
 	if len(ids) == 0 {
-		g.w.reply(errorLine(jsonrpc.CodeInvalidRequest, nil, "Invalid Request: "+why))
-		return
+		g.w.reply(jsonrpcline.ErrorLine(jsonrpc.CodeInvalidRequest, nil, "Invalid Request: "+why))
+		return false
 	}
 	var b bytes.Buffer
 	b.WriteByte('[')
@@ -336,67 +252,16 @@ func (g *guard) batch(line []byte) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.Write(bytes.TrimSuffix(errorLine(jsonrpc.CodeInvalidRequest, id.Raw(), "Invalid Request: "+why), []byte("\n")))
+		b.Write(bytes.TrimSuffix(jsonrpcline.ErrorLine(jsonrpc.CodeInvalidRequest, id.Raw(), "Invalid Request: "+why), []byte("\n")))
 	}
 	b.WriteString("]\n")
 	g.w.reply(b.Bytes())
-}
-
-func (g *guard) pass(line []byte) {
-	g.ready = append(append(g.ready[:0], line...), '\n')
+	return false
 }
 
 func (g *guard) refuse(code int, id any, msg string) {
 	g.log.Warn("refused a message from the client", "code", code, "error", redactFixed(msg))
-	g.w.reply(errorLine(code, id, msg))
-}
-
-// errorLine is a JSON-RPC error response (id null when id is nil) with its newline.
-func errorLine(code int, id any, msg string) []byte {
-	type wireErr struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}
-	b, err := json.Marshal(struct {
-		JSONRPC string  `json:"jsonrpc"`
-		ID      any     `json:"id"`
-		Error   wireErr `json:"error"`
-	}{"2.0", id, wireErr{code, msg}})
-	if err != nil { // an id that will not encode: answer with id null
-		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": wireErr{code, msg}})
-	}
-	return append(b, '\n')
-}
-
-// checkDepth fails when JSON nests deeper than maxDepth. It counts brackets outside strings in
-// one loop (no recursion), so no input can exhaust the stack.
-func checkDepth(b []byte, maxDepth int) error {
-	depth, inString, escaped := 0, false, false
-	for _, c := range b {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			depth++
-			if depth > maxDepth {
-				return fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return nil
+	g.w.reply(jsonrpcline.ErrorLine(code, id, msg))
 }
 
 // idOf returns the id of a JSON object that is not a valid JSON-RPC message, when it has a
@@ -412,32 +277,6 @@ func idOf(line []byte) any {
 		return nil
 	}
 	return m.ID
-}
-
-// idFromHead finds the id of a message cut short (the head of an over-long line): the
-// top-level "id" member, if it comes before the cut.
-func idFromHead(head []byte) any {
-	dec := json.NewDecoder(bytes.NewReader(head))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil
-		}
-		if t == "id" {
-			if _, err := jsonrpc.MakeID(v); err != nil {
-				return nil
-			}
-			return v
-		}
-	}
-	return nil
 }
 
 // stdioWriter is the SDK's output. It notes the answers to the client's requests, and

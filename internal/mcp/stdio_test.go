@@ -188,25 +188,6 @@ func TestStdioStateBatchRefusal(t *testing.T) {
 	}
 }
 
-func TestCheckDepth(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		max  int
-		fail bool
-	}{
-		{`{"a":[1,{"b":2}]}`, 3, false},
-		{`{"a":[1,{"b":2}]}`, 2, true},
-		{`"[[[[[[[["`, 1, false}, // brackets inside a string do not nest
-		{`["\"", [[1]]]`, 3, false},
-		{`["\"", [[1]]]`, 2, true},
-		{strings.Repeat("[", 100000), MaxMessageDepth, true},
-	} {
-		if err := checkDepth([]byte(tc.in), tc.max); (err != nil) != tc.fail {
-			t.Errorf("checkDepth(%.30q, %d) = %v", tc.in, tc.max, err)
-		}
-	}
-}
-
 func mustID(v any) jsonrpc.ID {
 	id, err := jsonrpc.MakeID(v)
 	if err != nil {

@@ -28,6 +28,8 @@ type Options struct {
 	Getenv func(string) string
 	// Transport sends the requests (default: a clone of http.DefaultTransport).
 	Transport http.RoundTripper
+	// RawLog, when set, records every HTTP exchange with the backend (each retry's too).
+	RawLog *RawLog
 	// Sleep, Now and Jitter drive the retries: Sleep waits d or until ctx ends (default a
 	// timer), Now reads the clock for retry-after dates, Jitter returns a duration uniform
 	// in [0, ceiling]. Tests inject them so nothing sleeps.
@@ -98,6 +100,9 @@ func Open(b Backend, opts Options) (Provider, error) {
 	next := opts.Transport
 	if next == nil {
 		next = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if opts.RawLog != nil {
+		next = &rawTransport{next: next, log: opts.RawLog}
 	}
 	c.httpc = &http.Client{Transport: &retryTransport{next: next, p: &c.retry}}
 	u, _ := url.Parse(b.BaseURL)

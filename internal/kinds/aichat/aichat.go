@@ -30,6 +30,7 @@ import (
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/kinds/aichat/orchestrate"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/reaper"
@@ -72,6 +73,8 @@ type Kind struct {
 	Owner *reaper.Owner
 
 	sweepOnce   sync.Once
+	orchMu      sync.Mutex
+	orch        *orchestrate.Orchestrator
 	schemaOnce  sync.Once
 	schemaCache *tools.SchemaCache
 	// chatsMu guards the live chats and who delivers each conversation's queue (delivery.go).
@@ -121,16 +124,6 @@ func (k *Kind) getenv(name string) string {
 // defaultBackends are tried, in order, when neither the request nor the agent names one.
 var defaultBackends = []string{"claude", "codex", "gemini", "qwen"}
 
-// AgentOfKey is the agent id a session key names (agent:<id>:...), "" for other keys.
-func AgentOfKey(key string) string {
-	rest, ok := strings.CutPrefix(key, "agent:")
-	if !ok {
-		return ""
-	}
-	id, _, _ := strings.Cut(rest, ":")
-	return id
-}
-
 // Start implements live.Kind.
 func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest) (live.Instance, error) {
 	var opts abi.AIChatOptions
@@ -144,7 +137,7 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	}
 	key := req.Context.ChatID
 	agentID := opts.Agent
-	if a := AgentOfKey(key); a != "" {
+	if a := orchestrate.AgentOfKey(key); a != "" {
 		if agentID != "" && agentID != a {
 			return nil, abi.Errorf(abi.CodeInvalidArgument, "", "chat %s belongs to agent %s, not %s", key, a, agentID)
 		}
@@ -176,7 +169,7 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	}
 	// A conversation another started (a subagent, one a message opened) is bounded by the
 	// powers recorded for it, whatever this session asks for; its workspace is theirs.
-	bounds, err := k.boundsOf(ctx, key)
+	bounds, err := k.orchestrator().BoundsOf(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -201,9 +194,9 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	}
 	effective := *prof
 	effective.Policy = policy.Policy()
-	powers := ownPowers(&effective, level, ws)
+	powers := orchestrate.OwnPowers(&effective, level, ws)
 	for _, b := range bounds {
-		powers = powers.bound(b)
+		powers = powers.Bound(b)
 	}
 	level = powers.Level
 	thinking := firstOf(opts.Thinking, prof.Thinking)
@@ -226,14 +219,10 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 			return nil, err
 		}
 	}
-	transport := k.Transport
-	if c.logs != nil && c.logs.raw != nil {
-		transport = &rawTransport{next: transport, logs: c.logs}
-	}
 	if backend.Kind == provider.KindACP {
 		err = c.openACP() // an external agent instead of the loop (acp.go)
 	} else {
-		c.p, err = provider.Open(backend, provider.Options{Getenv: k.Getenv, Transport: transport})
+		c.p, err = provider.Open(backend, provider.Options{Getenv: k.Getenv, Transport: k.Transport, RawLog: c.logs.rawLog()})
 	}
 	if err != nil {
 		c.release()
@@ -283,7 +272,7 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	k.live[c] = struct{}{}
 	k.chatsMu.Unlock()
 	// What a previous gateway left of subagent runs is finished before anything spawns.
-	k.sweepOnce.Do(func() { k.sweepRuns(context.WithoutCancel(ctx)) })
+	k.sweepOnce.Do(func() { k.orchestrator().SweepRuns(context.WithoutCancel(ctx)) })
 	if k.Broker != nil {
 		c.recheck.Store(true)
 		c.wakeCh = make(chan struct{}, 1)
@@ -325,7 +314,7 @@ func (c *chat) attach(ctx context.Context, key, queueMode string) error {
 		if err != nil {
 			return err
 		}
-		c.key, c.chatSession, c.transcript, entry = h.Key, h.SessionID, h.Writer.Path(), h.Entry
+		c.key, c.chatSession, c.transcript, entry = h.Key, h.SessionID, h.Path(), h.Entry
 		// No session of this gateway is on the conversation, so a run its transcript has open
 		// was a killed gateway's: it is closed here if the gateway's start has not yet.
 		r, err := k.recoverHeld(ctx, h, func() *interruption {
@@ -341,7 +330,7 @@ func (c *chat) attach(ctx context.Context, key, queueMode string) error {
 		if r != nil && r.unanswered && k.Broker != nil && !isSubagentKey(r.key) && k.continueTurns() {
 			k.markContinue(r.key)
 		}
-		c.allow, err = allowancesOf(h.Writer.File())
+		c.allow, err = allowancesOf(h.File())
 		if cerr := h.Close(); err == nil {
 			err = cerr
 		}
@@ -537,7 +526,7 @@ func (c *chat) openTools() error {
 		}
 	}
 	if c.k.Sessions != nil && c.k.Runs != nil && c.k.Broker != nil {
-		for _, t := range append([]tools.Tool{spawnTool{c: c}}, familyTools(c)...) {
+		for _, t := range c.k.orchestrator().Tools(c.self) {
 			if err := c.reg.Add(t); err != nil {
 				return fmt.Errorf("tools: %w", err)
 			}
@@ -822,7 +811,7 @@ func (c *chat) Control(_ context.Context, req abi.ControlRequest) (any, error) {
 		if c.k.Sessions == nil || c.k.Runs == nil || c.k.Broker == nil {
 			return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "subagents are not available in this gateway")
 		}
-		out, err := c.spawn(context.WithoutCancel(c.base), spawnArgs{Task: sp.Task, Label: sp.Label, Cleanup: sp.Cleanup, Agent: sp.Agent, Level: sp.Level}, "")
+		out, err := c.k.orchestrator().Spawn(context.WithoutCancel(c.base), c.self(), *sp)
 		if ae := (*abi.Error)(nil); errors.As(err, &ae) {
 			// A limit keeps its code (LIMIT_EXCEEDED: retry later).
 			return nil, &abi.Error{Code: ae.Code, SessionID: c.sink.SessionID(), Message: ae.Message, Err: ae.Err}

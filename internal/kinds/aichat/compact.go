@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/agent"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/kinds/aichat/orchestrate"
 	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
@@ -66,7 +67,7 @@ func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore
 	if c.acp != nil {
 		return nil, c.acpCompactError()
 	}
-	w := h.Writer
+	var w conversation.TurnWriter = h
 	if w.LeafID() == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "nothing to compact: the conversation is empty")
 	}
@@ -103,13 +104,11 @@ func (c *chat) compact(ctx context.Context, h *conversation.Held, run *chatstore
 	if err != nil {
 		return nil, err
 	}
-	id, err := transcript.Compact(w, summary, keep, cut.Details())
-	if err != nil {
+	id, err := w.Compact(ctx, summary, keep, cut.Details())
+	switch {
+	case id == "" && err != nil:
 		return nil, compactError(c.sink.SessionID(), keep, err)
-	}
-	if err := h.PatchFunc(context.WithoutCancel(ctx), func(cur chatstore.SessionEntry) (any, error) {
-		return map[string]any{"compactionCount": cur.CompactionCount + 1}, nil
-	}); err != nil {
+	case err != nil: // written, not counted in sessions.json
 		return nil, err
 	}
 	cx, err := w.Context()
@@ -251,7 +250,7 @@ func renderForSummary(previous string, raw []json.RawMessage, maxChars int) stri
 	}
 	text := body.String()
 	if len(head) > maxChars/2 {
-		head = clipText(head, maxChars/2)
+		head = orchestrate.Clip(head, maxChars/2)
 	}
 	room := maxChars - len(head) - len(intro) - len(cutNote)
 	if len(text) > room {
@@ -290,21 +289,14 @@ func renderMessage(raw json.RawMessage) string {
 		for _, c := range m.Content {
 			switch c.Type {
 			case provider.BlockText:
-				b.WriteString(clipText(c.Text, maxRendered*4))
+				b.WriteString(orchestrate.Clip(c.Text, maxRendered*4))
 			case provider.BlockToolCall:
-				fmt.Fprintf(&b, "[calls %s %s] ", c.Name, clipText(string(c.Arguments), maxRendered))
+				fmt.Fprintf(&b, "[calls %s %s] ", c.Name, orchestrate.Clip(string(c.Arguments), maxRendered))
 			}
 		}
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:abi.ValidUTF8Prefix([]byte(s[:n]))] + " …(cut)"
 }
 
 // between checks the threshold between the iterations of a turn, on the last reply's usage
@@ -333,7 +325,7 @@ func (c *chat) between(ctx context.Context, h *conversation.Held, run *chatstore
 	if !c.thresholdCompact(ctx, h, run, used) {
 		return msgs, nil
 	}
-	return c.contextMessages(h.Writer)
+	return c.contextMessages(h)
 }
 
 // The memory flush (config.toml [compaction] memory_flush): before a threshold compaction,
@@ -350,7 +342,7 @@ const (
 // flushMemory runs the memory flush before a compaction of a context of used tokens, if the
 // window has min_reserve_tokens left for it; its outcome is an ai-compaction event
 // (phase memory-flush). A failure is reported there and the compaction goes on.
-func (c *chat) flushMemory(ctx context.Context, w *transcript.Writer, used int) {
+func (c *chat) flushMemory(ctx context.Context, w conversation.TurnWriter, used int) {
 	reserve := c.compaction.MinReserveTokens
 	if reserve <= 0 {
 		reserve = defaultMinReserve

@@ -145,7 +145,7 @@ type recovered struct {
 // that ran it, when there is a run to close (nil: no partial reply is known, and no call is
 // known to have started).
 func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func() *interruption) (*recovered, error) {
-	w := h.Writer
+	var w conversation.TurnWriter = h
 	f := w.File()
 	open, err := lastRun(f)
 	if err != nil {
@@ -186,7 +186,7 @@ func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func
 		if in.text != "" {
 			m.Content = append(m.Content, provider.Text(in.text))
 		}
-		if _, err := w.AppendMessage(m); err != nil {
+		if _, err := w.AppendMessage(m, nil); err != nil {
 			return nil, fmt.Errorf("record the cut reply: %w", err)
 		}
 		msgs = append(msgs, m)
@@ -219,7 +219,7 @@ func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func
 			details, _ := json.Marshal(map[string]any{"gatewayRestart": true, "ran": in.ran(c.ID), "awaitingConfirmation": in != nil && in.asked[c.ID]})
 			r := provider.Message{Role: provider.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name, Content: []provider.Content{provider.Text(why)},
 				IsError: true, Details: details, Timestamp: now}
-			if _, err := w.AppendMessage(r); err != nil {
+			if _, err := w.AppendMessage(r, nil); err != nil {
 				return nil, fmt.Errorf("answer call %s: %w", c.ID, err)
 			}
 			msgs = append(msgs, r)

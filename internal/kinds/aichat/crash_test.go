@@ -308,14 +308,14 @@ func TestCrashNoContinue(t *testing.T) {
 func TestCrashLeftovers(t *testing.T) {
 	cases := []struct {
 		name  string
-		write func(t *testing.T, w *transcript.Writer, sid string)
+		write func(t *testing.T, w conversation.TurnWriter, sid string)
 		// ended: the runs' Ended after the restart; appended: whether entries are added.
 		ended    []bool
 		appended bool
 	}{
 		{
 			name: "answered, not ended",
-			write: func(t *testing.T, w *transcript.Writer, sid string) {
+			write: func(t *testing.T, w conversation.TurnWriter, sid string) {
 				if _, err := chatstore.StartRun(w, sid); err != nil {
 					t.Fatal(err)
 				}
@@ -327,7 +327,7 @@ func TestCrashLeftovers(t *testing.T) {
 		},
 		{
 			name: "an older crash",
-			write: func(t *testing.T, w *transcript.Writer, sid string) {
+			write: func(t *testing.T, w conversation.TurnWriter, sid string) {
 				if _, err := chatstore.StartRun(w, sid); err != nil {
 					t.Fatal(err)
 				}
@@ -359,12 +359,12 @@ func TestCrashLeftovers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.write(t, h.Writer, h.SessionID)
+			tc.write(t, h, h.SessionID)
 			opts, _ := json.Marshal(e.options())
 			if err := h.Patch(context.Background(), map[string]any{"state": aichat.StateRunning, aichat.OptionsField: json.RawMessage(opts)}); err != nil {
 				t.Fatal(err)
 			}
-			before := len(h.Writer.File().Entries)
+			before := len(h.File().Entries)
 			// The writer's Close appends nothing (every entry was written as it was appended):
 			// the file is what a kill leaves; Close only lets go of the lock, as the kill does.
 			if err := h.Close(); err != nil {
@@ -403,9 +403,9 @@ func TestCrashLeftovers(t *testing.T) {
 	}
 }
 
-func mustAppend(t *testing.T, w *transcript.Writer, m provider.Message) {
+func mustAppend(t *testing.T, w conversation.TurnWriter, m provider.Message) {
 	t.Helper()
-	if _, err := w.AppendMessage(m); err != nil {
+	if _, err := w.AppendMessage(m, nil); err != nil {
 		t.Fatal(err)
 	}
 }

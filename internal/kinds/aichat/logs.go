@@ -1,11 +1,8 @@
 package aichat
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,129 +193,12 @@ func (l *logs) verbosef(format string, args ...any) {
 	l.write(l.verbose, fmt.Sprintf("- `+%.3fs` ", l.now().Sub(l.start).Seconds())+fmt.Sprintf(format, args...)+"\n")
 }
 
-// rawRecord is one line of raw.jsonl.
-type rawRecord struct {
-	Time    string            `json:"time"`
-	Dir     string            `json:"dir"` // request, response, chunk, error
-	Method  string            `json:"method,omitempty"`
-	URL     string            `json:"url,omitempty"`
-	Status  int               `json:"status,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
-	Body    string            `json:"body,omitempty"`
+// rawLog is where the provider records its HTTP exchanges (raw.jsonl), nil when it is off:
+// the provider owns the requests and so logs them; the session only says where, and redacts
+// as in its other logs.
+func (l *logs) rawLog() *provider.RawLog {
+	if l == nil || l.raw == nil {
+		return nil
+	}
+	return provider.NewRawLog(l.raw, l.now, l.red.Redact)
 }
-
-func (l *logs) rawLine(r rawRecord) {
-	if l == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.raw == nil {
-		return
-	}
-	r.Time = abi.FormatTime(l.now())
-	r.Body = l.red.Redact(r.Body)
-	b, err := json.Marshal(r)
-	if err != nil {
-		return
-	}
-	_, _ = l.raw.Write(append(b, '\n'))
-}
-
-// credentialHeader reports headers that carry keys: they are left out of raw.jsonl.
-func credentialHeader(name string) bool {
-	n := strings.ToLower(name)
-	return strings.Contains(n, "auth") || strings.Contains(n, "key") || strings.Contains(n, "token") || strings.Contains(n, "cookie") || strings.Contains(n, "secret")
-}
-
-func headers(h http.Header) map[string]string {
-	out := map[string]string{}
-	for k, v := range h {
-		if credentialHeader(k) {
-			out[k] = "[REDACTED]"
-			continue
-		}
-		out[k] = strings.Join(v, ", ")
-	}
-	return out
-}
-
-// maxRawBody bounds a request body copied into raw.jsonl.
-const maxRawBody = 1 << 20
-
-// rawTransport records each exchange with the provider in raw.jsonl.
-type rawTransport struct {
-	next http.RoundTripper
-	logs *logs
-}
-
-func (t *rawTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	next := t.next
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	rec := rawRecord{Dir: "request", Method: req.Method, URL: redactURL(req), Headers: headers(req.Header)}
-	if req.GetBody != nil {
-		if body, err := req.GetBody(); err == nil {
-			b, _ := io.ReadAll(io.LimitReader(body, maxRawBody))
-			_ = body.Close()
-			rec.Body = string(b)
-		}
-	}
-	t.logs.rawLine(rec)
-	resp, err := next.RoundTrip(req)
-	if err != nil {
-		t.logs.rawLine(rawRecord{Dir: "error", Body: err.Error()})
-		return nil, err //nolint:wrapcheck // a transport passes its errors through
-	}
-	t.logs.rawLine(rawRecord{Dir: "response", Status: resp.StatusCode, Headers: headers(resp.Header)})
-	resp.Body = &rawBody{rc: resp.Body, logs: t.logs}
-	return resp, nil
-}
-
-func redactURL(req *http.Request) string {
-	u := *req.URL
-	u.User = nil
-	q := u.Query()
-	for k := range q {
-		if credentialHeader(k) {
-			q.Set(k, "[REDACTED]")
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// rawBody logs a response body line by line as the SDK reads it (a stream's chunks).
-type rawBody struct {
-	rc      io.ReadCloser
-	logs    *logs
-	pending bytes.Buffer
-}
-
-func (b *rawBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	b.pending.Write(p[:n])
-	for {
-		line, rerr := b.pending.ReadBytes('\n')
-		if rerr != nil {
-			// An incomplete line waits for the rest (at most 1 MiB of it).
-			if b.pending.Len() == 0 && len(line) < maxRawBody {
-				b.pending.Write(line)
-			} else if len(line) > 0 {
-				b.logs.rawLine(rawRecord{Dir: "chunk", Body: string(line)})
-			}
-			break
-		}
-		if s := strings.TrimRight(string(line), "\r\n"); s != "" {
-			b.logs.rawLine(rawRecord{Dir: "chunk", Body: s})
-		}
-	}
-	if err != nil && b.pending.Len() > 0 {
-		b.logs.rawLine(rawRecord{Dir: "chunk", Body: b.pending.String()})
-		b.pending.Reset()
-	}
-	return n, err //nolint:wrapcheck // a body passes its reader's errors through
-}
-
-func (b *rawBody) Close() error { return b.rc.Close() } //nolint:wrapcheck // passed through

@@ -16,10 +16,6 @@ const (
 	OriginsField = "nexusOrigins"
 )
 
-// RequesterOriginField is the child conversation's sessions.json field (and its run record's
-// requesterOrigin) naming where the message its requester was answering came from.
-const RequesterOriginField = "requesterOrigin"
-
 // sendOrigin is where a message sent to a session came from: what the gateway said, else the
 // CLI (an in-process send has no gateway in between).
 func sendOrigin(o abi.Origin) abi.Origin {
@@ -95,13 +91,4 @@ func originPatch(o abi.Origin) map[string]any {
 		"origin":      chatstore.Origin{Label: o.String(), Provider: o.LastChannel(), Surface: o.Kind, ChatType: o.ChatType, From: from},
 		"lastChannel": o.LastChannel(),
 	}
-}
-
-// requesterOrigin is a subagent run's requesterOrigin: where the message its requester was
-// answering came from (nil when unknown).
-func requesterOrigin(o abi.Origin) *chatstore.DeliveryContext {
-	if o.IsZero() {
-		return nil
-	}
-	return &chatstore.DeliveryContext{Channel: o.LastChannel(), To: o.Peer}
 }

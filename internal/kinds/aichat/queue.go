@@ -12,6 +12,7 @@ import (
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/kinds/aichat/orchestrate"
 	"github.com/nexus-run/nexus/internal/live"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
@@ -82,7 +83,7 @@ func (c *chat) enqueue(ctx context.Context, req live.SendRequest) (live.SendResu
 		c.sink.Publish(abi.EventData, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueCleared, MessageIDs: m.Cleared, Reason: "cleared by the interrupt " + m.ID})
 	}
 	// The key's deliverer (this session, or the newest other one on the key) takes it.
-	c.k.notify(c.key)
+	host{c.k}.Wake(c.key)
 	return live.SendResult{MessageID: m.ID}, nil
 }
 
@@ -126,7 +127,7 @@ func (k *Kind) store(ctx context.Context, id, key string, mode broker.Mode, text
 	}
 	if mode.Aborts() || o.Steer {
 		// Whichever session on the key runs the turn, the steering message ends it.
-		k.cancelTurns(ctx, key)
+		host{k}.Interrupt(key)
 	}
 	return m, nil
 }
@@ -138,12 +139,7 @@ func errBusy() error {
 // busy reports whether an activity (a turn, a compaction) runs on key, and the queued
 // messages the running turn delivers.
 func (k *Kind) busy(key string) (running bool, turn []string) {
-	k.chatsMu.Lock()
-	defer k.chatsMu.Unlock()
-	for c := range k.live {
-		if c.key != key {
-			continue
-		}
+	k.onKey(key, func(c *chat) {
 		c.mu.Lock()
 		if c.running {
 			running = true
@@ -152,7 +148,7 @@ func (k *Kind) busy(key string) (running bool, turn []string) {
 			}
 		}
 		c.mu.Unlock()
-	}
+	})
 	return running, turn
 }
 
@@ -295,7 +291,7 @@ func (c *chat) inTranscript(ctx context.Context, queued []string) (map[string]st
 		return nil, err
 	}
 	defer func() { _ = h.Close() }()
-	f := h.Writer.File()
+	f := h.File()
 	found := map[string]string{}
 	// Only the newest entries can hold them: they were appended just before a crash.
 	for i := len(f.Entries) - 1; i >= 0 && i >= len(f.Entries)-256; i-- {
@@ -363,7 +359,7 @@ func planCollect(q []broker.Message, now time.Time, o CollectOptions) collectPla
 			var b strings.Builder
 			fmt.Fprintf(&b, "(%d earlier messages were left out; they began:", len(p.dropped))
 			for _, m := range p.dropped {
-				fmt.Fprintf(&b, " %q", clipText(strings.Join(strings.Fields(m.Content), " "), 60))
+				fmt.Fprintf(&b, " %q", orchestrate.Clip(strings.Join(strings.Fields(m.Content), " "), 60))
 			}
 			b.WriteString(")")
 			summary = b.String()
@@ -401,7 +397,7 @@ func (c *chat) rollBack(ctx context.Context, h *conversation.Held, ids []string)
 	if target == "" {
 		return nil // nothing ran when it was sent: it runs where the conversation is
 	}
-	w := h.Writer
+	var w conversation.TurnWriter = h
 	user, err := deliveringEntry(w.File(), target)
 	if err != nil || user == nil {
 		return err // the turn never reached the transcript: nothing to roll back

@@ -157,7 +157,7 @@ func TestQueueExactlyOnceAfterACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Writer.AppendMessageExtra(provider.UserText(m1.Content, 1), map[string]any{aichat.MessageIDsField: []string{m1.ID}}); err != nil {
+	if _, err := h.AppendMessage(provider.UserText(m1.Content, 1), map[string]any{aichat.MessageIDsField: []string{m1.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Close(); err != nil {

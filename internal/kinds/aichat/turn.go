@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/agent/permission"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
+	"github.com/nexus-run/nexus/internal/kinds/aichat/orchestrate"
 	"github.com/nexus-run/nexus/internal/provider"
 	"github.com/nexus-run/nexus/internal/transcript"
 )
@@ -65,7 +66,7 @@ func (c *chat) turn(ctx context.Context, text string, ids []string, cont bool) a
 }
 
 func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, ids []string, cont bool) (*agent.Result, string, error) {
-	w := h.Writer
+	var w conversation.TurnWriter = h
 	run, err := chatstore.StartRunWith(w, h.SessionID, chatstore.RunOptions{})
 	if err != nil {
 		return nil, "", fmt.Errorf("start run: %w", err)
@@ -116,7 +117,7 @@ func (c *chat) runTurn(ctx context.Context, h *conversation.Held, text string, i
 }
 
 func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstore.Run, text string, ids []string, origins []abi.Origin, cont bool) (*agent.Result, error) {
-	w := h.Writer
+	var w conversation.TurnWriter = h
 	cur, err := w.Context()
 	if err != nil {
 		return nil, fmt.Errorf("read context: %w", err)
@@ -158,7 +159,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 	c.mu.Unlock()
 	ts := &agent.Toolset{Registry: c.reg, Allowances: c.allow, Confirm: c.confirm}
 	em := &emitter{c: c, run: run.ID}
-	ctx, reply := withReplyRef(ctx)
+	ctx, setReply := orchestrate.WithReply(ctx)
 	req := provider.Request{Model: c.backend.Model, System: system, Messages: msgs, Thinking: c.thinking, Temperature: c.temperature}
 	opts := agent.Options{
 		MaxIterations:    c.maxIter,
@@ -174,12 +175,12 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 			}
 		},
 		Append: func(m provider.Message) error {
-			id, err := w.AppendMessage(m)
+			id, err := w.AppendMessage(m, nil)
 			if err != nil {
 				return fmt.Errorf("record a message: %w", err)
 			}
 			if m.Role == provider.RoleAssistant {
-				reply.set(id) // the reply's calls run next (sessions_spawn names it)
+				setReply(id) // the reply's calls run next (sessions_spawn names it)
 			}
 			c.logs.message(m)
 			return nil
@@ -241,7 +242,7 @@ func (c *chat) runModel(ctx context.Context, h *conversation.Held, run *chatstor
 
 // record appends the turn's user message (durably, before the broker hears it was delivered)
 // and returns it encoded, as the context holds it.
-func (c *chat) record(ctx context.Context, w *transcript.Writer, text string, ids []string, origins []abi.Origin) (json.RawMessage, error) {
+func (c *chat) record(ctx context.Context, w conversation.TurnWriter, text string, ids []string, origins []abi.Origin) (json.RawMessage, error) {
 	user := provider.UserText(text, c.k.now().UnixMilli())
 	var extra map[string]any
 	if len(ids) > 0 {
@@ -250,7 +251,7 @@ func (c *chat) record(ctx context.Context, w *transcript.Writer, text string, id
 		extra = map[string]any{MessageIDsField: ids}
 	}
 	extra = originFields(origins, extra)
-	entryID, err := w.AppendMessageExtra(user, extra)
+	entryID, err := w.AppendMessage(user, extra)
 	if err != nil {
 		return nil, fmt.Errorf("record the message: %w", err)
 	}
@@ -273,7 +274,7 @@ func (c *chat) record(ctx context.Context, w *transcript.Writer, text string, id
 }
 
 // contextMessages is the conversation's context at the transcript's leaf, as the model gets it.
-func (c *chat) contextMessages(w *transcript.Writer) ([]provider.Message, error) {
+func (c *chat) contextMessages(w conversation.TurnWriter) ([]provider.Message, error) {
 	cx, err := w.Context()
 	if err != nil {
 		return nil, fmt.Errorf("read context: %w", err)
@@ -289,7 +290,7 @@ func (c *chat) contextMessages(w *transcript.Writer) ([]provider.Message, error)
 // (a failed compaction is reported and the turn goes on: an overflow still compacts).
 func (c *chat) prepare(ctx context.Context, h *conversation.Held, run *chatstore.Run, raw []json.RawMessage) ([]provider.Message, error) {
 	if c.thresholdCompact(ctx, h, run, transcript.EstimateContextTokens(raw).Tokens) {
-		return c.contextMessages(h.Writer)
+		return c.contextMessages(h)
 	}
 	msgs, err := provider.FromContext(raw)
 	if err != nil {

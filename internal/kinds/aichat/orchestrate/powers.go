@@ -1,4 +1,4 @@
-package aichat
+package orchestrate
 
 import (
 	"context"
@@ -50,8 +50,8 @@ type TargetScope struct {
 	Allowed []string `json:"allowed"`
 }
 
-// ownPowers are a session's powers by its options (level, workspace) and its agent alone.
-func ownPowers(prof *profile.Profile, level permission.Level, ws string) Powers {
+// OwnPowers are a session's powers by its options (level, workspace) and its agent alone.
+func OwnPowers(prof *profile.Profile, level permission.Level, ws string) Powers {
 	allowed := prof.AllowedTargets
 	if len(allowed) == 0 {
 		allowed = []string{RelFamily}
@@ -66,10 +66,10 @@ func ownPowers(prof *profile.Profile, level permission.Level, ws string) Powers 
 	}
 }
 
-// bound is p limited by b: the stricter level (b without a level does not bound it), b's
+// Bound is p limited by b: the stricter level (b without a level does not bound it), b's
 // workspace when it names one, the union of the disabled tools and blocked paths, the
 // intersection of the allowed paths, and b's target scopes added to p's.
-func (p Powers) bound(b Powers) Powers {
+func (p Powers) Bound(b Powers) Powers {
 	out := p
 	if b.Level != "" {
 		out.Level = permission.Stricter(p.Level, b.Level)
@@ -110,10 +110,10 @@ func unionStrings(a, b []string) []string {
 	return slices.Compact(out)
 }
 
-// boundsOf are the powers recorded for the conversation key: on its sessions.json entry and
+// BoundsOf are the powers recorded for the conversation key: on its sessions.json entry and
 // on the run that spawned it. A record that does not decode refuses the start: a session must
 // not run unbounded because its bounds could not be read.
-func (k *Kind) boundsOf(ctx context.Context, key string) ([]Powers, error) {
+func (k *Orchestrator) BoundsOf(ctx context.Context, key string) ([]Powers, error) {
 	if key == "" {
 		return nil, nil
 	}
@@ -162,8 +162,8 @@ func (k *Kind) boundsOf(ctx context.Context, key string) ([]Powers, error) {
 
 // reach checks that every target scope of the conversation's powers lets it reach target;
 // errors say why for the model, never what else exists.
-func (c *chat) reach(target string) error {
-	if target == c.key {
+func (c *caller) reach(target string) error {
+	if target == c.Key {
 		return errors.New("that is this conversation")
 	}
 	runs, err := c.k.Runs.List(chatstore.SubagentFilter{})
@@ -175,8 +175,8 @@ func (c *chat) reach(target string) error {
 		requester[r.ChildSessionKey] = r.RequesterSessionKey
 	}
 	parentOf := func(key string) string {
-		if key == c.key && c.spawnedBy != "" {
-			return c.spawnedBy
+		if key == c.Key && c.SpawnedBy != "" {
+			return c.SpawnedBy
 		}
 		return requester[key]
 	}
@@ -184,20 +184,20 @@ func (c *chat) reach(target string) error {
 	started := func() bool {
 		k, ok := requester[target]
 		for n := 0; ok && n <= len(runs); n++ {
-			if k == c.key {
+			if k == c.Key {
 				return true
 			}
 			k, ok = requester[k]
 		}
 		return false
 	}
-	scopes := c.powers.AllowedTargets
+	scopes := c.Powers.AllowedTargets
 	if len(scopes) == 0 {
 		scopes = []TargetScope{{Allowed: []string{RelFamily}}}
 	}
 	for _, s := range scopes {
-		from := firstOf(s.From, c.key)
-		if from != c.key && (target == from || started()) {
+		from := firstOf(s.From, c.Key)
+		if from != c.Key && (target == from || started()) {
 			continue
 		}
 		rel := ""
@@ -208,7 +208,7 @@ func (c *chat) reach(target string) error {
 			rel = "child"
 		}
 		if !targetAllowed(s.Allowed, target, rel) {
-			if from != c.key {
+			if from != c.Key {
 				return fmt.Errorf("refused: %s is not among the conversations this agent may reach (%s, as %s, which started this one, may)", target, strings.Join(s.Allowed, ", "), from)
 			}
 			return fmt.Errorf("refused: %s is not among the conversations this agent may reach (%s)", target, strings.Join(s.Allowed, ", "))

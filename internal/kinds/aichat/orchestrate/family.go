@@ -1,4 +1,4 @@
-package aichat
+package orchestrate
 
 import (
 	"context"
@@ -26,14 +26,14 @@ const (
 )
 
 // relation says how target relates to the conversation: parent, child, or "" (none).
-func (c *chat) relation(target string) (string, error) {
-	if target == c.key {
+func (c *caller) relation(target string) (string, error) {
+	if target == c.Key {
 		return "", errors.New("that is this conversation")
 	}
-	if c.spawnedBy != "" && target == c.spawnedBy {
+	if c.SpawnedBy != "" && target == c.SpawnedBy {
 		return RelParent, nil
 	}
-	runs, err := c.k.Runs.List(chatstore.SubagentFilter{RequesterSessionKey: c.key, ChildSessionKey: target})
+	runs, err := c.k.Runs.List(chatstore.SubagentFilter{RequesterSessionKey: c.Key, ChildSessionKey: target})
 	if err != nil {
 		return "", fmt.Errorf("subagents: %w", err)
 	}
@@ -52,13 +52,17 @@ func isAgentTarget(a string) bool {
 
 // familyTool is one of the inter-session tools.
 type familyTool struct {
-	c    *chat
+	b    *binding
 	name string
 }
 
-func familyTools(c *chat) []tools.Tool {
-	return []tools.Tool{familyTool{c, "sessions_list"}, familyTool{c, "sessions_history"}, familyTool{c, "sessions_send"},
-		familyTool{c, "nexus_status"}, familyTool{c, "nexus_cancel"}, familyTool{c, "nexus_destroy"}, familyTool{c, "agents_list"}}
+func familyTools(b *binding) []tools.Tool {
+	names := []string{"sessions_list", "sessions_history", "sessions_send", "nexus_status", "nexus_cancel", "nexus_destroy", "agents_list"}
+	out := make([]tools.Tool, 0, len(names)+1)
+	for _, name := range names {
+		out = append(out, familyTool{b, name})
+	}
+	return out
 }
 
 func (t familyTool) Spec() tools.Spec {
@@ -123,7 +127,7 @@ func (t familyTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result,
 }
 
 func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
-	c := t.c
+	c := t.b.caller()
 	switch t.name {
 	case "sessions_list":
 		return c.family(ctx)
@@ -159,7 +163,7 @@ func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
 		}
 		return c.k.destroy(ctx, a.Key)
 	default:
-		n := c.k.cancelTurns(ctx, a.Key)
+		n := c.k.Host.Interrupt(a.Key)
 		return map[string]any{"key": a.Key, "interrupted": n}, nil
 	}
 }
@@ -168,23 +172,23 @@ func (t familyTool) run(ctx context.Context, a familyArgs) (any, error) {
 // conversation's agent to the target's, with the content and the sending conversation, kept
 // as the queued message's sender and said in its first line, so the receiving model knows
 // who speaks.
-func (c *chat) sendTo(ctx context.Context, key, mode, text string) (any, error) {
+func (c *caller) sendTo(ctx context.Context, key, mode, text string) (any, error) {
 	to := AgentOfKey(key)
 	// A conversation that never ran opens with this one's powers, bounded by its agent's (as a
 	// subagent would be): its level is the stricter of this one's and the agent's own.
-	opts := abi.AIChatOptions{Agent: to, Workspace: c.workspace, Level: string(c.level)}
+	opts := abi.AIChatOptions{Agent: to, Workspace: c.Workspace, Level: string(c.Level)}
 	if p, err := profile.Load(c.k.StateDir, firstOf(to, profile.Main)); err == nil {
 		if p.Backend == "" {
 			// A new conversation of an agent without a backend of its own talks to the sender's.
-			opts.Backend, opts.Model = c.backend.Name, c.backend.Model
+			opts.Backend, opts.Model = c.Backend, c.Model
 		}
 		if l, err := levelOf(p); err == nil && l != "" {
-			opts.Level = string(permission.Stricter(c.level, l))
+			opts.Level = string(permission.Stricter(c.Level, l))
 		}
 	}
-	bounds := c.powers.inherited(c.key)
-	body := fmt.Sprintf("[message from agent %s (%s)]\n\n%s", c.prof.ID, c.key, text)
-	d, err := c.k.Deliver(ctx, Delivery{Key: key, Text: body, Mode: mode, From: c.key, Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.key}, Options: opts, Powers: &bounds})
+	bounds := c.Powers.inherited(c.Key)
+	body := fmt.Sprintf("[message from agent %s (%s)]\n\n%s", c.Agent, c.Key, text)
+	d, err := c.k.Deliver(ctx, Delivery{Key: key, Text: body, Mode: mode, From: c.Key, Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.Key}, Options: opts, Powers: &bounds})
 	if d.MessageID == "" {
 		return nil, err
 	}
@@ -196,7 +200,7 @@ func (c *chat) sendTo(ctx context.Context, key, mode, text string) (any, error) 
 }
 
 // agents is the worker catalogue: the configured agents and what each is for.
-func (k *Kind) agents() (any, error) {
+func (k *Orchestrator) agents() (any, error) {
 	ps, err := profile.List(k.StateDir)
 	if err != nil {
 		return nil, err //nolint:wrapcheck // the text says what failed
@@ -209,12 +213,12 @@ func (k *Kind) agents() (any, error) {
 }
 
 // family is what sessions_list answers: the parent and the children.
-func (c *chat) family(ctx context.Context) (any, error) {
+func (c *caller) family(ctx context.Context) (any, error) {
 	var out []map[string]any
-	if c.spawnedBy != "" {
-		out = append(out, map[string]any{"key": c.spawnedBy, "relation": RelParent})
+	if c.SpawnedBy != "" {
+		out = append(out, map[string]any{"key": c.SpawnedBy, "relation": RelParent})
 	}
-	runs, err := c.k.Runs.List(chatstore.SubagentFilter{RequesterSessionKey: c.key})
+	runs, err := c.k.Runs.List(chatstore.SubagentFilter{RequesterSessionKey: c.Key})
 	if err != nil {
 		return nil, fmt.Errorf("subagents: %w", err)
 	}
@@ -225,22 +229,14 @@ func (c *chat) family(ctx context.Context) (any, error) {
 	if out == nil {
 		out = []map[string]any{}
 	}
-	return map[string]any{"self": c.key, "sessions": out}, nil
+	return map[string]any{"self": c.Key, "sessions": out}, nil
 }
 
 // status is a conversation's run state: its subagent run's outcome if it is one, and whether a
 // live session works on it.
-func (k *Kind) status(_ context.Context, key string) (map[string]any, error) {
+func (k *Orchestrator) status(_ context.Context, key string) (map[string]any, error) {
 	st := map[string]any{"key": key, "live": false, "running": false}
-	k.chatsMu.Lock()
-	for c := range k.live {
-		if c.key == key {
-			c.mu.Lock()
-			st["live"], st["running"] = true, c.running
-			c.mu.Unlock()
-		}
-	}
-	k.chatsMu.Unlock()
+	st["live"], st["running"] = k.Host.Live(key)
 	runs, err := k.Runs.List(chatstore.SubagentFilter{ChildSessionKey: key})
 	if err != nil {
 		return nil, fmt.Errorf("subagents: %w", err)
@@ -260,38 +256,11 @@ func (k *Kind) status(_ context.Context, key string) (map[string]any, error) {
 	return st, nil
 }
 
-// cancelTurns interrupts the running turns of the live sessions on key.
-func (k *Kind) cancelTurns(_ context.Context, key string) int {
-	n := 0
-	k.chatsMu.Lock()
-	defer k.chatsMu.Unlock()
-	for c := range k.live {
-		if c.key != key {
-			continue
-		}
-		c.mu.Lock()
-		if c.cancel != nil {
-			c.cancel()
-			n++
-		}
-		c.mu.Unlock()
-	}
-	return n
-}
-
 // destroy closes the live sessions on a child's key and archives its conversation; the run is
 // ended (and announced) by its watcher, or here when nothing watches it any more.
-func (k *Kind) destroy(ctx context.Context, key string) (any, error) {
+func (k *Orchestrator) destroy(ctx context.Context, key string) (any, error) {
 	closed := 0
-	k.chatsMu.Lock()
-	var ids []string
-	for c := range k.live {
-		if c.key == key {
-			ids = append(ids, c.sink.SessionID())
-		}
-	}
-	k.chatsMu.Unlock()
-	for _, id := range ids {
+	for _, id := range k.Host.SessionIDs(key) {
 		if _, err := k.Sessions.Close(ctx, id, abi.CloseRequested); err == nil {
 			closed++
 		}
@@ -313,7 +282,7 @@ func (k *Kind) destroy(ctx context.Context, key string) (any, error) {
 }
 
 // recentMessages are the last limit messages of key's context, as role and text.
-func (k *Kind) recentMessages(ctx context.Context, key string, limit int) (any, error) {
+func (k *Orchestrator) recentMessages(ctx context.Context, key string, limit int) (any, error) {
 	if limit <= 0 {
 		limit = 20
 	}
@@ -346,7 +315,7 @@ func (k *Kind) recentMessages(ctx context.Context, key string, limit int) (any, 
 		if role == provider.RoleToolResult {
 			role = "tool " + m.ToolName
 		}
-		out = append(out, map[string]string{"role": role, "text": clipText(b.String(), 4000)})
+		out = append(out, map[string]string{"role": role, "text": Clip(b.String(), 4000)})
 	}
 	if out == nil {
 		out = []map[string]string{}

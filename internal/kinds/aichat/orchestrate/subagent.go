@@ -1,4 +1,4 @@
-package aichat
+package orchestrate
 
 import (
 	"context"
@@ -51,8 +51,8 @@ const runInterruptGrace = 30 * time.Second
 
 // limits are the kind's own limits, config.toml's [subagents] where the kind sets none, then
 // the defaults.
-func (k *Kind) limits(cfg provider.Subagents) SubagentLimits {
-	l := k.Subagents
+func (k *Orchestrator) limits(cfg provider.Subagents) SubagentLimits {
+	l := k.Limits
 	window, runTimeout, _ := cfg.Durations() // checked when config.toml was read
 	for _, f := range []struct {
 		dst *int
@@ -144,7 +144,7 @@ func depth(runs []chatstore.SubagentRunRecord, key string, limit int) int {
 
 // spawnTool is sessions_spawn: it starts a child conversation that works on a task in the
 // background and announces its result into this one.
-type spawnTool struct{ c *chat }
+type spawnTool struct{ b *binding }
 
 type spawnArgs struct {
 	Task    string `json:"task"`
@@ -188,9 +188,11 @@ type replyRef struct {
 	id string
 }
 
-func withReplyRef(ctx context.Context) (context.Context, *replyRef) {
+// WithReply is ctx for a turn's tool calls, and the setter the turn calls with each reply's
+// transcript entry id as it records it: a subagent spawned by the reply's calls names it.
+func WithReply(ctx context.Context) (context.Context, func(entryID string)) {
 	r := &replyRef{}
-	return context.WithValue(ctx, replyKey{}, r), r
+	return context.WithValue(ctx, replyKey{}, r), r.set
 }
 
 func (r *replyRef) set(id string) {
@@ -216,7 +218,7 @@ func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, 
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return tools.Result{}, fmt.Errorf("arguments: %w", err)
 	}
-	out, err := t.c.spawn(ctx, a, agent.CallID(ctx))
+	out, err := t.b.caller().spawn(ctx, a, agent.CallID(ctx))
 	if err != nil {
 		return tools.Result{Output: err.Error(), IsError: true}, nil //nolint:nilerr // the model reads why
 	}
@@ -224,27 +226,33 @@ func (t spawnTool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, 
 	return tools.Result{Output: string(b)}, nil
 }
 
+// Spawn starts a subagent of self's conversation from outside its turns (the spawn command),
+// as sessions_spawn would.
+func (k *Orchestrator) Spawn(ctx context.Context, self Self, sp abi.SpawnRequest) (map[string]any, error) {
+	return (&caller{k: k, Self: self}).spawn(ctx, spawnArgs{Task: sp.Task, Label: sp.Label, Cleanup: sp.Cleanup, Agent: sp.Agent, Level: sp.Level}, "")
+}
+
 // spawn checks the limits and records the run in one transaction (so parallel spawns cannot
 // pass a limit together), creates the child conversation bounded by this one's powers, and
 // starts it.
-func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[string]any, error) {
+func (c *caller) spawn(ctx context.Context, a spawnArgs, callID string) (map[string]any, error) {
 	k := c.k
-	lim := k.limits(c.subagents)
+	lim := k.limits(c.Subagents)
 	if k.Sessions == nil || k.Runs == nil || k.Broker == nil {
 		return nil, errors.New("subagents are not available in this gateway")
 	}
-	level := c.level
+	level := c.Level
 	if a.Level != "" {
 		l, err := permission.ParseLevel(a.Level)
 		if err != nil {
 			return nil, err //nolint:wrapcheck // the text names the level
 		}
-		if !c.level.Allows(l) {
-			return nil, fmt.Errorf("refused: level %s is higher than this conversation's (%s)", l, c.level)
+		if !c.Level.Allows(l) {
+			return nil, fmt.Errorf("refused: level %s is higher than this conversation's (%s)", l, c.Level)
 		}
 		level = l
 	}
-	agentID := firstOf(a.Agent, c.prof.ID)
+	agentID := firstOf(a.Agent, c.Agent)
 	prof, err := profile.Load(k.StateDir, agentID)
 	if err != nil {
 		return nil, err //nolint:wrapcheck // the text names the agent
@@ -255,20 +263,18 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	}
 	// The child's powers: this conversation's, at the level asked for, bounded by its agent's
 	// (whose own level bounds it only when the agent sets one); it works in this workspace.
-	mine := c.powers.inherited(c.key)
+	mine := c.Powers.inherited(c.Key)
 	mine.Level = level
-	theirs := ownPowers(prof, agentLevel, c.workspace)
+	theirs := OwnPowers(prof, agentLevel, c.Workspace)
 	theirs.Workspace = ""
-	powers := mine.bound(theirs)
+	powers := mine.Bound(theirs)
 	cleanup := firstOf(a.Cleanup, "delete")
 	runID := uuid.NewString()
 	childKey := "agent:" + agentID + ":subagent:" + runID
 	now := k.now()
 	parentMessage := replyOf(ctx)
-	c.mu.Lock()
-	reqOrigin := requesterOrigin(c.origin)
-	c.mu.Unlock()
-	rec := chatstore.SubagentRunRecord{RunID: runID, ChildSessionKey: childKey, RequesterSessionKey: c.key, Task: a.Task,
+	reqOrigin := requesterOrigin(c.Origin)
+	rec := chatstore.SubagentRunRecord{RunID: runID, ChildSessionKey: childKey, RequesterSessionKey: c.Key, Task: a.Task,
 		Cleanup: cleanup, Label: a.Label, CreatedAt: now.UnixMilli(), StartedAt: now.UnixMilli(),
 		ToolCallID: callID, ParentMessageID: parentMessage, RequesterOrigin: reqOrigin}
 	rawPowers, err := json.Marshal(powers)
@@ -277,7 +283,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	}
 	rec.Extra = map[string]json.RawMessage{PowersField: rawPowers}
 	if err := k.Runs.PutChecked(ctx, rec, func(runs []chatstore.SubagentRunRecord) error {
-		return lim.check(runs, c.key, now)
+		return lim.check(runs, c.Key, now)
 	}); err != nil {
 		return nil, err //nolint:wrapcheck // a refusal is the check's own text; a store error names runs.json
 	}
@@ -286,19 +292,19 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 		return nil, fmt.Errorf("the subagent could not start: %w", err)
 	}
 	fields := map[string]any{
-		"spawnedBy": c.key, "parentSessionId": c.chatSession, "parentMessageId": parentMessage, "toolCallId": callID,
-		"taskDescription": a.Task, "taskStatus": "running", "isSubagent": true, "label": a.Label, "project": c.workspace,
+		"spawnedBy": c.Key, "parentSessionId": c.SessionID, "parentMessageId": parentMessage, "toolCallId": callID,
+		"taskDescription": a.Task, "taskStatus": "running", "isSubagent": true, "label": a.Label, "project": c.Workspace,
 		"isAgentic": true, PowersField: powers,
 	}
 	if reqOrigin != nil {
 		fields[RequesterOriginField] = reqOrigin
 	}
-	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: fields})
+	h, err := k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.Workspace, ParentSession: c.Transcript, Fields: fields})
 	if err != nil && a.Label != "" && errors.Is(err, chatstore.ErrLabelConflict) {
 		// A label names one conversation of the store: another run's "worker" keeps its
 		// own, this one gets the label with its run's id.
 		fields["label"] = a.Label + "#" + runID[:8]
-		h, err = k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.workspace, ParentSession: c.transcript, Fields: fields})
+		h, err = k.Chats.Hold(ctx, childKey, conversation.HoldOptions{Cwd: c.Workspace, ParentSession: c.Transcript, Fields: fields})
 	}
 	if err != nil {
 		return fail(err)
@@ -313,16 +319,16 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 	if err := h.Close(); err != nil {
 		return fail(err)
 	}
-	opts, _ := json.Marshal(abi.AIChatOptions{Backend: c.backend.Name, Model: c.backend.Model, Agent: agentID, Level: string(powers.Level),
-		Workspace: c.workspace, Temperature: c.temperature})
-	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey, RoadmapID: c.roadmap}, Options: opts})
+	opts, _ := json.Marshal(abi.AIChatOptions{Backend: c.Backend, Model: c.Model, Agent: agentID, Level: string(powers.Level),
+		Workspace: c.Workspace, Temperature: c.Temperature})
+	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: childKey, RoadmapID: c.Roadmap}, Options: opts})
 	if err == nil {
-		_, err = k.Sessions.Send(context.WithoutCancel(ctx), s.SessionID, live.SendRequest{Data: []byte(a.Task), Mode: "followup", Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.key}})
+		_, err = k.Sessions.Send(context.WithoutCancel(ctx), s.SessionID, live.SendRequest{Data: []byte(a.Task), Mode: "followup", Origin: abi.Origin{Kind: abi.OriginAgent, ID: c.Key}})
 	}
 	if err != nil {
 		return fail(err)
 	}
-	c.sink.Publish(abi.EventData, abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: runID, ChildSessionKey: childKey, SessionID: s.SessionID, Label: a.Label, Task: a.Task})
+	c.Publish(abi.AISubagent{Type: abi.PayloadAISubagent, Phase: abi.PhaseStarted, RunID: runID, ChildSessionKey: childKey, SessionID: s.SessionID, Label: a.Label, Task: a.Task})
 	go k.watchRun(context.WithoutCancel(ctx), rec, s.SessionID, lim.RunTimeout)
 	return map[string]any{"runId": runID, "childSessionKey": childKey, "childSessionId": childSession, "sessionId": s.SessionID, "status": "started",
 		"note": "the subagent works in the background; its result will arrive here as a message"}, nil
@@ -332,7 +338,7 @@ func (c *chat) spawn(ctx context.Context, a spawnArgs, callID string) (map[strin
 // and closes the child's session. A run past the limits' RunTimeout has its turn interrupted
 // and ends as timeout.
 // ctx outlives the spawning call (the run goes on after the tool returned).
-func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string, limit time.Duration) {
+func (k *Orchestrator) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string, limit time.Duration) {
 	reading, stop := context.WithCancel(ctx)
 	defer stop()
 	var late atomic.Bool
@@ -371,7 +377,7 @@ func (k *Kind) watchRun(ctx context.Context, rec chatstore.SubagentRunRecord, se
 
 // timeoutRun ends a run past its time: the child's turn is interrupted (what it said so far
 // is kept, and announced), the run recorded as timeout, and its session closed.
-func (k *Kind) timeoutRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string, after uint64, limit time.Duration) {
+func (k *Orchestrator) timeoutRun(ctx context.Context, rec chatstore.SubagentRunRecord, sessionID string, after uint64, limit time.Duration) {
 	k.logger().Info("subagent run timed out", "run", rec.RunID, "limit", limit)
 	stats := ""
 	if _, err := k.Sessions.Control(ctx, sessionID, abi.ControlRequest{Command: abi.CommandInterrupt}); err == nil {
@@ -436,7 +442,7 @@ func usageTotal(u *abi.AIUsage) int {
 }
 
 // endRun records the run's end and announces it (once: the announcement's id is the run's).
-func (k *Kind) endRun(ctx context.Context, rec chatstore.SubagentRunRecord, outcome chatstore.RunOutcome, why, stats string) {
+func (k *Orchestrator) endRun(ctx context.Context, rec chatstore.SubagentRunRecord, outcome chatstore.RunOutcome, why, stats string) {
 	if rec.EndedAt == 0 {
 		patch := map[string]any{"endedAt": k.now().UnixMilli(), "outcome": chatstore.SubagentOutcome{Status: outcome, Error: why}}
 		if rec.Cleanup == "delete" {
@@ -465,7 +471,7 @@ func (k *Kind) endRun(ctx context.Context, rec chatstore.SubagentRunRecord, outc
 const RunEndCustomType = "nexus.subagent.end"
 
 // recordRunEnd appends the run's end to the child's transcript, once there is one.
-func (k *Kind) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord) {
+func (k *Orchestrator) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord) {
 	if rec.ChildSessionID == "" || rec.Outcome == nil {
 		return // it never started: there is no conversation to write to
 	}
@@ -487,7 +493,7 @@ func (k *Kind) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord
 	if h.SessionID != rec.ChildSessionID {
 		return // the conversation was reset since: that session is not the run's
 	}
-	if _, err := h.Writer.AppendCustom(RunEndCustomType, map[string]any{"runId": rec.RunID, "outcome": rec.Outcome, "endedAt": rec.EndedAt}); err != nil {
+	if _, err := h.AppendCustom(RunEndCustomType, map[string]any{"runId": rec.RunID, "outcome": rec.Outcome, "endedAt": rec.EndedAt}); err != nil {
 		k.logger().Warn("subagent run: the child's transcript", "run", rec.RunID, "err", err)
 	}
 }
@@ -496,8 +502,8 @@ func (k *Kind) recordRunEnd(ctx context.Context, rec chatstore.SubagentRunRecord
 const AnnouncePrefix = "[subagent"
 
 // announce puts the run's result in the requester's queue, at most once, and archives a
-// delete child. It is retried at the next start when it fails (sweepRuns).
-func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, stats string) {
+// delete child. It is retried at the next start when it fails (SweepRuns).
+func (k *Orchestrator) announce(ctx context.Context, rec chatstore.SubagentRunRecord, stats string) {
 	id := "announce_" + rec.RunID
 	if done, err := k.Broker.Has(ctx, id); err != nil || done {
 		return
@@ -513,7 +519,7 @@ func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, st
 	answer := k.lastAnswer(ctx, rec.ChildSessionKey)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", AnnouncePrefix, firstOf(rec.Label, rec.RunID))
-	fmt.Fprintf(&b, " %s] task: %s", status, clipText(rec.Task, 500))
+	fmt.Fprintf(&b, " %s] task: %s", status, Clip(rec.Task, 500))
 	if stats != "" {
 		fmt.Fprintf(&b, " (%s)", stats)
 	}
@@ -521,14 +527,14 @@ func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, st
 	if answer == "" {
 		answer = "(no answer)"
 	}
-	b.WriteString(clipText(answer, 64<<10))
+	b.WriteString(Clip(answer, 64<<10))
 	fresh, err := k.Broker.Announce(ctx, id, rec.RequesterSessionKey, b.String(), "subagent:"+rec.RunID, rec.RunID)
 	if err != nil {
 		k.logger().Warn("subagent announce", "run", rec.RunID, "err", err)
 		return
 	}
 	if fresh {
-		k.notify(rec.RequesterSessionKey)
+		k.Host.Wake(rec.RequesterSessionKey)
 	}
 	if rec.Cleanup == "delete" {
 		if _, err := k.Chats.Archive(ctx, rec.ChildSessionKey); err != nil {
@@ -538,7 +544,7 @@ func (k *Kind) announce(ctx context.Context, rec chatstore.SubagentRunRecord, st
 }
 
 // lastAnswer is the text of the child conversation's last assistant message.
-func (k *Kind) lastAnswer(ctx context.Context, key string) string {
+func (k *Orchestrator) lastAnswer(ctx context.Context, key string) string {
 	h, err := k.Chats.History(ctx, key, conversation.HistoryOptions{})
 	if err != nil {
 		return ""
@@ -566,21 +572,9 @@ func (k *Kind) lastAnswer(ctx context.Context, key string) string {
 	return last
 }
 
-// notify wakes the pumps of the live sessions on key (a message just queued): the owner
-// delivers it, the others may close if they are background sessions.
-func (k *Kind) notify(key string) {
-	k.chatsMu.Lock()
-	defer k.chatsMu.Unlock()
-	for c := range k.live {
-		if c.key == key {
-			c.wake()
-		}
-	}
-}
-
-// sweepRuns finishes what a previous gateway left: runs whose child died with it are ended as
-// failed, and ended runs not yet announced are announced. Once per Kind.
-func (k *Kind) sweepRuns(ctx context.Context) {
+// SweepRuns finishes what a previous gateway left: runs whose child died with it are ended as
+// failed, and ended runs not yet announced are announced. The kind runs it once.
+func (k *Orchestrator) SweepRuns(ctx context.Context) {
 	if k.Runs == nil || k.Broker == nil {
 		return
 	}
