@@ -59,8 +59,8 @@ type Orchestrator struct {
 	// Sessions is the registry: subagents are ai-chat sessions created there.
 	Sessions live.Backend
 	// Runs is state/subagents/runs.json; Broker the durable message queue.
-	Runs   *chatstore.Subagents
-	Broker *broker.Store
+	Runs   chatstore.SubagentRuns
+	Broker broker.Queues
 	// Limits are the kind's own subagent limits (config.toml's [subagents] fills the rest).
 	Limits SubagentLimits
 	Host   Host
