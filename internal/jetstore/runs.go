@@ -304,7 +304,7 @@ func (r *Runs) PutChecked(ctx context.Context, rec chatstore.SubagentRunRecord, 
 		if conflict(err) {
 			// Another put of the id, or this one tried again after its acknowledgement was
 			// lost: the value with this put's token is this one's.
-			cur, gerr := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return r.kv.Get(ctx, key) })
+			cur, gerr := getCreated(ctx, r.kv, key)
 			if gerr != nil || !bytes.Equal(cur.Value(), val) {
 				return fmt.Errorf("put subagent run %s: %w: subagent run %s", rec.RunID, chatstore.ErrExists, rec.RunID)
 			}
