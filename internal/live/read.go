@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,11 +26,12 @@ type Batch struct {
 func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (Batch, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if rec, log, ferr := r.foreign(ctx, id); ferr == nil {
-			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
-			return r.readForeign(ctx, rec, log, after, limit, wait)
+		rec, log, ferr := r.foreign(ctx, id)
+		if ferr != nil {
+			return Batch{}, foreignErr(id, err, ferr)
 		}
-		return Batch{}, err
+		defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
+		return r.readForeign(ctx, rec, log, after, limit, wait)
 	}
 	var waitCtx context.Context
 	for {
@@ -79,6 +81,17 @@ func (r *Registry) foreign(ctx context.Context, id string) (Record, EventLog, er
 		return Record{}, nil, fmt.Errorf("session %s: open its log on node %s's behalf: %w", id, rec.Session.Node, err)
 	}
 	return rec, log, nil
+}
+
+// foreignErr is what a read of a session this node does not hold fails with, given foreign's
+// error: notFound (the local lookup's SESSION_NOT_FOUND) when the store holds no record of
+// another node's, else RESOURCE_UNAVAILABLE: a store that cannot answer for now (its leader
+// being elected, this node cut off) does not say the session is gone.
+func foreignErr(id string, notFound, ferr error) error {
+	if errors.Is(ferr, ErrNoRecord) {
+		return notFound
+	}
+	return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the session from the cluster's store", Err: ferr}
 }
 
 // readForeign is Read for another node's session, from its log in the shared store.
@@ -135,15 +148,16 @@ func (r *Registry) batch(id string, res readResult) Batch {
 func (r *Registry) LastSeq(ctx context.Context, id string) (uint64, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if _, log, ferr := r.foreign(ctx, id); ferr == nil {
-			defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
-			last, lerr := log.LastSeq(ctx)
-			if lerr != nil {
-				return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: lerr}
-			}
-			return last, nil
+		_, log, ferr := r.foreign(ctx, id)
+		if ferr != nil {
+			return 0, foreignErr(id, err, ferr)
 		}
-		return 0, err
+		defer func() { _ = log.Close(context.WithoutCancel(ctx)) }()
+		last, lerr := log.LastSeq(ctx)
+		if lerr != nil {
+			return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: lerr}
+		}
+		return last, nil
 	}
 	last, err := s.log.lastSeq(ctx)
 	if err != nil {

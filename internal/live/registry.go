@@ -520,8 +520,12 @@ func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	s, err := r.lookup(id)
 	if err != nil && r.cfg.Node != "" {
 		// Another node's session, as its record in the cluster's store says.
-		if rec, rerr := r.cfg.Store.Get(ctx, id); rerr == nil && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
+		rec, rerr := r.cfg.Store.Get(ctx, id)
+		if rerr == nil && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
 			return rec.Session, nil
+		}
+		if rerr != nil {
+			return abi.Session{}, foreignErr(id, err, rerr)
 		}
 	}
 	if err != nil {
