@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +29,7 @@ import (
 // test process, each with its own store.
 type natsCluster struct {
 	servers []*server.Server
+	opts    []jetstore.EmbeddedOptions // each server's, to start it again
 }
 
 func startCluster(t *testing.T) *natsCluster {
@@ -52,6 +55,7 @@ func startCluster(t *testing.T) *natsCluster {
 			t.Fatal(err)
 		}
 		c.servers = append(c.servers, s)
+		c.opts = append(c.opts, o)
 		t.Cleanup(func() {
 			s.Shutdown()
 			s.WaitForShutdown()
@@ -73,6 +77,20 @@ func startCluster(t *testing.T) *natsCluster {
 		return leaders == 1
 	})
 	return c
+}
+
+// restart starts server i again on its store and routes (its client port is a new one).
+func (c *natsCluster) restart(t *testing.T, i int) {
+	t.Helper()
+	s, err := jetstore.StartEmbedded(testCtx(t), c.opts[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.servers[i] = s
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
 }
 
 // urls are the client URLs of the servers still running.
@@ -696,3 +714,101 @@ func TestNodeLost(t *testing.T) {
 		t.Errorf("b's session seen from c: %+v, %v; want active", got, err)
 	}
 }
+
+// logRecorder is a slog handler that keeps the messages logged.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *logRecorder) has(msg string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.msgs, msg)
+}
+
+// TestQuorumLost: while an R3 stream has no leader (two servers of three gone), a log's
+// publishes go unanswered; the log keeps them and publishes them once a leader is back, rather
+// than dropping them after the first unanswered publish. Seen through the binary: a terminal
+// flood with the stream's leader killed -9 lost everything queued during the election
+// (TestClusterE2E/NATSServerKilledMidFlood: the count stopped at 47,226 of 300,000, no error).
+func TestQuorumLost(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	rec := &logRecorder{}
+	// The store's client is connected to server 0, which stays.
+	nc, err := jetstore.Dial(testCtx(t), jetstore.DialOptions{URLs: []string{c.servers[0].ClientURL()}, Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st, err := jetstore.Open(testCtx(t), nc, jetstore.Options{Cluster: name, Node: "a", Replicas: 3, Logger: slog.New(rec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ctx := testCtx(t)
+	limits := live.LogLimits{Events: 1000, Bytes: 1 << 20, Pinned: 10}
+	l, err := st.OpenLog(ctx, "s1", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := l.Append(ctx, event(fmt.Sprint("e", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 2} {
+		c.servers[i].Shutdown()
+		c.servers[i].WaitForShutdown()
+	}
+	for i := 10; i < 20; i++ {
+		if _, err := l.Append(ctx, event(fmt.Sprint("e", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- l.Flush(ctx) }()
+	// Quorum comes back once a publish has gone unanswered (or the log gave up already).
+	var early error
+	gaveUp := false
+	testkit.Eventually(t, "a publish unanswered", func() bool {
+		select {
+		case early = <-flushed:
+			gaveUp = true
+			return true
+		default:
+			return rec.has(msgPublishRetry)
+		}
+	})
+	if gaveUp {
+		t.Fatalf("the log gave up while the stream had no leader: Flush = %v", early)
+	}
+	c.restart(t, 1)
+	if err := <-flushed; err != nil {
+		t.Fatalf("Flush after quorum came back: %v", err)
+	}
+	p, err := l.Read(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Events) != 20 || p.Events[19].Seq != 20 || string(p.Events[19].Payload.(live.Output)) != "e19" {
+		t.Fatalf("read %d events after quorum came back, want e0..e19", len(p.Events))
+	}
+}
+
+// msgPublishRetry is what the log logs when a publish goes unanswered and is tried again.
+const msgPublishRetry = "event stream not answering; publishing again"

@@ -1,6 +1,7 @@
 package jetstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -110,24 +111,30 @@ func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id st
 
 // refresh reads the subject's newest message: the appender's next compare-and-set.
 func (l *Log) refresh(ctx context.Context) error {
+	_, err := l.refreshMsg(ctx)
+	return err
+}
+
+// refreshMsg is refresh that returns the newest message (nil: none).
+func (l *Log) refreshMsg(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 	st, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
-		return fmt.Errorf("session %s: event stream: %w", l.id, err)
+		return nil, fmt.Errorf("session %s: event stream: %w", l.id, err)
 	}
 	m, err := st.GetLastMsgForSubject(ctx, l.subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		l.lastStream, l.lastSeq = 0, 0
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("session %s: read its newest event: %w", l.id, err)
+		return nil, fmt.Errorf("session %s: read its newest event: %w", l.id, err)
 	}
 	_, last, _, err := seqHeaders(m.Header)
 	if err != nil {
-		return fmt.Errorf("session %s: stream message %d: %w", l.id, m.Sequence, err)
+		return nil, fmt.Errorf("session %s: stream message %d: %w", l.id, m.Sequence, err)
 	}
 	l.lastStream, l.lastSeq = m.Sequence, last
-	return nil
+	return m, nil
 }
 
 // catchUp waits until the projection holds seq.
@@ -357,6 +364,7 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 			body = append(body, q.body...)
 		}
 		first, end := batch[c[0]].e.Seq, batch[c[1]-1].e.Seq
+		var since time.Time // the first failure of this chunk
 		for attempt := 1; ; attempt++ {
 			m := nats.NewMsg(l.subject)
 			m.Data = body
@@ -374,16 +382,16 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 				l.appendMu.Unlock()
 				break
 			}
-			if attempt < maxAttempts {
-				rctx, cancel := context.WithTimeout(ctx, ackWait)
-				l.appendMu.Lock()
-				rerr := l.refresh(rctx)
-				again := rerr == nil && l.lastSeq+1 == first
-				l.appendMu.Unlock()
-				cancel()
-				if again {
-					continue
-				}
+			if since.IsZero() {
+				since = time.Now()
+			}
+			again, stored, rerr := l.publishAgain(ctx, first, end, body, since, attempt)
+			if stored {
+				break // an unanswered attempt was stored after all (refresh took its sequence)
+			}
+			if again {
+				l.logger.Info(msgPublishRetry, "id", l.id, "attempt", attempt, "err", err, "refresh", rerr)
+				continue
 			}
 			if k > 0 {
 				// Numbering it again would store the chunks already acknowledged twice.
@@ -395,8 +403,50 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 	return nil
 }
 
-// maxAttempts bounds the publishes of one chunk.
-const maxAttempts = 3
+// maxAttempts bounds the publishes of a chunk that the stream answers (it refused it while the
+// one before was being applied); maxUnanswered bounds how long a chunk is published again while
+// the stream does not answer at all (its leader being elected, its quorum lost): an election
+// takes seconds, and what is queued meanwhile waits for it rather than being dropped.
+const (
+	maxAttempts   = 3
+	maxUnanswered = 30 * time.Second
+)
+
+// msgPublishRetry is logged when a chunk is published again.
+const msgPublishRetry = "event stream not answering; publishing again"
+
+// publishAgain reads the subject's newest message after a publish of the chunk starting at
+// first failed, and says whether to publish it again: when the subject still ends just before
+// it, within maxAttempts, or, while the stream does not answer the read, until maxUnanswered
+// has passed since the chunk's first failure (waiting a little between reads).
+//
+// stored says the subject's newest message is this chunk (first..end, body): an attempt whose
+// acknowledgement never came was stored after all, when the stream's quorum came back.
+func (l *Log) publishAgain(ctx context.Context, first, end uint64, body []byte, since time.Time, attempt int) (again, stored bool, err error) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, ackWait)
+		l.appendMu.Lock()
+		m, rerr := l.refreshMsg(rctx)
+		chained := rerr == nil && l.lastSeq+1 == first
+		stored = rerr == nil && m != nil && l.lastSeq == end && bytes.Equal(m.Data, body)
+		l.appendMu.Unlock()
+		cancel()
+		waited := time.Since(since)
+		switch {
+		case stored:
+			return false, true, nil
+		case rerr == nil:
+			return chained && (attempt < maxAttempts || waited < maxUnanswered), false, nil
+		case waited >= maxUnanswered:
+			return false, false, rerr
+		}
+		select {
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		case <-time.After(250 * time.Millisecond): // the stream answers again on its own
+		}
+	}
+}
 
 // applyOwn puts an append this node made into the projection: at once when it follows what the
 // projection holds (nobody else appended in between), else once the consumer has delivered
