@@ -713,6 +713,33 @@ func TestNodeLost(t *testing.T) {
 	if got, err := regs["c"].Get(ctx, sb.SessionID); err != nil || got.Status != abi.StatusActive {
 		t.Errorf("b's session seen from c: %+v, %v; want active", got, err)
 	}
+
+	// Node a comes back: the session it owned, whose record another node wrote last, is listed,
+	// got and read on a as on the others (it was on none of a's lists: seen through the binary,
+	// TestClusterE2E/RestartEverything).
+	st, err := jetstore.Open(ctx, c.connect(t), jetstore.Options{Cluster: name, Node: "a", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, err := live.New(ctx, live.Config{Node: "a", Store: st, Sweep: time.Hour, Now: func() time.Time { return t0.Add(3 * time.Minute) }},
+		livetest.NewFakeKind(abi.TypeTerminal, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ra.Shutdown(context.Background()) })
+	list, err := ra.List(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(list, func(o abi.Session) bool { return o.SessionID == s.SessionID && o.Status == abi.StatusError }) {
+		t.Errorf("a, back, lists %d sessions, not its node-lost %s", len(list), s.SessionID)
+	}
+	if got, err := ra.Get(ctx, s.SessionID); err != nil || got.Status != abi.StatusError {
+		t.Errorf("a, back, gets its node-lost session: %+v, %v", got, err)
+	}
+	if b, err := ra.Read(ctx, s.SessionID, 0, 0, 0); err != nil || !b.Done || len(b.Events) == 0 {
+		t.Errorf("a, back, reads its node-lost session: %d events, done %v, %v", len(b.Events), b.Done, err)
+	}
 }
 
 // logRecorder is a slog handler that keeps the messages logged.

@@ -521,8 +521,8 @@ func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	if err != nil && r.cfg.Node != "" {
 		// Another node's session, as its record in the cluster's store says.
 		rec, rerr := r.cfg.Store.Get(ctx, id)
-		if rerr == nil && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
-			return rec.Session, nil
+		if rerr == nil && rec.Session.Node != "" {
+			return rec.Session, nil // another node's, or one of this node's another node wrote last
 		}
 		if rerr != nil {
 			return abi.Session{}, foreignErr(id, err, rerr)
@@ -571,8 +571,10 @@ func (r *Registry) List(ctx context.Context, all bool) ([]abi.Session, error) {
 	r.mu.Lock()
 	for _, rec := range recs {
 		o := rec.Session
-		// This node's own sessions are the registry's objects, fresher than their records.
-		if _, mine := r.sessions[o.SessionID]; mine || o.Node == "" || o.Node == r.cfg.Node {
+		// The registry's sessions are its objects, fresher than their records. A record of this
+		// node's that the registry does not hold was written last by another node (its session
+		// marked node-lost while this node was gone): it is listed from the record.
+		if _, mine := r.sessions[o.SessionID]; mine || o.Node == "" {
 			continue
 		}
 		if all || !o.Status.Final() {
