@@ -295,6 +295,8 @@ func (l *Log) flush(ctx context.Context) {
 			}
 			n += uint64(len(l.queue))
 			nerr := &NotStoredError{Session: l.id, First: batch[0].e.Seq, Last: l.nextSeq - 1, Err: err}
+			// Said here too: the next Append, which returns it, may never come.
+			l.logger.Warn("events not stored", "err", nerr)
 			l.queue = nil
 			rctx, cancel := context.WithTimeout(ctx, ackWait)
 			if rerr := l.refresh(rctx); rerr != nil {
@@ -429,12 +431,16 @@ func (l *Log) publishAgain(ctx context.Context, first, end uint64, body []byte, 
 		m, rerr := l.refreshMsg(rctx)
 		chained := rerr == nil && l.lastSeq+1 == first
 		stored = rerr == nil && m != nil && l.lastSeq == end && bytes.Equal(m.Data, body)
+		found := l.lastSeq
 		l.appendMu.Unlock()
 		cancel()
 		waited := time.Since(since)
 		switch {
 		case stored:
 			return false, true, nil
+		case rerr == nil && !chained:
+			l.logger.Warn("event subject moved on", "id", l.id, "first", first, "subjectLast", found, "attempt", attempt)
+			return false, false, nil
 		case rerr == nil:
 			return chained && (attempt < maxAttempts || waited < maxUnanswered), false, nil
 		case waited >= maxUnanswered:
