@@ -644,6 +644,89 @@ func TestClusterE2E(t *testing.T) {
 		checkCounting(t, "read from b after a was killed", numbers(after))
 		c.startNode(a) // for the subtests after
 	})
+
+	t.Run("RestartEverything", func(t *testing.T) {
+		// A live terminal on each node, then every session's events as b reads them.
+		for _, n := range []*node{a, b, cn} {
+			id := n.openTerminal(t)
+			n.ok(t, "agent", "terminal", "send", "--session-id", id, "seq 1 20")
+			(&reader{n: b, id: id}).until(t, 20)
+		}
+		before := map[string][]event{}
+		live := map[string]bool{}
+		for _, ss := range b.list(t) {
+			before[ss.SessionID] = b.events(t, ss.SessionID, 0)
+			live[ss.SessionID] = ss.Status == "active"
+		}
+		for _, n := range []*node{a, b, cn} {
+			n.p.kill(t, syscall.SIGKILL)
+		}
+		for _, srv := range c.servers {
+			srv.p.kill(t, syscall.SIGKILL)
+		}
+		restarted := time.Now()
+		for _, srv := range c.servers {
+			c.startServer(srv)
+		}
+		c.waitJetStream()
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+		defer cancel()
+		for _, stream := range []string{eventStream, recordsKV, nodesKV} {
+			var leader string
+			testkit.Eventually(t, "stream "+stream+" has a leader after the restart", func() bool {
+				leader, _ = c.streamLeader(ctx, stream)
+				return leader != ""
+			})
+			t.Logf("stream %s: leader %s %v after the servers were started again", stream, leader, time.Since(restarted).Round(100*time.Millisecond))
+		}
+		for _, n := range []*node{a, b, cn} {
+			c.startNode(n)
+		}
+		// Every session is there on every node; the live terminals died with their nodes, and
+		// their close numbers on after the last event before the restart.
+		for _, n := range []*node{a, b, cn} {
+			var wrong []string
+			ok := poll(func() bool {
+				ss := n.list(t)
+				wrong = wrong[:0]
+				for id := range before {
+					if s, ok := find(ss, id); !ok || s.Status == "active" {
+						wrong = append(wrong, fmt.Sprintf("%s (found %v: %+v)", id, ok, s))
+					}
+				}
+				return len(wrong) == 0
+			})
+			if !ok {
+				t.Fatalf("node %s after the restart: missing or still live: %v", n.name, wrong)
+			}
+		}
+		continued := 0
+		for id, evs := range before {
+			after := cn.events(t, id, 0)
+			checkSeqs(t, "read from c after the restart", after, 1)
+			if len(after) < len(evs) {
+				t.Fatalf("session %s: %d events before the restart, %d after", id, len(evs), len(after))
+			}
+			for i, e := range evs {
+				if after[i].Seq != e.Seq || !bytes.Equal(after[i].Output, e.Output) || after[i].Type != e.Type {
+					t.Fatalf("session %s: event seq %d differs after the restart", id, e.Seq)
+				}
+			}
+			if live[id] {
+				if len(after) == len(evs) || after[len(after)-1].Type != abi.EventClose {
+					t.Fatalf("session %s was live: no close after the restart (%d events before, %d after)", id, len(evs), len(after))
+				}
+				continued++
+			}
+		}
+		t.Logf("after restarting 3 servers and 3 nodes: %d sessions, every event there; %d live ones closed with events numbered on", len(before), continued)
+		// The cluster takes new sessions on every node again.
+		for _, n := range []*node{a, b, cn} {
+			id := n.openTerminal(t)
+			n.ok(t, "agent", "terminal", "send", "--session-id", id, "seq 1 3")
+			(&reader{n: b, id: id}).until(t, 3)
+		}
+	})
 }
 
 // TestClusterUnreachable: nexus serve with no NATS at the URL exits non-zero naming the URL,
