@@ -7,13 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -727,6 +730,205 @@ func TestClusterE2E(t *testing.T) {
 			(&reader{n: b, id: id}).until(t, 3)
 		}
 	})
+
+	t.Run("NodeCutOff", func(t *testing.T) {
+		// c's NATS connection goes through a proxy the test cuts.
+		px := startProxy(t, c.server("n3").client)
+		cn.p.kill(t, syscall.SIGTERM)
+		cn.args = []string{"--nats", "nats://" + px.addr, "--node", "c", "--nats-replicas", "3", "--node-lost", "3s"}
+		c.startNode(cn)
+		id := cn.openTerminal(t)
+		cn.ok(t, "agent", "terminal", "send", "--session-id", id, "seq 1 10")
+		seen := &reader{n: b, id: id}
+		seen.until(t, 10)
+
+		px.cut()
+		// A write c can no longer replicate fails, and says so; it does not hang.
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+		defer cancel()
+		started := time.Now()
+		out, stderr, err := cn.run(ctx, t, "agent", "terminal", "open", "--project", "e2e")
+		took := time.Since(started)
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("c cut off: terminal open = %v after %v (ctx %v), want an error, not a hang\n%s", err, took, ctx.Err(), out)
+		}
+		t.Logf("c cut off: terminal open failed after %v: %s", took.Round(100*time.Millisecond), strings.TrimSpace(stderr))
+		failedID := uuidRE.FindString(stderr) // the session the failed open would have made
+		testkit.Eventually(t, "b lists c's terminal as error, node-lost", func() bool {
+			s, ok := find(b.list(t), id)
+			return ok && s.Status == "error" && s.Metadata.CloseReason == "node-lost"
+		})
+
+		px.restore(t)
+		// c is back: a session made on c now works, and c's terminal, typed into on c, is
+		// not revived: its record stays error, its log ends with the close b wrote.
+		testkit.Eventually(t, "c takes sessions again", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+			defer cancel()
+			_, _, err := cn.run(ctx, t, "agent", "terminal", "open", "--project", "e2e")
+			return err == nil
+		})
+		_, _, _ = cn.run(ctx, t, "agent", "terminal", "send", "--session-id", id, "seq 1 5")
+		fresh := cn.openTerminal(t)
+		cn.ok(t, "agent", "terminal", "send", "--session-id", fresh, "seq 1 4")
+		(&reader{n: b, id: fresh}).until(t, 4) // c's writes after the typing above are read on b
+		for _, n := range []*node{a, b} {
+			ss := n.list(t)
+			s, _ := find(ss, id)
+			if s.Status != "error" || s.Metadata.CloseReason != "node-lost" || s.Node != "c" {
+				t.Fatalf("node %s lists c's cut-off terminal as %+v after c came back, want error, node-lost, on c", n.name, s)
+			}
+			// The open that failed while c was cut off left nothing behind: no record of a
+			// session nobody has.
+			if o, ok := find(ss, failedID); failedID != "" && ok {
+				t.Fatalf("node %s lists the session whose open failed on c while it was cut off: %+v", n.name, o)
+			}
+		}
+		evs := b.events(t, id, 0)
+		checkSeqs(t, "c's cut-off terminal read on b", evs, 1)
+		if last := evs[len(evs)-1]; last.Type != abi.EventClose {
+			t.Fatalf("c's cut-off terminal: the last event read on b is %d %s, want the close b wrote", last.Seq, last.Type)
+		}
+		t.Logf("c's cut-off terminal: %d events read on b before the cut, %d after c came back and was typed into, the last the node-lost close", len(seen.evs), len(evs))
+	})
+}
+
+// TestClusterWalkthrough runs docs/cluster.md's three-machine walkthrough as printed, on
+// loopback: every command of the "Three machines" section's console blocks, on the machine its
+// prompt names (a$, b$, c$), with each machine's addresses mapped to loopback ports of its own
+// (10.0.0.N:4222 and :6222), /var/lib/nats and /srv/demo to directories of the test, and the
+// session id the page shows to the one the terminal open printed. nats-server and nexus serve
+// keep running; the nodes start once JetStream has its leader, as the page says. Every other
+// command must succeed, and the page's claims hold: b lists a's terminal with node a, c reads
+// its output.
+func TestClusterWalkthrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the walkthrough runs six processes")
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cluster.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := walkthrough(t, string(doc))
+	c := newCluster(t)
+	host := map[string]string{"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}
+	subst := []string{"/srv/demo", filepath.Join(t.TempDir(), "demo")}
+	for i, m := range []string{"a", "b", "c"} {
+		srv := c.servers[i]
+		_, port, _ := net.SplitHostPort(srv.client)
+		// Replaced in argument order: the server's own address and port first.
+		subst = append([]string{"--addr " + host[m] + " --port 4222", "--addr 127.0.0.1 --port " + port}, subst...)
+		subst = append(subst, host[m]+":4222", srv.client, host[m]+":6222", srv.route)
+		c.addNode(m)
+	}
+	var docID, realID string // the page's session id, and the one terminal open printed
+	for _, st := range steps {
+		if docID == "" {
+			docID = uuidRE.FindString(st.command)
+		}
+	}
+	var lastOut map[string]string // each machine's last command's output
+	lastOut = map[string]string{}
+	for _, st := range steps {
+		line := strings.NewReplacer(subst...).Replace(st.command)
+		if docID != "" {
+			line = strings.ReplaceAll(line, docID, realID)
+		}
+		args := strings.Fields(line)
+		switch {
+		case args[0] == "nats-server":
+			srv := c.servers[strings.Index("abc", st.machine)]
+			for k, a := range args {
+				if a == "/var/lib/nats" {
+					args[k] = srv.dir
+				}
+			}
+			srv.args = args[1:]
+			c.startServer(srv)
+		case len(args) > 1 && args[0] == "nexus" && args[1] == "serve":
+			if st.machine == "a" {
+				c.waitJetStream() // the page: nodes start once JetStream has its leader
+			}
+			n := c.nodes[st.machine]
+			n.args = args[2:]
+			c.startNode(n)
+		default:
+			n := c.nodes[st.machine]
+			ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
+			cmd := exec.CommandContext(ctx, "bash", "-c", line) //nolint:gosec // the page's command
+			cmd.Env = append(os.Environ(), n.env()...)
+			out, err := cmd.CombinedOutput()
+			cancel()
+			if err != nil {
+				t.Fatalf("docs/cluster.md line %d: %s$ %s: %v\n%s", st.line, st.machine, line, err, out)
+			}
+			lastOut[st.machine] = string(out)
+			if strings.Contains(line, "terminal open") {
+				var s session
+				if err := json.Unmarshal(out, &s); err != nil {
+					t.Fatalf("terminal open printed %s: %v", out, err)
+				}
+				realID = s.SessionID
+			}
+			if strings.Contains(line, "session events") && !strings.Contains(string(out), "hello from a") {
+				// The page's command prints what is there when it runs: run it again until the
+				// typed line's output has come, as a person would.
+				testkit.Eventually(t, "c reads a's terminal's output", func() bool {
+					out, err := exec.Command("bash", "-c", line).CombinedOutput() //nolint:gosec // as above
+					lastOut[st.machine] = string(out)
+					return err == nil && strings.Count(string(out), "hello from a") >= 2
+				})
+			}
+		}
+	}
+	if realID == "" || docID == "" {
+		t.Fatal("the walkthrough opened no terminal, or names no session id")
+	}
+	var list struct {
+		Sessions []session `json:"sessions"`
+	}
+	if err := json.Unmarshal([]byte(lastOut["b"]), &list); err != nil {
+		t.Fatalf("b's session list: %v\n%s", err, lastOut["b"])
+	}
+	if s, ok := find(list.Sessions, realID); !ok || s.Node != "a" {
+		t.Fatalf("b lists a's terminal as %+v (found %v), want node a", s, ok)
+	}
+}
+
+// walkStep is a command of the walkthrough and the machine it runs on.
+type walkStep struct {
+	line             int
+	machine, command string
+}
+
+var promptRE = regexp.MustCompile(`^([abc])\$ (.*)$`)
+
+// walkthrough returns the commands of the console blocks of docs/cluster.md's "Three
+// machines" section.
+func walkthrough(t *testing.T, doc string) []walkStep {
+	t.Helper()
+	var steps []walkStep
+	in, section := false, false
+	for i, l := range strings.Split(doc, "\n") {
+		switch {
+		case strings.HasPrefix(l, "## "):
+			section = strings.HasPrefix(l, "## Three machines")
+		case section && strings.TrimSpace(l) == "```console":
+			in = true
+		case in && strings.TrimSpace(l) == "```":
+			in = false
+		case in:
+			m := promptRE.FindStringSubmatch(l)
+			if m == nil {
+				t.Fatalf("docs/cluster.md line %d: %q is no command of a, b or c", i+1, l)
+			}
+			steps = append(steps, walkStep{line: i + 1, machine: m[1], command: m[2]})
+		}
+	}
+	if len(steps) < 9 {
+		t.Fatalf("docs/cluster.md's walkthrough has %d commands: the section moved?", len(steps))
+	}
+	return steps
 }
 
 // TestClusterUnreachable: nexus serve with no NATS at the URL exits non-zero naming the URL,
@@ -747,4 +949,77 @@ func TestClusterUnreachable(t *testing.T) {
 	if fileExists(filepath.Join(n.home, "state", "live")) {
 		t.Fatal("nexus serve with NATS unreachable made a store of its own (state/live)")
 	}
+}
+
+var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// proxy forwards TCP connections to a server; cut closes them all and refuses new ones (the
+// listener goes), restore listens again on the same address.
+type proxy struct {
+	addr, target string
+	mu           sync.Mutex
+	ln           net.Listener
+	conns        []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	p := &proxy{addr: testkit.FreeAddr(t), target: target}
+	p.restore(t)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) restore(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("proxy: listen on %s: %v", p.addr, err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.ln != ln { // cut meanwhile
+				p.mu.Unlock()
+				_ = c.Close()
+				_ = s.Close()
+				return
+			}
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go pipe(c, s)
+			go pipe(s, c)
+		}
+	}()
+}
+
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
 }
