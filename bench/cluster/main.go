@@ -5,6 +5,7 @@
 // loopback in this process. It prints events and MiB per second and the append latency.
 //
 //	go run ./bench/cluster [-n 5000] [-size 4096]
+//	go run ./bench/cluster -nodes [-failover-runs 5] [-create 100]   # nodes.go
 package main
 
 import (
@@ -36,6 +37,9 @@ func run() error {
 	size := flag.Int("size", 4096, "bytes of output per event")
 	flag.Parse()
 	ctx := context.Background()
+	if *nodesMode {
+		return runNodes(ctx) // nodes.go
+	}
 	dir, err := os.MkdirTemp("", "nexus-bench-cluster")
 	if err != nil {
 		return err
