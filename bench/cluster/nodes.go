@@ -91,7 +91,7 @@ func findNATSServer() (string, error) {
 func freeAddr() (string, error) {
 	for range 100 {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(15000+rand.IntN(10000))) //nolint:gosec // a port
-		ln, err := net.Listen("tcp", addr)
+		ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", addr)
 		if err != nil {
 			continue
 		}

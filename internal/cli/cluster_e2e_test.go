@@ -100,9 +100,9 @@ func (p *proc) kill(t *testing.T, sig syscall.Signal) {
 // natsServer is one nats-server of the cluster: its client and route addresses and store stay
 // the same across restarts.
 type natsServer struct {
-	name, client, route, dir, monitor string
-	args                              []string
-	p                                 *proc
+	name, client, route, dir string
+	args                     []string
+	p                        *proc
 }
 
 func (s *natsServer) url() string { return "nats://" + s.client }
@@ -827,8 +827,7 @@ func TestClusterWalkthrough(t *testing.T) {
 			docID = uuidRE.FindString(st.command)
 		}
 	}
-	var lastOut map[string]string // each machine's last command's output
-	lastOut = map[string]string{}
+	lastOut := map[string]string{} // each machine's last command's output
 	for _, st := range steps {
 		line := strings.NewReplacer(subst...).Replace(st.command)
 		if docID != "" {
