@@ -844,3 +844,33 @@ func TestQuorumLost(t *testing.T) {
 
 // msgPublishRetry is what the log logs when a publish goes unanswered and is tried again.
 const msgPublishRetry = "event stream not answering; publishing again"
+
+// TestLogCloseDeletesConsumer: a closed log leaves no consumer on the stream. A node reads
+// another node's session through a log opened for the read; nats.go's ordered consumers stay
+// 5 minutes after they stop, and the stream takes 1,000 (nats-server's default): polling a
+// session on another node filled it, and every new session failed with "maximum consumers
+// limit reached" (TestClusterE2E, three runs in a row).
+func TestLogCloseDeletesConsumer(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	st := c.open(t, jetstore.Options{Cluster: name, Replicas: 3})
+	ctx := testCtx(t)
+	for range 5 {
+		l, err := st.OpenLog(ctx, "s1", live.LogLimits{Events: 10, Bytes: 1 << 20, Pinned: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, _, _ := jetstore.Names(name)
+	js, err := jetstream.New(c.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "no consumer left on the event stream", func() bool {
+		s, err := js.Stream(ctx, stream)
+		return err == nil && s.CachedInfo().State.Consumers == 0
+	})
+}

@@ -33,6 +33,9 @@ var errPartial = errors.New("append stored in part")
 // ackWait bounds one publish's wait for its acknowledgement.
 const ackWait = 5 * time.Second
 
+// consumerIdle is how long the server keeps a log's consumer that nobody pulls from.
+const consumerIdle = 30 * time.Second
+
 // maxChunk bounds an event message's body, under NATS's default max_payload (1 MiB). Bigger
 // messages (8 MiB on a server that allows them) measured no faster: a flood is bounded by the
 // servers' writes, not by round trips.
@@ -78,6 +81,7 @@ type Log struct {
 	pending []*live.Event // chunks of an append whose last chunk has not come yet
 	closed  bool
 	cc      jetstream.ConsumeContext
+	cons    jetstream.Consumer
 }
 
 var _ live.EventLog = (*Log)(nil)
@@ -91,7 +95,10 @@ func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id st
 		return nil, err
 	}
 	l.nextSeq = l.lastSeq + 1
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	// The consumer is deleted when the log closes; one left behind (this node gone) goes after
+	// consumerIdle, not nats.go's 5 minutes: the stream takes 1,000 consumers (nats-server's
+	// default), and a node reading another node's session opens a log, so a consumer, per read.
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: consumerIdle})
 	if err != nil {
 		return nil, fmt.Errorf("session %s: follow its events: %w", id, err)
 	}
@@ -100,7 +107,7 @@ func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id st
 		return nil, fmt.Errorf("session %s: follow its events: %w", id, err)
 	}
 	l.applyMu.Lock()
-	l.cc = cc
+	l.cc, l.cons = cc, cons
 	l.applyMu.Unlock()
 	if err := l.catchUp(ctx, l.lastSeq); err != nil {
 		cc.Stop()
@@ -562,6 +569,16 @@ func (l *Log) Close(ctx context.Context) error {
 	l.closed = true
 	if l.cc != nil {
 		l.cc.Stop()
+	}
+	if info := l.cons.CachedInfo(); info != nil {
+		// Not waited for: a read of another node's session closes its log as it answers.
+		go func(name string) {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackWait)
+			defer cancel()
+			if err := l.js.DeleteConsumer(dctx, l.stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				l.logger.Debug("delete a log's consumer", "id", l.id, "consumer", name, "err", err)
+			}
+		}(info.Name)
 	}
 	return errors.Join(settled, failed, l.mem.Close(ctx))
 }
