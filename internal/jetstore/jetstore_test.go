@@ -745,6 +745,29 @@ func TestNodeLost(t *testing.T) {
 	if b, err := ra.Read(ctx, s.SessionID, 0, 0, 0); err != nil || !b.Done || len(b.Events) == 0 {
 		t.Errorf("a, back, reads its node-lost session: %d events, done %v, %v", len(b.Events), b.Done, err)
 	}
+
+	// a, back, makes a session before its first heartbeat; a node that has not marked a yet
+	// (d, just started) sees a's beat from before and finds a lost, but a session made after
+	// that beat is not lost: a was alive since (seen through the binary: every node restarted,
+	// a new session marked node-lost by another node within a second of its creation).
+	fresh, err := ra.Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	std, err := jetstore.Open(ctx, c.connect(t), jetstore.Options{Cluster: name, Node: "d", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := live.New(ctx, live.Config{Node: "d", Store: std, Sweep: time.Hour, Now: func() time.Time { return t0.Add(3*time.Minute + time.Second) }},
+		livetest.NewFakeKind(abi.TypeTerminal, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rd.Shutdown(context.Background()) })
+	rd.Sweep(ctx, t0.Add(3*time.Minute+time.Second))
+	if got, err := rd.Get(ctx, fresh.SessionID); err != nil || got.Status != abi.StatusActive {
+		t.Errorf("a's session made after its last heartbeat, seen from d: %+v, %v; want active", got, err)
+	}
 }
 
 // logRecorder is a slog handler that keeps the messages logged.

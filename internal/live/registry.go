@@ -1026,6 +1026,13 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 	failed := map[string]bool{}
 	for _, rec := range recs {
 		if lost[rec.Session.Node] && !rec.Session.Status.Final() {
+			// A session its node made after the heartbeat it was found lost by, within the
+			// bound: the node was alive since (it came back and has not beaten yet). Looked at
+			// again on the next sweep.
+			if at, err := abi.ParseTime(rec.Session.CreatedAt); err == nil && at.After(beats[rec.Session.Node]) && now.Sub(at) <= r.cfg.NodeLost {
+				failed[rec.Session.Node] = true
+				continue
+			}
 			if err := r.markLost(ctx, rec, now); err != nil {
 				failed[rec.Session.Node] = true
 				r.cfg.Logger.Warn("mark a lost node's session", "id", rec.Session.SessionID, "node", rec.Session.Node, "err", err)
