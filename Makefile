@@ -9,7 +9,7 @@ GOLANGCI_VERSION ?= v2.15.0
 # "go install" would put it; PREFIX=/usr/local installs it for everyone (run as root).
 PREFIX      ?= $(patsubst %/bin,%,$(GOBIN_DIR))
 
-.PHONY: build install run test test-short bench lint fuzz clean pi-deps mcp-client-deps acp-client-deps acp-agents-deps web web-check
+.PHONY: build install run test test-short bench lint fuzz clean pi-deps mcp-client-deps acp-client-deps acp-agents-deps nats-server web web-check
 
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -38,17 +38,19 @@ run: build
 # pinned pi coding agent from npm (tools/pi), the MCP-over-HTTP test the pinned
 # MCP TypeScript SDK (tools/mcp-client), the nexus acp test the pinned ACP TypeScript SDK
 # (tools/acp-client), the acp backends' preset tests the pinned coding agents
-# (tools/acp-agents); all are installed when npm exists.
-test: web pi-deps mcp-client-deps acp-client-deps acp-agents-deps
+# (tools/acp-agents); all are installed when npm exists. The cluster's end-to-end test runs the
+# real nats-server (make nats-server).
+test: web pi-deps mcp-client-deps acp-client-deps acp-agents-deps nats-server
 	@echo "Vetting, then testing every package with the race detector (the first run compiles everything: several minutes)."
 	$(GO) vet ./...
 	$(GO) test -race -shuffle=on -timeout 8m ./...
 
 # What the suite needs beyond Go, as .ci/run installs it (root, or password-less sudo, for the
 # Debian packages): openssh-server, docker.io and its private engine, zsh, fish, ripgrep, busybox,
-# node, npm, curl, chromium, and the real model server (tools/llm: llama-server and the tiny model).
+# node, npm, curl, chromium, the real model server (tools/llm: llama-server and the tiny model),
+# and the real nats-server (tools/bin).
 .PHONY: test-deps
-test-deps:
+test-deps: nats-server
 	bash .ci/sshd-setup.sh
 	bash .ci/docker-setup.sh
 	bash .ci/packages-setup.sh
@@ -112,6 +114,14 @@ acp-agents-deps:
 			echo "Installing the pinned coding agents into tools/acp-agents (npm install from the lock file, once; the acp backends' preset tests run them)"; \
 			npm install --prefix tools/acp-agents --no-audit --no-fund --loglevel=error; }; \
 	else echo "npm not found: the acp backends' preset tests will be skipped"; fi
+
+# The real nats-server binary, pinned to the version of the module nexus embeds, in tools/bin
+# (not on PATH): the cluster's end-to-end test (internal/cli/cluster_e2e_test.go) runs three.
+NATS_SERVER_VERSION ?= v2.15.2
+nats-server:
+	@tools/bin/nats-server --version 2>/dev/null | grep -qx 'nats-server: $(NATS_SERVER_VERSION)' || { \
+		echo "Installing nats-server $(NATS_SERVER_VERSION) into tools/bin (go install, once; the cluster's end-to-end test runs it)"; \
+		GOBIN=$(CURDIR)/tools/bin $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION); }
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime 30s ./internal/gateway

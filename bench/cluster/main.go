@@ -7,6 +7,7 @@
 // another (echo.go).
 //
 //	go run ./bench/cluster [-n 5000] [-size 4096] [-keys 200] [-flood=false]
+//	go run ./bench/cluster -nodes [-failover-runs 5] [-create 100]   # nodes.go
 package main
 
 import (
@@ -40,6 +41,9 @@ func run() error {
 	flood := flag.Bool("flood", true, "measure the event log's throughput")
 	flag.Parse()
 	ctx := context.Background()
+	if *nodesMode {
+		return runNodes(ctx) // nodes.go
+	}
 	dir, err := os.MkdirTemp("", "nexus-bench-cluster")
 	if err != nil {
 		return err

@@ -127,7 +127,10 @@ type DialOptions struct {
 // an error naming the URLs: a node never carries on alone.
 func Dial(ctx context.Context, o DialOptions) (*nats.Conn, error) {
 	where := strings.Join(redact(o.URLs), ",")
-	opts := []nats.Option{nats.Name(o.Name), nats.MaxReconnects(-1)}
+	// No reconnect buffer: a write while the connection is down fails at once rather than
+	// being sent when it comes back, after its caller gave up on it (a session create that
+	// failed on a node cut off from NATS came back as a record of a session nobody had).
+	opts := []nats.Option{nats.Name(o.Name), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1)}
 	if o.Creds != "" {
 		opts = append(opts, nats.UserCredentials(o.Creds))
 	}

@@ -1,10 +1,9 @@
 package jetstore
 
 import (
+	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,10 +24,6 @@ const (
 	hdrFirst = "Nexus-First"
 	hdrLast  = "Nexus-Last"
 	hdrBatch = "Nexus-Batch-Last"
-	// hdrWriter names the Log that published a message, so that a publish whose outcome was
-	// unknown (its acknowledgement lost or late) is recognised as stored when the subject's
-	// newest message turns out to be it, rather than counted as refused.
-	hdrWriter = "Nexus-Writer"
 )
 
 // errPartial is an append whose first chunks were stored and a later one refused: another
@@ -37,6 +32,9 @@ var errPartial = errors.New("append stored in part")
 
 // ackWait bounds one publish's wait for its acknowledgement.
 const ackWait = 5 * time.Second
+
+// consumerIdle is how long the server keeps a log's consumer that nobody pulls from.
+const consumerIdle = 30 * time.Second
 
 // maxChunk bounds an event message's body, under NATS's default max_payload (1 MiB). Bigger
 // messages (8 MiB on a server that allows them) measured no faster: a flood is bounded by the
@@ -64,12 +62,10 @@ type Log struct {
 	// appendMu guards the queue of numbered events the flusher publishes and what goes with
 	// it; lastStream and lastSeq are the subject's newest message as this appender last knew
 	// it (a stale value costs one refused publish and a refresh).
-	appendMu    sync.Mutex
-	lastStream  uint64
-	lastSeq     uint64
-	lastFirst   uint64 // the newest message's first event number
-	lastWriter  string // and the Log that published it
-	writer      string // this Log's hdrWriter, unique per opened log
+	appendMu   sync.Mutex
+	lastStream uint64
+	lastSeq    uint64
+	// publishMsg is the stream's publish (a test loses its acknowledgements).
 	publishMsg  func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 	nextSeq     uint64 // the number the next Append gives out
 	queue       []queued
@@ -87,6 +83,7 @@ type Log struct {
 	pending []*live.Event // chunks of an append whose last chunk has not come yet
 	closed  bool
 	cc      jetstream.ConsumeContext
+	cons    jetstream.Consumer
 }
 
 var _ live.EventLog = (*Log)(nil)
@@ -95,17 +92,16 @@ var _ live.EventLog = (*Log)(nil)
 // consumer from the subject's first, and returns once the projection holds everything the
 // stream held when it was opened.
 func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id string, limits live.LogLimits, logger *slog.Logger) (*Log, error) {
-	var w [12]byte
-	if _, err := rand.Read(w[:]); err != nil {
-		return nil, fmt.Errorf("session %s: writer id: %w", id, err)
-	}
 	l := &Log{js: js, stream: stream, subject: subject, id: id, logger: logger, mem: live.NewMemoryLog(limits), progress: make(chan struct{}),
-		writer: hex.EncodeToString(w[:]), publishMsg: js.PublishMsg}
+		publishMsg: js.PublishMsg}
 	if err := l.refresh(ctx); err != nil {
 		return nil, err
 	}
 	l.nextSeq = l.lastSeq + 1
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	// The consumer is deleted when the log closes; one left behind (this node gone) goes after
+	// consumerIdle, not nats.go's 5 minutes: the stream takes 1,000 consumers (nats-server's
+	// default), and a node reading another node's session opens a log, so a consumer, per read.
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: consumerIdle})
 	if err != nil {
 		return nil, fmt.Errorf("session %s: follow its events: %w", id, err)
 	}
@@ -114,7 +110,7 @@ func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id st
 		return nil, fmt.Errorf("session %s: follow its events: %w", id, err)
 	}
 	l.applyMu.Lock()
-	l.cc = cc
+	l.cc, l.cons = cc, cons
 	l.applyMu.Unlock()
 	if err := l.catchUp(ctx, l.lastSeq); err != nil {
 		cc.Stop()
@@ -125,24 +121,30 @@ func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id st
 
 // refresh reads the subject's newest message: the appender's next compare-and-set.
 func (l *Log) refresh(ctx context.Context) error {
+	_, err := l.refreshMsg(ctx)
+	return err
+}
+
+// refreshMsg is refresh that returns the newest message (nil: none).
+func (l *Log) refreshMsg(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 	st, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
-		return fmt.Errorf("session %s: event stream: %w", l.id, err)
+		return nil, fmt.Errorf("session %s: event stream: %w", l.id, err)
 	}
 	m, err := st.GetLastMsgForSubject(ctx, l.subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		l.lastStream, l.lastSeq, l.lastFirst, l.lastWriter = 0, 0, 0, ""
-		return nil
+		l.lastStream, l.lastSeq = 0, 0
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("session %s: read its newest event: %w", l.id, err)
+		return nil, fmt.Errorf("session %s: read its newest event: %w", l.id, err)
 	}
-	first, last, _, err := seqHeaders(m.Header)
+	_, last, _, err := seqHeaders(m.Header)
 	if err != nil {
-		return fmt.Errorf("session %s: stream message %d: %w", l.id, m.Sequence, err)
+		return nil, fmt.Errorf("session %s: stream message %d: %w", l.id, m.Sequence, err)
 	}
-	l.lastStream, l.lastSeq, l.lastFirst, l.lastWriter = m.Sequence, last, first, m.Header.Get(hdrWriter)
-	return nil
+	l.lastStream, l.lastSeq = m.Sequence, last
+	return m, nil
 }
 
 // catchUp waits until the projection holds seq.
@@ -303,6 +305,8 @@ func (l *Log) flush(ctx context.Context) {
 			}
 			n += uint64(len(l.queue))
 			nerr := &NotStoredError{Session: l.id, First: batch[0].e.Seq, Last: l.nextSeq - 1, Err: err}
+			// Said here too: the next Append, which returns it, may never come.
+			l.logger.Warn("events not stored", "err", nerr)
 			l.queue = nil
 			rctx, cancel := context.WithTimeout(ctx, ackWait)
 			if rerr := l.refresh(rctx); rerr != nil {
@@ -372,13 +376,13 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 			body = append(body, q.body...)
 		}
 		first, end := batch[c[0]].e.Seq, batch[c[1]-1].e.Seq
+		var since time.Time // the first failure of this chunk
 		for attempt := 1; ; attempt++ {
 			m := nats.NewMsg(l.subject)
 			m.Data = body
 			m.Header.Set(hdrFirst, strconv.FormatUint(first, 10))
 			m.Header.Set(hdrLast, strconv.FormatUint(end, 10))
 			m.Header.Set(hdrBatch, strconv.FormatUint(last, 10))
-			m.Header.Set(hdrWriter, l.writer)
 			// An ack lost with a server (the stream's leader moving) never comes: the attempt
 			// ends and its outcome is unknown.
 			pctx, cancel := context.WithTimeout(ctx, ackWait)
@@ -386,24 +390,19 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 			cancel()
 			if err == nil {
 				l.appendMu.Lock()
-				l.lastStream, l.lastSeq, l.lastFirst, l.lastWriter = ack.Sequence, end, first, l.writer
+				l.lastStream, l.lastSeq = ack.Sequence, end
 				l.appendMu.Unlock()
 				break
 			}
-			// The subject's newest message says what happened: this chunk (an earlier attempt
-			// was stored though its answer was lost, or came after a retry was refused
-			// because of it), nothing new (publish again), or another writer's.
-			rctx, rcancel := context.WithTimeout(ctx, ackWait)
-			l.appendMu.Lock()
-			rerr := l.refresh(rctx)
-			stored := rerr == nil && l.lastWriter == l.writer && l.lastFirst == first && l.lastSeq == end
-			again := rerr == nil && l.lastSeq+1 == first
-			l.appendMu.Unlock()
-			rcancel()
-			if stored {
-				break
+			if since.IsZero() {
+				since = time.Now()
 			}
-			if again && attempt < maxAttempts {
+			again, stored, rerr := l.publishAgain(ctx, first, end, body, since, attempt)
+			if stored {
+				break // an unanswered attempt was stored after all (refresh took its sequence)
+			}
+			if again {
+				l.logger.Info(msgPublishRetry, "id", l.id, "attempt", attempt, "err", err, "refresh", rerr)
 				continue
 			}
 			if k > 0 {
@@ -416,8 +415,54 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 	return nil
 }
 
-// maxAttempts bounds the publishes of one chunk.
-const maxAttempts = 3
+// maxAttempts bounds the publishes of a chunk that the stream answers (it refused it while the
+// one before was being applied); maxUnanswered bounds how long a chunk is published again while
+// the stream does not answer at all (its leader being elected, its quorum lost): an election
+// takes seconds, and what is queued meanwhile waits for it rather than being dropped.
+const (
+	maxAttempts   = 3
+	maxUnanswered = 30 * time.Second
+)
+
+// msgPublishRetry is logged when a chunk is published again.
+const msgPublishRetry = "event stream not answering; publishing again"
+
+// publishAgain reads the subject's newest message after a publish of the chunk starting at
+// first failed, and says whether to publish it again: when the subject still ends just before
+// it, within maxAttempts, or, while the stream does not answer the read, until maxUnanswered
+// has passed since the chunk's first failure (waiting a little between reads).
+//
+// stored says the subject's newest message is this chunk (first..end, body): an attempt whose
+// acknowledgement never came was stored after all, when the stream's quorum came back.
+func (l *Log) publishAgain(ctx context.Context, first, end uint64, body []byte, since time.Time, attempt int) (again, stored bool, err error) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, ackWait)
+		l.appendMu.Lock()
+		m, rerr := l.refreshMsg(rctx)
+		chained := rerr == nil && l.lastSeq+1 == first
+		stored = rerr == nil && m != nil && l.lastSeq == end && bytes.Equal(m.Data, body)
+		found := l.lastSeq
+		l.appendMu.Unlock()
+		cancel()
+		waited := time.Since(since)
+		switch {
+		case stored:
+			return false, true, nil
+		case rerr == nil && !chained:
+			l.logger.Warn("event subject moved on", "id", l.id, "first", first, "subjectLast", found, "attempt", attempt)
+			return false, false, nil
+		case rerr == nil:
+			return chained && (attempt < maxAttempts || waited < maxUnanswered), false, nil
+		case waited >= maxUnanswered:
+			return false, false, rerr
+		}
+		select {
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		case <-time.After(250 * time.Millisecond): // the stream answers again on its own
+		}
+	}
+}
 
 // applyOwn puts an append this node made into the projection: at once when it follows what the
 // projection holds (nobody else appended in between), else once the consumer has delivered
@@ -527,6 +572,16 @@ func (l *Log) Close(ctx context.Context) error {
 	l.closed = true
 	if l.cc != nil {
 		l.cc.Stop()
+	}
+	if info := l.cons.CachedInfo(); info != nil {
+		// Not waited for: a read of another node's session closes its log as it answers.
+		go func(name string) {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackWait)
+			defer cancel()
+			if err := l.js.DeleteConsumer(dctx, l.stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				l.logger.Debug("delete a log's consumer", "id", l.id, "consumer", name, "err", err)
+			}
+		}(info.Name)
 	}
 	return errors.Join(settled, failed, l.mem.Close(ctx))
 }

@@ -389,6 +389,9 @@ func (s *Store) Put(ctx context.Context, rec abi.Session, revision uint64) (uint
 		}
 		return 0, fmt.Errorf("session %s: %w", rec.SessionID, live.ErrConflict)
 	}
+	if errors.Is(err, nats.ErrReconnectBufExceeded) {
+		err = fmt.Errorf("this node is not connected to NATS (it is reconnecting): %w", err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("session %s: write its record: %w", rec.SessionID, err)
 	}

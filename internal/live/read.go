@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
@@ -24,13 +25,12 @@ type Batch struct {
 func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int, wait time.Duration) (Batch, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if log, release, ferr := r.foreign(ctx, id); ferr == nil {
-			defer release()
-			return r.readForeign(ctx, id, log, after, limit, wait)
-		} else if abi.CodeOf(ferr) != abi.CodeInternal {
-			return Batch{}, ferr
+		log, release, ferr := r.foreign(ctx, id)
+		if ferr != nil {
+			return Batch{}, foreignErr(id, err, ferr)
 		}
-		return Batch{}, err
+		defer release()
+		return r.readForeign(ctx, id, log, after, limit, wait)
 	}
 	var waitCtx context.Context
 	for {
@@ -59,6 +59,21 @@ func (r *Registry) Read(ctx context.Context, id string, after uint64, limit int,
 // cluster's shared store).
 type LogOpener interface {
 	OpenEventLog(ctx context.Context, id string, limits LogLimits) (EventLog, error)
+}
+
+// foreignErr is what a read of a session this node does not hold fails with, given foreign's
+// error: notFound (the local lookup's SESSION_NOT_FOUND) when the store holds no record of
+// another node's; the error itself when it has a code; else RESOURCE_UNAVAILABLE: a store
+// that cannot answer for now (its leader being elected, this node cut off) does not say the
+// session is gone.
+func foreignErr(id string, notFound, ferr error) error {
+	if errors.Is(ferr, ErrNoRecord) {
+		return notFound
+	}
+	if abi.CodeOf(ferr) != abi.CodeInternal {
+		return ferr
+	}
+	return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the session from the cluster's store", Err: ferr}
 }
 
 // readForeign is Read for another node's session, from its log in the shared store. Whether
@@ -125,15 +140,16 @@ func (r *Registry) batch(id string, res readResult) Batch {
 func (r *Registry) LastSeq(ctx context.Context, id string) (uint64, error) {
 	s, err := r.lookup(id)
 	if err != nil {
-		if log, release, ferr := r.foreign(ctx, id); ferr == nil {
-			defer release()
-			last, lerr := log.LastSeq(ctx)
-			if lerr != nil {
-				return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: lerr}
-			}
-			return last, nil
+		log, release, ferr := r.foreign(ctx, id)
+		if ferr != nil {
+			return 0, foreignErr(id, err, ferr)
 		}
-		return 0, err
+		defer release()
+		last, lerr := log.LastSeq(ctx)
+		if lerr != nil {
+			return 0, &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: id, Message: "read the last sequence number", Err: lerr}
+		}
+		return last, nil
 	}
 	last, err := s.log.lastSeq(ctx)
 	if err != nil {

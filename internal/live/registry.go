@@ -530,8 +530,12 @@ func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	s, err := r.lookup(id)
 	if err != nil && r.cfg.Node != "" {
 		// Another node's session, as its record in the cluster's store says.
-		if rec, rerr := r.cfg.Store.Get(ctx, id); rerr == nil && rec.Session.Node != "" && rec.Session.Node != r.cfg.Node {
-			return rec.Session, nil
+		rec, rerr := r.cfg.Store.Get(ctx, id)
+		if rerr == nil && rec.Session.Node != "" {
+			return rec.Session, nil // another node's, or one of this node's another node wrote last
+		}
+		if rerr != nil {
+			return abi.Session{}, foreignErr(id, err, rerr)
 		}
 	}
 	if err != nil {
@@ -577,8 +581,10 @@ func (r *Registry) List(ctx context.Context, all bool) ([]abi.Session, error) {
 	r.mu.Lock()
 	for _, rec := range recs {
 		o := rec.Session
-		// This node's own sessions are the registry's objects, fresher than their records.
-		if _, mine := r.sessions[o.SessionID]; mine || o.Node == "" || o.Node == r.cfg.Node {
+		// The registry's sessions are its objects, fresher than their records. A record of this
+		// node's that the registry does not hold was written last by another node (its session
+		// marked node-lost while this node was gone): it is listed from the record.
+		if _, mine := r.sessions[o.SessionID]; mine || o.Node == "" {
 			continue
 		}
 		if all || !o.Status.Final() {
@@ -1092,6 +1098,13 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 	failed := map[string]bool{}
 	for _, rec := range recs {
 		if lost[rec.Session.Node] && !rec.Session.Status.Final() {
+			// A session its node made after the heartbeat it was found lost by, within the
+			// bound: the node was alive since (it came back and has not beaten yet). Looked at
+			// again on the next sweep.
+			if at, err := abi.ParseTime(rec.Session.CreatedAt); err == nil && at.After(beats[rec.Session.Node]) && now.Sub(at) <= r.cfg.NodeLost {
+				failed[rec.Session.Node] = true
+				continue
+			}
 			if err := r.markLost(ctx, rec, now); err != nil {
 				failed[rec.Session.Node] = true
 				r.cfg.Logger.Warn("mark a lost node's session", "id", rec.Session.SessionID, "node", rec.Session.Node, "err", err)

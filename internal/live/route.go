@@ -237,7 +237,10 @@ func (r *Registry) foreign(ctx context.Context, id string) (EventLog, func(), er
 		if err != nil {
 			return nil, nil, err
 		}
-		if rec.Session.Node == "" || rec.Session.Node == r.cfg.Node {
+		// A record of this node's that the registry does not hold (callers looked) was
+		// written last by another node (marked node-lost while this node was gone): it is
+		// read as another's.
+		if rec.Session.Node == "" {
 			return nil, nil, ErrNoRecord
 		}
 		log, err := opener.OpenEventLog(ctx, id, r.cfg.Log)
