@@ -407,6 +407,15 @@ func checkSeqs(t *testing.T, what string, evs []event, first uint64) {
 	}
 }
 
+// outputOf is the terminal output of evs, as written.
+func outputOf(evs []event) []byte {
+	var raw []byte
+	for _, e := range evs {
+		raw = append(raw, e.Output...)
+	}
+	return raw
+}
+
 // numbers returns the lines of the terminal output that are whole numbers, in order.
 func numbers(evs []event) []int {
 	var raw []byte
@@ -558,6 +567,34 @@ func TestClusterE2E(t *testing.T) {
 			t.Fatalf("c after seq %d read %d events, up to %d; want up to at least %d", mid, len(rest), rest[len(rest)-1].Seq, r.last())
 		}
 		t.Logf("a's terminal read from c: %d events, a count to %d", len(r.evs), len(numbers(r.evs)))
+	})
+
+	t.Run("TerminalDrivenFromOtherNodes", func(t *testing.T) {
+		// A terminal on a, typed into from b and then from c (forwarded to a by request/reply),
+		// resized from b, its output read on a; then closed from c.
+		id := a.openTerminal(t)
+		b.ok(t, "agent", "terminal", "send", "--session-id", id, "seq 1 20")
+		r := &reader{n: a, id: id}
+		r.until(t, 20)
+		cn.ok(t, "agent", "terminal", "send", "--session-id", id, "seq 21 40")
+		r.until(t, 40)
+		checkSeqs(t, "read on a", r.evs, 1)
+		checkCounting(t, "typed from b then c, read on a", numbers(r.evs))
+		b.ok(t, "session", "resize", "--session-id", id, "--width", "101", "--height", "33")
+		b.ok(t, "agent", "terminal", "send", "--session-id", id, "stty size")
+		if !poll(func() bool {
+			r.more(t)
+			return strings.Contains(strings.ReplaceAll(abi.StripANSI(outputOf(r.evs)), "\r", ""), "\n33 101\n")
+		}) {
+			t.Fatalf("a resize from b: stty size on a never said 33 101: %q", abi.StripANSI(outputOf(r.evs)))
+		}
+		cn.ok(t, "session", "close", "--session-id", id)
+		if !poll(func() bool {
+			s, ok := find(a.list(t), id)
+			return ok && s.Status == "closed"
+		}) {
+			t.Fatalf("closed from c: a never listed %s closed", id)
+		}
 	})
 
 	t.Run("NATSServerKilledMidFlood", func(t *testing.T) {
