@@ -240,6 +240,11 @@ func (fc *flowControl) WaitRoom() {
 			fc.mu.Unlock()
 			return
 		}
+		// Said before any follower's position is read: an Ack that stores a position this
+		// look misses then sees waiting and wakes the wait below. Said after the look, an Ack
+		// in between returned without a wake-up and the producer slept until MaxStall (an
+		// hour in livetest's Concurrent, which hung once in a few hundred runs under load).
+		fc.waiting.Store(true)
 		now := time.Now()
 		var next time.Time // the earliest release to come
 		for f := range fc.followers {
@@ -268,7 +273,6 @@ func (fc *flowControl) WaitRoom() {
 			fc.mu.Unlock()
 			return
 		}
-		fc.waiting.Store(true)
 		room := fc.room
 		fc.mu.Unlock()
 		if timer == nil {
