@@ -396,6 +396,7 @@ func (l *Log) publish(ctx context.Context, batch []queued) error {
 			}
 			if since.IsZero() {
 				since = time.Now()
+				l.logger.Info(msgPublishFailed, "id", l.id, "first", first, "err", err)
 			}
 			again, stored, rerr := l.publishAgain(ctx, first, end, body, since, attempt)
 			if stored {
@@ -423,6 +424,10 @@ const (
 	maxAttempts   = 3
 	maxUnanswered = 30 * time.Second
 )
+
+// msgPublishFailed is logged at a chunk's first failed publish, msgPublishRetry when it is
+// published again.
+const msgPublishFailed = "event stream did not take a publish"
 
 // msgPublishRetry is logged when a chunk is published again.
 const msgPublishRetry = "event stream not answering; publishing again"
