@@ -121,6 +121,13 @@ func (e *Engine) Run(ctx context.Context, t Turn) (*agent.Result, error) {
 		grace.Stop()
 	}
 	if a.err != nil {
+		// An interrupted turn whose agent answered the prompt with an error rather than the
+		// cancelled stop reason (the SDK's "Request cancelled" once its handler's context
+		// ends; or the permission answered cancelled came first) is still cancelled, unless
+		// the agent exited: that is the turn's error, and the process is reaped.
+		if ctx.Err() != nil && !exited(p) {
+			return tr.end(acp.StopReasonCancelled, nil), nil
+		}
 		return tr.end("", e.promptError(ctx, p, a.err)), nil
 	}
 	if a.r.Usage != nil {
@@ -138,6 +145,16 @@ func (e *Engine) Run(ctx context.Context, t Turn) (*agent.Result, error) {
 		stop = acp.StopReasonCancelled
 	}
 	return tr.end(stop, nil), nil
+}
+
+// exited reports whether the agent's output has closed (it is exiting).
+func exited(p *process) bool {
+	select {
+	case <-p.conn.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // promptError says why a prompt failed: the agent exited (then it is reaped and the next
