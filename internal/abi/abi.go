@@ -108,7 +108,7 @@ func (c Capabilities) Allows(cmd Command) bool {
 		return c.Restart
 	case CommandPause, CommandResume:
 		return c.Stream
-	case CommandConfirm, CommandCompact, CommandSpawn:
+	case CommandConfirm, CommandCompact, CommandSpawn, CommandQueue:
 		// Answering a question is input; kinds that never ask refuse it themselves.
 		return c.Send
 	}
@@ -149,12 +149,15 @@ const (
 	CommandCompact Command = "compact"
 	// CommandSpawn starts a subagent of an ai-chat's conversation (spawn: its task).
 	CommandSpawn Command = "spawn"
+	// CommandQueue reads what waits in an ai-chat's queue (last: its last N messages of
+	// every state instead), from the node that owns the session.
+	CommandQueue Command = "queue"
 )
 
 // Valid reports whether c is a known control command.
 func (c Command) Valid() bool {
 	switch c {
-	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume, CommandConfirm, CommandCompact, CommandSpawn:
+	case CommandInterrupt, CommandClose, CommandResize, CommandRestart, CommandPause, CommandResume, CommandConfirm, CommandCompact, CommandSpawn, CommandQueue:
 		return true
 	}
 	return false

@@ -49,6 +49,8 @@ type ControlRequest struct {
 	Answer    string `json:"answer,omitempty"`
 	// Spawn is the spawn command's subagent (ai-chat).
 	Spawn *SpawnRequest `json:"spawn,omitempty"`
+	// Last is the queue command's: the last N messages of every state, not the queued ones.
+	Last int `json:"last,omitempty"`
 }
 
 // SpawnRequest is a subagent to start: sessions_spawn's arguments.

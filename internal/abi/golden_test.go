@@ -134,6 +134,7 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"control_confirm", abi.ControlRequest{Command: abi.CommandConfirm, RequestID: "confirm-1", Answer: "allow-exec-cwd"}},
 		{"control_compact", abi.ControlRequest{Command: abi.CommandCompact}},
 		{"control_spawn", abi.ControlRequest{Command: abi.CommandSpawn, Spawn: &abi.SpawnRequest{Task: "run the tests and report the failures", Label: "tests", Cleanup: "keep", Level: "sandboxed"}}},
+		{"control_queue", abi.ControlRequest{Command: abi.CommandQueue, Last: 10}},
 		{"event_ai-queue_queued", event(t, abi.EventData, 5, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueQueued, MessageIDs: []string{"msg_0c1d2e3f4a5b6c7d8e9f0a1b"}, Mode: "steer"})},
 		{"event_ai-queue_cleared", event(t, abi.EventData, 6, abi.AIQueue{Type: abi.PayloadAIQueue, Phase: abi.QueueCleared, MessageIDs: []string{"msg_1a", "msg_2b"}, Reason: "cleared by the interrupt msg_3c"})},
 		{"send_ai-chat", abi.SendRequest{Data: "review the diff", Mode: "followup"}},

@@ -588,42 +588,28 @@ func (a *app) aiQueueCmd() *cobra.Command {
 	var last int
 	cmd := &cobra.Command{
 		Use:   "queue [--session-id ID]",
-		Short: "What waits in the conversation's queue (state/broker/queues.db), with --last N its recent messages of every state",
-		Args:  cobra.NoArgs,
+		Short: "What waits in the conversation's queue, with --last N its recent messages of every state",
+		Long: `What waits in the conversation's queue, with --last N its recent messages of every state.
+The gateway that owns the session reads it from its queue (state/broker/queues.db on a single
+node, the cluster's NATS bucket on a node of a cluster). A session no longer open is read from
+the local state/broker/queues.db, which a node of a cluster does not use.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if last < 0 {
+				return abi.Errorf(abi.CodeInvalidArgument, "", "--last %d: want 0 or more", last)
+			}
 			sid, err := a.aiSession(id)
 			if err != nil {
 				return err
 			}
-			s, err := a.client().Get(cmd.Context(), sid)
+			out, err := a.aiQueue(cmd.Context(), sid, last)
 			if err != nil {
 				return err
 			}
-			key, _ := s.Metadata["chatKey"].(string)
-			if key == "" {
-				return abi.Errorf(abi.CodeInvalidArgument, sid, "session %s has no conversation key", sid)
-			}
-			st, err := broker.Open(cmd.Context(), broker.Path(a.stateDir), broker.Options{Now: a.env.Now})
-			if err != nil {
-				return err
-			}
-			defer func() { _ = st.Close() }()
-			var ms []broker.Message
-			if last > 0 {
-				ms, err = st.History(cmd.Context(), key, last)
-			} else {
-				ms, err = st.Queued(cmd.Context(), key)
-			}
-			if err != nil {
-				return err
-			}
-			if ms == nil {
-				ms = []broker.Message{}
-			}
-			return a.print(format, map[string]any{"key": key, "messages": ms}, func(w io.Writer) error {
+			return a.print(format, out, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tMODE\tSTATE\tCREATED\tCONTENT")
-				for _, m := range ms {
+				for _, m := range out.Messages {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Mode, m.State, m.Created, cellText(clip(m.Content, 60)))
 				}
 				return tw.Flush()
@@ -634,6 +620,65 @@ func (a *app) aiQueueCmd() *cobra.Command {
 	formatFlag(cmd, &format, formatTable, formatJSON)
 	cmd.Flags().IntVar(&last, "last", 0, "the last N messages whatever their state (delivered, cleared, dropped) instead of the queued ones")
 	return cmd
+}
+
+// aiQueueOut is nexus ai queue's answer.
+type aiQueueOut struct {
+	Key      string           `json:"key"`
+	Messages []broker.Message `json:"messages"`
+}
+
+// aiQueue reads session sid's queue through the gateway (the queue command, answered by the
+// node that owns the session from its broker: on a node of a cluster, the cluster's). A
+// session that is not open cannot answer it: a single node's queue is then read from the
+// state directory's file; a cluster node's is in NATS, which this process does not reach.
+func (a *app) aiQueue(ctx context.Context, sid string, last int) (aiQueueOut, error) {
+	c := a.client()
+	res, err := c.Control(ctx, sid, abi.ControlRequest{Command: abi.CommandQueue, Last: last})
+	if err == nil {
+		var out aiQueueOut
+		raw, _ := res.Data.Result.(*json.RawMessage)
+		if raw == nil {
+			return out, abi.Errorf(abi.CodeInternal, sid, "the queue command answered no result")
+		}
+		if err := json.Unmarshal(*raw, &out); err != nil {
+			return out, fmt.Errorf("session %s: read its queue: %w", sid, err)
+		}
+		if out.Messages == nil {
+			out.Messages = []broker.Message{}
+		}
+		return out, nil
+	}
+	if abi.CodeOf(err) != abi.CodeSessionClosed {
+		return aiQueueOut{}, err
+	}
+	s, gerr := c.Get(ctx, sid)
+	if gerr != nil {
+		return aiQueueOut{}, gerr
+	}
+	if s.Node != "" {
+		return aiQueueOut{}, abi.Errorf(abi.CodeSessionClosed, sid,
+			"session %s is closed and its queue is the cluster's, in NATS (node %s): open the conversation again to read it", sid, s.Node)
+	}
+	key, _ := s.Metadata["chatKey"].(string)
+	if key == "" {
+		return aiQueueOut{}, abi.Errorf(abi.CodeInvalidArgument, sid, "session %s has no conversation key", sid)
+	}
+	st, err := broker.Open(ctx, broker.Path(a.stateDir), broker.Options{Now: a.env.Now})
+	if err != nil {
+		return aiQueueOut{}, err
+	}
+	defer func() { _ = st.Close() }()
+	out := aiQueueOut{Key: key}
+	if last > 0 {
+		out.Messages, err = st.History(ctx, key, last)
+	} else {
+		out.Messages, err = st.Queued(ctx, key)
+	}
+	if out.Messages == nil {
+		out.Messages = []broker.Message{}
+	}
+	return out, err
 }
 
 func (a *app) aiSpawnCmd() *cobra.Command {

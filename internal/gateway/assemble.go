@@ -363,11 +363,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 					runs, err = st.Runs(ctx, cfg.Now)
 				}
 				if err != nil {
+					if q != nil {
+						_ = q.Close() // its watcher
+					}
 					_ = st.Close()
 					stop(ctx)
 					return nil, fmt.Errorf("cluster ai-chat stores: %w", err)
 				}
-				d.stopLast = append(d.stopLast, func(context.Context) { _ = runs.Close() })
+				d.stopLast = append(d.stopLast, func(context.Context) { _ = runs.Close(); _ = q.Close() })
 				// Conversations are per node (until a conversation can move): each node
 				// queues under its own name, so two nodes' agent:main:main never deliver
 				// each other's messages; a node taking one over reads the other's scope.

@@ -26,8 +26,10 @@ import (
 // bucket's Create, so an id is stored once however many nodes store it and however long after;
 // its state moves out of queued by an Update from the revision read, so of nodes delivering
 // (refusing, dropping, clearing) a message at once exactly one does. The entry's first
-// revision, its bucket stream's sequence, orders the messages (Message.Seq). Reads go to the
-// bucket's leader, as the session bucket's do.
+// revision, its bucket stream's sequence, orders the messages (Message.Seq). Reads of what
+// is queued answer from the instance's copy kept by a watcher (queue_index.go), caught up to
+// the bucket leader's last sequence first; other reads go to the bucket's leader, as the
+// session bucket's do.
 type Queues struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -41,6 +43,10 @@ type Queues struct {
 	// stopAfterStore (tests): an interrupt is stored and not cleared, as by a node that
 	// died in between.
 	stopAfterStore bool
+
+	idx  *index // the queued messages, kept by the watcher
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 var _ broker.Queues = (*Queues)(nil)
@@ -87,7 +93,7 @@ func openQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, opt 
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	q := &Queues{js: js, bucket: QueueBucket(opt.Cluster), now: opt.Now}
+	q := &Queues{js: js, bucket: QueueBucket(opt.Cluster), now: opt.Now, idx: newIndex()}
 	q.prefix = "$KV." + q.bucket + "."
 	var err error
 	if q.kv, err = openLeaderBucket(ctx, js, q.bucket, opt.Replicas); err != nil {
@@ -101,6 +107,9 @@ func openQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, opt 
 	q.chunk = min(512<<10, q.inline)
 	if q.chunk < 4<<10 {
 		return nil, fmt.Errorf("queue bucket %s: the server's largest message, %d bytes, is too small", q.bucket, nc.MaxPayload())
+	}
+	if err := q.watch(ctx); err != nil {
+		return nil, err
 	}
 	return q, nil
 }
@@ -154,8 +163,15 @@ func try[T any](ctx context.Context, f func(ctx context.Context) (T, error)) (T,
 	}
 }
 
-// Close implements broker.Queues; the connection is the caller's.
-func (q *Queues) Close() error { return nil }
+// Close implements broker.Queues: it stops the watcher; the connection is the caller's.
+func (q *Queues) Close() error {
+	if q.stop != nil {
+		q.stop()
+		<-q.done
+		q.stop = nil
+	}
+	return nil
+}
 
 // header is an entry's first line; the message's content follows it (or its chunks hold it).
 type header struct {
@@ -359,12 +375,13 @@ func (q *Queues) EnqueueWith(ctx context.Context, key string, mode broker.Mode, 
 	if mode == broker.Interrupt && !q.stopAfterStore {
 		// The interrupt is stored: a clearing that fails here is done by the next reader of
 		// the key, so the store is answered as done (with what this one cleared).
-		es, err := q.list(ctx, b64.EncodeToString([]byte(key))+".*")
-		if err != nil {
+		// The copy holds what was queued before the interrupt once it has the interrupt.
+		if err := q.idx.waitSeen(ctx, rev); err != nil {
 			return m, nil //nolint:nilerr // see above
 		}
+		es, _, _ := q.idx.pending(key)
 		for _, e := range es {
-			if e.h.State != broker.StateQueued || e.seq() >= rev {
+			if e.seq() >= rev {
 				continue
 			}
 			if ok, err := q.move(ctx, e, broker.StateCleared, broker.ClearedBy(m.ID), ""); err != nil {
@@ -435,9 +452,14 @@ func (q *Queues) move(ctx context.Context, e entry, state, reason, entryID strin
 func (q *Queues) finish(ctx context.Context, ids []string, state, reason, entryID string) ([]string, error) {
 	var moved []string
 	for _, id := range ids {
-		e, found, err := q.lookup(ctx, id)
-		if err != nil {
-			return moved, err
+		// A message the copy has queued is moved from the revision the copy has: one moved
+		// since fails the compare-and-set and is read again.
+		e, found := q.idx.queuedEntry(id)
+		if !found {
+			var err error
+			if e, found, err = q.lookup(ctx, id); err != nil {
+				return moved, err
+			}
 		}
 		if !found {
 			continue
@@ -542,15 +564,12 @@ func (q *Queues) clearInterrupted(ctx context.Context, es []entry) ([]entry, err
 
 // Queued implements broker.Queues.
 func (q *Queues) Queued(ctx context.Context, key string) ([]broker.Message, error) {
-	es, err := q.keyEntries(ctx, key)
+	es, err := q.waiting(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	var out []broker.Message
+	out := make([]broker.Message, 0, len(es))
 	for _, e := range es {
-		if e.h.State != broker.StateQueued {
-			continue
-		}
 		m, err := q.message(ctx, e)
 		if err != nil {
 			return nil, err
@@ -581,8 +600,30 @@ func (q *Queues) History(ctx context.Context, key string, n int) ([]broker.Messa
 	return out, nil
 }
 
-// Keys implements broker.Queues. It reads every message's entry (a node's start is its caller).
+// Keys implements broker.Queues, from the copy (caught up first).
 func (q *Queues) Keys(ctx context.Context) ([]string, error) {
+	if err := q.catchUp(ctx); err != nil {
+		if errors.Is(err, errBehind) {
+			return q.keysFromBucket(ctx)
+		}
+		return nil, err
+	}
+	var out []string
+	for _, k := range q.idx.conversations() {
+		es, err := q.fromCopy(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if len(es) > 0 {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// keysFromBucket is Keys read from every message's entry, for a copy that cannot catch up.
+func (q *Queues) keysFromBucket(ctx context.Context) ([]string, error) {
 	es, err := q.list(ctx, "*.*")
 	if err != nil {
 		return nil, err

@@ -235,3 +235,82 @@ func TestQueueInterruptNodeDies(t *testing.T) {
 		t.Fatalf("keys: %v %v", keys, err)
 	}
 }
+
+// TestQueueReadYourWritesAcrossNodes: a message node A's enqueue acknowledged is in node B's
+// Queued (and Keys) read right after, while other enqueuers write to A and C at once; once
+// delivered, neither node's local copy keeps it.
+func TestQueueReadYourWritesAcrossNodes(t *testing.T) {
+	c := startCluster(t)
+	for _, replicas := range []int{1, 3} {
+		t.Run(fmt.Sprint("R", replicas), func(t *testing.T) {
+			name := clusterName()
+			a := c.queues(t, c.connect(t), name, replicas)
+			b := c.queues(t, c.connect(t), name, replicas)
+			cc := c.queues(t, c.connect(t), name, replicas)
+			ctx := testCtx(t)
+			const writers, each = 4, 15
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					node := []*jetstore.Queues{a, cc}[w%2]
+					key := fmt.Sprint("agent:w", w)
+					for i := range each {
+						m, err := node.Enqueue(ctx, key, broker.Followup, fmt.Sprint("m", i), "")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						q, err := b.Queued(ctx, key)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if len(q) != i+1 || q[i].ID != m.ID {
+							t.Errorf("writer %d: B read %d queued after enqueue %d returned, last %v", w, len(q), i, q)
+							return
+						}
+						keys, err := b.Keys(ctx)
+						if err != nil || !slices.Contains(keys, key) {
+							t.Errorf("writer %d: B's keys %v lack %s: %v", w, keys, key, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			if n, k := b.Indexed(); n != writers*each || k != writers {
+				t.Fatalf("B's copy: %d messages of %d conversations, want %d of %d", n, k, writers*each, writers)
+			}
+			for w := range writers {
+				key := fmt.Sprint("agent:w", w)
+				q, err := a.Queued(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []string
+				for _, m := range q {
+					ids = append(ids, m.ID)
+				}
+				if won, err := b.Deliver(ctx, ids, "e"); err != nil || len(won) != len(ids) {
+					t.Fatalf("deliver %s: %d of %d: %v", key, len(won), len(ids), err)
+				}
+			}
+			for _, n := range []*jetstore.Queues{a, b, cc} {
+				if keys, err := n.Keys(ctx); err != nil || len(keys) != 0 {
+					t.Fatalf("keys after delivery: %v %v", keys, err)
+				}
+				if m, k := n.Indexed(); m != 0 || k != 0 {
+					t.Fatalf("a copy holds %d messages of %d conversations after every one was delivered", m, k)
+				}
+			}
+			if h, err := a.History(ctx, "agent:w0", 100); err != nil || len(h) != each || h[0].State != broker.StateDelivered {
+				t.Fatalf("history: %d %v", len(h), err)
+			}
+		})
+	}
+}

@@ -710,7 +710,7 @@ func wrapKindErr(id, op string, err error) error {
 // session's node.
 func (r *Registry) Control(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error) {
 	if !req.Command.Valid() {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact or spawn)", req.Command)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact, spawn or queue)", req.Command)
 	}
 	if res, handled, err := remote(ctx, r, id, func(rt Router, node string) (*abi.ControlData, error) { return rt.Control(ctx, node, id, req) }); handled {
 		return res, err
@@ -720,7 +720,7 @@ func (r *Registry) Control(ctx context.Context, id string, req abi.ControlReques
 
 func (r *Registry) controlLocal(ctx context.Context, id string, req abi.ControlRequest) (*abi.ControlData, error) {
 	if !req.Command.Valid() {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact or spawn)", req.Command)
+		return nil, abi.Errorf(abi.CodeInvalidArgument, id, "unknown command %q (want interrupt, close, resize, restart, pause, resume, confirm, compact, spawn or queue)", req.Command)
 	}
 	if req.Command == abi.CommandClose {
 		obj, err := r.closeLocal(ctx, id, abi.CloseRequested)

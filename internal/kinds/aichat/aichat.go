@@ -773,9 +773,12 @@ func (c *chat) runLocked(job func(ctx context.Context) (publishEnd func())) {
 
 // Control implements live.Instance: interrupt ends the running turn (its transcript stays
 // valid: the reply so far is kept as aborted, every call answered); confirm answers a
-// confirmation request.
-func (c *chat) Control(_ context.Context, req abi.ControlRequest) (any, error) {
+// confirmation request; queue reads the conversation's queue from this node's broker (a
+// cluster's, scoped to this node, on a node of one).
+func (c *chat) Control(ctx context.Context, req abi.ControlRequest) (any, error) {
 	switch req.Command {
+	case abi.CommandQueue:
+		return c.queue(ctx, req.Last)
 	case abi.CommandInterrupt:
 		c.mu.Lock()
 		cancel := c.cancel
@@ -822,6 +825,32 @@ func (c *chat) Control(_ context.Context, req abi.ControlRequest) (any, error) {
 		return out, nil
 	}
 	return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "ai-chat sessions do not support %s", req.Command)
+}
+
+// queue is what waits in the conversation's queue, or with last > 0 its last messages of
+// every state.
+func (c *chat) queue(ctx context.Context, last int) (any, error) {
+	if last < 0 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, c.sink.SessionID(), "last %d: want 0 or more", last)
+	}
+	if c.k.Broker == nil {
+		return nil, abi.Errorf(abi.CodeCapabilityUnsupported, c.sink.SessionID(), "this gateway has no message queue")
+	}
+	key := c.key // set before the session is published, never after
+	var ms []broker.Message
+	var err error
+	if last > 0 {
+		ms, err = c.k.Broker.History(ctx, key, last)
+	} else {
+		ms, err = c.k.Broker.Queued(ctx, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("session %s: read its queue: %w", c.sink.SessionID(), err)
+	}
+	if ms == nil {
+		ms = []broker.Message{}
+	}
+	return map[string]any{"key": key, "messages": ms}, nil
 }
 
 // compactNow starts a compaction between turns (nexus ai compact) and returns at once: its
