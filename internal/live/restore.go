@@ -117,6 +117,9 @@ func (r *Registry) WatchSessions(ctx context.Context, after uint64, wait time.Du
 	}
 }
 
+// storeRetry is how long watchCluster waits before it asks a store that failed again.
+const storeRetry = 500 * time.Millisecond
+
 // watchCluster is WatchSessions on a node of a cluster: the snapshot is the cluster's, as List
 // answers (the console on node b lists node a's sessions), and a record written by any node
 // wakes the watch as a change here does. Its version is the registry's plus the store's: both
@@ -128,17 +131,33 @@ func (r *Registry) watchCluster(ctx context.Context, after uint64, wait time.Dur
 		v, ch := r.version, r.changes
 		r.mu.Unlock()
 		recs, err := r.cfg.Store.Watch(ctx, 0) // at once: every record, at the store's version
-		if err != nil {
+		if err != nil && (after == 0 || wait <= 0 || ctx.Err() != nil) {
 			return Snapshot{}, fmt.Errorf("watch the cluster's sessions: %w", err)
+		}
+		if timer == nil && wait > 0 {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timer = t.C
+		}
+		if err != nil {
+			// The cluster's store not answering for now (a leader being elected): a watcher
+			// that waits (a meta-chat's, for good) waits on for it; the wait's end, reached
+			// meanwhile, is answered as no change.
+			retry := time.NewTimer(storeRetry)
+			select {
+			case <-retry.C:
+				continue
+			case <-timer:
+				retry.Stop()
+				return Snapshot{Sessions: r.list(true), Version: after}, nil
+			case <-ctx.Done():
+				retry.Stop()
+				return Snapshot{}, fmt.Errorf("watch sessions: %w", ctx.Err())
+			}
 		}
 		cur := v + recs.Version
 		if after == 0 || cur != after || wait <= 0 {
 			return Snapshot{Sessions: r.withRecords(r.list(true), recs.Records, true), Version: cur}, nil
-		}
-		if timer == nil {
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			timer = t.C
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		stored := make(chan struct{})

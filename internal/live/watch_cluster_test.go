@@ -2,7 +2,10 @@ package live_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/live"
@@ -105,4 +108,72 @@ func findSession(ss []abi.Session, id string) (abi.Session, bool) {
 		}
 	}
 	return abi.Session{}, false
+}
+
+// failingStore's Watch fails while down is set, as a cluster's store without a leader does.
+type failingStore struct {
+	*live.MemoryStore
+	down atomic.Bool
+}
+
+func (s *failingStore) Watch(ctx context.Context, after uint64) (live.Records, error) {
+	if s.down.Load() {
+		return live.Records{}, errors.New("no leader for now")
+	}
+	return s.MemoryStore.Watch(ctx, after)
+}
+
+// TestWatchSessionsClusterStoreDown: a watch that waits outlives the cluster's store not
+// answering (a meta-chat's watcher ends at its first error, for good): its wait's end is
+// answered as no change, and once the store is back a change of another node wakes it.
+func TestWatchSessionsClusterStoreDown(t *testing.T) {
+	ctx := context.Background()
+	st := &failingStore{MemoryStore: live.NewMemoryStore()}
+	regs := map[string]*live.Registry{}
+	for _, node := range []string{"a", "b"} {
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, IdleTimeout: -1}, livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		regs[node] = r
+	}
+	snap, err := regs["b"].WatchSessions(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.down.Store(true)
+	if _, err := regs["b"].WatchSessions(ctx, 0, 0); err == nil {
+		t.Fatal("a first look with the store down answered no error")
+	}
+	// The wait's length is what is tested here: the store stays down through it.
+	got, err := regs["b"].WatchSessions(ctx, snap.Version, 50*time.Millisecond)
+	if err != nil || got.Version != snap.Version {
+		t.Fatalf("a wait with the store down: version %d, %v; want %d (no change), no error", got.Version, err, snap.Version)
+	}
+	done := make(chan live.Snapshot, 1)
+	go func() {
+		s, err := regs["b"].WatchSessions(ctx, snap.Version, testkit.Patience())
+		if err != nil {
+			t.Error(err)
+		}
+		done <- s
+	}()
+	st.down.Store(false)
+	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var woken live.Snapshot
+	testkit.Eventually(t, "b's watch wakes once the store is back", func() bool {
+		select {
+		case woken = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if _, ok := findSession(woken.Sessions, s.SessionID); !ok {
+		t.Fatalf("b's watch woke with version %d and without a's session", woken.Version)
+	}
 }
