@@ -578,6 +578,11 @@ func (r *Registry) List(ctx context.Context, all bool) ([]abi.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the cluster's sessions: %w", err)
 	}
+	return r.withRecords(out, recs, all), nil
+}
+
+// withRecords adds to out, this registry's sessions, the other nodes' sessions of recs.
+func (r *Registry) withRecords(out []abi.Session, recs []Record, all bool) []abi.Session {
 	r.mu.Lock()
 	for _, rec := range recs {
 		o := rec.Session
@@ -593,7 +598,7 @@ func (r *Registry) List(ctx context.Context, all bool) ([]abi.Session, error) {
 	}
 	r.mu.Unlock()
 	sortSessions(out)
-	return out, nil
+	return out
 }
 
 func (r *Registry) list(all bool) []abi.Session {

@@ -91,6 +91,9 @@ func replay(ctx context.Context, s *session, l EventLog) error {
 
 // WatchSessions implements View.
 func (r *Registry) WatchSessions(ctx context.Context, after uint64, wait time.Duration) (Snapshot, error) {
+	if r.cfg.Node != "" {
+		return r.watchCluster(ctx, after, wait)
+	}
 	var timer <-chan time.Time
 	for {
 		r.mu.Lock()
@@ -110,6 +113,73 @@ func (r *Registry) WatchSessions(ctx context.Context, after uint64, wait time.Du
 			return Snapshot{Sessions: r.list(true), Version: v}, nil
 		case <-ctx.Done():
 			return Snapshot{}, fmt.Errorf("watch sessions: %w", ctx.Err())
+		}
+	}
+}
+
+// storeRetry is how long watchCluster waits before it asks a store that failed again.
+const storeRetry = 500 * time.Millisecond
+
+// watchCluster is WatchSessions on a node of a cluster: the snapshot is the cluster's, as List
+// answers (the console on node b lists node a's sessions), and a record written by any node
+// wakes the watch as a change here does. Its version is the registry's plus the store's: both
+// only grow, so the sum moves whenever either does.
+func (r *Registry) watchCluster(ctx context.Context, after uint64, wait time.Duration) (Snapshot, error) {
+	var timer <-chan time.Time
+	for {
+		r.mu.Lock()
+		v, ch := r.version, r.changes
+		r.mu.Unlock()
+		recs, err := r.cfg.Store.Watch(ctx, 0) // at once: every record, at the store's version
+		if err != nil && (after == 0 || wait <= 0 || ctx.Err() != nil) {
+			return Snapshot{}, fmt.Errorf("watch the cluster's sessions: %w", err)
+		}
+		if timer == nil && wait > 0 {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timer = t.C
+		}
+		if err != nil {
+			// The cluster's store not answering for now (a leader being elected): a watcher
+			// that waits (a meta-chat's, for good) waits on for it; the wait's end, reached
+			// meanwhile, is answered as no change.
+			retry := time.NewTimer(storeRetry)
+			select {
+			case <-retry.C:
+				continue
+			case <-timer:
+				retry.Stop()
+				return Snapshot{Sessions: r.list(true), Version: after}, nil
+			case <-ctx.Done():
+				retry.Stop()
+				return Snapshot{}, fmt.Errorf("watch sessions: %w", ctx.Err())
+			}
+		}
+		cur := v + recs.Version
+		if after == 0 || cur != after || wait <= 0 {
+			return Snapshot{Sessions: r.withRecords(r.list(true), recs.Records, true), Version: cur}, nil
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		stored := make(chan struct{})
+		go func() {
+			defer close(stored)
+			_, _ = r.cfg.Store.Watch(wctx, recs.Version)
+		}()
+		var timedOut bool
+		select {
+		case <-ch:
+		case <-stored:
+		case <-timer:
+			timedOut = true
+		case <-ctx.Done():
+		}
+		cancel()
+		<-stored
+		if err := ctx.Err(); err != nil {
+			return Snapshot{}, fmt.Errorf("watch sessions: %w", err)
+		}
+		if timedOut {
+			return Snapshot{Sessions: r.withRecords(r.list(true), recs.Records, true), Version: cur}, nil
 		}
 	}
 }

@@ -143,7 +143,8 @@ function sessionsView() {
         if (cap) actions.append(el("button", { type: "button", "aria-label": cmd + " " + s.type + " " + shortId(s.sessionId), onclick: () => control(s.sessionId, cmd) }, cmd));
       }
       return el("tr", { "data-id": s.sessionId },
-        el("td", { class: "id", title: s.sessionId }, shortId(s.sessionId)),
+        // On a node of a cluster, every node's sessions are listed: each names its node.
+        el("td", { class: "id", title: s.sessionId + (s.node ? " on node " + s.node : "") }, shortId(s.sessionId), ...(s.node ? [" ", el("span", { class: "node", "aria-label": "node" }, s.node)] : [])),
         el("td", {}, s.type), el("td", { class: "status-" + s.status }, s.status), el("td", {}, ctx),
         el("td", { class: "opt" }, md.model || ""), el("td", {}, title),
         el("td", { class: "opt" }, ago(s.createdAt)), el("td", { class: "opt" }, ago(s.lastActivityAt || s.createdAt)), actions);
