@@ -188,8 +188,11 @@ func TestConnectionsOfTheGateway(t *testing.T) {
 	}
 	r.until(t, "the count of established connections", func(e *live.Event) bool {
 		p, ok := e.Payload.(abi.MetadataPayload)
-		// This process holds both ends of each connection.
-		return ok && p.Metadata["established"] == 2*n
+		// This process holds both ends of each connection, and may hold others: a test that
+		// ran before it (the order is shuffled) can leave a connection of its own open a
+		// while, and an exact count then never came (seen once under make test).
+		est, isInt := p.Metadata["established"].(int)
+		return ok && isInt && est >= 2*n
 	})
 	res, err := reg.Control(context.Background(), s.SessionID, abi.ControlRequest{Command: abi.CommandInterrupt})
 	if err != nil || res.Result.(map[string]any)["reporting"] != false {
