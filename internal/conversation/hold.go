@@ -76,10 +76,11 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 	var w *transcript.Writer
 	wopts := s.writerOptions()
 	wopts.Sync = opts.Sync
+	replica := s.replicaOf()
 	_, serr := os.Lstat(c.Path)
-	if errors.Is(serr, fs.ErrNotExist) && s.replica != nil {
+	if errors.Is(serr, fs.ErrNotExist) && replica != nil {
 		// Another node wrote this transcript: its file here is rebuilt from the replica.
-		if err := Rebuild(ctx, s.replica, e.SessionID, c.Path); err == nil {
+		if err := Rebuild(ctx, replica, e.SessionID, c.Path); err == nil {
 			serr = nil
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			unlock()
@@ -98,8 +99,8 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 		return nil, writerError(c, err)
 	}
 	h := &Held{Key: k, SessionID: e.SessionID, w: w, Entry: e, st: st, unlock: unlock, lease: opts.Lease, ctx: context.WithoutCancel(ctx)}
-	if s.replica != nil {
-		if err := h.startReplica(ctx, s.replica); err != nil {
+	if replica != nil {
+		if err := h.startReplica(ctx, replica); err != nil {
 			_ = h.Close()
 			return nil, writerError(c, err)
 		}

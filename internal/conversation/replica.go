@@ -149,8 +149,10 @@ type replicated struct {
 }
 
 // startReplica makes the replica hold what the file holds: a log with no lines gets the
-// header and every entry; one with as many lines as the file is taken as its copy; another
-// count means the file is not the conversation's latest (another node wrote on), refused.
+// header and every entry; one with fewer lines than the file gets the file's later ones (the
+// entries written outside a Held: a label, a name); one with as many is taken as its copy.
+// One with more means the file is not the conversation's latest (another node wrote on):
+// refused.
 func (h *Held) startReplica(ctx context.Context, r Replica) error {
 	h.rep = &replicated{r: r, key: h.SessionID}
 	n, last, err := r.Tail(ctx, h.rep.key)
@@ -159,19 +161,18 @@ func (h *Held) startReplica(ctx context.Context, r Replica) error {
 	}
 	f := h.w.File()
 	want := len(f.Entries) + 1
-	switch n {
-	case want:
-		h.rep.pos = last
-		return nil
-	case 0:
-	default:
+	if n > want {
 		return fmt.Errorf("transcript %s: its replica holds %d lines, the file %d: rebuild the file from the replica first: %w",
 			h.w.Path(), n, want, ErrReplicaConflict)
 	}
-	if err := h.rep.append(ctx, h.w.Header().Raw); err != nil {
-		return err
+	h.rep.pos = last
+	if n == 0 {
+		if err := h.rep.append(ctx, h.w.Header().Raw); err != nil {
+			return err
+		}
+		n = 1
 	}
-	for _, e := range f.Entries {
+	for _, e := range f.Entries[n-1:] {
 		full, err := f.Full(e)
 		if err != nil {
 			return fmt.Errorf("transcript %s: %w", h.w.Path(), err)

@@ -243,3 +243,50 @@ func TestHeldStops(t *testing.T) {
 		t.Fatalf("replica holds %d lines, want the header and the first message", n)
 	}
 }
+
+// TestReplicaCatchesUp: entries written to the file outside a Held (a label by `nexus chat
+// label`) reach the replica with the next Hold.
+func TestReplicaCatchesUp(t *testing.T) {
+	ctx := context.Background()
+	rep := conversation.NewMemoryReplica()
+	s := conversation.New(conversation.Options{Dir: t.TempDir(), Replica: rep})
+	key := "agent:main:label"
+	h, err := s.Hold(ctx, key, conversation.HoldOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTurns(t, h)
+	path, sid := h.Path(), h.SessionID
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := transcript.OpenWriter(path, transcript.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AppendSessionInfo("named outside"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, err = s.Hold(ctx, key, conversation.HoldOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AppendMessage(msg("assistant", "after the name"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := filepath.Join(t.TempDir(), "r.jsonl")
+	if err := conversation.Rebuild(ctx, rep, sid, rebuilt); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(path)
+	got, _ := os.ReadFile(rebuilt)
+	if !bytes.Equal(want, got) {
+		t.Fatalf("replica after a write outside a Held:\n%s\nwant\n%s", got, want)
+	}
+}

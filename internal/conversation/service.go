@@ -46,10 +46,10 @@ type Service struct {
 	log       *slog.Logger
 	maxImport int64
 	locks     pathLocks
-	replica   Replica
 
-	mu sync.Mutex
-	st *chatstore.Store
+	mu      sync.Mutex
+	st      *chatstore.Store
+	replica Replica
 }
 
 var _ API = (*Service)(nil)
@@ -67,6 +67,20 @@ func New(opts Options) *Service {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	return s
+}
+
+// UseReplica makes r the replica of the transcripts held from now on (Options.Replica), for
+// a gateway that joins its cluster after it made the service; nil stops replicating.
+func (s *Service) UseReplica(r Replica) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replica = r
+}
+
+func (s *Service) replicaOf() Replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replica
 }
 
 // Dir is the sessions directory.
