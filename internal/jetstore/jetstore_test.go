@@ -29,7 +29,7 @@ type natsCluster struct {
 	servers []*server.Server
 }
 
-func startCluster(t *testing.T) *natsCluster {
+func startCluster(t testing.TB) *natsCluster {
 	t.Helper()
 	ctx := testCtx(t)
 	c := &natsCluster{}
@@ -86,7 +86,7 @@ func (c *natsCluster) urls() []string {
 	return out
 }
 
-func (c *natsCluster) connect(t *testing.T) *nats.Conn {
+func (c *natsCluster) connect(t testing.TB) *nats.Conn {
 	t.Helper()
 	nc, err := jetstore.Dial(testCtx(t), jetstore.DialOptions{URLs: c.urls(), Name: t.Name()})
 	if err != nil {
@@ -106,7 +106,7 @@ func (c *natsCluster) open(t *testing.T, opt jetstore.Options) *jetstore.Store {
 	return st
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	t.Cleanup(cancel)

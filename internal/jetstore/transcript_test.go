@@ -14,6 +14,7 @@ import (
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/conversation/conversationtest"
 	"github.com/nexus-run/nexus/internal/jetstore"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 func (c *natsCluster) transcripts(t *testing.T, nc *nats.Conn, cluster string, replicas int) *jetstore.Transcripts {
@@ -100,5 +101,65 @@ func TestTranscriptTakeover(t *testing.T) {
 	}
 	if !bytes.Equal(fa, fb) {
 		t.Fatalf("rebuilt file differs:\n%s\n%s", fa, fb)
+	}
+}
+
+// BenchmarkHeldAppend: one transcript entry appended through a Held as a turn does
+// (SyncBatch), on the file alone and replicated on the stream at R1 and R3 (three servers
+// in this process).
+func BenchmarkHeldAppend(b *testing.B) {
+	c := startCluster(b)
+	for _, mode := range []string{"file", "R1", "R3"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			opts := conversation.Options{Dir: b.TempDir()}
+			if mode != "file" {
+				replicas := 1
+				if mode == "R3" {
+					replicas = 3
+				}
+				nc := c.connect(b)
+				r, err := jetstore.OpenTranscripts(ctx, nc, jetstore.TranscriptOptions{Cluster: clusterName(), Replicas: replicas})
+				if err != nil {
+					b.Fatal(err)
+				}
+				opts.Replica = r
+			}
+			h, err := conversation.New(opts).Hold(ctx, "agent:main:bench", conversation.HoldOptions{Sync: transcript.SyncBatch})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = h.Close() }()
+			m := map[string]any{"role": "user", "content": string(bytes.Repeat([]byte("x"), 1024)), "timestamp": 1}
+			for b.Loop() {
+				if _, err := h.AppendMessage(m, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRebuild: a transcript of 1,000 lines of 1 KiB rebuilt from the stream at R3, the
+// file part of a takeover.
+func BenchmarkRebuild(b *testing.B) {
+	c := startCluster(b)
+	ctx := context.Background()
+	r, err := jetstore.OpenTranscripts(ctx, c.connect(b), jetstore.TranscriptOptions{Cluster: clusterName(), Replicas: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pos uint64
+	line := append(append([]byte(`{"type":"custom","data":"`), bytes.Repeat([]byte("x"), 1000)...), `"}`...)
+	for range 1000 {
+		if pos, err = r.Append(ctx, "bench", pos, line); err != nil {
+			b.Fatal(err)
+		}
+	}
+	path := filepath.Join(b.TempDir(), "r.jsonl")
+	for b.Loop() {
+		if err := conversation.Rebuild(ctx, r, "bench", path); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
