@@ -53,6 +53,9 @@ type Leases struct {
 type leaseRecord struct {
 	Node  string    `json:"node"`
 	Until time.Time `json:"until"`
+	// Session is the conversation's current transcript (its session id), set by the holder
+	// once it holds it: what a node taking the conversation over rebuilds.
+	Session string `json:"session,omitempty"`
 }
 
 // Leases opens the cluster's leases on the store's connection, as this node.
@@ -106,10 +109,18 @@ type Lease struct {
 	key string
 	ek  string
 
-	mu    sync.Mutex
-	rev   uint64
-	until time.Time
-	lost  error
+	mu      sync.Mutex
+	rev     uint64
+	until   time.Time
+	session string
+	lost    error
+	prev    Holder
+}
+
+// Holder is who held a lease before: a node, and the conversation's transcript then.
+type Holder struct {
+	Node    string
+	Session string
 }
 
 var _ conversation.Lease = (*Lease)(nil)
@@ -142,6 +153,10 @@ func (l *Leases) Acquire(ctx context.Context, key string) (*Lease, error) {
 	if rec.Node != l.opt.Node && l.opt.Now().Before(rec.Until) {
 		return nil, held(key, rec)
 	}
+	// The conversation's transcript goes on with the lease.
+	if val, err = json.Marshal(leaseRecord{Node: l.opt.Node, Until: until, Session: rec.Session}); err != nil {
+		return nil, fmt.Errorf("lease %s: %w", key, err)
+	}
 	rev, err = try(ctx, func(ctx context.Context) (uint64, error) { return l.kv.Update(ctx, ek, val, cur.Revision()) })
 	if conflict(err) {
 		// Another node took it from the same expired record first.
@@ -153,7 +168,18 @@ func (l *Leases) Acquire(ctx context.Context, key string) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease %s: %w", key, err)
 	}
-	return &Lease{l: l, key: key, ek: ek, rev: rev, until: until}, nil
+	return &Lease{l: l, key: key, ek: ek, rev: rev, until: until, session: rec.Session, prev: Holder{Node: rec.Node, Session: rec.Session}}, nil
+}
+
+// Previous is who held the lease before this node took it from an expired record (zero when
+// it was free or released): the node whose queue and transcript a takeover goes on from.
+func (le *Lease) Previous() Holder { return le.prev }
+
+// Session is the conversation's transcript as the lease record names it ("" for none yet).
+func (le *Lease) Session() string {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.session
 }
 
 func held(key string, rec leaseRecord) error {
@@ -182,11 +208,23 @@ func (le *Lease) Valid() error {
 func (le *Lease) Renew(ctx context.Context) error {
 	le.mu.Lock()
 	defer le.mu.Unlock()
+	return le.renewLocked(ctx, le.session)
+}
+
+// SetSession names the conversation's current transcript in the lease record (a renewal),
+// so that a node taking the conversation over knows which one to rebuild.
+func (le *Lease) SetSession(ctx context.Context, session string) error {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.renewLocked(ctx, session)
+}
+
+func (le *Lease) renewLocked(ctx context.Context, session string) error {
 	if le.lost != nil {
 		return le.lost
 	}
 	until := le.l.opt.Now().Add(le.l.opt.TTL)
-	val, err := json.Marshal(leaseRecord{Node: le.l.opt.Node, Until: until})
+	val, err := json.Marshal(leaseRecord{Node: le.l.opt.Node, Until: until, Session: session})
 	if err != nil {
 		return fmt.Errorf("lease %s: %w", le.key, err)
 	}
@@ -198,12 +236,12 @@ func (le *Lease) Renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renew the lease of %s: %w", le.key, err)
 	}
-	le.rev, le.until = rev, until
+	le.rev, le.until, le.session = rev, until, session
 	return nil
 }
 
-// Release gives the lease up: its record is deleted (if still this node's), and Valid fails
-// from now on.
+// Release gives the lease up: its record is written expired (if still this node's), keeping
+// the transcript it names for the next holder, and Valid fails from now on.
 func (le *Lease) Release(ctx context.Context) error {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -211,9 +249,11 @@ func (le *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	le.lost = fmt.Errorf("conversation %s: the lease was released: %w", le.key, conversation.ErrLeaseLost)
-	_, err := try(ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, le.l.kv.Delete(ctx, le.ek, jetstream.LastRevision(le.rev))
-	})
+	val, err := json.Marshal(leaseRecord{Node: le.l.opt.Node, Session: le.session})
+	if err != nil {
+		return fmt.Errorf("release the lease of %s: %w", le.key, err)
+	}
+	_, err = try(ctx, func(ctx context.Context) (uint64, error) { return le.l.kv.Update(ctx, le.ek, val, le.rev) })
 	if err != nil && !conflict(err) {
 		return fmt.Errorf("release the lease of %s: %w", le.key, err)
 	}
