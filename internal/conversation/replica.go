@@ -11,7 +11,9 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/fsutil"
+	"github.com/nexus-run/nexus/internal/transcript"
 )
 
 // Replica keeps a copy of transcripts away from this node (a cluster's stream), a log of
@@ -28,6 +30,13 @@ type Replica interface {
 	Tail(ctx context.Context, key string) (n int, last uint64, err error)
 	// Lines yields key's lines in order, each as appended.
 	Lines(ctx context.Context, key string) iter.Seq2[[]byte, error]
+}
+
+// LineLimiter is a Replica that bounds a line's size: the writers of a service with such a
+// replica refuse a longer entry before writing it (LIMIT_EXCEEDED), so the file never holds a
+// line its replica cannot.
+type LineLimiter interface {
+	MaxLine() int
 }
 
 // ErrReplicaConflict is a replica append that lost its compare-and-set: the key's log has a
@@ -213,6 +222,9 @@ func (h *Held) write(fn func() (string, error)) (string, error) {
 	}
 	id, err := fn()
 	if id == "" {
+		if errors.Is(err, transcript.ErrLineTooLong) {
+			return "", &abi.Error{Code: abi.CodeLimitExceeded, SessionID: h.SessionID, Message: "a transcript entry longer than the cluster's largest message", Err: err}
+		}
 		return id, err
 	}
 	e := h.w.File().Entry(id)

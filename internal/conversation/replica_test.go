@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/conversation/conversationtest"
 	"github.com/nexus-run/nexus/internal/transcript"
@@ -288,5 +289,44 @@ func TestReplicaCatchesUp(t *testing.T) {
 	got, _ := os.ReadFile(rebuilt)
 	if !bytes.Equal(want, got) {
 		t.Fatalf("replica after a write outside a Held:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// limitedReplica holds lines of at most max bytes.
+type limitedReplica struct {
+	*conversation.MemoryReplica
+	max int
+}
+
+func (r limitedReplica) MaxLine() int { return r.max }
+
+// TestReplicaLineLimit: an entry longer than the replica's longest line is refused before it
+// is written (LIMIT_EXCEEDED): neither the file nor the replica has it, and the conversation
+// goes on.
+func TestReplicaLineLimit(t *testing.T) {
+	ctx := context.Background()
+	rep := limitedReplica{conversation.NewMemoryReplica(), 4096}
+	s := conversation.New(conversation.Options{Dir: t.TempDir(), Replica: rep})
+	h, err := s.Hold(ctx, "agent:main:big", conversation.HoldOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close() }()
+	if _, err := h.AppendMessage(msg("user", "small"), nil); err != nil {
+		t.Fatal(err)
+	}
+	big := msg("assistant", string(bytes.Repeat([]byte("x"), 5000)))
+	_, err = h.AppendMessage(big, nil)
+	if abi.CodeOf(err) != abi.CodeLimitExceeded || !errors.Is(err, transcript.ErrLineTooLong) {
+		t.Fatalf("an entry over the replica's line: %v", err)
+	}
+	if _, err := h.AppendCustom("big", string(bytes.Repeat([]byte("y"), 5000))); abi.CodeOf(err) != abi.CodeLimitExceeded {
+		t.Fatalf("a custom entry over the replica's line: %v", err)
+	}
+	if _, err := h.AppendMessage(msg("assistant", "small again"), nil); err != nil {
+		t.Fatalf("after a refused entry: %v", err)
+	}
+	if n, _, _ := rep.Tail(ctx, h.SessionID); n != 3 || len(h.File().Entries) != 2 {
+		t.Fatalf("replica %d lines, file %d entries; want 3 and 2", n, len(h.File().Entries))
 	}
 }

@@ -26,7 +26,10 @@ type Transcripts struct {
 	max     int // the longest line a message holds
 }
 
-var _ conversation.Replica = (*Transcripts)(nil)
+var (
+	_ conversation.Replica     = (*Transcripts)(nil)
+	_ conversation.LineLimiter = (*Transcripts)(nil)
+)
 
 // hdrLine carries a random token per append: an append whose acknowledgement was lost is
 // recognised as stored when the subject's last message carries it.
@@ -95,6 +98,9 @@ func openTranscripts(ctx context.Context, js jetstream.JetStream, nc *nats.Conn,
 	t.st = st
 	return t, nil
 }
+
+// MaxLine implements conversation.LineLimiter: the longest line a message holds.
+func (t *Transcripts) MaxLine() int { return t.max }
 
 // subjectOf is key's subject: the key base64url-encoded, so any key is one token.
 func (t *Transcripts) subjectOf(key string) string {

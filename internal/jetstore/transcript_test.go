@@ -54,6 +54,19 @@ func TestTranscriptTooLarge(t *testing.T) {
 	if n, _, err := r.Tail(testCtx(t), "k"); err != nil || n != 0 {
 		t.Fatalf("tail: %d, %v", n, err)
 	}
+	// Through a Held the entry is refused before the file has it; the conversation goes on.
+	h, err := conversation.New(conversation.Options{Dir: t.TempDir(), Replica: r}).Hold(testCtx(t), "agent:main:big", conversation.HoldOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close() }()
+	big := map[string]any{"role": "user", "content": string(line), "timestamp": 1}
+	if _, err := h.AppendMessage(big, nil); abi.CodeOf(err) != abi.CodeLimitExceeded {
+		t.Fatalf("a message of %d bytes through a Held: %v", len(line), err)
+	}
+	if _, err := h.AppendMessage(map[string]any{"role": "user", "content": "small", "timestamp": 2}, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestTranscriptTakeover: node a writes a conversation through its Held with the R3 stream
