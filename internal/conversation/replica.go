@@ -153,6 +153,8 @@ type replicated struct {
 	r   Replica
 	key string
 	pos uint64
+	// header is the header line still to append before the first entry (nil once sent).
+	header []byte
 	// err stops the writer: a line the file has and the replica may not.
 	err error
 }
@@ -175,6 +177,12 @@ func (h *Held) startReplica(ctx context.Context, r Replica) error {
 			h.w.Path(), n, want, ErrReplicaConflict)
 	}
 	h.rep.pos = last
+	if n == 0 && len(f.Entries) == 0 {
+		// A new transcript: its header goes with its first entry, as the file's does, so a
+		// Hold that writes nothing leaves nothing to rebuild.
+		h.rep.header = h.w.Header().Raw
+		return nil
+	}
 	if n == 0 {
 		if err := h.rep.append(ctx, h.w.Header().Raw); err != nil {
 			return err
@@ -231,6 +239,13 @@ func (h *Held) write(fn func() (string, error)) (string, error) {
 	if e == nil || e.Raw == nil {
 		h.rep.err = fmt.Errorf("replicate transcript %s: entry %s not resident", h.w.Path(), id)
 		return id, h.rep.err
+	}
+	if h.rep.header != nil {
+		if rerr := h.rep.append(h.ctx, h.rep.header); rerr != nil {
+			h.rep.err = fmt.Errorf("%w (the transcript stops here on this node)", rerr)
+			return id, h.rep.err
+		}
+		h.rep.header = nil
 	}
 	if rerr := h.rep.append(h.ctx, e.Raw); rerr != nil {
 		h.rep.err = fmt.Errorf("%w (the transcript stops here on this node)", rerr)

@@ -330,3 +330,31 @@ func TestReplicaLineLimit(t *testing.T) {
 		t.Fatalf("replica %d lines, file %d entries; want 3 and 2", n, len(h.File().Entries))
 	}
 }
+
+// TestReplicaHeaderWithFirstEntry: a Hold of a new conversation that writes nothing leaves
+// nothing in the replica (as no file), and the next Hold starts the transcript afresh.
+func TestReplicaHeaderWithFirstEntry(t *testing.T) {
+	ctx := context.Background()
+	rep := conversation.NewMemoryReplica()
+	s := conversation.New(conversation.Options{Dir: t.TempDir(), Replica: rep})
+	for i, write := range []bool{false, false, true} {
+		h, err := s.Hold(ctx, "agent:main:empty", conversation.HoldOptions{})
+		if err != nil {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+		if write {
+			if _, err := h.AppendMessage(msg("user", "x"), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path, sid := h.Path(), h.SessionID
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := rep.Tail(ctx, sid)
+		_, serr := os.Stat(path)
+		if want := map[bool]int{false: 0, true: 2}[write]; n != want || (serr == nil) != write {
+			t.Fatalf("hold %d: replica %d lines (want %d), file: %v", i, n, want, serr)
+		}
+	}
+}
