@@ -118,24 +118,31 @@ func (t *Transcripts) Append(ctx context.Context, key string, after uint64, line
 	subj := t.subjectOf(key)
 	tok := token()
 	msg := &nats.Msg{Subject: subj, Data: line, Header: nats.Header{hdrLine: []string{tok}}}
-	ack, err := try(ctx, func(ctx context.Context) (*jetstream.PubAck, error) {
-		return t.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(after))
-	})
-	if err == nil {
-		return ack.Sequence, nil
+	for attempt := 1; ; attempt++ {
+		ack, err := try(ctx, func(ctx context.Context) (*jetstream.PubAck, error) {
+			return t.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(after))
+		})
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		// A try whose answer was lost may have stored the line: then the next try was
+		// refused, or timed out too. The subject's last message says.
+		last, lerr := try(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+			return t.st.GetLastMsgForSubject(ctx, subj)
+		})
+		if lerr == nil && last.Header.Get(hdrLine) == tok {
+			return last.Sequence, nil
+		}
+		// Refused while the subject is still at after: the leader refused it against a
+		// write it had not applied (as updateFrom): tried again.
+		if conflict(err) && lerr == nil && last.Sequence == after && attempt < maxAttempts {
+			continue
+		}
+		if conflict(err) {
+			return 0, fmt.Errorf("transcript %s: append after %d: %w", key, after, conversation.ErrReplicaConflict)
+		}
+		return 0, fmt.Errorf("transcript %s: append: %w", key, err)
 	}
-	// A try whose answer was lost may have stored the line: then the next try was refused,
-	// or timed out too. The subject's last message says.
-	last, lerr := try(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
-		return t.st.GetLastMsgForSubject(ctx, subj)
-	})
-	if lerr == nil && last.Header.Get(hdrLine) == tok {
-		return last.Sequence, nil
-	}
-	if conflict(err) {
-		return 0, fmt.Errorf("transcript %s: append after %d: %w", key, after, conversation.ErrReplicaConflict)
-	}
-	return 0, fmt.Errorf("transcript %s: append: %w", key, err)
 }
 
 // Tail implements conversation.Replica: the subject's message count and last sequence.
