@@ -24,6 +24,9 @@ type Held struct {
 
 	w      *transcript.Writer
 	pair   pairing
+	rep    *replicated // nil: no replica
+	lease  Lease       // nil: the node owns its conversations alone
+	ctx    context.Context
 	st     *chatstore.Store
 	unlock func()
 }
@@ -39,6 +42,9 @@ type HoldOptions struct {
 	// ParentSession is the header's parentSession when the transcript is created (a
 	// subagent's: the path of its parent's transcript).
 	ParentSession string
+	// Lease, when set, is checked before every write: once it is lost the writes are
+	// refused (ErrLeaseLost from a cluster's lease).
+	Lease Lease
 }
 
 // Hold resolves key to its current session (created when the key is new; an explicitly held
@@ -70,7 +76,18 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 	var w *transcript.Writer
 	wopts := s.writerOptions()
 	wopts.Sync = opts.Sync
-	if _, serr := os.Lstat(c.Path); errors.Is(serr, fs.ErrNotExist) {
+	replica := s.replicaOf()
+	_, serr := os.Lstat(c.Path)
+	if errors.Is(serr, fs.ErrNotExist) && replica != nil {
+		// Another node wrote this transcript: its file here is rebuilt from the replica.
+		if err := Rebuild(ctx, replica, e.SessionID, c.Path); err == nil {
+			serr = nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			unlock()
+			return nil, writerError(c, err)
+		}
+	}
+	if errors.Is(serr, fs.ErrNotExist) {
 		wopts.NewSessionID = func() string { return e.SessionID }
 		wopts.ParentSession = opts.ParentSession
 		w, err = transcript.Create(c.Path, opts.Cwd, wopts)
@@ -81,7 +98,14 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 		unlock()
 		return nil, writerError(c, err)
 	}
-	return &Held{Key: k, SessionID: e.SessionID, w: w, Entry: e, st: st, unlock: unlock}, nil
+	h := &Held{Key: k, SessionID: e.SessionID, w: w, Entry: e, st: st, unlock: unlock, lease: opts.Lease, ctx: context.WithoutCancel(ctx)}
+	if replica != nil {
+		if err := h.startReplica(ctx, replica); err != nil {
+			_ = h.Close()
+			return nil, writerError(c, err)
+		}
+	}
+	return h, nil
 }
 
 // Patch merges fields into the chat's sessions.json entry (usage, model, state).

@@ -51,7 +51,11 @@ func (s *Service) List(_ context.Context, opts ListOptions) ([]chatstore.Item, e
 }
 
 func (s *Service) writerOptions() transcript.WriterOptions {
-	return transcript.WriterOptions{Now: s.now}
+	o := transcript.WriterOptions{Now: s.now}
+	if l, ok := s.replicaOf().(LineLimiter); ok {
+		o.MaxLine = l.MaxLine()
+	}
+	return o
 }
 
 // openWriter continues a chat's transcript. A v1/v2 file (adopted from upstream without

@@ -30,6 +30,9 @@ type Options struct {
 	// MaxImportSize bounds a transcript imported from a body (ImportRequest.Body); default
 	// MaxImportSize. A file imported where it is has no bound.
 	MaxImportSize int64
+	// Replica, when set, gets every line Hold's writers write (a cluster's transcript
+	// stream); nil: the transcripts are this node's files alone.
+	Replica Replica
 }
 
 // Service is the local implementation of API: it works on the files of one sessions
@@ -44,15 +47,16 @@ type Service struct {
 	maxImport int64
 	locks     pathLocks
 
-	mu sync.Mutex
-	st *chatstore.Store
+	mu      sync.Mutex
+	st      *chatstore.Store
+	replica Replica
 }
 
 var _ API = (*Service)(nil)
 
 // New returns the service of opts.Dir. Nothing is read or created until the first operation.
 func New(opts Options) *Service {
-	s := &Service{dir: opts.Dir, now: opts.Now, log: opts.Logger, maxImport: opts.MaxImportSize}
+	s := &Service{dir: opts.Dir, now: opts.Now, log: opts.Logger, maxImport: opts.MaxImportSize, replica: opts.Replica}
 	if s.maxImport <= 0 {
 		s.maxImport = MaxImportSize
 	}
@@ -63,6 +67,20 @@ func New(opts Options) *Service {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	return s
+}
+
+// UseReplica makes r the replica of the transcripts held from now on (Options.Replica), for
+// a gateway that joins its cluster after it made the service; nil stops replicating.
+func (s *Service) UseReplica(r Replica) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replica = r
+}
+
+func (s *Service) replicaOf() Replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replica
 }
 
 // Dir is the sessions directory.
@@ -194,8 +212,12 @@ func writerError(c chat, err error) error {
 		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: c.SessionID, Message: fmt.Sprintf("chat %s has no transcript yet (%s)", c.Key, c.Path), Err: err}
 	case errors.Is(err, transcript.ErrLocked):
 		return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: c.SessionID, Message: "the transcript is being written by another process; try again when it is done", Err: err}
+	case errors.Is(err, ErrReplicaConflict), errors.Is(err, ErrLeaseLost):
+		return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: c.SessionID, Message: "the conversation is written by another node of the cluster", Err: err}
 	case errors.Is(err, transcript.ErrUnknownEntry):
 		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: c.SessionID, Message: "no such entry (see nexus chat tree)", Err: err}
+	case errors.Is(err, ErrReplicaConflict), errors.Is(err, ErrLeaseLost):
+		return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: c.SessionID, Message: "the conversation is written by another node of the cluster", Err: err}
 	case errors.Is(err, transcript.ErrForeignFormat), errors.Is(err, transcript.ErrEmpty):
 		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: c.SessionID, Message: "not a pi transcript", Err: err}
 	}

@@ -104,7 +104,7 @@ func (h *Held) AppendMessage(msg any, extra map[string]any) (string, error) {
 		}
 		h.pair.open = slices.Delete(h.pair.open, i, i+1)
 	}
-	id, err := h.w.AppendMessageExtra(raw, extra)
+	id, err := h.write(func() (string, error) { return h.w.AppendMessageExtra(raw, extra) })
 	if id == "" {
 		h.pair.known = false // not written: read the state again from the file
 		return "", err       //nolint:wrapcheck // the writer names the transcript
@@ -176,24 +176,24 @@ func (h *Held) openCallsLocked() error {
 
 // AppendModelChange implements TurnWriter.
 func (h *Held) AppendModelChange(provider, model string) (string, error) {
-	return h.w.AppendModelChange(provider, model) //nolint:wrapcheck // the writer names the transcript
+	return h.write(func() (string, error) { return h.w.AppendModelChange(provider, model) }) //nolint:wrapcheck // the writer names the transcript
 }
 
 // AppendThinkingLevel implements TurnWriter.
 func (h *Held) AppendThinkingLevel(level string) (string, error) {
-	return h.w.AppendThinkingLevel(level) //nolint:wrapcheck // the writer names the transcript
+	return h.write(func() (string, error) { return h.w.AppendThinkingLevel(level) }) //nolint:wrapcheck // the writer names the transcript
 }
 
 // AppendCustom implements TurnWriter.
 func (h *Held) AppendCustom(customType string, data any) (string, error) {
-	return h.w.AppendCustom(customType, data) //nolint:wrapcheck // the writer names the transcript
+	return h.write(func() (string, error) { return h.w.AppendCustom(customType, data) }) //nolint:wrapcheck // the writer names the transcript
 }
 
 // Compact implements TurnWriter: transcript.Compact (ErrToolCallPending while a call is
 // open), then compactionCount is counted; an error after the entry was written comes with
 // its id.
 func (h *Held) Compact(ctx context.Context, summary string, keepTokens int, details any) (string, error) {
-	id, err := transcript.Compact(h.w, summary, keepTokens, details)
+	id, err := h.write(func() (string, error) { return transcript.Compact(h.w, summary, keepTokens, details) })
 	if err != nil {
 		return "", err //nolint:wrapcheck // the caller maps transcript's errors (ErrToolCallPending...) to its codes
 	}

@@ -376,6 +376,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 				// each other's messages; a node taking one over reads the other's scope.
 				scoped := broker.Scoped(q, node)
 				d.AIChat.Broker, d.Broker, d.AIChat.Runs = scoped, scoped, runs
+				// Every transcript entry a turn writes is on the cluster's stream before the
+				// turn goes on from it (docs/cluster.md, conversations).
+				tr, err := st.Transcripts(ctx)
+				if err != nil {
+					_ = st.Close()
+					stop(ctx)
+					return nil, fmt.Errorf("cluster transcripts: %w", err)
+				}
+				d.AIChat.Chats.UseReplica(tr)
 			}
 			d.stopLast = append(d.stopLast, stop)
 			store, nc = st, conn

@@ -15,6 +15,7 @@ import (
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
+	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/gateway"
 	"github.com/nexus-run/nexus/internal/jetstore"
 	"github.com/nexus-run/nexus/internal/testkit"
@@ -222,6 +223,25 @@ func TestAssembleClusterQueues(t *testing.T) {
 	}
 	if q, err := cq.Queued(ctx, broker.ScopedKey("n1", "cluster-queue-test")); err != nil || len(q) != 1 || q[0].ID != m.ID {
 		t.Fatalf("the cluster's bucket: %+v %v", q, err)
+	}
+	// A conversation's transcript entries are on the cluster's stream as they are written.
+	h, err := a.d.AIChat.Chats.Hold(ctx, "agent:main:replicated", conversation.HoldOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AppendMessage(map[string]any{"role": "user", "content": "hi", "timestamp": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sid := h.SessionID
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := jetstore.OpenTranscripts(ctx, nc, jetstore.TranscriptOptions{Cluster: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := tr.Tail(ctx, sid); err != nil || n != 2 {
+		t.Fatalf("the transcript's stream: %d lines, %v; want the header and the message", n, err)
 	}
 	nc.Close()
 	if err := a.stop(); err != nil {

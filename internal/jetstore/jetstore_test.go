@@ -32,7 +32,7 @@ type natsCluster struct {
 	opts    []jetstore.EmbeddedOptions // each server's, to start it again
 }
 
-func startCluster(t *testing.T) *natsCluster {
+func startCluster(t testing.TB) *natsCluster {
 	t.Helper()
 	ctx := testCtx(t)
 	c := &natsCluster{}
@@ -104,7 +104,7 @@ func (c *natsCluster) urls() []string {
 	return out
 }
 
-func (c *natsCluster) connect(t *testing.T) *nats.Conn {
+func (c *natsCluster) connect(t testing.TB) *nats.Conn {
 	t.Helper()
 	nc, err := jetstore.Dial(testCtx(t), jetstore.DialOptions{URLs: c.urls(), Name: t.Name()})
 	if err != nil {
@@ -124,7 +124,7 @@ func (c *natsCluster) open(t *testing.T, opt jetstore.Options) *jetstore.Store {
 	return st
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 	t.Cleanup(cancel)

@@ -69,6 +69,8 @@ var (
 	ErrUnknownEntry = errors.New("transcript: unknown entry")
 	// ErrClosed is returned by a closed Writer.
 	ErrClosed = errors.New("transcript: writer closed")
+	// ErrLineTooLong is an entry longer than WriterOptions.MaxLine, not written.
+	ErrLineTooLong = errors.New("transcript: entry longer than the longest line allowed")
 )
 
 // WriterOptions configure a Writer. The zero value is ready to use.
@@ -89,6 +91,10 @@ type WriterOptions struct {
 	// ParentSession is written in the header by Create (the absolute path
 	// of the transcript this one continues); ignored by OpenWriter.
 	ParentSession string
+	// MaxLine, when positive, bounds an entry's line in bytes: a longer one is
+	// refused (ErrLineTooLong) and nothing is written. A transcript replicated
+	// on a cluster sets it to the longest line the cluster's messages hold.
+	MaxLine int
 }
 
 func (o WriterOptions) withDefaults() WriterOptions {
@@ -696,6 +702,9 @@ func (w *Writer) appendChecked(typ string, fields []entryField, check func(*Entr
 	line, err := encodeEntry(typ, id, w.leaf, ts, fields)
 	if err != nil {
 		return "", fmt.Errorf("append %s: %w", typ, err)
+	}
+	if w.opts.MaxLine > 0 && len(line) > w.opts.MaxLine {
+		return "", fmt.Errorf("append %s of %d bytes (at most %d): %w", typ, len(line), w.opts.MaxLine, ErrLineTooLong)
 	}
 	e, err := ParseLine(line)
 	if err != nil {
