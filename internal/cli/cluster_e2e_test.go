@@ -185,6 +185,18 @@ func (c *cluster) startServer(s *natsServer) {
 	})
 }
 
+// ownStacks keeps the goroutines of a Go traceback that run nexus's own code, up to limit bytes.
+func ownStacks(dump string, limit int) string {
+	var b strings.Builder
+	for g := range strings.SplitSeq(dump, "\n\n") {
+		if strings.Contains(g, "nexus-run/nexus/internal/") && b.Len()+len(g) < limit {
+			b.WriteString(g)
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
+}
+
 // logOnFailure logs the end of p's output when the test fails.
 func (c *cluster) logOnFailure(p *proc) {
 	c.t.Cleanup(func() {
@@ -622,9 +634,12 @@ func TestClusterE2E(t *testing.T) {
 				t.Logf("a's session after the failure: %s %v", out, err)
 				evs, err := a.tryEvents(t, id, 0)
 				t.Logf("a reads %d events, the count to %d (%v)", len(evs), len(numbers(evs)), err)
-				if os.Getenv("NEXUS_E2E_DUMP") != "" {
-					a.p.kill(t, syscall.SIGQUIT) // its goroutines, in its output
-				}
+				// Its goroutines, for the stall seen once under make test whose cause is not
+				// known (the terminal's reader stopped calling Output while the stream had no
+				// leader): the test has failed, so node a may go.
+				mark := a.p.out.Len()
+				a.p.kill(t, syscall.SIGQUIT)
+				t.Logf("node a's goroutines of nexus's own packages at the failure:\n%s", ownStacks(a.p.out.String()[mark:], 30000))
 			}
 		})
 		after.until(t, count)

@@ -872,7 +872,6 @@ func TestQuorumLost(t *testing.T) {
 // msgPublishFailed is what the log logs at a chunk's first failed publish.
 const msgPublishFailed = "event stream did not take a publish"
 
-
 // TestLogCloseDeletesConsumer: a closed log leaves no consumer on the stream. A node reads
 // another node's session through a log opened for the read; nats.go's ordered consumers stay
 // 5 minutes after they stop, and the stream takes 1,000 (nats-server's default): polling a
