@@ -60,6 +60,28 @@ type QueueOptions struct {
 	Now func() time.Time
 }
 
+// clusterJS checks a cluster name and a replica count for the Open functions of the cluster's
+// stores, setting their defaults ("nexus", 1), and makes the JetStream context on nc.
+func clusterJS(nc *nats.Conn, cluster *string, replicas *int) (jetstream.JetStream, error) {
+	if *cluster == "" {
+		*cluster = "nexus"
+	}
+	if !nameRE.MatchString(*cluster) {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "cluster name %q: use letters, digits, '-' and '_'", *cluster)
+	}
+	if *replicas == 0 {
+		*replicas = 1
+	}
+	if *replicas != 1 && *replicas != 3 {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "replicas %d: want 1 or 3", *replicas)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
+}
+
 // QueueBucket is the bucket of cluster's ai-chat queues.
 func QueueBucket(cluster string) string { return "NEXUS_" + cluster + "_QUEUE" }
 
@@ -70,21 +92,9 @@ func (s *Store) Queues(ctx context.Context, now func() time.Time) (*Queues, erro
 
 // OpenQueues opens (creating when needed) the cluster's ai-chat queues on nc.
 func OpenQueues(ctx context.Context, nc *nats.Conn, opt QueueOptions) (*Queues, error) {
-	if opt.Cluster == "" {
-		opt.Cluster = "nexus"
-	}
-	if !nameRE.MatchString(opt.Cluster) {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "cluster name %q: use letters, digits, '-' and '_'", opt.Cluster)
-	}
-	if opt.Replicas == 0 {
-		opt.Replicas = 1
-	}
-	if opt.Replicas != 1 && opt.Replicas != 3 {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "replicas %d: want 1 or 3", opt.Replicas)
-	}
-	js, err := jetstream.New(nc)
+	js, err := clusterJS(nc, &opt.Cluster, &opt.Replicas)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return nil, err
 	}
 	return openQueues(ctx, js, nc, opt)
 }

@@ -79,21 +79,9 @@ func (s *Store) Runs(ctx context.Context, now func() time.Time) (*Runs, error) {
 
 // OpenRuns opens (creating when needed) the cluster's subagent runs on nc.
 func OpenRuns(ctx context.Context, nc *nats.Conn, opt RunsOptions) (*Runs, error) {
-	if opt.Cluster == "" {
-		opt.Cluster = "nexus"
-	}
-	if !nameRE.MatchString(opt.Cluster) {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "cluster name %q: use letters, digits, '-' and '_'", opt.Cluster)
-	}
-	if opt.Replicas == 0 {
-		opt.Replicas = 1
-	}
-	if opt.Replicas != 1 && opt.Replicas != 3 {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, "", "replicas %d: want 1 or 3", opt.Replicas)
-	}
-	js, err := jetstream.New(nc)
+	js, err := clusterJS(nc, &opt.Cluster, &opt.Replicas)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return nil, err
 	}
 	return openRuns(ctx, js, opt)
 }
