@@ -94,3 +94,10 @@ func ClearedBy(interruptID string) string { return "cleared by interrupt " + int
 
 // AnnounceOrigin is the origin Announce gives the message of subagent run runID.
 func AnnounceOrigin(runID string) abi.Origin { return abi.Origin{Kind: abi.OriginSubagent, ID: runID} }
+
+// Notifier is Queues shared by several processes (a cluster's): OnQueued has fn told the
+// conversation of every message queued from then on, whichever process stored it, so the
+// process whose session delivers that conversation wakes.
+type Notifier interface {
+	OnQueued(fn func(key string))
+}

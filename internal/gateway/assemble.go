@@ -371,11 +371,23 @@ func (d *Daemon) Run(ctx context.Context) error {
 					return nil, fmt.Errorf("cluster ai-chat stores: %w", err)
 				}
 				d.stopLast = append(d.stopLast, func(context.Context) { _ = runs.Close(); _ = q.Close() })
-				// Conversations are per node (until a conversation can move): each node
-				// queues under its own name, so two nodes' agent:main:main never deliver
-				// each other's messages; a node taking one over reads the other's scope.
-				scoped := broker.Scoped(q, node)
-				d.AIChat.Broker, d.Broker, d.AIChat.Runs = scoped, scoped, runs
+				// A conversation is the cluster's, owned by one node at a time (its lease):
+				// its queue is keyed by the conversation alone, and the owner's session
+				// delivers it, whichever node stored a message.
+				d.AIChat.Broker, d.Broker, d.AIChat.Runs = q, q, runs
+				// A lease lasts as long as a node may go silent before it is lost: a lost
+				// node's conversations are free to take over as its sessions are marked.
+				leaseTTL := nodeLost
+				if leaseTTL <= 0 {
+					leaseTTL = live.DefaultNodeLost
+				}
+				leases, err := st.Leases(ctx, leaseTTL, cfg.Now)
+				if err != nil {
+					_ = st.Close()
+					stop(ctx)
+					return nil, fmt.Errorf("cluster conversation leases: %w", err)
+				}
+				d.AIChat.Leases, d.AIChat.Node = leases.Owned(), node
 				// Every transcript entry a turn writes is on the cluster's stream before the
 				// turn goes on from it (docs/cluster.md, conversations).
 				tr, err := st.Transcripts(ctx)

@@ -208,7 +208,7 @@ func TestAssembleClusterQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// In the cluster's bucket, under the node's name.
+	// In the cluster's bucket, under the conversation's key alone.
 	tok, err := os.ReadFile(filepath.Join(state, "nats", gateway.NATSTokenFile))
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestAssembleClusterQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q, err := cq.Queued(ctx, broker.ScopedKey("n1", "cluster-queue-test")); err != nil || len(q) != 1 || q[0].ID != m.ID {
+	if q, err := cq.Queued(ctx, "cluster-queue-test"); err != nil || len(q) != 1 || q[0].ID != m.ID {
 		t.Fatalf("the cluster's bucket: %+v %v", q, err)
 	}
 	// A conversation's transcript entries are on the cluster's stream as they are written.

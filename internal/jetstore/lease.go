@@ -24,7 +24,7 @@ const DefaultLeaseTTL = 15 * time.Second
 
 // ErrLeaseHeld is an Acquire refused: another node holds the conversation's lease and it has
 // not expired.
-var ErrLeaseHeld = errors.New("another node holds the conversation's lease")
+var ErrLeaseHeld = conversation.ErrLeaseHeld
 
 // LeaseOptions configure OpenLeases.
 type LeaseOptions struct {
@@ -89,6 +89,24 @@ func openLeases(ctx context.Context, js jetstream.JetStream, opt LeaseOptions) (
 	return &Leases{kv: kv, opt: opt}, nil
 }
 
+// TTL is how long a lease lasts from its acquisition or last renewal.
+func (l *Leases) TTL() time.Duration { return l.opt.TTL }
+
+// Owned is l as conversation.Leases, what the ai-chat kind takes.
+func (l *Leases) Owned() conversation.Leases { return ownedLeases{l} }
+
+type ownedLeases struct{ l *Leases }
+
+func (o ownedLeases) Acquire(ctx context.Context, key string) (conversation.OwnedLease, error) {
+	le, err := o.l.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return le, nil
+}
+
+func (o ownedLeases) TTL() time.Duration { return o.l.TTL() }
+
 func leaseKey(key string) string { return "lease." + base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
 // Lease is this node's lease on one conversation; it implements conversation.Lease.
@@ -106,10 +124,7 @@ type Lease struct {
 }
 
 // Holder is who held a lease before: a node, and the conversation's transcript then.
-type Holder struct {
-	Node    string
-	Session string
-}
+type Holder = conversation.Holder
 
 var _ conversation.Lease = (*Lease)(nil)
 
@@ -151,7 +166,7 @@ func (l *Leases) Acquire(ctx context.Context, key string) (*Lease, error) {
 		if cur, gerr := l.kv.Get(ctx, ek); gerr == nil && json.Unmarshal(cur.Value(), &rec) == nil {
 			return nil, held(key, rec)
 		}
-		return nil, fmt.Errorf("lease %s: %w", key, ErrLeaseHeld)
+		return nil, held(key, leaseRecord{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lease %s: %w", key, err)
@@ -191,9 +206,8 @@ func updateFrom(ctx context.Context, kv jetstream.KeyValue, ek string, val []byt
 }
 
 func held(key string, rec leaseRecord) error {
-	return &abi.Error{Code: abi.CodeResourceUnavailable,
-		Message: fmt.Sprintf("conversation %s is owned by node %s (lease until %s)", key, rec.Node, rec.Until.UTC().Format(time.RFC3339)),
-		Err:     ErrLeaseHeld}
+	he := &conversation.HeldError{Key: key, Node: rec.Node, Until: rec.Until}
+	return &abi.Error{Code: abi.CodeResourceUnavailable, Message: he.Error(), Err: he}
 }
 
 // Valid implements conversation.Lease: nil until the lease expires by this node's clock, is

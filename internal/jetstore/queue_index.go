@@ -29,6 +29,9 @@ type index struct {
 	started bool                 // the watcher gave what the bucket held when it began
 	dead    error                // the watcher ended (its connection closed)
 	changed chan struct{}        // closed when seen, started or dead move
+	// onQueued is told the conversation of each message the watcher sees queued after its
+	// start (OnQueued), outside mu.
+	onQueued func(key string)
 }
 
 // keyIndex is one conversation's queued messages (by bucket key) and its last interrupt's
@@ -77,7 +80,14 @@ func (q *Queues) watch(ctx context.Context) error {
 					q.idx.end(errors.New("the bucket's watcher ended"))
 					return
 				}
-				q.idx.apply(q.prefix, e)
+				if key := q.idx.apply(q.prefix, e); key != "" {
+					q.idx.mu.Lock()
+					fn := q.idx.onQueued
+					q.idx.mu.Unlock()
+					if fn != nil {
+						fn(key)
+					}
+				}
 			}
 		}
 	}()
@@ -94,14 +104,15 @@ func (x *index) end(err error) {
 // apply puts an update the watcher gave into the copy (nil: the bucket's content as of the
 // watcher's start is all given). The watcher gives the bucket's updates in its stream's order:
 // a queued entry (never updated, so its first revision is its revision) comes before any
-// interrupt stored after it.
-func (x *index) apply(prefix string, kve jetstream.KeyValueEntry) {
+// interrupt stored after it. It returns the conversation of a message newly queued once the
+// watcher has given the bucket's content ("" for any other update).
+func (x *index) apply(prefix string, kve jetstream.KeyValueEntry) string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if kve == nil {
 		x.started = true
 		x.signalLocked()
-		return
+		return ""
 	}
 	if kve.Revision() > x.seen {
 		x.seen = kve.Revision()
@@ -111,20 +122,20 @@ func (x *index) apply(prefix string, kve jetstream.KeyValueEntry) {
 	}
 	ek := kve.Key()
 	if strings.Count(ek, ".") != 1 {
-		return // a chunk
+		return "" // a chunk
 	}
 	if kve.Operation() != jetstream.KeyValuePut {
 		x.removeLocked(ek, "")
-		return
+		return ""
 	}
 	e, err := decodeEntry(ek, kve.Revision(), kve.Value())
 	if err != nil {
-		return // an entry that does not decode is not a message any read can give
+		return "" // an entry that does not decode is not a message any read can give
 	}
 	k := x.keys[e.h.Key]
 	if k == nil {
 		if e.h.State != broker.StateQueued {
-			return // nothing of its conversation waits: an interrupt clears nothing
+			return "" // nothing of its conversation waits: an interrupt clears nothing
 		}
 		k = &keyIndex{queued: map[string]entry{}}
 		x.keys[e.h.Key] = k
@@ -134,10 +145,24 @@ func (x *index) apply(prefix string, kve jetstream.KeyValueEntry) {
 	}
 	if e.h.State != broker.StateQueued {
 		x.removeLocked(ek, e.h.Key)
-		return
+		return ""
 	}
+	_, had := k.queued[ek]
 	k.queued[ek] = e
 	x.byID[e.h.ID] = idRef{key: e.h.Key, ek: ek}
+	if had || !x.started {
+		return ""
+	}
+	return e.h.Key
+}
+
+// OnQueued has fn told, from the bucket's watcher, the conversation of every message queued
+// from now on, by any node: the node owning that conversation wakes its deliverer (a message
+// stored on another node).
+func (q *Queues) OnQueued(fn func(key string)) {
+	q.idx.mu.Lock()
+	q.idx.onQueued = fn
+	q.idx.mu.Unlock()
 }
 
 // removeLocked drops bucket entry ek from the copy (key: its conversation, when known), and

@@ -506,6 +506,11 @@ const MovedToField = "movedTo"
 // (movedTo, kept in the store) and the SESSION_CLOSED error it answers with name to.
 func (r *Registry) Moved(ctx context.Context, id, to string) error {
 	s, err := r.lookup(id)
+	if err != nil && r.cfg.Node != "" {
+		// Another node's session (a lost node's, taken over here): its record, by
+		// compare-and-set.
+		return r.movedForeign(ctx, id, to, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -521,6 +526,32 @@ func (r *Registry) Moved(ctx context.Context, id, to string) error {
 		return fmt.Errorf("record where session %s moved: %w", id, err)
 	}
 	return nil
+}
+
+func (r *Registry) movedForeign(ctx context.Context, id, to string, lerr error) error {
+	for attempt := 0; ; attempt++ {
+		rec, err := r.cfg.Store.Get(ctx, id)
+		if err != nil {
+			return foreignErr(id, lerr, err)
+		}
+		obj := rec.Session
+		if !obj.Status.Final() {
+			return abi.Errorf(abi.CodeInvalidArgument, id, "session %s is still %s: only a closed session moves", id, obj.Status)
+		}
+		md := make(map[string]any, len(obj.Metadata)+1)
+		maps.Copy(md, obj.Metadata)
+		md[MovedToField] = to
+		obj.Metadata = md
+		_, err = r.cfg.Store.Put(ctx, obj, rec.Revision)
+		if errors.Is(err, ErrConflict) && attempt < 5 {
+			continue // written since it was read: read again
+		}
+		if err != nil {
+			return fmt.Errorf("record where session %s moved: %w", id, err)
+		}
+		r.changed()
+		return nil
+	}
 }
 
 // Get returns the session object, whatever its status (closed sessions stay visible for the
@@ -1154,7 +1185,23 @@ func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) erro
 		&Event{Type: abi.EventStatus, Time: now, SessionID: id, Payload: abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + CloseNodeLost, SessionStatus: abi.StatusError}},
 		&Event{Type: abi.EventClose, Time: now, SessionID: id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: CloseNodeLost, Status: abi.StatusError}},
 	)
-	return errors.Join(err, log.Close(ctx))
+	err = errors.Join(err, log.Close(ctx))
+	r.mu.Lock()
+	k := r.kinds[obj.Type]
+	r.mu.Unlock()
+	if t, ok := k.(TakeOverer); ok {
+		// This node marked it, so this node takes it over: one node per lost session. The
+		// kind stops it with the gateway (it may wait a lease's length).
+		go t.TakeOver(r.base, obj)
+	}
+	return err
+}
+
+// TakeOverer is a kind whose sessions outlive their node (the ai-chat kind's conversations):
+// once this node marked a lost node's session of the kind node-lost, TakeOver is called with
+// it, on a goroutine of its own; the kind ends it when the gateway stops.
+type TakeOverer interface {
+	TakeOver(ctx context.Context, lost abi.Session)
 }
 
 func (r *Registry) sweeper(ctx context.Context) {

@@ -72,6 +72,18 @@ type Kind struct {
 	// never outlive it); nil: each agent gets a process group of its own.
 	Owner *reaper.Owner
 
+	// Leases give each conversation of a cluster one owning node (docs/cluster.md); nil: a
+	// single node, whose conversations are its own. Node is this node's name, LeaseRenew how
+	// often its leases are renewed (default a third of their length).
+	Leases     conversation.Leases
+	Node       string
+	LeaseRenew time.Duration
+
+	leaseMu  sync.Mutex
+	leases     map[string]*heldLease
+	renewing   bool
+	takingOver map[string]bool
+
 	sweepOnce   sync.Once
 	orchMu      sync.Mutex
 	orch        *orchestrate.Orchestrator
@@ -238,10 +250,19 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	}
 	c.options = abi.AIChatOptions{Backend: backend.Name, Model: backend.Model, Agent: agentID, Level: string(level), Workspace: ws,
 		Thinking: thinking, Temperature: opts.Temperature, MaxToolIterations: opts.MaxToolIterations}
+	if k.Leases != nil {
+		// Only the node holding the conversation's lease opens a session on it; one taking it
+		// from another node first rebuilds the transcript that node wrote.
+		if err := c.takeLease(ctx, key); err != nil {
+			c.release()
+			return nil, err
+		}
+	}
 	if err := c.attach(ctx, key, opts.QueueMode); err != nil {
 		c.release()
 		return nil, err
 	}
+	c.nameTranscript(ctx, c.chatSession)
 	sink.SetMetadata(map[string]any{
 		"backend":       backend.Name,
 		"model":         backend.Model,
@@ -310,7 +331,7 @@ func (c *chat) attach(ctx context.Context, key, queueMode string) error {
 			c.allow = &permission.Allowances{}
 		}
 	} else {
-		h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Cwd: c.workspace, Fields: map[string]any{"project": c.workspace, "isAgentic": true}})
+		h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Cwd: c.workspace, Fields: map[string]any{"project": c.workspace, "isAgentic": true}, Lease: c.heldLease()})
 		if err != nil {
 			return err
 		}
@@ -443,6 +464,9 @@ type chat struct {
 	logs        *logs
 
 	key, chatSession, transcript string
+	// lease is this node's lease on the conversation (a cluster's), under leaseKey.
+	lease    conversation.OwnedLease
+	leaseKey string
 	// parentSession is a subagent's parent transcript (its header's parentSession), spawnedBy
 	// its parent's key.
 	parentSession, spawnedBy string
@@ -704,6 +728,9 @@ func (c *chat) release() {
 	if c.logs != nil {
 		c.logs.close()
 	}
+	if c.lease != nil {
+		c.k.releaseLease(c.leaseKey, c.lease)
+	}
 }
 
 // Send implements live.Instance: req.Data is the user's message. With the broker, the message
@@ -881,7 +908,7 @@ func (c *chat) compactNow() (any, error) {
 }
 
 func (c *chat) compactHeld(ctx context.Context) (*abi.AICompaction, error) {
-	h, err := c.k.Chats.Hold(ctx, c.key, conversation.HoldOptions{Cwd: c.workspace})
+	h, err := c.k.Chats.Hold(ctx, c.key, conversation.HoldOptions{Cwd: c.workspace, Lease: c.heldLease()})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package aichat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -347,6 +348,9 @@ func (k *Kind) restartedOn(ctx context.Context) map[string]abi.Session {
 		if _, moved := s.Metadata["movedTo"]; moved {
 			continue // a gateway before this one took it over
 		}
+		if k.Leases != nil && s.Node != k.Node {
+			continue // another node's restart: that node reopens it
+		}
 		// A session opened without a key got one from the kind: the metadata has it.
 		key, _ := s.Metadata["chatKey"].(string)
 		if key == "" {
@@ -393,7 +397,25 @@ func (k *Kind) recoverTurns(ctx context.Context, closed map[string]abi.Session) 
 }
 
 func (k *Kind) recoverKey(ctx context.Context, key string, logOf func() *interruption) (*recovered, error) {
-	h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Sync: transcript.SyncBatch})
+	var lease conversation.Lease
+	if k.Leases != nil {
+		// On a cluster the conversation may have gone on on another node since this one
+		// stopped: only the lease's holder closes its turn, from the cluster's transcript.
+		lk := leaseKeyOf(key)
+		l, prev, err := k.acquireLease(ctx, lk)
+		if errors.Is(err, conversation.ErrLeaseHeld) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer k.releaseLease(lk, l)
+		if err := k.adopt(ctx, lk, prev); err != nil {
+			return nil, err
+		}
+		lease = l
+	}
+	h, err := k.Chats.Hold(ctx, key, conversation.HoldOptions{Sync: transcript.SyncBatch, Lease: lease})
 	if err != nil {
 		return nil, err
 	}

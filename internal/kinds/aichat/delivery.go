@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/conversation"
 	"github.com/nexus-run/nexus/internal/kinds/aichat/orchestrate"
@@ -63,8 +64,15 @@ func (k *Kind) Resume(ctx context.Context) {
 	k.chatsMu.Lock()
 	k.life = ctx
 	k.chatsMu.Unlock()
+	if n, ok := k.Broker.(broker.Notifier); ok {
+		// A message another node of the cluster stored for a conversation this node delivers.
+		n.OnQueued(k.wakeKey)
+	}
 	if k.Chats == nil {
 		return
+	}
+	if k.Leases != nil {
+		defer k.takeOverLost(ctx)
 	}
 	closed := k.restartedOn(ctx)
 	recs := k.recoverTurns(ctx, closed)
@@ -155,10 +163,26 @@ func (k *Kind) ensure(ctx context.Context, key string, opts abi.AIChatOptions, p
 		return fmt.Errorf("options: %w", err)
 	}
 	_, err = k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: key, RoadmapID: roadmap}, Options: raw})
+	if errors.Is(err, conversation.ErrLeaseHeld) {
+		// Another node of the cluster owns the conversation: its session delivers, woken by
+		// the queue's watcher there.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("open %s: %w", key, err)
 	}
 	return nil
+}
+
+// wakeKey wakes the session delivering key's queue here, if any.
+func (k *Kind) wakeKey(key string) {
+	key = leaseKeyOf(key)
+	k.chatsMu.Lock()
+	c := k.ownerLocked(key)
+	k.chatsMu.Unlock()
+	if c != nil {
+		c.wake()
+	}
 }
 
 // handOver runs when a session on key ends: what is still queued there goes on being

@@ -290,7 +290,7 @@ func ids(ms []broker.Message) []string {
 // inTranscript returns which of the queued messages a user entry of the conversation already
 // carries, with the entry's id: delivered by a process that stopped before it could record it.
 func (c *chat) inTranscript(ctx context.Context, queued []string) (map[string]string, error) {
-	h, err := c.k.Chats.Hold(ctx, c.key, conversation.HoldOptions{Cwd: c.workspace})
+	h, err := c.k.Chats.Hold(ctx, c.key, conversation.HoldOptions{Cwd: c.workspace, Lease: c.heldLease()})
 	if err != nil {
 		return nil, err
 	}

@@ -41,11 +41,12 @@ func (c *chat) turn(ctx context.Context, text string, ids []string, cont bool) a
 	// Every entry is written as it completes (a crash of nexus loses none); fsyncs, which a
 	// crash of the machine needs, come at the user's message, at the end of each model call's
 	// batch of tools and at the turn's end, not after each entry (docs/ai-chat.md).
-	h, err := c.k.Chats.Hold(c.base, c.key, conversation.HoldOptions{Cwd: c.workspace, Sync: transcript.SyncBatch, ParentSession: c.parentSession})
+	h, err := c.k.Chats.Hold(c.base, c.key, conversation.HoldOptions{Cwd: c.workspace, Sync: transcript.SyncBatch, ParentSession: c.parentSession, Lease: c.heldLease()})
 	if err != nil {
 		c.turnError(err)
 		return abi.AITurn{Type: abi.PayloadAITurn, Phase: abi.PhaseEnded, End: abi.TurnError, Reason: err.Error()}
 	}
+	c.nameTranscript(c.base, h.SessionID)
 	if len(ids) > 0 {
 		if err := c.rollBack(ctx, h, ids); err != nil {
 			c.turnError(err) // the message still runs, where the conversation is
