@@ -79,7 +79,7 @@ type Kind struct {
 	Node       string
 	LeaseRenew time.Duration
 
-	leaseMu  sync.Mutex
+	leaseMu    sync.Mutex
 	leases     map[string]*heldLease
 	renewing   bool
 	takingOver map[string]bool
