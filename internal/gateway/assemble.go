@@ -349,6 +349,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			node, cfg.Cluster = c.Node, &c
 		}
 		var place placement.Config // a gateway alone refuses a create that names another node
+		var owners placement.Owners
 		if store == nil && cfg.Cluster != nil {
 			st, conn, stop, err := openCluster(ctx, cfg)
 			if err != nil {
@@ -387,7 +388,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 					stop(ctx)
 					return nil, fmt.Errorf("cluster conversation leases: %w", err)
 				}
-				d.AIChat.Leases, d.AIChat.Node = leases.Owned(), node
+				d.AIChat.Leases, d.AIChat.Node, owners = leases.Owned(), node, leases
 				// Every transcript entry a turn writes is on the cluster's stream before the
 				// turn goes on from it (docs/cluster.md, conversations).
 				tr, err := st.Transcripts(ctx)
@@ -405,7 +406,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				name = "nexus" // jetstore's default
 			}
 			place = placement.Config{Conn: conn, Cluster: name, Node: node, Loads: st,
-				Policy: cfg.Cluster.Placement, NodeLost: nodeLost, Now: cfg.Now}
+				Policy: cfg.Cluster.Placement, NodeLost: nodeLost, Now: cfg.Now, Owners: owners}
 			if o.Triggers != nil {
 				// The cluster's jobs and hooks, shared by every node, and each firing claimed
 				// by one node (docs/cluster.md); state/triggers/triggers.db is not read.

@@ -92,6 +92,26 @@ func openLeases(ctx context.Context, js jetstream.JetStream, opt LeaseOptions) (
 // TTL is how long a lease lasts from its acquisition or last renewal.
 func (l *Leases) TTL() time.Duration { return l.opt.TTL }
 
+// Owner is the node holding key's lease now: "" when none does (no record, released, or
+// expired by this node's clock).
+func (l *Leases) Owner(ctx context.Context, key string) (string, error) {
+	e, err := try(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return l.kv.Get(ctx, leaseKey(key)) })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("lease %s: %w", key, err)
+	}
+	var rec leaseRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return "", fmt.Errorf("lease %s: its record: %w", key, err)
+	}
+	if !l.opt.Now().Before(rec.Until) {
+		return "", nil
+	}
+	return rec.Node, nil
+}
+
 // Owned is l as conversation.Leases, what the ai-chat kind takes.
 func (l *Leases) Owned() conversation.Leases { return ownedLeases{l} }
 

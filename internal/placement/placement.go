@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/nexus-run/nexus/internal/abi"
+	"github.com/nexus-run/nexus/internal/chatstore"
 	"github.com/nexus-run/nexus/internal/jetstore"
 	"github.com/nexus-run/nexus/internal/live"
 )
@@ -58,6 +59,14 @@ type Config struct {
 	Now      func() time.Time
 	// Timeout bounds a forwarded create (default 30s).
 	Timeout time.Duration
+	// Owners, when set, name the node owning a conversation (jetstore.Leases): an ai-chat
+	// create on a conversation another node owns goes to that node, whatever the policy.
+	Owners Owners
+}
+
+// Owners name the node holding a conversation's lease ("" for none).
+type Owners interface {
+	Owner(ctx context.Context, key string) (string, error)
 }
 
 // Backend is a live.Backend whose Create places the session: here, or forwarded to the node
@@ -129,7 +138,11 @@ func (b *Backend) choose(ctx context.Context, req abi.CreateRequest) (string, er
 			return "", abi.Errorf(abi.CodeResourceUnavailable, "", "node %q is lost: its last heartbeat was %s ago (at %s)", req.Node, age.Round(time.Second), abi.FormatTime(l.At))
 		}
 		return req.Node, nil
-	case b.cfg.Policy != LeastSessions || req.Ephemeral:
+	}
+	if owner := b.owner(ctx, req); owner != "" {
+		return owner, nil
+	}
+	if b.cfg.Policy != LeastSessions || req.Ephemeral {
 		return b.cfg.Node, nil
 	}
 	loads, err := b.cfg.Loads.Loads(ctx)
@@ -156,6 +169,24 @@ func (b *Backend) choose(ctx context.Context, req abi.CreateRequest) (string, er
 	}
 	b.placed[best] = append(b.placed[best], now)
 	return best, nil
+}
+
+// owner is the node owning the conversation an ai-chat create names, when another node
+// does: only there can a session open on it (its lease). "" to place as usual (a failed read
+// too: the create then says who owns it, if anyone does).
+func (b *Backend) owner(ctx context.Context, req abi.CreateRequest) string {
+	if b.cfg.Owners == nil || req.Type != abi.TypeAIChat || req.Context.ChatID == "" || req.Ephemeral {
+		return ""
+	}
+	key := req.Context.ChatID
+	if pk, err := chatstore.ParseKey(key); err == nil {
+		key = pk.String()
+	}
+	node, err := b.cfg.Owners.Owner(ctx, key)
+	if err != nil || node == b.cfg.Node {
+		return ""
+	}
+	return node
 }
 
 // pending counts the sessions placed on node since its heartbeat at (b.mu held), forgetting

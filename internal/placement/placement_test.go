@@ -50,6 +50,12 @@ type node struct {
 // and create responder), all reading hb; a name in silent has no responder.
 func cluster(t *testing.T, policy string, hb *loads, now func() time.Time, names []string, silent map[string]bool) map[string]*node {
 	t.Helper()
+	return clusterWith(t, policy, hb, now, names, silent, nil)
+}
+
+// clusterWith is cluster with the conversations' owners read from owners.
+func clusterWith(t *testing.T, policy string, hb *loads, now func() time.Time, names []string, silent map[string]bool, owners placement.Owners) map[string]*node {
+	t.Helper()
 	ctx := testCtx(t)
 	srv, err := jetstore.StartEmbedded(ctx, jetstore.EmbeddedOptions{Name: "s", Dir: t.TempDir()})
 	if err != nil {
@@ -63,12 +69,12 @@ func cluster(t *testing.T, policy string, hb *loads, now func() time.Time, names
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		reg, err := live.New(ctx, live.Config{Store: live.NewMemoryStore(), IdleTimeout: -1, Node: name}, livetest.NewFakeKind(abi.TypeTerminal, false))
+		reg, err := live.New(ctx, live.Config{Store: live.NewMemoryStore(), IdleTimeout: -1, Node: name}, livetest.NewFakeKind(abi.TypeTerminal, false), livetest.NewFakeKind(abi.TypeAIChat, false))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = reg.Shutdown(context.Background()) })
-		b, err := placement.New(reg, placement.Config{Conn: nc, Cluster: "pl", Node: name, Loads: hb, Policy: policy, Now: now})
+		b, err := placement.New(reg, placement.Config{Conn: nc, Cluster: "pl", Node: name, Loads: hb, Policy: policy, Now: now, Owners: owners})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,10 +183,52 @@ func TestNamedNode(t *testing.T) {
 	}
 }
 
+// owners are the conversations' lease holders as the test sets them.
+type owners map[string]string
+
+func (o owners) Owner(_ context.Context, key string) (string, error) { return o[key], nil }
+
+// TestConversationOwner: an ai-chat create on a conversation another node owns (holds its
+// lease) is created on that node, whatever the policy; one on a conversation this node or no
+// node owns, or naming no conversation, is placed as usual; a create naming a node goes there.
+func TestConversationOwner(t *testing.T) {
+	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	hb := &loads{m: map[string]jetstore.Load{"a": {At: now}, "b": {At: now}, "c": {At: now}}}
+	own := owners{"agent:main:main": "b", "agent:main:mine": "a"}
+	for _, policy := range []string{placement.Local, placement.LeastSessions} {
+		t.Run(policy, func(t *testing.T) {
+			nodes := clusterWith(t, policy, hb, clock, []string{"a", "b", "c"}, nil, own)
+			ctx := testCtx(t)
+			for _, tc := range []struct {
+				name string
+				req  abi.CreateRequest
+				want string
+			}{
+				{"owned by b", abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: "agent:main:main"}}, "b"},
+				{"owned here", abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: "agent:main:mine"}}, ""},
+				{"named node", abi.CreateRequest{Type: abi.TypeAIChat, Context: abi.Context{ChatID: "agent:main:main"}, Node: "c"}, "c"},
+				{"a terminal with that chat", abi.CreateRequest{Type: abi.TypeTerminal, Context: abi.Context{ChatID: "agent:main:main"}}, ""},
+			} {
+				s, err := nodes["a"].b.Create(ctx, tc.req)
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+				if tc.want != "" && s.Node != tc.want {
+					t.Errorf("%s: created on %s, want %s", tc.name, s.Node, tc.want)
+				}
+				if tc.want == "" && policy == placement.Local && s.Node != "a" {
+					t.Errorf("%s: created on %s, want a (local)", tc.name, s.Node)
+				}
+			}
+		})
+	}
+}
+
 // TestNotACluster: a gateway that is no cluster's node refuses a create naming another node,
 // and the least-sessions policy.
 func TestNotACluster(t *testing.T) {
-	reg, err := live.New(testCtx(t), live.Config{Store: live.NewMemoryStore(), IdleTimeout: -1}, livetest.NewFakeKind(abi.TypeTerminal, false))
+	reg, err := live.New(testCtx(t), live.Config{Store: live.NewMemoryStore(), IdleTimeout: -1}, livetest.NewFakeKind(abi.TypeTerminal, false), livetest.NewFakeKind(abi.TypeAIChat, false))
 	if err != nil {
 		t.Fatal(err)
 	}
