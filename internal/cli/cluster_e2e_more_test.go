@@ -20,6 +20,7 @@ import (
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/testkit"
+	"github.com/nexus-run/nexus/internal/triggerkv"
 )
 
 // TestClusterTriggersAndConsole runs the rest of issue 27's end-to-end script on the harness
@@ -160,8 +161,8 @@ type firingCount struct {
 
 // firingWatch reads a job's firings straight from the cluster's buckets: the claims in
 // NEXUS_nexus_FIRINGS (fire.cron_<job>_<ms>, made once by construction) and the messages in
-// NEXUS_nexus_QUEUE (<b64 node/key>.<b64 id>, the id cron_<job>_<ms>), so a firing delivered
-// by two nodes shows as two entries of one id in two nodes' scopes.
+// NEXUS_nexus_QUEUE (<b64 key>.<b64 id>, the id cron_<job>_<ms>). A claim names the node that
+// made it, which queues the firing; a firing queued twice would be two entries of its id.
 type firingWatch struct {
 	t   *testing.T
 	c   *cluster
@@ -248,17 +249,21 @@ func (w *firingWatch) read(on *node, since int64) (firingCount, string) {
 		return fc, fmt.Sprintf("queue bucket: %v", err)
 	}
 	claims, err := keys("NEXUS_nexus_FIRINGS")
+	claimsKV, kerr := js.KeyValue(ctx, "NEXUS_nexus_FIRINGS")
+	if err == nil {
+		err = kerr
+	}
 	if err != nil {
 		return fc, fmt.Sprintf("firings bucket: %v", err)
 	}
 	prefix := "cron_" + w.job + "_"
-	queued := map[int64][]string{} // scheduled ms → the nodes whose scope holds its message
+	queued := map[int64]int{} // scheduled ms → its messages in the queue
 	for _, k := range entries {
 		parts := strings.Split(k, ".")
 		if len(parts) != 2 { // a chunk of a long message
 			continue
 		}
-		key, err1 := base64.RawURLEncoding.DecodeString(parts[0])
+		_, err1 := base64.RawURLEncoding.DecodeString(parts[0])
 		id, err2 := base64.RawURLEncoding.DecodeString(parts[1])
 		if err1 != nil || err2 != nil {
 			w.t.Fatalf("queue entry %q: not base64url (%v, %v)", k, err1, err2)
@@ -271,10 +276,9 @@ func (w *firingWatch) read(on *node, since int64) (firingCount, string) {
 		if err != nil {
 			w.t.Fatalf("queue entry %q: message id %q", k, id)
 		}
-		node, _, _ := strings.Cut(string(key), "/")
-		queued[at] = append(queued[at], node)
+		queued[at]++
 	}
-	claimed := map[int64]bool{}
+	claimed := map[int64]string{} // scheduled ms → the node that claimed it
 	for _, k := range claims {
 		ms, ok := strings.CutPrefix(k, "fire."+prefix)
 		if !ok {
@@ -284,21 +288,29 @@ func (w *firingWatch) read(on *node, since int64) (firingCount, string) {
 		if err != nil {
 			w.t.Fatalf("firing claim %q", k)
 		}
-		claimed[at] = true
-	}
-	for at, nodes := range queued {
-		if len(nodes) > 1 {
-			w.t.Fatalf("job %s's firing scheduled %d was delivered %d times, by %v", w.job, at, len(nodes), nodes)
+		e, err := claimsKV.Get(ctx, k)
+		if err != nil {
+			return fc, fmt.Sprintf("claim %s: %v", k, err)
 		}
-		if !claimed[at] {
-			w.t.Fatalf("job %s's firing scheduled %d is queued (by %v) and was never claimed", w.job, at, nodes)
+		var c triggerkv.Claimed
+		if err := json.Unmarshal(e.Value(), &c); err != nil || c.Node == "" {
+			w.t.Fatalf("firing claim %q: %q names no node (%v)", k, e.Value(), err)
+		}
+		claimed[at] = c.Node
+	}
+	for at, n := range queued {
+		if n > 1 {
+			w.t.Fatalf("job %s's firing scheduled %d was queued %d times", w.job, at, n)
+		}
+		if _, ok := claimed[at]; !ok {
+			w.t.Fatalf("job %s's firing scheduled %d is queued and was never claimed", w.job, at)
 		}
 	}
 	why := ""
-	for at := range claimed {
+	for at, by := range claimed {
 		f := firing{at: at}
-		if nodes := queued[at]; len(nodes) == 1 {
-			f.by = nodes[0]
+		if queued[at] == 1 {
+			f.by = by
 			fc.delivered++
 			fc.byNode[f.by]++
 			if at > since {

@@ -410,7 +410,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if o.Triggers != nil {
 				// The cluster's jobs and hooks, shared by every node, and each firing claimed
 				// by one node (docs/cluster.md); state/triggers/triggers.db is not read.
-				tk, err := triggerkv.Open(ctx, conn, triggerkv.Options{Cluster: cfg.Cluster.Name, Replicas: cfg.Cluster.Replicas, Now: cfg.Now})
+				tk, err := triggerkv.Open(ctx, conn, triggerkv.Options{Cluster: cfg.Cluster.Name, Replicas: cfg.Cluster.Replicas, Now: cfg.Now, Node: node})
 				if err != nil {
 					_ = st.Close()
 					return nil, fmt.Errorf("cluster triggers: %w", err)

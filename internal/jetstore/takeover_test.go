@@ -93,7 +93,7 @@ func TestTakeover(t *testing.T) {
 	if _, err := ha.AppendMessage(text("assistant", "then nothing"), nil); err != nil {
 		t.Fatal(err)
 	}
-	qa := broker.Scoped(a.queues, "a")
+	qa := a.queues
 	var queued []string
 	for _, s := range []string{"first while a dies", "second"} {
 		m, err := qa.Enqueue(ctx, key, broker.Followup, s, "")
@@ -130,7 +130,7 @@ func TestTakeover(t *testing.T) {
 	}
 
 	// a's undelivered messages, delivered by b into the conversation, once.
-	msgs, err := b.queues.Queued(ctx, broker.ScopedKey(prev.Node, key))
+	msgs, err := b.queues.Queued(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,8 @@ type Options struct {
 	Now func() time.Time
 	// ClaimsMaxAge is how long the firings bucket keeps a claim (default DefaultClaimsMaxAge).
 	ClaimsMaxAge time.Duration
+	// Node names this node in its claims (who delivered a firing, for an operator).
+	Node string
 }
 
 // DefaultClaimsMaxAge bounds the firings bucket: a firing's claim need only outlive the moment
@@ -49,6 +51,7 @@ type Store struct {
 	claims  jetstream.KeyValue // fire.<firing>, sig.<hook>.<hash>
 	bucket  string
 	now     func() time.Time
+	node    string
 	mu      sync.Mutex
 	written uint64 // the last revision this store wrote to defs: a listing waits for it
 }
@@ -91,7 +94,7 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	s := &Store{js: js, now: opt.Now}
+	s := &Store{js: js, now: opt.Now, node: opt.Node}
 	defs, claims := Names(opt.Cluster)
 	s.bucket = defs
 	if s.defs, err = openBucket(ctx, js, jetstream.KeyValueConfig{Bucket: defs, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas}); err != nil {
@@ -497,10 +500,20 @@ func (s *Store) UnclaimSignature(ctx context.Context, hook, sig string) error {
 	return nil
 }
 
+// Claimed is a firing's claim in the firings bucket: when, and by which node.
+type Claimed struct {
+	At   int64  `json:"at"`
+	Node string `json:"node,omitempty"`
+}
+
 // Claim implements trigger.Claimer: the firing's key created in the firings bucket; the
 // bucket's create succeeds for one writer only, whichever node it comes from.
 func (s *Store) Claim(ctx context.Context, firing string) (bool, error) {
-	_, err := s.claims.Create(ctx, "fire."+firing, []byte(strconv.FormatInt(s.now().UnixMilli(), 10)))
+	val, err := json.Marshal(Claimed{At: s.now().UnixMilli(), Node: s.node})
+	if err != nil {
+		return false, fmt.Errorf("triggers: claim firing %s: %w", firing, err)
+	}
+	_, err = s.claims.Create(ctx, "fire."+firing, val)
 	if conflict(err) {
 		return false, nil
 	}
