@@ -901,3 +901,69 @@ func TestLogCloseDeletesConsumer(t *testing.T) {
 		return err == nil && s.CachedInfo().State.Consumers == 0
 	})
 }
+
+// TestFollowerStalls: a log whose consumer stops delivering (seen once, an appender waiting
+// for ever after a stream leader's kill) follows the subject again once a wait for it saw
+// nothing for its bound: an append of its own after another node's goes through, and the log
+// reads every event once, in order.
+func TestFollowerStalls(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	ctx := testCtx(t)
+	limits := live.LogLimits{Events: 100, Bytes: 1 << 20, Pinned: 10}
+	var logs []*jetstore.Log
+	for _, node := range []string{"a", "b"} {
+		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
+		l, err := st.OpenLog(ctx, "s1", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		logs = append(logs, l)
+	}
+	a, b := logs[0], logs[1]
+	if _, err := a.Append(ctx, event("a1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := catchUp(ctx, b, 1); err != nil {
+		t.Fatal(err)
+	}
+	a.StallFollower(50 * time.Millisecond)
+	// b appends while a's consumer gives nothing; a's next append follows b's, so a must
+	// see b's before its own is in its projection. An append numbered before the other
+	// node's is refused (NotStoredError) and made again.
+	stored := func(l *jetstore.Log, text string) {
+		t.Helper()
+		for {
+			_, err := l.Append(ctx, event(text))
+			if err == nil {
+				err = l.Flush(ctx)
+			}
+			if err == nil {
+				return
+			}
+			var ns *jetstore.NotStoredError
+			if !errors.As(err, &ns) {
+				t.Fatal(err)
+			}
+		}
+	}
+	stored(b, "b2")
+	stored(b, "b3")
+	stored(a, "a4")
+	p, err := a.Read(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range p.Events {
+		got = append(got, fmt.Sprintf("%d:%s", e.Seq, e.Payload))
+	}
+	want := []string{"1:a1", "2:b2", "3:b3", "4:a4"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("a reads %v, want %v", got, want)
+	}
+}

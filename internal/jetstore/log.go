@@ -84,7 +84,18 @@ type Log struct {
 	closed  bool
 	cc      jetstream.ConsumeContext
 	cons    jetstream.Consumer
+	// applied is the stream sequence of the last message the consumer gave: a follower made
+	// again starts after it.
+	applied uint64
+	// stall is how long a wait for the consumer may see nothing come before the follower is
+	// made again (default followerStall).
+	stall time.Duration
 }
+
+// followerStall bounds a wait for this node's consumer of a log: an ordered consumer that
+// stopped delivering (seen once after a stream leader's kill) is replaced by one starting
+// after the last message it gave, rather than leave the log's appender waiting for ever.
+const followerStall = 2 * ackWait
 
 var _ live.EventLog = (*Log)(nil)
 
@@ -93,7 +104,7 @@ var _ live.EventLog = (*Log)(nil)
 // stream held when it was opened.
 func openLog(ctx context.Context, js jetstream.JetStream, stream, subject, id string, limits live.LogLimits, logger *slog.Logger) (*Log, error) {
 	l := &Log{js: js, stream: stream, subject: subject, id: id, logger: logger, mem: live.NewMemoryLog(limits), progress: make(chan struct{}),
-		publishMsg: js.PublishMsg}
+		publishMsg: js.PublishMsg, stall: followerStall}
 	if err := l.refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -147,7 +158,8 @@ func (l *Log) refreshMsg(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 	return m, nil
 }
 
-// catchUp waits until the projection holds seq.
+// catchUp waits until the projection holds seq. A consumer that gives nothing for l.stall
+// while the projection lacks seq is made again (refollow), as often as it takes.
 func (l *Log) catchUp(ctx context.Context, seq uint64) error {
 	for {
 		last, _ := l.mem.LastSeq(ctx)
@@ -155,15 +167,77 @@ func (l *Log) catchUp(ctx context.Context, seq uint64) error {
 			return nil
 		}
 		l.applyMu.Lock()
-		closed := l.closed
+		closed, stall := l.closed, l.stall
 		l.applyMu.Unlock()
 		if closed {
 			return live.ErrLogClosed
 		}
-		if err := l.mem.Wait(ctx, last); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, stall)
+		err := l.mem.Wait(wctx, last)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err() //nolint:wrapcheck // the caller's own context
+		case errors.Is(err, context.DeadlineExceeded):
+			if rerr := l.refollow(ctx, last, seq); rerr != nil {
+				l.logger.Warn("follow a log's events again", "id", l.id, "err", rerr)
+			}
+		default:
 			return err
 		}
 	}
+}
+
+// refollow replaces the log's consumer by one that starts after the last message the old
+// one gave.
+func (l *Log) refollow(ctx context.Context, have, want uint64) error {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
+	if l.closed {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{l.subject}, InactiveThreshold: consumerIdle}
+	if l.applied > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, l.applied+1
+	}
+	l.logger.Warn("a log's consumer gave nothing while events were missing: following again", "id", l.id,
+		"have", have, "want", want, "fromStreamSeq", cfg.OptStartSeq)
+	cctx, cancel := context.WithTimeout(ctx, ackWait)
+	defer cancel()
+	cons, err := l.js.OrderedConsumer(cctx, l.stream, cfg)
+	if err != nil {
+		return fmt.Errorf("session %s: follow its events again: %w", l.id, err)
+	}
+	cc, err := cons.Consume(l.deliver)
+	if err != nil {
+		return fmt.Errorf("session %s: follow its events again: %w", l.id, err)
+	}
+	old, oldCons := l.cc, l.cons
+	l.cc, l.cons = cc, cons
+	if old != nil {
+		old.Stop()
+	}
+	l.deleteConsumer(ctx, oldCons)
+	return nil
+}
+
+// deleteConsumer deletes a consumer the log no longer uses, not waited for.
+func (l *Log) deleteConsumer(ctx context.Context, cons jetstream.Consumer) {
+	if cons == nil {
+		return
+	}
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	go func(name string) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackWait)
+		defer cancel()
+		if err := l.js.DeleteConsumer(dctx, l.stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			l.logger.Debug("delete a log's consumer", "id", l.id, "consumer", name, "err", err)
+		}
+	}(info.Name)
 }
 
 // Append implements live.EventLog, asynchronously: it numbers events after the newest this
@@ -501,6 +575,12 @@ func (l *Log) deliver(m jetstream.Msg) {
 	if l.closed {
 		return
 	}
+	if md, merr := m.Metadata(); merr == nil {
+		if md.Sequence.Stream <= l.applied {
+			return // given again by a follower made again
+		}
+		l.applied = md.Sequence.Stream
+	}
 	ctx := context.Background()
 	if err != nil {
 		// A message this node cannot read: its numbers read as missed rather than stop the log.
@@ -578,16 +658,8 @@ func (l *Log) Close(ctx context.Context) error {
 	if l.cc != nil {
 		l.cc.Stop()
 	}
-	if info := l.cons.CachedInfo(); info != nil {
-		// Not waited for: a read of another node's session closes its log as it answers.
-		go func(name string) {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackWait)
-			defer cancel()
-			if err := l.js.DeleteConsumer(dctx, l.stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				l.logger.Debug("delete a log's consumer", "id", l.id, "consumer", name, "err", err)
-			}
-		}(info.Name)
-	}
+	// Not waited for: a read of another node's session closes its log as it answers.
+	l.deleteConsumer(ctx, l.cons)
 	return errors.Join(settled, failed, l.mem.Close(ctx))
 }
 
