@@ -42,6 +42,7 @@ var (
 // bench is the processes of a -nodes run.
 type bench struct {
 	dir, nexus, natsServer string
+	model                  string // the slow model's URL, named in every node's config.toml
 	servers                []string // client URLs
 	procs                  []*exec.Cmd
 }
@@ -72,6 +73,22 @@ func runNodes(ctx context.Context) error {
 		if err := b.failover(ctx, lost, *failoverRuns); err != nil {
 			return err
 		}
+	}
+	if *takeoverRuns > 0 {
+		url, stop, err := slowModel()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		b.model = url
+		for _, lost := range []time.Duration{3 * time.Second, 10 * time.Second} {
+			if err := b.takeover(ctx, lost, *takeoverRuns); err != nil {
+				return err
+			}
+		}
+	}
+	if *createPerNode == 0 {
+		return nil
 	}
 	return b.createAndMemory(ctx, *createPerNode)
 }
@@ -104,6 +121,15 @@ func freeAddr() (string, error) {
 func (b *bench) start(ctx context.Context, env []string, prog string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.CommandContext(ctx, prog, args...) //nolint:gosec // the benchmark's own programs
 	cmd.Env = append(os.Environ(), env...)
+	if dir := os.Getenv("NEXUS_BENCH_LOGS"); dir != "" {
+		// Each process's output in a file of its own there, for a run that went wrong.
+		f, err := os.CreateTemp(dir, filepath.Base(prog)+"-*.log")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = f.Close() }()
+		cmd.Stdout, cmd.Stderr = f, f
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -178,6 +204,11 @@ func (b *bench) startNode(ctx context.Context, name string, args ...string) (*no
 		return nil, err
 	}
 	env := []string{"NEXUS_HOME=" + home}
+	if b.model != "" {
+		if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(modelConfig(b.model)), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	all := append([]string{"serve", "--nats", strings.Join(b.servers, ","), "--node", name, "--nats-replicas", "3", "--max-sessions", "10000"}, args...)
 	if n.cmd, err = b.start(ctx, env, b.nexus, all...); err != nil {
 		return nil, err

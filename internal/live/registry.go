@@ -430,6 +430,13 @@ func (r *Registry) Create(ctx context.Context, req abi.CreateRequest) (abi.Sessi
 		r.finish(ctx, s, abi.CloseShutdown, nil)
 		return abi.Session{}, abi.Errorf(abi.CodeResourceUnavailable, "", "gateway is shutting down")
 	}
+	if r.cfg.Node != "" {
+		// The record holds what the kind's start set (an ai-chat's backend, model, key):
+		// another node lists the session from it, and takes a conversation over with it.
+		if err := r.putRecord(context.WithoutCancel(ctx), s); err != nil {
+			r.cfg.Logger.Warn("record a started session's metadata", "id", s.id, "err", err)
+		}
+	}
 	s.publish(r.now(), abi.EventStatus, abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateConnected, Message: "session active", SessionStatus: abi.StatusActive})
 	if b, ok := inst.(Beginner); ok {
 		b.Begin()
