@@ -42,7 +42,7 @@ var (
 // bench is the processes of a -nodes run.
 type bench struct {
 	dir, nexus, natsServer string
-	model                  string // the slow model's URL, named in every node's config.toml
+	model                  string   // the slow model's URL, named in every node's config.toml
 	servers                []string // client URLs
 	procs                  []*exec.Cmd
 }
