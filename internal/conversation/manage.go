@@ -294,6 +294,13 @@ func (s *Service) compactLines(ctx context.Context, st *chatstore.Store, c chat,
 	if err != nil {
 		return nil, writerError(c, err)
 	}
+	if archived != "" {
+		// The file was rewritten in place: the cluster's copy becomes the new file, else the
+		// next Hold would find them apart and refuse.
+		if err := s.reseedReplica(ctx, c.SessionID, c.Path); err != nil {
+			return nil, writerError(c, err)
+		}
+	}
 	compacted := archived != ""
 	out := &CompactResult{Key: c.Key, SessionID: c.SessionID, Compacted: &compacted}
 	if !compacted {
@@ -356,6 +363,9 @@ func (s *Service) Reset(ctx context.Context, ref string) (*ResetResult, error) {
 	if err != nil {
 		return nil, storeError(err)
 	}
+	if err := s.purgeReplica(ctx, r.PreviousSessionID); err != nil {
+		return nil, err
+	}
 	// A chat whose first message never arrived had no transcript to archive (Archived empty).
 	return &ResetResult{Key: c.Key, Entry: r.Entry, PreviousSessionID: r.PreviousSessionID, Reason: r.Reason, Archived: r.Archived}, nil
 }
@@ -370,6 +380,9 @@ func (s *Service) Archive(ctx context.Context, ref string) (*ArchiveResult, erro
 	archived, err := st.Delete(ctx, c.Key)
 	if err != nil {
 		return nil, storeError(err)
+	}
+	if err := s.purgeReplica(ctx, c.SessionID); err != nil {
+		return nil, err
 	}
 	return &ArchiveResult{Key: c.Key, SessionID: c.SessionID, Archived: archived}, nil
 }

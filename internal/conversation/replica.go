@@ -1,10 +1,12 @@
 package conversation
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"io"
 	"iter"
 	"os"
 	"path/filepath"
@@ -30,6 +32,12 @@ type Replica interface {
 	Tail(ctx context.Context, key string) (n int, last uint64, err error)
 	// Lines yields key's lines in order, each as appended.
 	Lines(ctx context.Context, key string) iter.Seq2[[]byte, error]
+}
+
+// Purger is a Replica whose lines of a key can be dropped: a transcript archived, reset away
+// or rewritten in place (line compaction) no longer holds the lines its replica has.
+type Purger interface {
+	Purge(ctx context.Context, key string) error
 }
 
 // LineLimiter is a Replica that bounds a line's size: the writers of a service with such a
@@ -75,6 +83,14 @@ func (m *MemoryReplica) Append(ctx context.Context, key string, after uint64, li
 	}
 	m.logs[key] = append(m.logs[key], slices.Clone(line))
 	return after + 1, nil
+}
+
+// Purge implements Purger.
+func (m *MemoryReplica) Purge(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.logs, key)
+	return nil
 }
 
 // Tail implements Replica.
@@ -252,4 +268,56 @@ func (h *Held) write(fn func() (string, error)) (string, error) {
 		return id, h.rep.err
 	}
 	return id, err
+}
+
+// purgeReplica drops sessionID's lines from the service's replica, if it can: its transcript
+// was archived or rewritten. A failure is returned for the caller to report; the file is
+// already what it is.
+func (s *Service) purgeReplica(ctx context.Context, sessionID string) error {
+	p, ok := s.replicaOf().(Purger)
+	if !ok || sessionID == "" {
+		return nil
+	}
+	if err := p.Purge(ctx, sessionID); err != nil {
+		return fmt.Errorf("transcript %s: drop its replicated lines: %w", sessionID, err)
+	}
+	return nil
+}
+
+// reseedReplica makes the replica hold exactly the transcript at path (rewritten in place):
+// its lines dropped, then the file's appended, header first. A failure leaves the replica
+// empty or short, which the next Hold makes whole from the file.
+func (s *Service) reseedReplica(ctx context.Context, sessionID, path string) error {
+	r := s.replicaOf()
+	if r == nil {
+		return nil
+	}
+	if err := s.purgeReplica(ctx, sessionID); err != nil {
+		return err
+	}
+	f, err := os.Open(path) //nolint:gosec // the service's own transcript
+	if err != nil {
+		return fmt.Errorf("transcript %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	br := bufio.NewReader(f)
+	var pos uint64
+	for {
+		line, rerr := br.ReadBytes('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			line = line[:len(line)-1]
+		}
+		if len(line) > 0 {
+			var err error
+			if pos, err = r.Append(ctx, sessionID, pos, line); err != nil {
+				return fmt.Errorf("transcript %s: replicate it again: %w", path, err)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			return fmt.Errorf("transcript %s: %w", path, rerr)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -356,5 +357,92 @@ func TestReplicaHeaderWithFirstEntry(t *testing.T) {
 		if want := map[bool]int{false: 0, true: 2}[write]; n != want || (serr == nil) != write {
 			t.Fatalf("hold %d: replica %d lines (want %d), file: %v", i, n, want, serr)
 		}
+	}
+}
+
+// replicaLines are key's lines in r.
+func replicaLines(t *testing.T, r conversation.Replica, key string) []string {
+	t.Helper()
+	var out []string
+	for l, err := range r.Lines(context.Background(), key) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(l))
+	}
+	return out
+}
+
+// fileLines are the lines of the file at path.
+func fileLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// TestReplicaRewritten: a transcript rewritten in place (line compaction) has its replica made
+// the new file (the next Hold was refused before: the replica held more lines, or others);
+// a reset drops the previous transcript's lines, an archive the chat's.
+func TestReplicaRewritten(t *testing.T) {
+	ctx := context.Background()
+	rep := conversation.NewMemoryReplica()
+	s := conversation.New(conversation.Options{Dir: t.TempDir(), Replica: rep})
+	const key = "agent:main:rewritten"
+	h, err := s.Hold(ctx, key, conversation.HoldOptions{Cwd: "/w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTurns(t, h)
+	sid, path := h.SessionID, h.Path()
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := len(replicaLines(t, rep, sid))
+	res, err := s.Compact(ctx, key, conversation.CompactRequest{MaxLines: 3})
+	if err != nil || res.Compacted == nil || !*res.Compacted {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	if got, want := replicaLines(t, rep, sid), fileLines(t, path); strings.Join(got, "\n") != strings.Join(want, "\n") || len(got) >= before {
+		t.Fatalf("replica after the compaction (%d lines before):\n%s\nthe file:\n%s", before, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	h, err = s.Hold(ctx, key, conversation.HoldOptions{})
+	if err != nil {
+		t.Fatalf("hold after a compaction in place: %v", err)
+	}
+	if _, err := h.AppendMessage(map[string]any{"role": "user", "content": "after", "timestamp": 9}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := replicaLines(t, rep, sid), fileLines(t, path); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("replica after an append:\n%s\nthe file:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	r, err := s.Reset(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := replicaLines(t, rep, r.PreviousSessionID); len(got) != 0 {
+		t.Fatalf("the reset transcript keeps %d replicated lines", len(got))
+	}
+	h, err = s.Hold(ctx, key, conversation.HoldOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AppendMessage(map[string]any{"role": "user", "content": "new", "timestamp": 10}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sid = h.SessionID
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Archive(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if got := replicaLines(t, rep, sid); len(got) != 0 {
+		t.Fatalf("the archived transcript keeps %d replicated lines", len(got))
 	}
 }

@@ -133,6 +133,17 @@ func (t *Transcripts) Append(ctx context.Context, key string, after uint64, line
 	}
 }
 
+// Purge implements conversation.Purger: the transcript's subject loses every line.
+func (t *Transcripts) Purge(ctx context.Context, key string) error {
+	_, err := try(ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, t.st.Purge(ctx, jetstream.WithPurgeSubject(t.subjectOf(key)))
+	})
+	if err != nil {
+		return fmt.Errorf("transcript %s: purge: %w", key, err)
+	}
+	return nil
+}
+
 // Tail implements conversation.Replica: the subject's message count and last sequence.
 func (t *Transcripts) Tail(ctx context.Context, key string) (int, uint64, error) {
 	subj := t.subjectOf(key)

@@ -44,6 +44,39 @@ func RunReplica(t *testing.T, newReplica ReplicaFactory) {
 		}
 		wantLines(t, r, key, want)
 	})
+	t.Run("Purge", func(t *testing.T) {
+		r := newReplica(t)(t)
+		p, ok := r.(conversation.Purger)
+		if !ok {
+			t.Skip("the replica does not purge")
+		}
+		c := ctx(t)
+		lines := map[string][][]byte{}
+		for _, key := range []string{"purged", "kept"} {
+			var pos uint64
+			for i := range 3 {
+				line := fmt.Appendf(nil, `{"key":%q,"n":%d}`, key, i)
+				var err error
+				if pos, err = r.Append(c, key, pos, line); err != nil {
+					t.Fatal(err)
+				}
+				lines[key] = append(lines[key], line)
+			}
+		}
+		if err := p.Purge(c, "purged"); err != nil {
+			t.Fatal(err)
+		}
+		if n, last, err := r.Tail(c, "purged"); err != nil || n != 0 || last != 0 {
+			t.Fatalf("tail after the purge: %d lines, last %d, %v", n, last, err)
+		}
+		wantLines(t, r, "purged", nil)
+		wantLines(t, r, "kept", lines["kept"])
+		again := []byte(`{"again":true}`)
+		if _, err := r.Append(c, "purged", 0, again); err != nil {
+			t.Fatalf("append after the purge: %v", err)
+		}
+		wantLines(t, r, "purged", [][]byte{again})
+	})
 	t.Run("Conflict", func(t *testing.T) {
 		r := newReplica(t)(t)
 		c := ctx(t)
