@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/chatstore"
 )
 
@@ -105,3 +107,138 @@ func (e *HeldError) Error() string {
 
 // Is makes a HeldError ErrLeaseHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
+
+// MemoryLeases are Leases in memory, shared by the "nodes" of one process (a test's): the
+// reference of the jetstore leases' behaviour. Each node is a MemoryLeases of its own name on
+// one LeaseTable.
+type MemoryLeases struct {
+	t    *LeaseTable
+	node string
+}
+
+// LeaseTable is what MemoryLeases share: every conversation's holder.
+type LeaseTable struct {
+	mu  sync.Mutex
+	ttl time.Duration
+	now func() time.Time
+	m   map[string]*memLeaseRec
+}
+
+type memLeaseRec struct {
+	node, session string
+	until         time.Time
+	gen           uint64
+}
+
+// NewLeaseTable returns an empty table whose leases last ttl by the clock now (nil:
+// time.Now).
+func NewLeaseTable(ttl time.Duration, now func() time.Time) *LeaseTable {
+	if now == nil {
+		now = time.Now
+	}
+	return &LeaseTable{ttl: ttl, now: now, m: map[string]*memLeaseRec{}}
+}
+
+// Node is the table as node sees it.
+func (t *LeaseTable) Node(node string) *MemoryLeases { return &MemoryLeases{t: t, node: node} }
+
+var _ Leases = (*MemoryLeases)(nil)
+
+// TTL implements Leases.
+func (m *MemoryLeases) TTL() time.Duration { return m.t.ttl }
+
+// Acquire implements Leases.
+func (m *MemoryLeases) Acquire(_ context.Context, key string) (OwnedLease, error) {
+	t := m.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	rec := t.m[key]
+	var prev Holder
+	if rec != nil {
+		if rec.node != m.node && now.Before(rec.until) {
+			he := &HeldError{Key: key, Node: rec.node, Until: rec.until}
+			return nil, &abi.Error{Code: abi.CodeResourceUnavailable, Message: he.Error(), Err: he}
+		}
+		prev = Holder{Node: rec.node, Session: rec.session}
+	} else {
+		rec = &memLeaseRec{}
+		t.m[key] = rec
+	}
+	rec.node, rec.until = m.node, now.Add(t.ttl)
+	rec.gen++
+	return &memLease{t: t, key: key, gen: rec.gen, until: rec.until, session: rec.session, prev: prev}, nil
+}
+
+// memLease is a MemoryLeases lease: valid while the table's record is still its generation
+// and its end has not passed.
+type memLease struct {
+	t       *LeaseTable
+	key     string
+	gen     uint64
+	until   time.Time
+	session string
+	lost    error
+	prev    Holder
+}
+
+func (l *memLease) Valid() error {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	if l.lost != nil {
+		return l.lost
+	}
+	if !l.t.now().Before(l.until) {
+		return fmt.Errorf("conversation %s: the lease expired: %w", l.key, ErrLeaseLost)
+	}
+	return nil
+}
+
+func (l *memLease) renewLocked(session string) error {
+	if l.lost != nil {
+		return l.lost
+	}
+	rec := l.t.m[l.key]
+	if rec == nil || rec.gen != l.gen {
+		l.lost = fmt.Errorf("conversation %s: the lease was taken by another node: %w", l.key, ErrLeaseLost)
+		return l.lost
+	}
+	rec.until, rec.session = l.t.now().Add(l.t.ttl), session
+	rec.gen++
+	l.gen, l.until, l.session = rec.gen, rec.until, session
+	return nil
+}
+
+func (l *memLease) Renew(context.Context) error {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	return l.renewLocked(l.session)
+}
+
+func (l *memLease) SetSession(_ context.Context, session string) error {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	return l.renewLocked(session)
+}
+
+func (l *memLease) Session() string {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	return l.session
+}
+
+func (l *memLease) Release(context.Context) error {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	if l.lost != nil {
+		return nil
+	}
+	l.lost = fmt.Errorf("conversation %s: the lease was released: %w", l.key, ErrLeaseLost)
+	if rec := l.t.m[l.key]; rec != nil && rec.gen == l.gen {
+		rec.until = time.Time{}
+		rec.gen++
+	}
+	return nil
+}
+
+func (l *memLease) Previous() Holder { return l.prev }

@@ -50,6 +50,9 @@ type env struct {
 	// limits are the kinds' subagent limits; now, when set, their clock (and runs.json's).
 	limits aichat.SubagentLimits
 	now    func() time.Time
+	// leases and node make the env's kinds a node of a cluster (lease_test.go).
+	leases conversation.Leases
+	node   string
 }
 
 // withBroker gives the env's kinds the durable queue of its state directory.
@@ -98,6 +101,8 @@ func (e *env) kind(t *testing.T) *aichat.Kind {
 		Collect:   e.collect,
 		Subagents: e.limits,
 		Now:       e.now,
+		Leases:    e.leases,
+		Node:      e.node,
 	}
 }
 
