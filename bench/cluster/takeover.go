@@ -27,7 +27,7 @@ var takeoverRuns = flag.Int("takeover-runs", 5, "with -nodes: ai-chat owners kil
 
 // slowModel streams every chat completion as 100 tokens, one each 20 ms.
 func slowModel() (url string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}

@@ -60,7 +60,8 @@ func (k *Kind) acquireLease(ctx context.Context, key string) (conversation.Owned
 	k.leases[key] = &heldLease{l: l, refs: 1}
 	if !k.renewing {
 		k.renewing = true
-		go k.renewLeases()
+		// The renewer outlives the start that began it: it runs while any lease is held.
+		go k.renewLeases(context.WithoutCancel(ctx))
 	}
 	return l, l.Previous(), nil
 }
@@ -98,7 +99,7 @@ func (k *Kind) renewEvery() time.Duration {
 
 // renewLeases renews every lease this node holds until it holds none. A lease another node
 // took ends the sessions on its conversation here: they could write nothing more.
-func (k *Kind) renewLeases() {
+func (k *Kind) renewLeases(base context.Context) {
 	t := time.NewTicker(k.renewEvery())
 	defer t.Stop()
 	for range t.C {
@@ -114,12 +115,12 @@ func (k *Kind) renewLeases() {
 		}
 		k.leaseMu.Unlock()
 		for key, l := range held {
-			ctx, cancel := context.WithTimeout(context.Background(), k.renewEvery())
+			ctx, cancel := context.WithTimeout(base, k.renewEvery())
 			err := l.Renew(ctx)
 			cancel()
 			switch {
 			case errors.Is(err, conversation.ErrLeaseLost):
-				k.leaseLost(key, l, err)
+				k.leaseLost(base, key, l, err)
 			case err != nil:
 				// It expires unless a later renewal gets through; the writes stop then.
 				k.logger().Warn("renew a conversation's lease", "key", key, "err", err)
@@ -130,7 +131,7 @@ func (k *Kind) renewLeases() {
 
 // leaseLost forgets a lease another node took and closes this node's sessions on its
 // conversation.
-func (k *Kind) leaseLost(key string, l conversation.OwnedLease, why error) {
+func (k *Kind) leaseLost(ctx context.Context, key string, l conversation.OwnedLease, why error) {
 	k.leaseMu.Lock()
 	if h := k.leases[key]; h != nil && h.l == l {
 		delete(k.leases, key)
@@ -146,7 +147,7 @@ func (k *Kind) leaseLost(key string, l conversation.OwnedLease, why error) {
 	}
 	k.chatsMu.Unlock()
 	for _, id := range ids {
-		if _, err := k.Sessions.Close(context.Background(), id, CloseLeaseLost); err != nil {
+		if _, err := k.Sessions.Close(ctx, id, CloseLeaseLost); err != nil {
 			k.logger().Warn("close a session whose lease was lost", "id", id, "err", err)
 		}
 	}
