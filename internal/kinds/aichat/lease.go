@@ -46,9 +46,18 @@ func leaseKeyOf(key string) string {
 func (k *Kind) acquireLease(ctx context.Context, key string) (conversation.OwnedLease, conversation.Holder, error) {
 	k.leaseMu.Lock()
 	defer k.leaseMu.Unlock()
-	if h := k.leases[key]; h != nil && h.l.Valid() == nil {
-		h.refs++
-		return h.l, conversation.Holder{}, nil
+	if h := k.leases[key]; h != nil {
+		// Held here already: shared, once it is valid. One that ran out (renewals failed)
+		// is renewed from this node's record if no node wrote it since, so the sessions
+		// holding it here go on with it.
+		err := h.l.Valid()
+		if err != nil {
+			err = h.l.Renew(ctx)
+		}
+		if err == nil {
+			h.refs++
+			return h.l, conversation.Holder{}, nil
+		}
 	}
 	l, err := k.Leases.Acquire(ctx, key)
 	if err != nil {

@@ -164,3 +164,42 @@ func TestConversationTakenOver(t *testing.T) {
 		t.Fatalf("the conversation on b:\n%s", joined)
 	}
 }
+
+// TestLeaseRunsOutAndComesBack: a node whose lease ran out (its renewals failed) writes
+// nothing; when no other node took the conversation, the node's next start on it renews the
+// lease from its own record, and the sessions already there write again.
+func TestLeaseRunsOutAndComesBack(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	a, _, _ := nodes(t, echo, clock)
+	ra := a.gateway(t)
+	const key = "agent:main:comes-back"
+	s := a.open(t, ra, key, "yolo")
+	w := &watcher{r: ra, id: s.SessionID}
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	send(t, ra, s.SessionID, "while it ran out")
+	if end := w.turnEnded(t); end.End != abi.TurnError || !strings.Contains(end.Reason, "lease") {
+		t.Fatalf("a turn with the lease run out: %+v", end)
+	}
+	// A second session renews the lease; closed again, it leaves the first one holding it
+	// (the newest session on a key delivers its queue, so the first delivers only then).
+	s2 := a.open(t, ra, key, "yolo")
+	if _, err := ra.Close(context.Background(), s2.SessionID, abi.CloseRequested); err != nil {
+		t.Fatal(err)
+	}
+	send(t, ra, s.SessionID, "after")
+	for {
+		end := w.turnEnded(t)
+		if end.End == abi.TurnCompleted {
+			break
+		}
+		if !strings.Contains(end.Reason, "lease") {
+			t.Fatalf("a turn once the lease was renewed: %+v %s", end, describe(w.seen))
+		}
+		// The message refused before is delivered again first; its turn may still have
+		// been refused if it ran before the renewal.
+	}
+}
