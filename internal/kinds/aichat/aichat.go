@@ -165,6 +165,28 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	if key == "" {
 		key = "agent:" + agentID + ":ai:" + shortID(sink.SessionID())
 	}
+	var c *chat
+	started := false
+	var lease conversation.OwnedLease
+	var leaseKey string
+	if k.Leases != nil {
+		// Only the node holding the conversation's lease opens a session on it (checked
+		// first: a start refused here costs nothing more); one taking it from another node
+		// first rebuilds the transcript that node wrote.
+		var err error
+		if lease, leaseKey, err = k.takeLease(ctx, key); err != nil {
+			return nil, err
+		}
+		defer func() {
+			switch {
+			case started:
+			case c != nil:
+				c.dropLease()
+			default: // the start failed before the session held it
+				k.releaseLease(leaseKey, lease)
+			}
+		}()
+	}
 	cfg, err := k.Config()
 	if err != nil {
 		return nil, err
@@ -212,8 +234,8 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	}
 	level = powers.Level
 	thinking := firstOf(opts.Thinking, prof.Thinking)
-	c := &chat{
-		k: k, sink: sink, key: key, prof: prof, backend: backend, workspace: ws, level: level, powers: powers, policy: policy,
+	c = &chat{
+		k: k, sink: sink, key: key, lease: lease, leaseKey: leaseKey, prof: prof, backend: backend, workspace: ws, level: level, powers: powers, policy: policy,
 		thinking: thinking, temperature: opts.Temperature, maxIter: opts.MaxToolIterations,
 		pending: map[string]chan permission.Answer{}, idle: make(chan struct{}), background: opts.Background,
 		roadmap: req.Context.RoadmapID,
@@ -250,14 +272,6 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 	}
 	c.options = abi.AIChatOptions{Backend: backend.Name, Model: backend.Model, Agent: agentID, Level: string(level), Workspace: ws,
 		Thinking: thinking, Temperature: opts.Temperature, MaxToolIterations: opts.MaxToolIterations}
-	if k.Leases != nil {
-		// Only the node holding the conversation's lease opens a session on it; one taking it
-		// from another node first rebuilds the transcript that node wrote.
-		if err := c.takeLease(ctx, key); err != nil {
-			c.release()
-			return nil, err
-		}
-	}
 	if err := c.attach(ctx, key, opts.QueueMode); err != nil {
 		c.release()
 		return nil, err
@@ -300,6 +314,7 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 		go c.pump()
 		c.wake() // messages queued before a restart
 	}
+	started = true
 	return c, nil
 }
 
@@ -464,9 +479,11 @@ type chat struct {
 	logs        *logs
 
 	key, chatSession, transcript string
-	// lease is this node's lease on the conversation (a cluster's), under leaseKey.
+	// lease is this node's lease on the conversation (a cluster's), under leaseKey; the
+	// session's hold on it is given back once (dropped).
 	lease    conversation.OwnedLease
 	leaseKey string
+	dropped  atomic.Bool
 	// parentSession is a subagent's parent transcript (its header's parentSession), spawnedBy
 	// its parent's key.
 	parentSession, spawnedBy string
@@ -728,9 +745,7 @@ func (c *chat) release() {
 	if c.logs != nil {
 		c.logs.close()
 	}
-	if c.lease != nil {
-		c.k.releaseLease(c.leaseKey, c.lease)
-	}
+	c.dropLease()
 }
 
 // Send implements live.Instance: req.Data is the user's message. With the broker, the message

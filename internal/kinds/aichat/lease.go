@@ -162,21 +162,20 @@ func (k *Kind) leaseLost(ctx context.Context, key string, l conversation.OwnedLe
 	}
 }
 
-// takeLease is Start's side of the lease: key's lease for the session c, and, when another
-// node held the conversation last, its transcript made key's current one here, rebuilt from
-// the cluster's copy (so this node goes on from every entry the other acknowledged).
-func (c *chat) takeLease(ctx context.Context, key string) error {
-	k := c.k
+// takeLease is Start's side of the lease: key's lease for a session, and, when another node
+// held the conversation last, its transcript made key's current one here, rebuilt from the
+// cluster's copy (so this node goes on from every entry the other acknowledged).
+func (k *Kind) takeLease(ctx context.Context, key string) (conversation.OwnedLease, string, error) {
 	lk := leaseKeyOf(key)
 	l, prev, err := k.acquireLease(ctx, lk)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	c.lease, c.leaseKey = l, lk
 	if err := k.adopt(ctx, lk, prev); err != nil {
-		return err
+		k.releaseLease(lk, l)
+		return nil, "", err
 	}
-	return nil
+	return l, lk, nil
 }
 
 // adopt makes the transcript prev names key's current one here when prev is another node.
@@ -374,5 +373,12 @@ func (k *Kind) takeOverLost(ctx context.Context) {
 			continue
 		}
 		go k.TakeOver(ctx, s)
+	}
+}
+
+// dropLease gives back the session's hold on its conversation's lease, once.
+func (c *chat) dropLease() {
+	if c.lease != nil && c.dropped.CompareAndSwap(false, true) {
+		c.k.releaseLease(c.leaseKey, c.lease)
 	}
 }
