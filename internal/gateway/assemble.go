@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/broker"
@@ -536,7 +537,14 @@ type ClusterConfig struct {
 	// RPCTimeout bounds the wait for another node's answer to a send, control command or
 	// close of its session (default noderpc.DefaultTimeout).
 	RPCTimeout time.Duration
+	// StartWait is how long a node starting waits for JetStream to answer (its servers
+	// electing their leader) before it fails (default DefaultStartWait).
+	StartWait time.Duration
 }
+
+// DefaultStartWait bounds a starting node's wait for JetStream: servers started together
+// elect a leader within seconds; one that never comes is an error naming the URLs.
+const DefaultStartWait = time.Minute
 
 // openCluster connects to NATS (starting the embedded server first when asked) and opens the
 // JetStream store; stop releases all of it once the registry has closed the store.
@@ -575,12 +583,47 @@ func openCluster(ctx context.Context, cfg Config) (*jetstore.Store, *nats.Conn, 
 		return nil, nil, nil, err
 	}
 	stops = append(stops, nc.Close)
-	st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: c.Name, Node: c.Node, Replicas: c.Replicas, Logger: cfg.Logger})
-	if err != nil {
-		stop(ctx)
-		return nil, nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
+	wait := c.StartWait
+	if wait <= 0 {
+		wait = DefaultStartWait
 	}
-	return st, nc, stop, nil
+	begun := time.Now()
+	for logged := false; ; {
+		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: c.Name, Node: c.Node, Replicas: c.Replicas, Logger: cfg.Logger})
+		if err == nil {
+			return st, nc, stop, nil
+		}
+		// Servers that are up but have no JetStream leader yet (started moments ago, or
+		// before enough of the others for a quorum) answer nothing or "temporarily
+		// unavailable": the node waits for them, as a service manager's restart would.
+		if !jetStreamStarting(err) || time.Since(begun) > wait || ctx.Err() != nil {
+			stop(ctx)
+			return nil, nil, nil, fmt.Errorf("cluster store on NATS at %s: %w", strings.Join(c.URLs, ","), err)
+		}
+		if !logged {
+			cfg.Logger.Warn("waiting for JetStream: its servers have no leader yet", "urls", strings.Join(c.URLs, ","), "err", err, "wait", wait)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second): // its servers' election, not a condition this node sees
+		}
+	}
+}
+
+// jetStreamStarting says err is JetStream not answering yet: a timeout, no responders, or its
+// "temporarily unavailable" (no meta leader). Not JetStream disabled, nor refused credentials.
+func jetStreamStarting(err error) bool {
+	var je jetstream.JetStreamError
+	if errors.As(err, &je) && je.APIError() != nil {
+		return je.APIError().ErrorCode == 10008 // JSClusterNotAvailErr
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		return api.ErrorCode == 10008
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // NATSTokenFile (in state/nats) holds the embedded nats-server's client token: its client port
