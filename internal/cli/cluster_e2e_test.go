@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -791,16 +789,16 @@ func TestClusterE2E(t *testing.T) {
 
 	t.Run("NodeCutOff", func(t *testing.T) {
 		// c's NATS connection goes through a proxy the test cuts.
-		px := startProxy(t, c.server("n3").client)
+		px := testkit.StartProxy(t, c.server("n3").client)
 		cn.p.kill(t, syscall.SIGTERM)
-		cn.args = []string{"--nats", "nats://" + px.addr, "--node", "c", "--nats-replicas", "3", "--node-lost", "3s"}
+		cn.args = []string{"--nats", "nats://" + px.Addr, "--node", "c", "--nats-replicas", "3", "--node-lost", "3s"}
 		c.startNode(cn)
 		id := cn.openTerminal(t)
 		cn.ok(t, "agent", "terminal", "send", "--session-id", id, "seq 1 10")
 		seen := &reader{n: b, id: id}
 		seen.until(t, 10)
 
-		px.cut()
+		px.Cut()
 		// A write c can no longer replicate fails, and says so; it does not hang.
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.Patience())
 		defer cancel()
@@ -817,7 +815,7 @@ func TestClusterE2E(t *testing.T) {
 			return ok && s.Status == "error" && s.Metadata.CloseReason == "node-lost"
 		})
 
-		px.restore(t)
+		px.Restore(t)
 		// c is back: a session made on c now works, and c's terminal, typed into on c, is
 		// not revived: its record stays error, its log ends with the close b wrote.
 		testkit.Eventually(t, "c takes sessions again", func() bool {
@@ -1009,74 +1007,3 @@ func TestClusterUnreachable(t *testing.T) {
 }
 
 var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
-
-// proxy forwards TCP connections to a server; cut closes them all and refuses new ones (the
-// listener goes), restore listens again on the same address.
-type proxy struct {
-	addr, target string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        []net.Conn
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	p := &proxy{addr: testkit.FreeAddr(t), target: target}
-	p.restore(t)
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *proxy) restore(t *testing.T) {
-	t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Fatalf("proxy: listen on %s: %v", p.addr, err)
-	}
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.ln != ln { // cut meanwhile
-				p.mu.Unlock()
-				_ = c.Close()
-				_ = s.Close()
-				return
-			}
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go pipe(c, s)
-			go pipe(s, c)
-		}
-	}()
-}
-
-func pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	_ = dst.Close()
-	_ = src.Close()
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}

@@ -60,6 +60,11 @@ func (s *Service) Hold(ctx context.Context, key string, opts HoldOptions) (*Held
 	e, err := st.Get(key)
 	if errors.Is(err, chatstore.ErrNotFound) {
 		e, err = st.Create(ctx, key, opts.Fields)
+		if errors.Is(err, chatstore.ErrExists) {
+			// Another holder created it since the Get (two sessions opened on a new key at
+			// once): this one holds that entry, after it.
+			e, err = st.Get(key)
+		}
 	}
 	if err != nil {
 		return nil, storeError(err)

@@ -770,6 +770,143 @@ func TestNodeLost(t *testing.T) {
 	}
 }
 
+// TestNodeLostBeforeItsFirstSweep: a node that goes silent before its sweeper first ran (it
+// heartbeats on its sweeps; here it never sweeps) still has its sessions marked node-lost by
+// the others: it heartbeat as it started, before it could make a session. (Seen in
+// TestClusterConversationPartition: a node cut off within its first second left its ai-chat
+// session active on the others for good, and its conversation was never taken over.)
+func TestNodeLostBeforeItsFirstSweep(t *testing.T) {
+	srv, err := jetstore.StartEmbedded(testCtx(t), jetstore.EmbeddedOptions{Name: "n", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	ctx := testCtx(t)
+	name := clusterName()
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	regs := map[string]*live.Registry{}
+	for _, node := range []string{"a", "b"} {
+		nc, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: name, Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The sweepers' own ticks are an hour apart: a never sweeps, as a node cut off
+		// within its first second.
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }},
+			livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		regs[node] = r
+	}
+	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs["b"].Sweep(ctx, t0.Add(live.DefaultNodeLost+time.Second))
+	if got, err := regs["b"].Get(ctx, s.SessionID); err != nil || got.Status != abi.StatusError || got.Metadata["closeReason"] != live.CloseNodeLost {
+		t.Fatalf("a's session, a gone before its first sweep: %+v, %v; want error, node-lost", got, err)
+	}
+}
+
+// TestRecordCarriesStartMetadata: the record of a session another node reads carries the
+// metadata its kind set as it started (what a node taking a lost node's ai-chat over reopens it
+// with: seen in TestClusterConversationPartition, where the record had none and the takeover
+// failed, "no backend named").
+func TestRecordCarriesStartMetadata(t *testing.T) {
+	srv, err := jetstore.StartEmbedded(testCtx(t), jetstore.EmbeddedOptions{Name: "n", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	ctx := testCtx(t)
+	name := clusterName()
+	regs := map[string]*live.Registry{}
+	for _, node := range []string{"a", "b"} {
+		nc, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: name, Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour}, livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		regs[node] = r
+	}
+	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := regs["b"].Get(ctx, s.SessionID); err != nil || got.Node != "a" || got.Metadata["backend"] != "fake" {
+		t.Fatalf("a's live session read on b: %+v, %v; want the metadata its kind set at start (backend fake)", got, err)
+	}
+}
+
+// TestMovedSeenByItsOldNode: a's session, marked node-lost by b and taken over there (b
+// records where it moved), then closed on a (a, back, found its conversation's lease taken):
+// a answers for it as b does, naming where it moved, not only that it closed. (Seen in
+// TestClusterConversationPartition: a message sent through a to the old session got
+// "closed (lease-lost)", and nexus ai send on a could not follow it to b's session.)
+func TestMovedSeenByItsOldNode(t *testing.T) {
+	srv, err := jetstore.StartEmbedded(testCtx(t), jetstore.EmbeddedOptions{Name: "n", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	ctx := testCtx(t)
+	name := clusterName()
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	regs := map[string]*live.Registry{}
+	for _, node := range []string{"a", "b"} {
+		nc, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: name, Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }},
+			livetest.NewFakeKind(abi.TypeTerminal, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		regs[node] = r
+	}
+	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs["b"].Sweep(ctx, t0.Add(live.DefaultNodeLost+time.Second))
+	if err := regs["b"].Moved(ctx, s.SessionID, "the-new-one"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := regs["a"].Close(ctx, s.SessionID, "lease-lost"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := regs["a"].Get(ctx, s.SessionID); err != nil || got.Metadata[live.MovedToField] != "the-new-one" {
+		t.Errorf("a's closed session, got on a: %+v, %v; want movedTo the-new-one", got, err)
+	}
+	err = regs["a"].Check(ctx, s.SessionID)
+	if abi.CodeOf(err) != abi.CodeSessionClosed || !strings.Contains(err.Error(), "moved to session the-new-one") {
+		t.Errorf("a's closed session, used on a: %v; want SESSION_CLOSED naming the-new-one", err)
+	}
+}
+
 // logRecorder is a slog handler that keeps the messages logged.
 type logRecorder struct {
 	mu   sync.Mutex

@@ -161,6 +161,14 @@ func New(ctx context.Context, cfg Config, kinds ...Kind) (*Registry, error) {
 	if err := r.restore(ctx); err != nil {
 		return nil, err
 	}
+	if lv, ok := cfg.Store.(Liveness); ok && cfg.Node != "" {
+		// A node beats before it can make a session, not only on its sweeps: one gone
+		// before its first sweep would have sessions no other node ever finds lost (it never
+		// beat, so it is no node they know).
+		if err := lv.Beat(ctx, r.now()); err != nil {
+			cfg.Logger.Warn("heartbeat", "node", cfg.Node, "err", err)
+		}
+	}
 	r.wg.Add(1)
 	go r.sweeper(r.base) // ctx bounds the restore; the sweeper runs until Shutdown
 	return r, nil
@@ -483,12 +491,42 @@ func (r *Registry) usable(ctx context.Context, id string) (*session, error) {
 	}
 	now := r.expireIfDue(ctx, s)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.obj.Status.Final() {
+		s.mu.Unlock()
+		r.movedElsewhere(ctx, s)
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		return nil, finalError(s)
 	}
+	defer s.mu.Unlock()
 	s.lastActive = now
 	return s, nil
+}
+
+// movedElsewhere takes into s, a closed session of this node of a cluster, the movedTo another
+// node wrote on its record since (the node that took its conversation over while this one was
+// cut off): this node's answers for it then name where it went, as the other nodes' do, and a
+// client following it (nexus ai send) goes there instead of stopping at "closed".
+func (r *Registry) movedElsewhere(ctx context.Context, s *session) {
+	if r.cfg.Node == "" {
+		return
+	}
+	s.mu.Lock()
+	_, has := s.obj.Metadata[MovedToField]
+	final := s.obj.Status.Final()
+	s.mu.Unlock()
+	if !final || has {
+		return
+	}
+	rec, err := r.cfg.Store.Get(ctx, s.id)
+	if err != nil {
+		return // answered from memory, as a node alone would
+	}
+	if to, _ := rec.Session.Metadata[MovedToField].(string); to != "" {
+		s.mu.Lock()
+		s.obj.Metadata[MovedToField] = to
+		s.mu.Unlock()
+	}
 }
 
 func finalError(s *session) error {
@@ -582,6 +620,7 @@ func (r *Registry) Get(ctx context.Context, id string) (abi.Session, error) {
 	// Detect expiry as usable does, but reading a session is not using it: it must not reset
 	// the idle timer, or anything that watches `session get` would keep sessions alive forever.
 	r.expireIfDue(ctx, s)
+	r.movedElsewhere(ctx, s)
 	return s.snapshot(), nil
 }
 
