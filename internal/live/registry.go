@@ -1161,27 +1161,39 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 // appends its status and close events to its log.
 func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) error {
 	obj := rec.Session
-	obj.Status = abi.StatusError
 	md := make(map[string]any, len(obj.Metadata)+1)
 	maps.Copy(md, obj.Metadata)
+	opener, ok := r.cfg.Store.(LogOpener)
+	var log EventLog
+	if ok {
+		var err error
+		if log, err = opener.OpenEventLog(ctx, obj.SessionID, r.cfg.Log); err != nil {
+			return err
+		}
+		// The record is written when a session starts and when it ends: what its node set
+		// in between (an ai-chat's conversation key and options, which its takeover reopens
+		// it with) is on its log, read as restore's replay reads it.
+		if err := replayMetadata(ctx, md, log); err != nil {
+			return errors.Join(err, log.Close(ctx))
+		}
+	}
+	obj.Status = abi.StatusError
 	md["closeReason"] = CloseNodeLost
 	obj.Metadata = md
 	if _, err := r.cfg.Store.Put(ctx, obj, rec.Revision); err != nil {
+		if log != nil {
+			err = errors.Join(err, log.Close(ctx))
+		}
 		if errors.Is(err, ErrConflict) {
 			return nil // another node marked it, or its owner wrote since
 		}
 		return err
 	}
-	opener, ok := r.cfg.Store.(LogOpener)
-	if !ok {
+	if log == nil {
 		return nil
 	}
-	log, err := opener.OpenEventLog(ctx, obj.SessionID, r.cfg.Log)
-	if err != nil {
-		return err
-	}
 	id := obj.SessionID
-	_, err = log.Append(ctx,
+	_, err := log.Append(ctx,
 		&Event{Type: abi.EventStatus, Time: now, SessionID: id, Payload: abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + CloseNodeLost, SessionStatus: abi.StatusError}},
 		&Event{Type: abi.EventClose, Time: now, SessionID: id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: CloseNodeLost, Status: abi.StatusError}},
 	)
