@@ -161,6 +161,14 @@ func New(ctx context.Context, cfg Config, kinds ...Kind) (*Registry, error) {
 	if err := r.restore(ctx); err != nil {
 		return nil, err
 	}
+	if lv, ok := cfg.Store.(Liveness); ok && cfg.Node != "" {
+		// A node beats before it takes a session, not only on its sweeps: one gone before
+		// its sweeper's first tick had never beaten, so the others never found it lost and
+		// its sessions stayed active for good.
+		if err := lv.Beat(ctx, r.now()); err != nil {
+			return nil, fmt.Errorf("first heartbeat: %w", err)
+		}
+	}
 	r.wg.Add(1)
 	go r.sweeper(r.base) // ctx bounds the restore; the sweeper runs until Shutdown
 	return r, nil
@@ -1132,6 +1140,7 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 		return
 	}
 	failed := map[string]bool{}
+	marked := map[string]int{} // sessions this node marked
 	for _, rec := range recs {
 		if lost[rec.Session.Node] && !rec.Session.Status.Final() {
 			// A session its node made after the heartbeat it was found lost by, within the
@@ -1141,9 +1150,13 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 				failed[rec.Session.Node] = true
 				continue
 			}
-			if err := r.markLost(ctx, rec, now); err != nil {
+			won, err := r.markLost(ctx, rec, now)
+			if err != nil {
 				failed[rec.Session.Node] = true
 				r.cfg.Logger.Warn("mark a lost node's session", "id", rec.Session.SessionID, "node", rec.Session.Node, "err", err)
+			}
+			if won {
+				marked[rec.Session.Node]++
 			}
 		}
 	}
@@ -1153,28 +1166,28 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 	for node := range lost {
 		if !failed[node] {
 			r.lostSeen[node] = beats[node]
+			r.cfg.Logger.Info("node lost: its sessions are marked", "node", node, "lastBeat", beats[node], "marked", marked[node])
 		}
 	}
 }
 
 // markLost writes a lost node's session as error, node-lost, and, if this node's write won,
 // appends its status and close events to its log.
-func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) error {
+func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) (won bool, err error) {
 	obj := rec.Session
 	md := make(map[string]any, len(obj.Metadata)+1)
 	maps.Copy(md, obj.Metadata)
 	opener, ok := r.cfg.Store.(LogOpener)
 	var log EventLog
 	if ok {
-		var err error
 		if log, err = opener.OpenEventLog(ctx, obj.SessionID, r.cfg.Log); err != nil {
-			return err
+			return false, err
 		}
 		// The record is written when a session starts and when it ends: what its node set
 		// in between (an ai-chat's conversation key and options, which its takeover reopens
 		// it with) is on its log, read as restore's replay reads it.
 		if err := replayMetadata(ctx, md, log); err != nil {
-			return errors.Join(err, log.Close(ctx))
+			return false, errors.Join(err, log.Close(ctx))
 		}
 	}
 	obj.Status = abi.StatusError
@@ -1185,15 +1198,15 @@ func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) erro
 			err = errors.Join(err, log.Close(ctx))
 		}
 		if errors.Is(err, ErrConflict) {
-			return nil // another node marked it, or its owner wrote since
+			return false, nil // another node marked it, or its owner wrote since
 		}
-		return err
+		return false, err
 	}
 	if log == nil {
-		return nil
+		return true, nil
 	}
 	id := obj.SessionID
-	_, err := log.Append(ctx,
+	_, err = log.Append(ctx,
 		&Event{Type: abi.EventStatus, Time: now, SessionID: id, Payload: abi.StatusPayload{Type: abi.PayloadStatus, Status: abi.StateClosed, Message: "session closed: " + CloseNodeLost, SessionStatus: abi.StatusError}},
 		&Event{Type: abi.EventClose, Time: now, SessionID: id, Payload: abi.ClosePayload{Type: abi.PayloadClose, Reason: CloseNodeLost, Status: abi.StatusError}},
 	)
@@ -1206,7 +1219,7 @@ func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) erro
 		// kind stops it with the gateway (it may wait a lease's length).
 		go t.TakeOver(r.base, obj)
 	}
-	return err
+	return true, err
 }
 
 // TakeOverer is a kind whose sessions outlive their node (the ai-chat kind's conversations):
