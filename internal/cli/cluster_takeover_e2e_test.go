@@ -110,12 +110,15 @@ func TestClusterConversationTakeover(t *testing.T) {
 	gate.release()
 	t.Logf("a killed -9 with its turn streaming (%d ai-token events read on b, the gate holding the reply) and %d messages acknowledged: %v", tokens, len(acked), acked)
 
-	testkit.Eventually(t, "b lists a's ai-chat as error, node-lost", func() bool {
-		s, ok := find(b.list(t), old)
-		return ok && s.Status == "error" && s.Metadata.CloseReason == "node-lost"
-	})
-	seen.waitFor(t, "the node-lost close on a's ai-chat's log", func(e aiEvent) bool { return e.Type == abi.EventClose })
-	lost := seen.evs[len(seen.evs)-1]
+	var listed session
+	var found bool
+	if !poll(func() bool {
+		listed, found = find(b.list(t), old)
+		return found && listed.Status == "error" && listed.Metadata.CloseReason == "node-lost"
+	}) {
+		t.Fatalf("b lists a's ai-chat as %+v (found %v) %s after a was killed, want error, node-lost", listed, found, testkit.Patience())
+	}
+	lost := seen.waitFor(t, "the node-lost close on a's ai-chat's log", func(e aiEvent) bool { return e.Type == abi.EventClose })
 	if lost.Payload["reason"] != "node-lost" {
 		t.Fatalf("a's ai-chat's log ends with the close %v, want reason node-lost", lost.Payload)
 	}
@@ -425,8 +428,8 @@ func (r *aiReader) more(t *testing.T) {
 	}
 }
 
-// waitFor reads until an event read satisfies ok.
-func (r *aiReader) waitFor(t *testing.T, what string, ok func(aiEvent) bool) {
+// waitFor reads until an event read satisfies ok, and returns the first that does.
+func (r *aiReader) waitFor(t *testing.T, what string, ok func(aiEvent) bool) aiEvent {
 	t.Helper()
 	checked := 0
 	testkit.Eventually(t, what, func() bool {
@@ -438,6 +441,7 @@ func (r *aiReader) waitFor(t *testing.T, what string, ok func(aiEvent) bool) {
 		}
 		return false
 	})
+	return r.evs[checked]
 }
 
 // turns are the session's ai-turn events of phase ("" any), as text.
