@@ -536,7 +536,7 @@ func (g *tokenGate) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
