@@ -632,16 +632,28 @@ func seqTypes(events []*live.Event) []string {
 	return out
 }
 
+// takeOverKind is a fake kind whose sessions outlive their node: it keeps the lost sessions
+// it is told to take over.
+type takeOverKind struct {
+	*livetest.FakeKind
+	lost chan abi.Session
+}
+
+func (k *takeOverKind) TakeOver(_ context.Context, s abi.Session) { k.lost <- s }
+
 // TestNodeLost: three nodes heartbeat on their sweeps (a clock the test sets); node a's
 // connection goes without a clean close. Within the bound nothing happens; past it the two
 // survivors, sweeping at once, mark a's live session error with reason node-lost: one of them
-// wins, so its log gets one close event, which both read.
+// wins, so its log gets one close event, which both read. The record then holds the metadata
+// a's session had (its log's; a record is written only at a session's start and end), and the
+// winner's kind, a live.TakeOverer, is told the session with it.
 func TestNodeLost(t *testing.T) {
 	c := startCluster(t)
 	name := clusterName()
 	ctx := testCtx(t)
 	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	regs := map[string]*live.Registry{}
+	kinds := map[string]*takeOverKind{}
 	var conns []*nats.Conn
 	for _, node := range []string{"a", "b", "c"} {
 		nc := c.connect(t)
@@ -651,8 +663,8 @@ func TestNodeLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The sweeper's own ticks are an hour apart: the test sweeps with its own times.
-		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }},
-			livetest.NewFakeKind(abi.TypeTerminal, false))
+		kinds[node] = &takeOverKind{FakeKind: livetest.NewFakeKind(abi.TypeTerminal, false), lost: make(chan abi.Session, 2)}
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }}, kinds[node])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -663,6 +675,8 @@ func TestNodeLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Metadata set after the start (an ai-chat's state, as a turn runs): on the log only.
+	kinds["a"].Instance(s.SessionID).SetMetadata(map[string]any{"chatKey": "agent:main:main"})
 	for _, node := range []string{"a", "b", "c"} {
 		regs[node].Sweep(ctx, t0)
 	}
@@ -686,6 +700,9 @@ func TestNodeLost(t *testing.T) {
 		if err != nil || got.Status != abi.StatusError || got.Metadata["closeReason"] != live.CloseNodeLost || got.Node != "a" {
 			t.Fatalf("node %s: past the bound: %+v, %v; want error, node-lost, on a", node, got, err)
 		}
+		if got.Metadata["backend"] != "fake" || got.Metadata["chatKey"] != "agent:main:main" {
+			t.Errorf("node %s: the node-lost session's metadata %v, want a's (backend fake, chatKey agent:main:main)", node, got.Metadata)
+		}
 		b, err := regs[node].Read(ctx, s.SessionID, 0, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -702,6 +719,21 @@ func TestNodeLost(t *testing.T) {
 		if closes != 1 || !b.Done {
 			t.Errorf("node %s reads %d close events (done %v), want 1: %v", node, closes, b.Done, seqTypes(b.Events))
 		}
+	}
+	// The node that marked it is told to take it over, with its metadata; the other is not.
+	select {
+	case lost := <-kinds["b"].lost:
+		checkLost(t, "b", lost, s.SessionID)
+		if len(kinds["c"].lost) != 0 {
+			t.Errorf("b and c were both told to take %s over", s.SessionID)
+		}
+	case lost := <-kinds["c"].lost:
+		checkLost(t, "c", lost, s.SessionID)
+		if len(kinds["b"].lost) != 0 {
+			t.Errorf("b and c were both told to take %s over", s.SessionID)
+		}
+	case <-ctx.Done():
+		t.Fatal("no node was told to take the lost session over")
 	}
 	// Later sweeps leave it be; a session b makes is not c's to mark while b heartbeats.
 	sb, err := regs["b"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
@@ -1102,5 +1134,12 @@ func TestFollowerStalls(t *testing.T) {
 	want := []string{"1:a1", "2:b2", "3:b3", "4:a4"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("a reads %v, want %v", got, want)
+	}
+}
+
+func checkLost(t *testing.T, node string, lost abi.Session, id string) {
+	t.Helper()
+	if lost.SessionID != id || lost.Metadata["chatKey"] != "agent:main:main" || lost.Metadata["closeReason"] != live.CloseNodeLost {
+		t.Errorf("node %s was told to take over %s with metadata %v; want %s with a's chatKey, node-lost", node, lost.SessionID, lost.Metadata, id)
 	}
 }

@@ -1178,6 +1178,7 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 		return
 	}
 	failed := map[string]bool{}
+	marked := map[string]int{} // sessions this node marked
 	for _, rec := range recs {
 		if lost[rec.Session.Node] && !rec.Session.Status.Final() {
 			// A session its node made after the heartbeat it was found lost by, within the
@@ -1187,9 +1188,13 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 				failed[rec.Session.Node] = true
 				continue
 			}
-			if err := r.markLost(ctx, rec, now); err != nil {
+			won, err := r.markLost(ctx, rec, now)
+			if err != nil {
 				failed[rec.Session.Node] = true
 				r.cfg.Logger.Warn("mark a lost node's session", "id", rec.Session.SessionID, "node", rec.Session.Node, "err", err)
+			}
+			if won {
+				marked[rec.Session.Node]++
 			}
 		}
 	}
@@ -1199,32 +1204,44 @@ func (r *Registry) checkNodes(ctx context.Context, now time.Time) {
 	for node := range lost {
 		if !failed[node] {
 			r.lostSeen[node] = beats[node]
+			r.cfg.Logger.Info("node lost: its sessions are marked", "node", node, "lastBeat", beats[node], "marked", marked[node])
 		}
 	}
 }
 
 // markLost writes a lost node's session as error, node-lost, and, if this node's write won,
 // appends its status and close events to its log.
-func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) error {
+func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) (won bool, err error) {
 	obj := rec.Session
-	obj.Status = abi.StatusError
 	md := make(map[string]any, len(obj.Metadata)+1)
 	maps.Copy(md, obj.Metadata)
+	opener, ok := r.cfg.Store.(LogOpener)
+	var log EventLog
+	if ok {
+		if log, err = opener.OpenEventLog(ctx, obj.SessionID, r.cfg.Log); err != nil {
+			return false, err
+		}
+		// The record is written when a session starts and when it ends: what its node set
+		// in between (an ai-chat's conversation key and options, which its takeover reopens
+		// it with) is on its log, read as restore's replay reads it.
+		if err := replayMetadata(ctx, md, log); err != nil {
+			return false, errors.Join(err, log.Close(ctx))
+		}
+	}
+	obj.Status = abi.StatusError
 	md["closeReason"] = CloseNodeLost
 	obj.Metadata = md
 	if _, err := r.cfg.Store.Put(ctx, obj, rec.Revision); err != nil {
-		if errors.Is(err, ErrConflict) {
-			return nil // another node marked it, or its owner wrote since
+		if log != nil {
+			err = errors.Join(err, log.Close(ctx))
 		}
-		return err
+		if errors.Is(err, ErrConflict) {
+			return false, nil // another node marked it, or its owner wrote since
+		}
+		return false, err
 	}
-	opener, ok := r.cfg.Store.(LogOpener)
-	if !ok {
-		return nil
-	}
-	log, err := opener.OpenEventLog(ctx, obj.SessionID, r.cfg.Log)
-	if err != nil {
-		return err
+	if log == nil {
+		return true, nil
 	}
 	id := obj.SessionID
 	_, err = log.Append(ctx,
@@ -1240,7 +1257,7 @@ func (r *Registry) markLost(ctx context.Context, rec Record, now time.Time) erro
 		// kind stops it with the gateway (it may wait a lease's length).
 		go t.TakeOver(r.base, obj)
 	}
-	return err
+	return true, err
 }
 
 // TakeOverer is a kind whose sessions outlive their node (the ai-chat kind's conversations):

@@ -89,6 +89,20 @@ func replay(ctx context.Context, s *session, l EventLog) error {
 	return nil
 }
 
+// replayMetadata copies into md the metadata l's events set.
+func replayMetadata(ctx context.Context, md map[string]any, l EventLog) error {
+	p, err := l.Read(ctx, 0, 0)
+	if err != nil {
+		return fmt.Errorf("read its events: %w", err)
+	}
+	for _, e := range p.Events {
+		if pl, ok := e.Payload.(abi.MetadataPayload); ok {
+			maps.Copy(md, pl.Metadata)
+		}
+	}
+	return nil
+}
+
 // WatchSessions implements View.
 func (r *Registry) WatchSessions(ctx context.Context, after uint64, wait time.Duration) (Snapshot, error) {
 	if r.cfg.Node != "" {

@@ -295,6 +295,16 @@ func (k *Kind) Start(ctx context.Context, sink live.Sink, req abi.CreateRequest)
 		"queueMode":      string(c.queueMode),
 		"background":     c.background,
 	})
+	// The sampling options too: a node taking the conversation over reopens it with them
+	// (optionsOf), as a restart does from sessions.json, which stays on this node.
+	sampling := map[string]any{"thinking": thinking}
+	if opts.Temperature != nil {
+		sampling["temperature"] = *opts.Temperature
+	}
+	if opts.MaxToolIterations > 0 {
+		sampling["maxToolIterations"] = opts.MaxToolIterations
+	}
+	sink.SetMetadata(sampling)
 	if opts.Replaces != "" {
 		sink.SetMetadata(map[string]any{"replaces": opts.Replaces})
 	}

@@ -344,8 +344,26 @@ func (k *Kind) awaitLease(ctx context.Context, key, node string) (conversation.O
 func optionsOf(s abi.Session) abi.AIChatOptions {
 	str := func(name string) string { v, _ := s.Metadata[name].(string); return v }
 	bg, _ := s.Metadata["background"].(bool)
-	return abi.AIChatOptions{Backend: str("backend"), Model: str("model"), Agent: str("agent"), Level: str("level"),
-		Workspace: str("workspacePath"), QueueMode: str("queueMode"), Background: bg}
+	o := abi.AIChatOptions{Backend: str("backend"), Model: str("model"), Agent: str("agent"), Level: str("level"),
+		Workspace: str("workspacePath"), QueueMode: str("queueMode"), Background: bg, Thinking: str("thinking")}
+	// Numbers as the session's node set them, or as JSON gave them back (a record's).
+	if t, ok := number(s.Metadata["temperature"]); ok {
+		o.Temperature = &t
+	}
+	if n, ok := number(s.Metadata["maxToolIterations"]); ok {
+		o.MaxToolIterations = int(n)
+	}
+	return o
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case int:
+		return float64(n), true
+	}
+	return 0, false
 }
 
 // heldLease is c's lease as the transcript's writers check it (nil: none).

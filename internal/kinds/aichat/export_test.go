@@ -1,0 +1,4 @@
+package aichat
+
+// OptionsOf is optionsOf, for the tests of package aichat_test.
+var OptionsOf = optionsOf
