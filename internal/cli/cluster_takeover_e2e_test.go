@@ -268,7 +268,7 @@ func checkTakeover(t *testing.T, es []tentry, story, firstID string, queued []st
 	for i := userAt[firstID][0] + 1; i < len(es) && es[i].role() != "user"; i++ {
 		switch {
 		case es[i].role() == "assistant" && es[i].Message.StopReason == "aborted":
-			if !strings.Contains(es[i].Message.ErrorMessage, "gateway restarted during this reply") || es[i].text() == "" {
+			if !strings.Contains(es[i].Message.ErrorMessage, "was lost during this reply") || es[i].text() == "" {
 				t.Fatalf("the cut reply (entry %d): error %q, text %q; want the restart's wording and what streamed\n%s", i, es[i].Message.ErrorMessage, es[i].text(), dump())
 			}
 			aborted = i

@@ -35,6 +35,33 @@ const (
 	restartedReply = "the gateway restarted during this reply"
 )
 
+// cut is what ended the turns recoverHeld closes: a restart of this gateway, or the loss of
+// the node that ran them (a cluster's takeover). Its strings go to the model and the user.
+type cut struct {
+	reason, reply, running, notRun, unknown string
+	// detail is the member a call's answer sets true in its details.
+	detail string
+}
+
+// byRestart is a gateway restart's cut.
+var byRestart = cut{reason: RestartReason, reply: restartedReply, running: restartedRunning, notRun: restartedNotRun, unknown: restartedUnknown,
+	detail: "gatewayRestart"}
+
+// byNodeLoss is the cut of a turn whose node was lost, taken over on another.
+func byNodeLoss(node string) cut {
+	n := "node " + node
+	return cut{
+		reason: n + " was lost: the turn was interrupted and taken over",
+		reply:  n + " was lost during this reply",
+		running: n + " was lost while this call was running there: it will not be run again; " +
+			"what it did before is unknown, so check before calling it again",
+		notRun: n + " was lost before this call ran: it was not run",
+		unknown: n + " was lost before this call's result was recorded: it will not be run again; " +
+			"whether it ran is unknown, so check before calling it again",
+		detail: "nodeLost",
+	}
+}
+
 // interruption is what the log of the session a restart closed says about its last turn.
 type interruption struct {
 	run     string          // the run its last turn was
@@ -146,6 +173,11 @@ type recovered struct {
 // that ran it, when there is a run to close (nil: no partial reply is known, and no call is
 // known to have started).
 func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func() *interruption) (*recovered, error) {
+	return k.recoverHeldBy(ctx, h, logOf, byRestart)
+}
+
+// recoverHeldBy is recoverHeld with the cause the records name.
+func (k *Kind) recoverHeldBy(ctx context.Context, h *conversation.Held, logOf func() *interruption, why cut) (*recovered, error) {
 	var w conversation.TurnWriter = h
 	f := w.File()
 	open, err := lastRun(f)
@@ -179,7 +211,7 @@ func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func
 	now := k.now().UnixMilli()
 	// The reply that was streaming: model calls of this run the transcript has not.
 	if in != nil && in.call > repliesOf(f, open) && (in.text != "" || in.think != "") {
-		m := provider.Message{Role: provider.RoleAssistant, StopReason: provider.StopAborted, ErrorMessage: restartedReply, Timestamp: now}
+		m := provider.Message{Role: provider.RoleAssistant, StopReason: provider.StopAborted, ErrorMessage: why.reply, Timestamp: now}
 		m.API, m.Provider, m.Model = k.modelOf(h, msgs)
 		if in.think != "" {
 			m.Content = append(m.Content, provider.Content{Type: provider.BlockThinking, Thinking: in.think})
@@ -210,15 +242,15 @@ func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func
 			if c.Type != provider.BlockToolCall || answered[c.ID] {
 				continue
 			}
-			why := restartedUnknown
+			answer := why.unknown
 			switch {
 			case in.ran(c.ID):
-				why = restartedRunning
+				answer = why.running
 			case in != nil:
-				why = restartedNotRun
+				answer = why.notRun
 			}
-			details, _ := json.Marshal(map[string]any{"gatewayRestart": true, "ran": in.ran(c.ID), "awaitingConfirmation": in != nil && in.asked[c.ID]})
-			r := provider.Message{Role: provider.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name, Content: []provider.Content{provider.Text(why)},
+			details, _ := json.Marshal(map[string]any{why.detail: true, "ran": in.ran(c.ID), "awaitingConfirmation": in != nil && in.asked[c.ID]})
+			r := provider.Message{Role: provider.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name, Content: []provider.Content{provider.Text(answer)},
 				IsError: true, Details: details, Timestamp: now}
 			if _, err := w.AppendMessage(r, nil); err != nil {
 				return nil, fmt.Errorf("answer call %s: %w", c.ID, err)
@@ -226,7 +258,7 @@ func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func
 			msgs = append(msgs, r)
 		}
 	}
-	ev := chatstore.RunEvent{RunID: open.RunID, SessionID: open.SessionID, Phase: chatstore.PhaseEnd, Outcome: chatstore.OutcomeError, Error: RestartReason}
+	ev := chatstore.RunEvent{RunID: open.RunID, SessionID: open.SessionID, Phase: chatstore.PhaseEnd, Outcome: chatstore.OutcomeError, Error: why.reason}
 	if _, err := w.AppendCustom(chatstore.RunCustomType, ev); err != nil {
 		return nil, fmt.Errorf("end run %s: %w", open.RunID, err)
 	}

@@ -271,7 +271,7 @@ func (k *Kind) takeOver(ctx context.Context, key string, lost abi.Session) error
 	if err != nil {
 		return err
 	}
-	r, err := k.recoverHeld(ctx, h, func() *interruption { return k.readInterruption(ctx, lost.SessionID) })
+	r, err := k.recoverHeldBy(ctx, h, func() *interruption { return k.readInterruption(ctx, lost.SessionID) }, byNodeLoss(lost.Node))
 	if cerr := h.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

@@ -3,6 +3,7 @@ package aichat_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,18 @@ func TestConversationTakenOver(t *testing.T) {
 	joined := strings.Join(raw, "\n")
 	if strings.Count(joined, `"text":"long story"`) != 1 || !strings.Contains(joined, `"text":"echo: long story"`) {
 		t.Fatalf("the conversation on b:\n%s", joined)
+	}
+	// The run a's loss ended says so (not a gateway restart).
+	sh, err := b.chats.Show(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(sh.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(file), "node a was lost: the turn was interrupted and taken over") || strings.Contains(string(file), "gateway restarted") {
+		t.Fatalf("the run's end on b:\n%s", file)
 	}
 }
 
