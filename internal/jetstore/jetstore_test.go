@@ -802,12 +802,10 @@ func TestNodeLost(t *testing.T) {
 	}
 }
 
-// TestNodeLostBeforeItsFirstSweep: a node that goes silent before its sweeper first ran (it
-// heartbeats on its sweeps; here it never sweeps) still has its sessions marked node-lost by
-// the others: it heartbeat as it started, before it could make a session. (Seen in
-// TestClusterConversationPartition: a node cut off within its first second left its ai-chat
-// session active on the others for good, and its conversation was never taken over.)
-func TestNodeLostBeforeItsFirstSweep(t *testing.T) {
+// twoNodes are registries a and b on one embedded server, of one cluster, whose sweepers
+// tick an hour apart (the test sweeps), with clock now (nil: time.Now).
+func twoNodes(t *testing.T, now func() time.Time) map[string]*live.Registry {
+	t.Helper()
 	srv, err := jetstore.StartEmbedded(testCtx(t), jetstore.EmbeddedOptions{Name: "n", Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -815,7 +813,6 @@ func TestNodeLostBeforeItsFirstSweep(t *testing.T) {
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	ctx := testCtx(t)
 	name := clusterName()
-	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	regs := map[string]*live.Registry{}
 	for _, node := range []string{"a", "b"} {
 		nc, err := nats.Connect(srv.ClientURL())
@@ -827,16 +824,27 @@ func TestNodeLostBeforeItsFirstSweep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The sweepers' own ticks are an hour apart: a never sweeps, as a node cut off
-		// within its first second.
-		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }},
-			livetest.NewFakeKind(abi.TypeTerminal, false))
+		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: now}, livetest.NewFakeKind(abi.TypeTerminal, false))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
 		regs[node] = r
 	}
+	return regs
+}
+
+// TestNodeLostBeforeItsFirstSweep: a node that goes silent before its sweeper first ran (it
+// heartbeats on its sweeps; here it never sweeps) still has its sessions marked node-lost by
+// the others: it heartbeat as it started, before it could make a session. (Seen in
+// TestClusterConversationPartition: a node cut off within its first second left its ai-chat
+// session active on the others for good, and its conversation was never taken over.)
+func TestNodeLostBeforeItsFirstSweep(t *testing.T) {
+	ctx := testCtx(t)
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	// The sweepers' own ticks are an hour apart: the test sweeps (a never does, as a node
+	// cut off within its first second).
+	regs := twoNodes(t, func() time.Time { return t0 })
 	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
 	if err != nil {
 		t.Fatal(err)
@@ -852,31 +860,8 @@ func TestNodeLostBeforeItsFirstSweep(t *testing.T) {
 // with: seen in TestClusterConversationPartition, where the record had none and the takeover
 // failed, "no backend named").
 func TestRecordCarriesStartMetadata(t *testing.T) {
-	srv, err := jetstore.StartEmbedded(testCtx(t), jetstore.EmbeddedOptions{Name: "n", Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	ctx := testCtx(t)
-	name := clusterName()
-	regs := map[string]*live.Registry{}
-	for _, node := range []string{"a", "b"} {
-		nc, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: name, Node: node})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour}, livetest.NewFakeKind(abi.TypeTerminal, false))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
-		regs[node] = r
-	}
+	regs := twoNodes(t, nil)
 	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
 	if err != nil {
 		t.Fatal(err)
@@ -892,33 +877,11 @@ func TestRecordCarriesStartMetadata(t *testing.T) {
 // TestClusterConversationPartition: a message sent through a to the old session got
 // "closed (lease-lost)", and nexus ai send on a could not follow it to b's session.)
 func TestMovedSeenByItsOldNode(t *testing.T) {
-	srv, err := jetstore.StartEmbedded(testCtx(t), jetstore.EmbeddedOptions{Name: "n", Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	ctx := testCtx(t)
-	name := clusterName()
 	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	regs := map[string]*live.Registry{}
-	for _, node := range []string{"a", "b"} {
-		nc, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		st, err := jetstore.Open(ctx, nc, jetstore.Options{Cluster: name, Node: node})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := live.New(ctx, live.Config{Node: node, Store: st, Sweep: time.Hour, Now: func() time.Time { return t0 }},
-			livetest.NewFakeKind(abi.TypeTerminal, false))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
-		regs[node] = r
-	}
+	// The sweepers' own ticks are an hour apart: the test sweeps (a never does, as a node
+	// cut off within its first second).
+	regs := twoNodes(t, func() time.Time { return t0 })
 	s, err := regs["a"].Create(ctx, abi.CreateRequest{Type: abi.TypeTerminal})
 	if err != nil {
 		t.Fatal(err)

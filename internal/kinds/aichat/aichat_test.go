@@ -226,6 +226,24 @@ func (e *env) chatState(t *testing.T, key string) string {
 	return idx[key].State
 }
 
+// rawHistory is the conversation's context as its JSON messages.
+func (e *env) rawHistory(t *testing.T, key string) []string {
+	t.Helper()
+	h, err := e.chats.History(context.Background(), key, conversation.HistoryOptions{})
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	defer func() { _ = h.Close() }()
+	var raw []string
+	for m, err := range h.Messages {
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = append(raw, string(m))
+	}
+	return raw
+}
+
 // history is the conversation's context as the model would get it next.
 func (e *env) history(t *testing.T, key string) []provider.Message {
 	t.Helper()
@@ -551,18 +569,7 @@ func TestInterruptMidStream(t *testing.T) {
 	if end := w.turnEnded(t); end.End != abi.TurnCompleted {
 		t.Fatalf("turn %+v: %s", end, describe(w.seen))
 	}
-	h, err := e.chats.History(context.Background(), key, conversation.HistoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw []string
-	for m, err := range h.Messages {
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw = append(raw, string(m))
-	}
-	_ = h.Close()
+	raw := e.rawHistory(t, key)
 	if n := e.m.count(); n != 2 {
 		t.Errorf("the model got %d requests, want 2 (the interrupted one, then the next turn's)", n)
 	}

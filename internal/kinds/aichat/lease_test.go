@@ -148,19 +148,7 @@ func TestConversationTakenOver(t *testing.T) {
 	if end := w.turnEnded(t); end.End != abi.TurnError || !strings.Contains(end.Reason, "lease") {
 		t.Fatalf("a's turn after the takeover: %+v", end)
 	}
-	h, err := b.chats.History(context.Background(), key, conversation.HistoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw []string
-	for m, err := range h.Messages {
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw = append(raw, string(m))
-	}
-	_ = h.Close()
-	joined := strings.Join(raw, "\n")
+	joined := strings.Join(b.rawHistory(t, key), "\n")
 	if strings.Count(joined, `"text":"long story"`) != 1 || !strings.Contains(joined, `"text":"echo: long story"`) {
 		t.Fatalf("the conversation on b:\n%s", joined)
 	}
