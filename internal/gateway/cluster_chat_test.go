@@ -613,3 +613,48 @@ func TestClusterConversationOneOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterConversationSessionsLost: a node lost with two sessions on one conversation has
+// it taken over once, by a session that replaces the newer, and both old ones name it
+// (movedTo): a client of either follows it.
+func TestClusterConversationSessionsLost(t *testing.T) {
+	m := newChatModel(t)
+	nodes := startChatCluster(t, m, 3*time.Second, []string{"a"}, "a", "b")
+	a, b := nodes["a"], nodes["b"]
+	ctx := testCtx(t)
+	ws := t.TempDir()
+	const key = "agent:main:two-sessions"
+	var olds []string
+	for range 2 {
+		s, err := a.openChat(ctx, key, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		olds = append(olds, s.SessionID)
+	}
+	a.px.Cut()
+	var moved []abi.Session
+	testkit.Eventually(t, "b takes a's conversation over", func() bool {
+		list, err := b.cl.List(ctx, true, abi.TypeAIChat)
+		if err != nil {
+			return false
+		}
+		moved = moved[:0]
+		for _, x := range list {
+			if x.Node == "b" && x.Metadata["replaces"] != nil {
+				moved = append(moved, x)
+			}
+		}
+		return len(moved) > 0
+	})
+	if len(moved) != 1 || moved[0].Metadata["replaces"] != olds[1] {
+		t.Fatalf("b's sessions replacing a's: %+v; want one, replacing the newer (%s)", moved, olds[1])
+	}
+	for _, old := range olds {
+		testkit.Eventually(t, "a's session "+old+" names the new one", func() bool {
+			got, err := b.cl.Get(ctx, old)
+			return err == nil && got.Metadata["movedTo"] == moved[0].SessionID
+		})
+	}
+	a.px.Restore(t) // a's shutdown is quick with its connection back
+}

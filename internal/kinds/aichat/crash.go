@@ -173,11 +173,17 @@ type recovered struct {
 // that ran it, when there is a run to close (nil: no partial reply is known, and no call is
 // known to have started).
 func (k *Kind) recoverHeld(ctx context.Context, h *conversation.Held, logOf func() *interruption) (*recovered, error) {
-	return k.recoverHeldBy(ctx, h, logOf, byRestart)
+	return k.recoverHeldBy(ctx, h, func(string) *interruption {
+		if logOf == nil {
+			return nil
+		}
+		return logOf()
+	}, byRestart)
 }
 
-// recoverHeldBy is recoverHeld with the cause the records name.
-func (k *Kind) recoverHeldBy(ctx context.Context, h *conversation.Held, logOf func() *interruption, why cut) (*recovered, error) {
+// recoverHeldBy is recoverHeld with the cause the records name; logOf is given the open run's
+// id (the log of the session that ran it, of several, is the one to read).
+func (k *Kind) recoverHeldBy(ctx context.Context, h *conversation.Held, logOf func(run string) *interruption, why cut) (*recovered, error) {
 	var w conversation.TurnWriter = h
 	f := w.File()
 	open, err := lastRun(f)
@@ -195,7 +201,7 @@ func (k *Kind) recoverHeldBy(ctx context.Context, h *conversation.Held, logOf fu
 	}
 	var in *interruption
 	if logOf != nil {
-		in = logOf()
+		in = logOf(open.RunID)
 	}
 	if in != nil && in.run != open.RunID {
 		in = nil // the log is of another turn

@@ -271,7 +271,19 @@ func (k *Kind) takeOver(ctx context.Context, key string, lost abi.Session) error
 	if err != nil {
 		return err
 	}
-	r, err := k.recoverHeldBy(ctx, h, func() *interruption { return k.readInterruption(ctx, lost.SessionID) }, byNodeLoss(lost.Node))
+	// Every session the lost node had on the conversation goes to the one opened here (a
+	// foreground one and the background one that delivered its queue, say); the newest
+	// foreground one is reopened, and the turn is closed from the log of the one that ran it.
+	lostOnKey := k.lostOn(ctx, key, lost)
+	primary := lostOnKey[0]
+	r, err := k.recoverHeldBy(ctx, h, func(run string) *interruption {
+		for _, s := range lostOnKey {
+			if in := k.readInterruption(ctx, s.SessionID); in != nil && in.run == run {
+				return in
+			}
+		}
+		return nil
+	}, byNodeLoss(lost.Node))
 	if cerr := h.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -281,26 +293,68 @@ func (k *Kind) takeOver(ctx context.Context, key string, lost abi.Session) error
 	if r != nil && r.unanswered && k.Broker != nil && k.continueTurns() {
 		k.markContinue(r.key)
 	}
-	opts := optionsOf(lost)
-	opts.Replaces = lost.SessionID
+	opts := optionsOf(primary)
+	opts.Replaces = primary.SessionID
 	raw, err := json.Marshal(opts)
 	if err != nil {
 		return fmt.Errorf("options: %w", err)
 	}
-	cx := lost.Context
+	cx := primary.Context
 	cx.ChatID = key
 	s, err := k.Sessions.Create(context.WithoutCancel(ctx), abi.CreateRequest{Type: abi.TypeAIChat, Context: cx, Options: raw})
 	if err != nil {
 		return fmt.Errorf("reopen %s: %w", key, err)
 	}
 	if m, ok := k.Sessions.(mover); ok {
-		if err := m.Moved(ctx, lost.SessionID, s.SessionID); err != nil {
-			return fmt.Errorf("record where %s went: %w", lost.SessionID, err)
+		for _, old := range lostOnKey {
+			if err := m.Moved(ctx, old.SessionID, s.SessionID); err != nil {
+				return fmt.Errorf("record where %s went: %w", old.SessionID, err)
+			}
 		}
 	}
-	k.logger().Info("session taken over from a lost node", "key", key, "node", lost.Node, "old", lost.SessionID, "new", s.SessionID,
-		"continued", r != nil && r.unanswered)
+	k.logger().Info("session taken over from a lost node", "key", key, "node", lost.Node, "old", primary.SessionID, "new", s.SessionID,
+		"continued", r != nil && r.unanswered, "sessions", len(lostOnKey))
 	return nil
+}
+
+// lostOn are the sessions lost's node had on the conversation key, marked node-lost and not
+// moved: the newest foreground one first (lost itself when none is).
+func (k *Kind) lostOn(ctx context.Context, key string, lost abi.Session) []abi.Session {
+	all, err := k.Sessions.List(ctx, true)
+	if err != nil {
+		return []abi.Session{lost}
+	}
+	var fg, bg []abi.Session
+	seen := false
+	for _, s := range all { // oldest first
+		if s.Type != abi.TypeAIChat || s.Node != lost.Node || s.Metadata["closeReason"] != live.CloseNodeLost {
+			continue
+		}
+		if _, moved := s.Metadata["movedTo"]; moved {
+			continue
+		}
+		sk, _ := s.Metadata["chatKey"].(string)
+		if sk == "" {
+			sk = s.Context.ChatID
+		}
+		if leaseKeyOf(sk) != key {
+			continue
+		}
+		seen = seen || s.SessionID == lost.SessionID
+		if bgd, _ := s.Metadata["background"].(bool); bgd {
+			bg = append(bg, s)
+		} else {
+			fg = append([]abi.Session{s}, fg...) // newest first
+		}
+	}
+	if !seen {
+		if bgd, _ := lost.Metadata["background"].(bool); bgd {
+			bg = append(bg, lost)
+		} else {
+			fg = append([]abi.Session{lost}, fg...)
+		}
+	}
+	return append(fg, bg...)
 }
 
 // awaitLease takes key's lease once node's expired: nil, nil when another node took it
