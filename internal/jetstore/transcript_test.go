@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/conversation"
@@ -173,6 +176,129 @@ func BenchmarkRebuild(b *testing.B) {
 	for b.Loop() {
 		if err := conversation.Rebuild(ctx, r, "bench", path); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestTranscriptServerLost: a conversation written through a Held while the transcript
+// stream's leader (one nats-server of three, R3) is shut down loses no acknowledged entry:
+// every message whose append returned is in the stream afterwards, once and in order, and the
+// stream and the file agree. An append that failed stops that Held; the writer holds again
+// (as the next turn does) and goes on.
+func TestTranscriptServerLost(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	nc := c.connect(t)
+	rep := c.transcripts(t, nc, name, 3)
+	ctx := testCtx(t)
+	s := conversation.New(conversation.Options{Dir: t.TempDir(), Replica: rep})
+	const key = "agent:main:server-lost"
+	var acked []string
+	failed := 0
+	var h *conversation.Held
+	write := func(i int) {
+		if h == nil {
+			var err error
+			if h, err = s.Hold(ctx, key, conversation.HoldOptions{Cwd: "/w"}); err != nil {
+				if failed++; failed <= 5 {
+					t.Logf("hold before message %d: %v", i, err)
+				}
+				h = nil
+				return
+			}
+		}
+		text := fmt.Sprint("m", i)
+		if _, err := h.AppendMessage(map[string]any{"role": "user", "content": text, "timestamp": i}, nil); err != nil {
+			// Not acknowledged: it may or may not be in the file and the stream.
+			if failed++; failed <= 5 {
+				t.Logf("message %d: %v", i, err)
+			}
+			_ = h.Close()
+			h = nil
+			return
+		}
+		acked = append(acked, text)
+	}
+	for i := range 30 {
+		write(i)
+	}
+	js, err := jetstream.New(c.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := jetstore.TranscriptNames(name)
+	info, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	var lost *server.Server
+	for _, sv := range c.servers {
+		if sv.Name() == leader {
+			lost = sv
+		}
+	}
+	if lost == nil {
+		t.Fatalf("no server named %q leads the stream", leader)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lost.Shutdown()
+		lost.WaitForShutdown()
+	}()
+	for i := 30; i < 60; i++ {
+		write(i)
+	}
+	<-done
+	before := len(acked)
+	for i := 60; len(acked) < before+20 && i < 1000; i++ {
+		write(i)
+	}
+	if len(acked) < before+20 {
+		t.Fatalf("only %d messages acknowledged after the loss (%d failed)", len(acked)-before, failed)
+	}
+	sid, path := h.SessionID, h.Path()
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d messages acknowledged, %d appends failed across the loss of %s", len(acked), failed, leader)
+	var streamed []string
+	for line, err := range c.transcripts(t, c.connect(t), name, 3).Lines(ctx, sid) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		streamed = append(streamed, string(line))
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(streamed, "\n")+"\n", string(file); got != want {
+		t.Fatalf("the stream and the file differ:\n%s\nthe file:\n%s", got, want)
+	}
+	// Every acknowledged message once, in order (unacknowledged ones may be there too).
+	seen := map[string]int{}
+	next := 0
+	for _, l := range streamed {
+		for _, text := range acked[next:] {
+			if strings.Contains(l, `"content":"`+text+`"`) {
+				next++
+				break
+			}
+		}
+		for i := 0; i < 1000; i++ {
+			if strings.Contains(l, fmt.Sprintf(`"content":"m%d"`, i)) {
+				seen[fmt.Sprint("m", i)]++
+			}
+		}
+	}
+	if next != len(acked) {
+		t.Fatalf("the stream has %d of the %d acknowledged messages in order", next, len(acked))
+	}
+	for text, n := range seen {
+		if n > 1 {
+			t.Fatalf("%s is in the stream %d times", text, n)
 		}
 	}
 }
