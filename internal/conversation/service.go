@@ -216,8 +216,6 @@ func writerError(c chat, err error) error {
 		return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: c.SessionID, Message: "the conversation is written by another node of the cluster", Err: err}
 	case errors.Is(err, transcript.ErrUnknownEntry):
 		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: c.SessionID, Message: "no such entry (see nexus chat tree)", Err: err}
-	case errors.Is(err, ErrReplicaConflict), errors.Is(err, ErrLeaseLost):
-		return &abi.Error{Code: abi.CodeResourceUnavailable, SessionID: c.SessionID, Message: "the conversation is written by another node of the cluster", Err: err}
 	case errors.Is(err, transcript.ErrForeignFormat), errors.Is(err, transcript.ErrEmpty):
 		return &abi.Error{Code: abi.CodeInvalidArgument, SessionID: c.SessionID, Message: "not a pi transcript", Err: err}
 	}
