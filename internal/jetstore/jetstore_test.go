@@ -80,6 +80,37 @@ func startCluster(t testing.TB) *natsCluster {
 }
 
 // restart starts server i again on its store and routes (its client port is a new one).
+// shutDownLeader shuts down, in the background, the server leading stream; done is closed once
+// it is down. It returns the server's name.
+func (c *natsCluster) shutDownLeader(t *testing.T, ctx context.Context, stream string) (name string, done <-chan struct{}) {
+	t.Helper()
+	js, err := jetstream.New(c.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	var lost *server.Server
+	for _, s := range c.servers {
+		if s.Name() == leader {
+			lost = s
+		}
+	}
+	if lost == nil {
+		t.Fatalf("no server named %q leads stream %s", leader, stream)
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		lost.Shutdown()
+		lost.WaitForShutdown()
+	}()
+	return leader, ch
+}
+
 func (c *natsCluster) restart(t *testing.T, i int) {
 	t.Helper()
 	s, err := jetstore.StartEmbedded(testCtx(t), c.opts[i])
@@ -314,30 +345,7 @@ func TestServerLost(t *testing.T) {
 	}
 	// The server leading the stream goes, mid-appends.
 	stream, _, _ := jetstore.Names(name)
-	js, err := jetstream.New(c.connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := info.CachedInfo().Cluster.Leader
-	var lost *server.Server
-	for _, s := range c.servers {
-		if s.Name() == leader {
-			lost = s
-		}
-	}
-	if lost == nil {
-		t.Fatalf("no server named %q leads the stream", leader)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lost.Shutdown()
-		lost.WaitForShutdown()
-	}()
+	leader, done := c.shutDownLeader(t, ctx, stream)
 	for i := 200; i < 400; i++ {
 		appendOne(i)
 	}

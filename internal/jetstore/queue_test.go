@@ -7,9 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nexus-run/nexus/internal/broker"
 	"github.com/nexus-run/nexus/internal/broker/brokertest"
@@ -130,30 +128,7 @@ func TestQueueServerLost(t *testing.T) {
 	for i := range 50 {
 		enqueue(i)
 	}
-	js, err := jetstream.New(c.connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := js.Stream(ctx, "KV_"+jetstore.QueueBucket(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := info.CachedInfo().Cluster.Leader
-	var lost *server.Server
-	for _, s := range c.servers {
-		if s.Name() == leader {
-			lost = s
-		}
-	}
-	if lost == nil {
-		t.Fatalf("no server named %q leads the bucket", leader)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lost.Shutdown()
-		lost.WaitForShutdown()
-	}()
+	leader, done := c.shutDownLeader(t, ctx, "KV_"+jetstore.QueueBucket(name))
 	for i := 50; i < 100; i++ {
 		enqueue(i)
 	}

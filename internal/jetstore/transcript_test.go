@@ -9,9 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nexus-run/nexus/internal/abi"
 	"github.com/nexus-run/nexus/internal/conversation"
@@ -222,31 +220,8 @@ func TestTranscriptServerLost(t *testing.T) {
 	for i := range 30 {
 		write(i)
 	}
-	js, err := jetstream.New(c.connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	stream, _ := jetstore.TranscriptNames(name)
-	info, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := info.CachedInfo().Cluster.Leader
-	var lost *server.Server
-	for _, sv := range c.servers {
-		if sv.Name() == leader {
-			lost = sv
-		}
-	}
-	if lost == nil {
-		t.Fatalf("no server named %q leads the stream", leader)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lost.Shutdown()
-		lost.WaitForShutdown()
-	}()
+	leader, done := c.shutDownLeader(t, ctx, stream)
 	for i := 30; i < 60; i++ {
 		write(i)
 	}
