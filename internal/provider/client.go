@@ -170,7 +170,13 @@ func (c *client) Stream(ctx context.Context, req Request) (Stream, error) {
 	if maxArgs <= 0 {
 		maxArgs = DefaultMaxToolArguments
 	}
-	return newEventStream(sctx, cancel, dec, msg, maxArgs, c.streamError), nil
+	maxReply := req.MaxReply
+	if maxReply <= 0 {
+		maxReply = DefaultMaxReply
+	}
+	s := newEventStream(sctx, cancel, dec, msg, maxArgs, c.streamError)
+	s.b.maxReply = maxReply
+	return s, nil
 }
 
 // callID maps tool call ids to what the backend's API accepts.

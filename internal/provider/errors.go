@@ -249,7 +249,10 @@ func (e *streamFailure) Error() string { return parseProviderError(e.body).text(
 // streamError is the error of a stream that ended early.
 func (c *client) streamError(err error) error {
 	var sf *streamFailure
+	var tooLong *ReplyTooLongError
 	switch {
+	case errors.As(err, &tooLong):
+		return c.errorf(abi.CodeLimitExceeded, err, "%s: %s", c.endpoint(), err)
 	case errors.Is(err, errTruncated):
 		return c.errorf(abi.CodeConnectionLost, err, "%s: %s", c.endpoint(), err)
 	case errors.As(err, &sf):

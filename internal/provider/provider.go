@@ -14,6 +14,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 )
 
 // Provider streams one model reply per call.
@@ -76,6 +77,22 @@ type Request struct {
 	// with {} as arguments, ArgumentsTruncated on its block and ArgumentsError on its end
 	// event, so the loop refuses it without the arguments ever being whole in memory.
 	MaxToolArguments int
+	// MaxReply bounds the text and thinking of one reply as they stream, in bytes (0:
+	// DefaultMaxReply). Past it the stream is closed and the reply ends in error
+	// (ReplyTooLongError), what came before kept: a model (or a server) that streams without
+	// end cannot take the process's memory.
+	MaxReply int
+}
+
+// DefaultMaxReply is Request.MaxReply's default: far above any model's output limit (the
+// largest are ~128k tokens, ~0.5 MB), far below the process's memory.
+const DefaultMaxReply = 16 << 20
+
+// ReplyTooLongError ends a reply whose text and thinking passed Request.MaxReply.
+type ReplyTooLongError struct{ Limit int }
+
+func (e *ReplyTooLongError) Error() string {
+	return fmt.Sprintf("the reply's text and thinking passed %d bytes: the stream was closed", e.Limit)
 }
 
 // DefaultMaxToolArguments is Request.MaxToolArguments's default: room for the largest call the

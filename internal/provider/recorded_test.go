@@ -699,3 +699,52 @@ func TestCancelMidStream(t *testing.T) {
 		})
 	}
 }
+
+// TestReplyCap: a reply whose text and thinking pass Request.MaxReply ends there in error
+// (LIMIT_EXCEEDED, ReplyTooLongError), what came before kept and nothing past it relayed, over
+// each API's recorded stream; a server that goes on streaming (here: holding the stream open
+// after the cap) sees the connection closed, not waited on.
+func TestReplyCap(t *testing.T) {
+	const limit = 8
+	for _, tc := range []struct {
+		kind, file string
+		events     int
+	}{
+		{KindOpenAICompatible, "chat-plain.sse", 6},
+		{KindAnthropic, "anthropic-thinking-tools.sse", 8},
+		{KindOpenAIResponses, "responses-reasoning-tools.sse", 10},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newFake(t, testKey, reply{body: string(data[:cutOffset(t, tc.file, tc.events)]), hold: true})
+			s, err := openFake(t, tc.kind, f, nil).Stream(context.Background(), Request{Messages: userAsk(), Tools: []Tool{sessionExec}, MaxReply: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := collect(t, s)
+			var tooLong *ReplyTooLongError
+			if c.msg.StopReason != StopError || !errors.As(c.err, &tooLong) || tooLong.Limit != limit || abi.CodeOf(c.err) != abi.CodeLimitExceeded {
+				t.Fatalf("stop %q, err %v", c.msg.StopReason, c.err)
+			}
+			relayed := len(c.deltas(EventTextDelta)) + len(c.deltas(EventThinkingDelta))
+			if relayed > limit { // none when the first delta passes the limit
+				t.Fatalf("relayed %d bytes of text and thinking, limit %d", relayed, limit)
+			}
+			kept := 0
+			for _, b := range c.msg.Content {
+				kept += len(b.Text) + len(b.Thinking)
+			}
+			if kept != relayed {
+				t.Fatalf("kept %d bytes, relayed %d", kept, relayed)
+			}
+			select {
+			case <-f.gone:
+			case <-time.After(testkit.Patience()):
+				t.Fatal("the server never saw the connection closed")
+			}
+		})
+	}
+}

@@ -43,8 +43,8 @@ func (d *sdkDecoder[T]) step(b *builder) bool {
 		n := len(b.queue)
 		d.cur = d.s.Current()
 		d.on(b, &d.cur)
-		if len(b.queue) > n {
-			return true
+		if len(b.queue) > n || b.overflow {
+			return true // an overflow ends the reply here (Next), events or not
 		}
 	}
 	return false
@@ -91,6 +91,11 @@ type builder struct {
 	fail error
 	// maxArgs bounds the arguments kept of one tool call (Request.MaxToolArguments).
 	maxArgs int
+	// maxReply bounds the text and thinking of the reply (Request.MaxReply; 0: none);
+	// replyBytes counts them, and overflow ends the stream.
+	maxReply   int
+	replyBytes int
+	overflow   bool
 }
 
 func (b *builder) emit(ev Event) { b.queue = append(b.queue, ev) }
@@ -119,6 +124,19 @@ func (b *builder) delta(i int, s string) {
 		return
 	}
 	bl := b.blocks[i]
+	if bl.c.Type != BlockToolCall && b.maxReply > 0 {
+		if b.overflow {
+			return
+		}
+		if b.replyBytes += len(s); b.replyBytes > b.maxReply {
+			// The stream is closed at the next step (Next); what came before is kept.
+			b.overflow = true
+			if b.fail == nil {
+				b.fail = &ReplyTooLongError{Limit: b.maxReply}
+			}
+			return
+		}
+	}
 	bl.received += len(s)
 	if bl.c.Type == BlockToolCall && b.maxArgs > 0 && bl.received > b.maxArgs {
 		// Arguments this large are refused whatever they hold: keep their start to show
@@ -312,6 +330,8 @@ func (s *eventStream) Next() bool {
 		b.queue, b.head = b.queue[:0], 0
 		if !s.dec.step(b) {
 			s.finish(s.dec.err())
+		} else if b.overflow {
+			s.finish(nil) // the reply's error is b.fail; the connection is closed
 		}
 	}
 	s.cur = b.queue[b.head]
