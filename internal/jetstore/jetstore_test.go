@@ -197,14 +197,10 @@ func event(text string) *live.Event {
 	return &live.Event{Type: abi.EventData, Time: livetest.T0, SessionID: "s", Payload: live.Output(text)}
 }
 
-// TestTwoAppenders: two nodes (each its own connection, store and log) append to one session's
-// log at once; the numbers they are given cover 1..N with no gap and no duplicate, and both
-// read the same log.
-func TestTwoAppenders(t *testing.T) {
-	c := startCluster(t)
-	name := clusterName()
-	const per = 100
-	limits := live.LogLimits{Events: 4 * per, Bytes: 1 << 30, Pinned: 10}
+// twoLogs opens session s1's log at R3 on nodes a and b of cluster name (each its own
+// connection and store), closed when the test ends.
+func (c *natsCluster) twoLogs(t *testing.T, name string, limits live.LogLimits) []*jetstore.Log {
+	t.Helper()
 	var logs []*jetstore.Log
 	for _, node := range []string{"a", "b"} {
 		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
@@ -215,6 +211,18 @@ func TestTwoAppenders(t *testing.T) {
 		t.Cleanup(func() { _ = l.Close(context.Background()) })
 		logs = append(logs, l)
 	}
+	return logs
+}
+
+// TestTwoAppenders: two nodes (each its own connection, store and log) append to one session's
+// log at once; the numbers they are given cover 1..N with no gap and no duplicate, and both
+// read the same log.
+func TestTwoAppenders(t *testing.T) {
+	c := startCluster(t)
+	name := clusterName()
+	const per = 100
+	limits := live.LogLimits{Events: 4 * per, Bytes: 1 << 30, Pinned: 10}
+	logs := c.twoLogs(t, name, limits)
 	ctx := testCtx(t)
 	seen := make([]map[uint64]string, 2)
 	var wg sync.WaitGroup
@@ -501,16 +509,7 @@ func TestAppendRefused(t *testing.T) {
 	name := clusterName()
 	ctx := testCtx(t)
 	limits := live.LogLimits{Events: 100, Bytes: 1 << 20, Pinned: 10}
-	var logs []*jetstore.Log
-	for _, node := range []string{"a", "b"} {
-		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
-		l, err := st.OpenLog(ctx, "s1", limits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close(context.Background()) })
-		logs = append(logs, l)
-	}
+	logs := c.twoLogs(t, name, limits)
 	a, b := logs[0], logs[1]
 	if _, err := a.Append(ctx, event("a1")); err != nil {
 		t.Fatal(err)
@@ -1051,16 +1050,7 @@ func TestFollowerStalls(t *testing.T) {
 	name := clusterName()
 	ctx := testCtx(t)
 	limits := live.LogLimits{Events: 100, Bytes: 1 << 20, Pinned: 10}
-	var logs []*jetstore.Log
-	for _, node := range []string{"a", "b"} {
-		st := c.open(t, jetstore.Options{Cluster: name, Node: node, Replicas: 3})
-		l, err := st.OpenLog(ctx, "s1", limits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close(context.Background()) })
-		logs = append(logs, l)
-	}
+	logs := c.twoLogs(t, name, limits)
 	a, b := logs[0], logs[1]
 	if _, err := a.Append(ctx, event("a1")); err != nil {
 		t.Fatal(err)
