@@ -372,9 +372,15 @@ func TestForeignFollow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, err := n["b"].reg.LastSeq(ctx, s.SessionID)
+	// a's start events are appended as the create returns and stored a moment later: a's own
+	// LastSeq waits for them (another node reads what the stream acknowledged).
+	want, err := n["a"].reg.LastSeq(ctx, s.SessionID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	last, err := n["b"].reg.LastSeq(ctx, s.SessionID)
+	if err != nil || last != want {
+		t.Fatalf("b's last sequence of a's session: %d, %v; a's %d", last, err, want)
 	}
 	fl, err := n["b"].reg.Follow(ctx, s.SessionID, last)
 	if err != nil {
